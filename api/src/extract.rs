@@ -1,0 +1,210 @@
+//! Extractors whose rejections are the service's own errors: JSON bodies, the caller's
+//! organization (Bearer key), and the request id.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{StatusCode, header};
+use flow_common::db::orgs::Organization;
+use flow_common::ids::{KeyId, OrgId};
+use serde::de::DeserializeOwned;
+
+use crate::AppState;
+use crate::error::ApiError;
+
+/// Largest accepted request body.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// A JSON body: requires `Content-Type: application/json` (415), at most [`MAX_BODY_BYTES`] (413),
+/// and turns malformed JSON, wrong types, missing and unknown fields into a 400 naming the field.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(request.headers()) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(MAX_BODY_BYTES)
+                } else {
+                    ApiError::InvalidRequest(format!(
+                        "could not read the request body: {rejection}"
+                    ))
+                }
+            })?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|mime| {
+            let mime = mime.trim().to_ascii_lowercase();
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
+        })
+}
+
+/// Deserializes JSON, naming the offending field in the error.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::InvalidRequest(
+            "request body is empty; expected a JSON object".into(),
+        ));
+    }
+    let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(deserializer)
+        .map_err(|error| ApiError::InvalidRequest(describe_json_error(&error)))
+}
+
+fn describe_json_error(error: &serde_path_to_error::Error<serde_json::Error>) -> String {
+    let path = error.path().to_string();
+    let inner = error.inner();
+    let text = inner.to_string();
+    // serde_json appends " at line L column C"; the field path says more to an API caller.
+    let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
+    if inner.is_syntax() || inner.is_eof() {
+        return format!("request body is not valid JSON: {text}");
+    }
+    if let Some(field) = between(&text, "missing field `", "`") {
+        return format!("{} is required", join_path(&path, field));
+    }
+    if let Some(field) = between(&text, "unknown field `", "`") {
+        return format!("unknown field: {}", join_path(&path, field));
+    }
+    if path.is_empty() || path == "." {
+        return format!("request body must be a JSON object: {text}");
+    }
+    if let Some(expected) = text.split(", expected ").nth(1) {
+        return format!("{path} must be {}", article(expected));
+    }
+    format!("{path}: {text}")
+}
+
+fn between<'a>(text: &'a str, start: &str, end: &str) -> Option<&'a str> {
+    let rest = &text[text.find(start)? + start.len()..];
+    Some(&rest[..rest.find(end)?])
+}
+
+fn join_path(path: &str, field: &str) -> String {
+    if path.is_empty() || path == "." {
+        field.to_owned()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn article(expected: &str) -> String {
+    let expected = expected.trim();
+    if expected.starts_with("a ") || expected.starts_with("an ") {
+        expected.to_owned()
+    } else if expected.starts_with("struct ") || expected.starts_with("map") {
+        "an object".to_owned()
+    } else if expected.starts_with("a sequence") || expected.starts_with("sequence") {
+        "an array".to_owned()
+    } else {
+        expected.to_owned()
+    }
+}
+
+/// The caller's organization, from `Authorization: Bearer <API_KEY>`. Missing, malformed,
+/// unknown and revoked keys are all 401 `unauthorized`.
+#[derive(Debug, Clone)]
+pub struct Auth(pub Arc<Caller>);
+
+/// Who is calling.
+#[derive(Debug)]
+pub struct Caller {
+    /// The key used.
+    pub key_id: KeyId,
+    /// Its organization.
+    pub org: Organization,
+    /// The organization's time zone.
+    pub zone: chrono_tz::Tz,
+}
+
+impl Caller {
+    /// The organization's id.
+    pub fn org_id(&self) -> OrgId {
+        self.org.id
+    }
+}
+
+impl std::ops::Deref for Auth {
+    type Target = Caller;
+    fn deref(&self) -> &Caller {
+        &self.0
+    }
+}
+
+impl FromRequestParts<AppState> for Auth {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let header = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .ok_or(ApiError::Unauthorized(
+                "missing API key: send Authorization: Bearer <API_KEY>",
+            ))?;
+        let header = header
+            .to_str()
+            .map_err(|_| ApiError::Unauthorized("malformed Authorization header"))?;
+        let (scheme, key) = header.split_once(' ').ok_or(ApiError::Unauthorized(
+            "malformed Authorization header: expected Bearer <API_KEY>",
+        ))?;
+        if !scheme.eq_ignore_ascii_case("bearer") || key.trim().is_empty() {
+            return Err(ApiError::Unauthorized(
+                "malformed Authorization header: expected Bearer <API_KEY>",
+            ));
+        }
+        let caller = state.caches.authenticate(&state.db, key.trim()).await?;
+        caller
+            .map(Auth)
+            .ok_or(ApiError::Unauthorized("invalid or revoked API key"))
+    }
+}
+
+/// The request id: the caller's `X-Request-ID` when sent (validated by the middleware), else one
+/// generated for this request.
+#[derive(Debug, Clone)]
+pub struct RequestId {
+    /// The id.
+    pub value: Arc<str>,
+    /// Whether the caller chose it (only then does it make a request idempotent).
+    pub from_caller: bool,
+}
+
+impl RequestId {
+    /// The caller's id, if they sent one.
+    pub fn caller_supplied(&self) -> Option<&str> {
+        self.from_caller.then_some(&*self.value)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<RequestId>()
+            .cloned()
+            .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("request id middleware missing")))
+    }
+}

@@ -1,0 +1,213 @@
+//! Per-organization, per-operation rate limits shared by every API replica.
+//!
+//! The shared state is a GCRA bucket in Postgres (smooth refill: no double burst across a minute
+//! boundary). Each replica leases tokens from it in small batches (about 1% of the limit, at least
+//! one) and spends them locally, so at high rates most requests never touch the database, while at
+//! a 100/min limit every request is counted exactly. Unused leased tokens lapse after a moment so
+//! a replica cannot hoard them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponseParts, ResponseParts};
+use flow_common::db::rate_limits;
+use flow_common::ids::OrgId;
+use moka::sync::Cache;
+use sqlx::PgPool;
+use tokio::sync::Mutex;
+
+use crate::error::ApiError;
+use crate::extract::Caller;
+
+/// The length of a rate-limit window.
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// How long leased tokens stay usable.
+const LEASE_LIFETIME: Duration = Duration::from_secs(2);
+
+/// A rate-limited operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Operation {
+    /// `POST /v1/flows/assign` (and each item of a bulk assign).
+    Assign,
+    /// `POST /v1/flows/report`.
+    Report,
+}
+
+impl Operation {
+    /// Name used in storage and messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Assign => "assign",
+            Self::Report => "report",
+        }
+    }
+
+    /// The caller's per-minute limit for this operation.
+    pub fn limit(self, caller: &Caller) -> u32 {
+        match self {
+            Self::Assign => caller.org.assign_limit(),
+            Self::Report => caller.org.report_limit(),
+        }
+    }
+}
+
+/// What the `RateLimit-*` headers say.
+#[derive(Debug, Clone, Copy)]
+pub struct RateInfo {
+    /// Requests per minute.
+    pub limit: u32,
+    /// Requests left now.
+    pub remaining: u32,
+    /// Seconds until the full limit is available again.
+    pub reset_seconds: u64,
+}
+
+impl IntoResponseParts for RateInfo {
+    type Error = std::convert::Infallible;
+
+    fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        self.write(parts.headers_mut());
+        Ok(parts)
+    }
+}
+
+impl RateInfo {
+    /// Writes the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers.
+    pub fn write(&self, headers: &mut HeaderMap) {
+        headers.insert("ratelimit-limit", HeaderValue::from(self.limit));
+        headers.insert("ratelimit-remaining", HeaderValue::from(self.remaining));
+        headers.insert("ratelimit-reset", HeaderValue::from(self.reset_seconds));
+    }
+}
+
+#[derive(Debug)]
+struct LocalBucket {
+    tokens: u32,
+    expires: Instant,
+    shared_remaining: u32,
+    reset_at: Instant,
+}
+
+/// The limiter. Cheap to clone.
+#[derive(Clone)]
+pub struct RateLimiter {
+    pool: PgPool,
+    buckets: Cache<(OrgId, Operation), Arc<Mutex<LocalBucket>>>,
+}
+
+impl RateLimiter {
+    /// A limiter over the shared buckets in `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        Self {
+            pool,
+            buckets: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(Duration::from_secs(300))
+                .build(),
+        }
+    }
+
+    /// Spends `cost` tokens of `operation` for the caller, or fails with 429.
+    pub async fn check(
+        &self,
+        caller: &Caller,
+        operation: Operation,
+        cost: u32,
+    ) -> Result<RateInfo, ApiError> {
+        let limit = operation.limit(caller);
+        let (granted, info, wait) = self
+            .take(caller.org_id(), operation, limit, cost, cost)
+            .await?;
+        if granted < cost {
+            return Err(ApiError::RateLimited {
+                operation: operation.as_str(),
+                retry_after: wait.as_secs_f64().ceil().max(1.0) as u64,
+                info,
+            });
+        }
+        Ok(info)
+    }
+
+    /// Spends between 1 and `wanted` tokens (bulk requests: items beyond the grant are answered
+    /// 429 individually). Returns how many were granted, the headers, and the wait for more.
+    pub async fn check_up_to(
+        &self,
+        caller: &Caller,
+        operation: Operation,
+        wanted: u32,
+    ) -> Result<(u32, RateInfo, u64), ApiError> {
+        let limit = operation.limit(caller);
+        let (granted, info, wait) = self
+            .take(caller.org_id(), operation, limit, wanted, 1)
+            .await?;
+        Ok((granted, info, wait.as_secs_f64().ceil().max(1.0) as u64))
+    }
+
+    async fn take(
+        &self,
+        org_id: OrgId,
+        operation: Operation,
+        limit: u32,
+        wanted: u32,
+        needed: u32,
+    ) -> Result<(u32, RateInfo, Duration), ApiError> {
+        let bucket = self.buckets.get_with((org_id, operation), || {
+            Arc::new(Mutex::new(LocalBucket {
+                tokens: 0,
+                expires: Instant::now(),
+                shared_remaining: limit,
+                reset_at: Instant::now(),
+            }))
+        });
+        let mut bucket = bucket.lock().await;
+        let now = Instant::now();
+        if bucket.expires <= now {
+            bucket.tokens = 0;
+        }
+        let mut wait = Duration::ZERO;
+        if bucket.tokens < wanted {
+            let lease_size = (limit / 100).clamp(1, 10_000);
+            let missing = wanted - bucket.tokens;
+            let want = missing.saturating_add(lease_size - 1);
+            let need = needed.saturating_sub(bucket.tokens);
+            let lease = rate_limits::take(
+                &self.pool,
+                org_id,
+                operation.as_str(),
+                limit,
+                WINDOW.as_millis() as u64,
+                want,
+                need.min(want),
+            )
+            .await?;
+            let granted = u32::try_from(lease.granted.max(0)).unwrap_or(0);
+            if granted > 0 {
+                bucket.tokens = bucket.tokens.saturating_add(granted);
+                bucket.expires = now + LEASE_LIFETIME;
+            } else {
+                wait = Duration::from_millis(u64::try_from(lease.wait_ms.max(0)).unwrap_or(0));
+            }
+            bucket.shared_remaining = u32::try_from(lease.remaining.max(0)).unwrap_or(0);
+            bucket.reset_at =
+                now + Duration::from_millis(u64::try_from(lease.reset_ms.max(0)).unwrap_or(0));
+        }
+        let spent = bucket.tokens.min(wanted);
+        let spent = if spent < needed { 0 } else { spent };
+        bucket.tokens -= spent;
+        let info = RateInfo {
+            limit,
+            remaining: bucket
+                .shared_remaining
+                .saturating_add(bucket.tokens)
+                .min(limit),
+            reset_seconds: bucket
+                .reset_at
+                .saturating_duration_since(now)
+                .as_secs_f64()
+                .ceil() as u64,
+        };
+        Ok((spent, info, wait))
+    }
+}

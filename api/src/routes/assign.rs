@@ -1,0 +1,463 @@
+//! `POST /v1/flows/assign` and `POST /v1/flows/assign/bulk`.
+//!
+//! A 200 means the command is durably in RabbitMQ (persistent, quorum queue, publisher confirm);
+//! the assign-worker persists it moments later. Ids are chosen here, so the answer does not wait
+//! for Postgres writes: a caller's `X-Request-ID` derives the id (retries get the same one), and
+//! an assignee who already has the flow active gets the existing assignment back.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use chrono::{DateTime, Utc};
+use flow_common::db::assignments::{ExistingAssignment, LookupKey};
+use flow_common::db::flows::FlowSummary;
+use flow_common::domain::{DayBound, Email, Notes, Priority, parse_date_input};
+use flow_common::duration::humanize_minutes;
+use flow_common::ids::{AssignmentId, FlowId};
+use flow_common::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
+use futures::future::join_all;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, Auth, Caller, RequestId};
+use crate::ratelimit::{Operation, RateInfo};
+
+/// Most items in one bulk request.
+pub const MAX_BULK_ITEMS: usize = 1_000;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(assign))
+        .routes(routes!(assign_bulk))
+}
+
+/// Body of the assign operation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AssignRequest {
+    /// Identifier of the flow to assign.
+    #[schema(required = true, value_type = String, example = "flow_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b")]
+    pub flow_id: Option<String>,
+    /// E-mail of the assignee; must exist in the caller's organization (case-insensitive).
+    #[schema(required = true, value_type = String, example = "alice@example.com")]
+    pub user_email: Option<String>,
+    /// Due date: RFC 3339 timestamp, or `YYYY-MM-DD` (end of that day in the organization's time
+    /// zone). Must be in the future.
+    #[schema(example = "2026-12-31")]
+    pub due_date: Option<String>,
+    /// One of low, medium, high (default medium).
+    #[schema(example = "high")]
+    pub priority: Option<String>,
+    /// Free text for the assignee, at most 2,000 characters.
+    pub notes: Option<String>,
+}
+
+/// Result of the assign operation.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignResponse {
+    /// Always true on a 200.
+    pub success: bool,
+    /// Identifier of the assignment; store it.
+    pub assignment_id: AssignmentId,
+    /// Human-readable confirmation.
+    pub message: String,
+    /// Summary.
+    pub details: AssignDetails,
+}
+
+/// Summary details of an assignment.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignDetails {
+    /// When the assignment was made (RFC 3339, UTC).
+    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub assigned_at: DateTime<Utc>,
+    /// E-mail of the assignee.
+    pub assignee_email: String,
+    /// Name of the flow.
+    pub flow_name: String,
+    /// Number of modules in the flow.
+    pub module_count: i64,
+    /// Human-readable estimate, e.g. "2 hours 30 minutes".
+    pub estimated_duration: String,
+}
+
+/// A validated assign request.
+#[derive(Debug, Clone)]
+pub struct AssignInput {
+    /// The flow; `None` when the text was not a flow id (it then does not exist: 404).
+    pub flow_id: Option<FlowId>,
+    /// Assignee e-mail.
+    pub email: Email,
+    /// Due date.
+    pub due_at: Option<DateTime<Utc>>,
+    /// Priority.
+    pub priority: Priority,
+    /// Notes.
+    pub notes: Option<String>,
+}
+
+impl AssignInput {
+    /// Validates a request; plain dates are read in `zone`.
+    pub fn parse(
+        request: AssignRequest,
+        zone: chrono_tz::Tz,
+        now: DateTime<Utc>,
+    ) -> Result<Self, ApiError> {
+        let flow_text = request.flow_id.unwrap_or_default();
+        if flow_text.trim().is_empty() {
+            return Err(ApiError::InvalidRequest("flowId is required".into()));
+        }
+        let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))?;
+        let due_at = match request.due_date.as_deref() {
+            None => None,
+            Some(text) => {
+                let due = parse_date_input("dueDate", text, zone, DayBound::End)?;
+                if due <= now {
+                    return Err(ApiError::InvalidRequest(
+                        "dueDate must be in the future".into(),
+                    ));
+                }
+                Some(due)
+            }
+        };
+        let priority = match request.priority.as_deref() {
+            None => Priority::default(),
+            Some(text) => Priority::parse_field("priority", text)?,
+        };
+        let notes = request
+            .notes
+            .map(|notes| Notes::parse("notes", notes).map(Notes::into_inner))
+            .transpose()?;
+        Ok(Self {
+            flow_id: FlowId::parse(flow_text.trim()),
+            email,
+            due_at,
+            priority,
+            notes,
+        })
+    }
+}
+
+/// Assign a flow to a user.
+///
+/// Idempotent per `X-Request-ID`; assigning a flow the user already has active returns the
+/// existing assignment and creates nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/flows/assign",
+    tag = "assignments",
+    request_body = AssignRequest,
+    params(("X-Request-ID" = Option<String>, Header, description = "Caller-chosen id; makes the request idempotent")),
+    responses(
+        (status = 200, description = "Assigned (or already assigned)", body = AssignResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "Flow or user not found", body = ErrorBody),
+        (status = 409, description = "X-Request-ID reused for a different assignment", body = ErrorBody),
+        (status = 429, description = "Rate limit exceeded", body = ErrorBody),
+        (status = 503, description = "Could not be queued durably; nothing was accepted", body = ErrorBody),
+    )
+)]
+pub async fn assign(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    ApiJson(request): ApiJson<AssignRequest>,
+) -> Result<(RateInfo, Json<AssignResponse>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
+    let now = Utc::now();
+    let input = AssignInput::parse(request, auth.zone, now)?;
+    let response = assign_one(&state, &auth, input, request_id.caller_supplied(), now).await?;
+    Ok((rate, Json(response)))
+}
+
+/// Body of the bulk assign operation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BulkAssignRequest {
+    /// Up to 1,000 assign requests.
+    pub assignments: Vec<AssignRequest>,
+}
+
+/// Outcome of one bulk item.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkItemResult {
+    /// Position in the request.
+    pub index: usize,
+    /// The status a single assign would have answered.
+    pub status: u16,
+    /// The result, on success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<AssignResponse>,
+    /// The error, on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// Result of the bulk assign operation.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkAssignResponse {
+    /// One entry per item, in request order.
+    pub results: Vec<BulkItemResult>,
+    /// Items answered 200.
+    pub succeeded: usize,
+    /// Items that failed.
+    pub failed: usize,
+}
+
+/// Assign many flows at once (partial success).
+///
+/// Each item counts as one assign request for rate limiting; items beyond the remaining allowance
+/// fail with 429 individually. With `X-Request-ID: R`, item `i` is idempotent under `R#i`.
+#[utoipa::path(
+    post,
+    path = "/v1/flows/assign/bulk",
+    tag = "assignments",
+    request_body = BulkAssignRequest,
+    responses(
+        (status = 200, description = "Per-item results", body = BulkAssignResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 429, description = "No allowance left for any item", body = ErrorBody),
+    )
+)]
+pub async fn assign_bulk(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    ApiJson(request): ApiJson<BulkAssignRequest>,
+) -> Result<(RateInfo, Json<BulkAssignResponse>), ApiError> {
+    let count = request.assignments.len();
+    if count == 0 || count > MAX_BULK_ITEMS {
+        return Err(ApiError::InvalidRequest(format!(
+            "assignments must contain between 1 and {MAX_BULK_ITEMS} items"
+        )));
+    }
+    let (granted, rate, retry_after) = state
+        .limiter
+        .check_up_to(
+            &auth,
+            Operation::Assign,
+            u32::try_from(count).unwrap_or(u32::MAX),
+        )
+        .await?;
+    let granted = usize::try_from(granted).unwrap_or(0);
+    if granted == 0 {
+        return Err(ApiError::RateLimited {
+            operation: "assign",
+            retry_after,
+            info: rate,
+        });
+    }
+    let now = Utc::now();
+    let caller: Arc<Caller> = auth.0.clone();
+    let items = request
+        .assignments
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let state = &state;
+            let caller = caller.clone();
+            let item_request_id = request_id
+                .caller_supplied()
+                .map(|id| format!("{id}#{index}"));
+            async move {
+                let outcome = if index >= granted {
+                    Err(ApiError::RateLimited {
+                        operation: "assign",
+                        retry_after,
+                        info: rate,
+                    })
+                } else {
+                    match AssignInput::parse(item, caller.zone, now) {
+                        Ok(input) => {
+                            assign_one(state, &caller, input, item_request_id.as_deref(), now).await
+                        }
+                        Err(error) => Err(error),
+                    }
+                };
+                match outcome {
+                    Ok(result) => BulkItemResult {
+                        index,
+                        status: 200,
+                        result: Some(result),
+                        error: None,
+                    },
+                    Err(error) => {
+                        if matches!(error, ApiError::Internal(_)) {
+                            tracing::error!(index, error = %error, "bulk assign item failed");
+                        }
+                        BulkItemResult {
+                            index,
+                            status: error.status().as_u16(),
+                            result: None,
+                            error: Some(error.body()),
+                        }
+                    }
+                }
+            }
+        });
+    let results = join_all(items).await;
+    let succeeded = results.iter().filter(|item| item.status == 200).count();
+    Ok((
+        rate,
+        Json(BulkAssignResponse {
+            failed: results.len() - succeeded,
+            succeeded,
+            results,
+        }),
+    ))
+}
+
+/// Assigns one validated request: resolves the flow (cached) and the user, answers with an
+/// earlier result when there is one, else publishes the command and waits for the confirm.
+pub async fn assign_one(
+    state: &AppState,
+    caller: &Caller,
+    input: AssignInput,
+    request_id: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<AssignResponse, ApiError> {
+    let org_id = caller.org_id();
+    let flow = match input.flow_id {
+        Some(flow_id) => state.caches.flow(&state.db, org_id, flow_id).await?,
+        None => None,
+    }
+    .ok_or_else(|| ApiError::not_found("flow"))?;
+    let requested_id = request_id.map(|id| AssignmentId::for_request(org_id, id));
+    let found = state
+        .lookup
+        .resolve(LookupKey {
+            org_id,
+            flow_id: flow.id,
+            email_normalized: input.email.normalized(),
+            request_assignment_id: requested_id,
+        })
+        .await?;
+    let (user_id, email) = found.user.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "user {} not found in this organization",
+            input.email
+        ))
+    })?;
+    if let Some(earlier) = found.by_request {
+        if earlier.flow_id != flow.id || earlier.user_id != user_id {
+            return Err(ApiError::Conflict(
+                "X-Request-ID was already used for a different assignment".into(),
+            ));
+        }
+        return Ok(response(
+            earlier.answer_id,
+            earlier.assigned_at,
+            &email,
+            &flow,
+            true,
+        ));
+    }
+    let command = AssignCommand {
+        version: ASSIGN_COMMAND_VERSION,
+        assignment_id: requested_id.unwrap_or_default(),
+        existing_assignment_id: None,
+        org_id,
+        flow_id: flow.id,
+        flow_name: flow.name.clone(),
+        user_id,
+        assignee_email: email.clone(),
+        priority: input.priority,
+        notes: input.notes,
+        due_at: input.due_at,
+        assigned_at: now,
+        request_id: request_id.map(str::to_owned),
+        schedule_id: None,
+    };
+    if let Some(active) = found.active {
+        // Nothing to create. With a request id, record it as answered by the existing assignment
+        // so a retry answers the same even after that assignment completes.
+        if requested_id.is_some() {
+            publish(
+                state,
+                &AssignCommand {
+                    existing_assignment_id: Some(active.assignment_id),
+                    ..command
+                },
+                request_id,
+            )
+            .await?;
+        }
+        return Ok(existing_response(&active, &email, &flow));
+    }
+    publish(state, &command, request_id).await?;
+    Ok(response(command.assignment_id, now, &email, &flow, false))
+}
+
+fn existing_response(
+    active: &ExistingAssignment,
+    email: &str,
+    flow: &FlowSummary,
+) -> AssignResponse {
+    response(active.answer_id, active.assigned_at, email, flow, true)
+}
+
+/// Publishes an assign command and waits for the broker's confirm.
+pub async fn publish(
+    state: &AppState,
+    command: &AssignCommand,
+    request_id: Option<&str>,
+) -> Result<(), ApiError> {
+    let payload = serde_json::to_vec(command).map_err(|error| {
+        ApiError::Internal(anyhow::Error::new(error).context("encoding a command"))
+    })?;
+    let exchange = state.topology().commands_exchange();
+    let message_id = command.assignment_id.to_string();
+    state
+        .publisher
+        .publish(flow_common::amqp::Outgoing {
+            exchange: &exchange,
+            routing_key: flow_common::amqp::QueueKind::Assign.suffix(),
+            payload: &payload,
+            message_id: &message_id,
+            kind: "assign",
+            request_id,
+        })
+        .await?;
+    Ok(())
+}
+
+fn response(
+    assignment_id: AssignmentId,
+    assigned_at: DateTime<Utc>,
+    email: &str,
+    flow: &FlowSummary,
+    existing: bool,
+) -> AssignResponse {
+    let message = if existing {
+        format!("Flow \"{}\" is already assigned to {email}", flow.name)
+    } else {
+        format!("Flow \"{}\" assigned to {email}", flow.name)
+    };
+    AssignResponse {
+        success: true,
+        assignment_id,
+        message,
+        details: AssignDetails {
+            assigned_at,
+            assignee_email: email.to_owned(),
+            flow_name: flow.name.clone(),
+            module_count: flow.module_count,
+            estimated_duration: humanize_minutes(
+                u64::try_from(flow.estimated_minutes).unwrap_or(0),
+            ),
+        },
+    }
+}

@@ -1,0 +1,249 @@
+//! Flows: create (with ordered modules), list, get.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
+use flow_common::duration::humanize_minutes;
+use flow_common::ids::{FlowId, ModuleId};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, Auth};
+use crate::routes::pagination::{Page, PageQuery};
+
+/// Most modules in a flow.
+pub const MAX_MODULES: usize = 500;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_flow, list_flows))
+        .routes(routes!(get_flow))
+}
+
+/// A flow to create.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CreateFlowRequest {
+    /// Name.
+    #[schema(required = true, value_type = String, example = "Security Basics")]
+    pub name: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// Ordered modules (at least one).
+    #[schema(required = true, value_type = Vec<ModuleInput>)]
+    pub modules: Option<Vec<ModuleInput>>,
+}
+
+/// A module to create.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModuleInput {
+    /// Name.
+    #[schema(required = true, value_type = String, example = "Phishing")]
+    pub name: Option<String>,
+    /// Estimated time to complete, in minutes (default 0).
+    #[schema(example = 30)]
+    pub estimated_minutes: Option<i32>,
+}
+
+/// A flow with its modules.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowView {
+    /// Identifier.
+    pub flow_id: FlowId,
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Number of modules.
+    pub module_count: i64,
+    /// Human-readable total estimate.
+    pub estimated_duration: String,
+    /// Modules in order (absent in lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modules: Option<Vec<ModuleView>>,
+    /// Creation time.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_common::domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+/// A module.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleView {
+    /// Identifier.
+    pub module_id: ModuleId,
+    /// Name.
+    pub name: String,
+    /// Zero-based position.
+    pub position: i32,
+    /// Estimate in minutes.
+    pub estimated_minutes: i32,
+}
+
+fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
+    let minutes: i64 = modules
+        .iter()
+        .map(|module| i64::from(module.estimated_minutes))
+        .sum();
+    FlowView {
+        flow_id: flow.id,
+        name: flow.name,
+        description: flow.description,
+        module_count: modules.len() as i64,
+        estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
+        modules: Some(
+            modules
+                .into_iter()
+                .map(|module| ModuleView {
+                    module_id: module.id,
+                    name: module.name,
+                    position: module.position,
+                    estimated_minutes: module.estimated_minutes,
+                })
+                .collect(),
+        ),
+        created_at: Some(flow.created_at),
+    }
+}
+
+fn summary_view(flow: FlowSummary) -> FlowView {
+    FlowView {
+        flow_id: flow.id,
+        name: flow.name,
+        description: None,
+        module_count: flow.module_count,
+        estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
+        modules: None,
+        created_at: None,
+    }
+}
+
+/// Create a flow.
+#[utoipa::path(
+    post,
+    path = "/v1/flows",
+    tag = "flows",
+    request_body = CreateFlowRequest,
+    responses(
+        (status = 201, description = "Created", body = FlowView),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn create_flow(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(request): ApiJson<CreateFlowRequest>,
+) -> Result<(StatusCode, Json<FlowView>), ApiError> {
+    let name = request.name.unwrap_or_default().trim().to_owned();
+    if name.is_empty() {
+        return Err(ApiError::InvalidRequest("name is required".into()));
+    }
+    if name.chars().count() > 200 {
+        return Err(ApiError::InvalidRequest(
+            "name must be at most 200 characters".into(),
+        ));
+    }
+    let modules = request.modules.unwrap_or_default();
+    if modules.is_empty() || modules.len() > MAX_MODULES {
+        return Err(ApiError::InvalidRequest(format!(
+            "modules must contain between 1 and {MAX_MODULES} items"
+        )));
+    }
+    let modules = modules
+        .into_iter()
+        .enumerate()
+        .map(|(index, module)| {
+            let name = module.name.unwrap_or_default().trim().to_owned();
+            if name.is_empty() {
+                return Err(ApiError::InvalidRequest(format!(
+                    "modules[{index}].name is required"
+                )));
+            }
+            let minutes = module.estimated_minutes.unwrap_or(0);
+            if !(0..=100_000).contains(&minutes) {
+                return Err(ApiError::InvalidRequest(format!(
+                    "modules[{index}].estimatedMinutes must be between 0 and 100000"
+                )));
+            }
+            Ok(NewModule {
+                name,
+                estimated_minutes: minutes,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (flow, modules) = flows::create(
+        &state.db,
+        auth.org_id(),
+        &name,
+        request.description.as_deref(),
+        &modules,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(flow_view(flow, modules))))
+}
+
+/// List the organization's flows.
+#[utoipa::path(
+    get,
+    path = "/v1/flows",
+    tag = "flows",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of flows", body = Page<FlowView>),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn list_flows(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(page): Query<PageQuery>,
+) -> Result<Json<Page<FlowView>>, ApiError> {
+    let limit = page.limit()?;
+    let after = page.cursor(FlowId::parse)?;
+    let rows = flows::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    Ok(Json(Page::from_rows(
+        rows,
+        limit,
+        |flow| flow.id.to_string(),
+        summary_view,
+    )))
+}
+
+/// Get a flow with its modules.
+#[utoipa::path(
+    get,
+    path = "/v1/flows/{id}",
+    tag = "flows",
+    params(("id" = String, Path, description = "Flow id (flow_…)")),
+    responses(
+        (status = 200, description = "The flow", body = FlowView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such flow in this organization", body = ErrorBody),
+    )
+)]
+pub async fn get_flow(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<FlowView>, ApiError> {
+    let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
+    let flow = flows::get(&state.db, auth.org_id(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("flow"))?;
+    let modules = flows::modules(&state.db, id).await?;
+    Ok(Json(flow_view(flow, modules)))
+}

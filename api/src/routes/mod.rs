@@ -1,0 +1,22 @@
+//! One module per resource; each exposes `router()`, and the OpenAPI document is built from them.
+
+pub mod assign;
+pub mod assignments;
+pub mod flows;
+pub mod health;
+pub mod pagination;
+pub mod users;
+
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::AppState;
+
+/// Every route of the API.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .merge(health::router())
+        .merge(assign::router())
+        .merge(assignments::router())
+        .merge(users::router())
+        .merge(flows::router())
+}

@@ -1,0 +1,218 @@
+//! Users of an organization (assignees): upsert by e-mail, singly or in bulk, and list.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use flow_common::db::users::{self, NewUser, User};
+use flow_common::domain::Email;
+use flow_common::ids::UserId;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, Auth};
+use crate::routes::pagination::{Page, PageQuery};
+
+/// Most users in one bulk upsert.
+pub const MAX_BULK_USERS: usize = 1_000;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(upsert_user, list_users))
+        .routes(routes!(upsert_users))
+}
+
+/// A user to create or update.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UserInput {
+    /// E-mail address (unique in the organization, case-insensitive).
+    #[schema(required = true, value_type = String, example = "alice@example.com")]
+    pub email: Option<String>,
+    /// Display name.
+    pub name: Option<String>,
+}
+
+impl UserInput {
+    fn parse(self, field: &str) -> Result<NewUser, ApiError> {
+        let email = Email::parse(field, self.email.as_deref().unwrap_or(""))?;
+        if self
+            .name
+            .as_ref()
+            .is_some_and(|name| name.chars().count() > 200)
+        {
+            return Err(ApiError::InvalidRequest(
+                "name must be at most 200 characters".into(),
+            ));
+        }
+        Ok(NewUser {
+            email,
+            name: self.name,
+        })
+    }
+}
+
+/// A user.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UserView {
+    /// Identifier.
+    pub user_id: UserId,
+    /// E-mail.
+    pub email: String,
+    /// Display name.
+    pub name: Option<String>,
+    /// Creation time.
+    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<User> for UserView {
+    fn from(user: User) -> Self {
+        Self {
+            user_id: user.id,
+            email: user.email,
+            name: user.name,
+            created_at: user.created_at,
+        }
+    }
+}
+
+/// Create a user, or update the name of the user with that e-mail.
+#[utoipa::path(
+    post,
+    path = "/v1/users",
+    tag = "users",
+    request_body = UserInput,
+    responses(
+        (status = 201, description = "Created", body = UserView),
+        (status = 200, description = "Already existed; updated", body = UserView),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn upsert_user(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(input): ApiJson<UserInput>,
+) -> Result<(StatusCode, Json<UserView>), ApiError> {
+    let user = input.parse("email")?;
+    let mut rows = users::upsert(&state.db, auth.org_id(), &[user]).await?;
+    let user = rows
+        .pop()
+        .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("upsert returned no row")))?;
+    let status = if user.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(user.into())))
+}
+
+/// Body of the bulk upsert.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BulkUsersRequest {
+    /// Up to 1,000 users.
+    pub users: Vec<UserInput>,
+}
+
+/// Result of the bulk upsert.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkUsersResponse {
+    /// The users, in request order.
+    pub users: Vec<UserView>,
+    /// How many were new.
+    pub created: usize,
+    /// How many existed.
+    pub updated: usize,
+}
+
+/// Create or update up to 1,000 users in one transaction (all or nothing).
+#[utoipa::path(
+    post,
+    path = "/v1/users/bulk",
+    tag = "users",
+    request_body = BulkUsersRequest,
+    responses(
+        (status = 200, description = "Upserted", body = BulkUsersResponse),
+        (status = 400, description = "Invalid request (nothing was written)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn upsert_users(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(request): ApiJson<BulkUsersRequest>,
+) -> Result<Json<BulkUsersResponse>, ApiError> {
+    if request.users.is_empty() || request.users.len() > MAX_BULK_USERS {
+        return Err(ApiError::InvalidRequest(format!(
+            "users must contain between 1 and {MAX_BULK_USERS} items"
+        )));
+    }
+    let users = request
+        .users
+        .into_iter()
+        .enumerate()
+        .map(|(index, user)| user.parse(&format!("users[{index}].email")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rows = users::upsert(&state.db, auth.org_id(), &users).await?;
+    let created = rows.iter().filter(|user| user.created).count();
+    Ok(Json(BulkUsersResponse {
+        updated: rows.len() - created,
+        created,
+        users: rows.into_iter().map(UserView::from).collect(),
+    }))
+}
+
+/// Filters of the user list.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UserFilter {
+    /// Only the user with this e-mail (case-insensitive).
+    pub email: Option<String>,
+}
+
+/// List the organization's users.
+#[utoipa::path(
+    get,
+    path = "/v1/users",
+    tag = "users",
+    params(PageQuery, UserFilter),
+    responses(
+        (status = 200, description = "A page of users", body = Page<UserView>),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn list_users(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(page): Query<PageQuery>,
+    Query(filter): Query<UserFilter>,
+) -> Result<Json<Page<UserView>>, ApiError> {
+    if let Some(email) = filter.email {
+        let email = Email::parse("email", &email)?;
+        let found = users::find_by_email(&state.db, auth.org_id(), &email).await?;
+        return Ok(Json(Page {
+            data: found.into_iter().map(UserView::from).collect(),
+            next_cursor: None,
+        }));
+    }
+    let limit = page.limit()?;
+    let after = page.cursor(UserId::parse)?;
+    let rows = users::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    Ok(Json(Page::from_rows(
+        rows,
+        limit,
+        |user| user.id.to_string(),
+        UserView::from,
+    )))
+}

@@ -1,0 +1,442 @@
+//! RabbitMQ: the topology (declared in one place, by every binary at start-up), connections, and a
+//! publisher that only reports success once the broker has confirmed a persistent message.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lapin::options::{
+    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
+};
+use tokio::sync::{Mutex, RwLock};
+
+/// The queues Flow consumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// Assign commands, consumed by the assign-worker.
+    Assign,
+    /// Progress commands (module activity), consumed by the assign-worker.
+    Progress,
+    /// Export jobs, consumed by the report-worker.
+    Export,
+    /// Lifecycle events to deliver to webhook endpoints, consumed by the webhook-worker.
+    Webhooks,
+    /// Messages that exceeded the delivery limit or could not be decoded.
+    DeadLetters,
+}
+
+impl QueueKind {
+    /// Every queue.
+    pub const ALL: [QueueKind; 5] = [
+        QueueKind::Assign,
+        QueueKind::Progress,
+        QueueKind::Export,
+        QueueKind::Webhooks,
+        QueueKind::DeadLetters,
+    ];
+
+    /// The unprefixed name, also the routing key of command queues.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            QueueKind::Assign => "assign",
+            QueueKind::Progress => "progress",
+            QueueKind::Export => "export",
+            QueueKind::Webhooks => "webhooks",
+            QueueKind::DeadLetters => "dead-letters",
+        }
+    }
+}
+
+/// Names of every exchange and queue under one prefix.
+#[derive(Debug, Clone)]
+pub struct Topology {
+    prefix: String,
+    delivery_limit: u32,
+}
+
+impl Topology {
+    /// The topology under `prefix` (`flow` in production, unique per test).
+    pub fn new(prefix: impl Into<String>, delivery_limit: u32) -> Self {
+        Self {
+            prefix: prefix.into(),
+            delivery_limit,
+        }
+    }
+
+    /// The name prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Direct exchange for commands; the routing key is the queue suffix.
+    pub fn commands_exchange(&self) -> String {
+        format!("{}.commands", self.prefix)
+    }
+
+    /// Topic exchange for lifecycle events; the routing key is the event type (`flow.assigned`).
+    pub fn events_exchange(&self) -> String {
+        format!("{}.events", self.prefix)
+    }
+
+    /// Exchange receiving dead-lettered messages.
+    pub fn dead_letter_exchange(&self) -> String {
+        format!("{}.dlx", self.prefix)
+    }
+
+    /// Full name of a queue.
+    pub fn queue(&self, kind: QueueKind) -> String {
+        format!("{}.{}", self.prefix, kind.suffix())
+    }
+
+    /// Declares every exchange, queue and binding. Idempotent; every binary calls it at start-up.
+    pub async fn declare(&self, channel: &Channel) -> lapin::Result<()> {
+        let durable_exchange = ExchangeDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        channel
+            .exchange_declare(
+                self.commands_exchange().into(),
+                ExchangeKind::Direct,
+                durable_exchange,
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .exchange_declare(
+                self.events_exchange().into(),
+                ExchangeKind::Topic,
+                durable_exchange,
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .exchange_declare(
+                self.dead_letter_exchange().into(),
+                ExchangeKind::Fanout,
+                durable_exchange,
+                FieldTable::default(),
+            )
+            .await?;
+        for kind in QueueKind::ALL {
+            let name = self.queue(kind);
+            let mut arguments = FieldTable::default();
+            arguments.insert(
+                "x-queue-type".into(),
+                AMQPValue::LongString("quorum".into()),
+            );
+            if kind != QueueKind::DeadLetters {
+                arguments.insert(
+                    "x-dead-letter-exchange".into(),
+                    AMQPValue::LongString(self.dead_letter_exchange().into()),
+                );
+                arguments.insert(
+                    "x-delivery-limit".into(),
+                    AMQPValue::LongInt(i32::try_from(self.delivery_limit).unwrap_or(i32::MAX)),
+                );
+            }
+            channel
+                .queue_declare(
+                    name.clone().into(),
+                    QueueDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    arguments,
+                )
+                .await?;
+            let (exchange, routing_key) = match kind {
+                QueueKind::Webhooks => (self.events_exchange(), "#".to_owned()),
+                QueueKind::DeadLetters => (self.dead_letter_exchange(), String::new()),
+                command => (self.commands_exchange(), command.suffix().to_owned()),
+            };
+            channel
+                .queue_bind(
+                    name.into(),
+                    exchange.into(),
+                    routing_key.into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes every queue and exchange of this topology (tests clean up with it).
+    pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
+        for kind in QueueKind::ALL {
+            channel
+                .queue_delete(self.queue(kind).into(), Default::default())
+                .await?;
+        }
+        for exchange in [
+            self.commands_exchange(),
+            self.events_exchange(),
+            self.dead_letter_exchange(),
+        ] {
+            channel
+                .exchange_delete(exchange.into(), Default::default())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// Opens a connection named after the process role (visible in the RabbitMQ management UI).
+pub async fn connect(url: &str, role: &str) -> lapin::Result<Connection> {
+    let properties = ConnectionProperties::default().with_connection_name(role.into());
+    Connection::connect(url, properties).await
+}
+
+/// Opens a consumer channel with the given prefetch window.
+pub async fn consumer_channel(connection: &Connection, prefetch: u16) -> lapin::Result<Channel> {
+    let channel = connection.create_channel().await?;
+    channel
+        .basic_qos(prefetch, BasicQosOptions::default())
+        .await?;
+    Ok(channel)
+}
+
+/// A message to publish.
+#[derive(Debug, Clone)]
+pub struct Outgoing<'a> {
+    /// Exchange name.
+    pub exchange: &'a str,
+    /// Routing key.
+    pub routing_key: &'a str,
+    /// JSON body.
+    pub payload: &'a [u8],
+    /// AMQP `message-id` (consumers dedupe on it).
+    pub message_id: &'a str,
+    /// AMQP `type`.
+    pub kind: &'a str,
+    /// The request that caused the message, carried for logs.
+    pub request_id: Option<&'a str>,
+}
+
+/// Why a publish did not succeed.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// The broker is unreachable or refused the message: the caller should retry later.
+    #[error("message broker unavailable: {0}")]
+    Unavailable(String),
+    /// No confirm arrived in time: the message may or may not be stored.
+    #[error("message broker did not confirm within {0:?}")]
+    Timeout(Duration),
+    /// The broker had no queue bound for the routing key.
+    #[error("message was unroutable ({0})")]
+    Unroutable(String),
+}
+
+/// Publishes persistent messages with publisher confirms over a few channels, reconnecting lazily
+/// after a failure. Cheap to clone.
+#[derive(Clone)]
+pub struct Publisher {
+    inner: Arc<PublisherInner>,
+}
+
+struct PublisherInner {
+    url: String,
+    role: String,
+    topology: Topology,
+    channel_count: usize,
+    confirm_timeout: Duration,
+    state: RwLock<Option<Arc<Live>>>,
+    reconnect: Mutex<Option<Instant>>,
+    next: AtomicUsize,
+}
+
+struct Live {
+    // Kept so the connection lives as long as its channels.
+    _connection: Connection,
+    channels: Vec<Channel>,
+}
+
+/// The shortest pause between two reconnection attempts, so a broker outage costs one failed
+/// connect per interval rather than one per request.
+const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
+
+impl Publisher {
+    /// A publisher that connects on first use (or now, with [`Publisher::connect_now`]).
+    pub fn new(
+        url: impl Into<String>,
+        role: impl Into<String>,
+        topology: Topology,
+        channel_count: usize,
+        confirm_timeout: Duration,
+    ) -> Self {
+        Self {
+            inner: Arc::new(PublisherInner {
+                url: url.into(),
+                role: role.into(),
+                topology,
+                channel_count: channel_count.max(1),
+                confirm_timeout,
+                state: RwLock::new(None),
+                reconnect: Mutex::new(None),
+                next: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The topology this publisher declares.
+    pub fn topology(&self) -> &Topology {
+        &self.inner.topology
+    }
+
+    /// Connects (and declares the topology) now, so start-up fails loudly on bad settings.
+    pub async fn connect_now(&self) -> Result<(), PublishError> {
+        self.live().await.map(|_| ())
+    }
+
+    /// True when a connection is up.
+    pub async fn is_connected(&self) -> bool {
+        match self.inner.state.read().await.as_ref() {
+            Some(live) => live._connection.status().connected(),
+            None => false,
+        }
+    }
+
+    /// Publishes one persistent message and waits for the broker's confirm.
+    pub async fn publish(&self, message: Outgoing<'_>) -> Result<(), PublishError> {
+        let live = self.live().await?;
+        let index = self.inner.next.fetch_add(1, Ordering::Relaxed) % live.channels.len();
+        let channel = &live.channels[index];
+        let mut properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_message_id(message.message_id.into())
+            .with_type(message.kind.into())
+            .with_app_id(self.inner.role.as_str().into());
+        if let Some(request_id) = message.request_id {
+            let mut headers = FieldTable::default();
+            headers.insert(
+                "x-request-id".into(),
+                AMQPValue::LongString(request_id.into()),
+            );
+            properties = properties.with_headers(headers);
+        }
+        let started = Instant::now();
+        let confirm = match channel
+            .basic_publish(
+                ShortString::from(message.exchange),
+                ShortString::from(message.routing_key),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                message.payload,
+                properties,
+            )
+            .await
+        {
+            Ok(confirm) => confirm,
+            Err(error) => {
+                self.mark_broken(&live).await;
+                return Err(PublishError::Unavailable(error.to_string()));
+            }
+        };
+        let outcome = match tokio::time::timeout(self.inner.confirm_timeout, confirm).await {
+            Err(_) => Err(PublishError::Timeout(self.inner.confirm_timeout)),
+            Ok(Err(error)) => {
+                self.mark_broken(&live).await;
+                Err(PublishError::Unavailable(error.to_string()))
+            }
+            Ok(Ok(confirmation)) => match confirmation {
+                Confirmation::Ack(None) => Ok(()),
+                Confirmation::Ack(Some(returned)) => {
+                    Err(PublishError::Unroutable(returned.reply_text.to_string()))
+                }
+                Confirmation::Nack(_) => Err(PublishError::Unavailable(
+                    "broker nacked the message".into(),
+                )),
+                Confirmation::NotRequested => Err(PublishError::Unavailable(
+                    "publisher confirms are off".into(),
+                )),
+            },
+        };
+        metrics_hook(started.elapsed(), outcome.is_ok());
+        outcome
+    }
+
+    async fn current(&self) -> Option<Arc<Live>> {
+        self.inner
+            .state
+            .read()
+            .await
+            .as_ref()
+            .filter(|live| live._connection.status().connected())
+            .cloned()
+    }
+
+    async fn live(&self) -> Result<Arc<Live>, PublishError> {
+        if let Some(live) = self.current().await {
+            return Ok(live);
+        }
+        let mut last_attempt = self.inner.reconnect.lock().await;
+        // Another task may have reconnected while this one waited for the lock.
+        if let Some(live) = self.current().await {
+            return Ok(live);
+        }
+        if let Some(at) = *last_attempt
+            && at.elapsed() < RECONNECT_INTERVAL
+        {
+            return Err(PublishError::Unavailable(
+                "reconnecting to the broker".into(),
+            ));
+        }
+        *last_attempt = Some(Instant::now());
+        let live = Arc::new(self.open().await.map_err(|error| {
+            tracing::warn!(%error, role = %self.inner.role, "cannot connect to RabbitMQ");
+            PublishError::Unavailable(error.to_string())
+        })?);
+        tracing::info!(role = %self.inner.role, channels = live.channels.len(), "connected to RabbitMQ");
+        *self.inner.state.write().await = Some(live.clone());
+        Ok(live)
+    }
+
+    async fn open(&self) -> lapin::Result<Live> {
+        let connection = connect(&self.inner.url, &self.inner.role).await?;
+        let setup = connection.create_channel().await?;
+        self.inner.topology.declare(&setup).await?;
+        drop(setup.close(200, "topology declared".into()).await);
+        let mut channels = Vec::with_capacity(self.inner.channel_count);
+        for _ in 0..self.inner.channel_count {
+            let channel = connection.create_channel().await?;
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await?;
+            channels.push(channel);
+        }
+        Ok(Live {
+            _connection: connection,
+            channels,
+        })
+    }
+
+    async fn mark_broken(&self, broken: &Arc<Live>) {
+        let mut state = self.inner.state.write().await;
+        if state.as_ref().is_some_and(|live| Arc::ptr_eq(live, broken)) {
+            tracing::warn!(role = %self.inner.role, "RabbitMQ connection lost; will reconnect");
+            *state = None;
+        }
+    }
+
+    /// Closes the connection (graceful shutdown).
+    pub async fn close(&self) {
+        if let Some(live) = self.inner.state.write().await.take() {
+            drop(live._connection.close(200, "shutting down".into()).await);
+        }
+    }
+}
+
+fn metrics_hook(elapsed: Duration, ok: bool) {
+    metrics::histogram!("flow_publish_confirm_seconds", "outcome" => if ok { "ok" } else { "error" })
+        .record(elapsed.as_secs_f64());
+}

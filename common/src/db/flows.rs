@@ -1,0 +1,169 @@
+//! Flows and their ordered modules.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgExecutor, PgPool};
+
+use crate::ids::{FlowId, ModuleId, OrgId};
+
+/// A flow row.
+#[derive(Debug, Clone, FromRow)]
+pub struct Flow {
+    /// Id.
+    pub id: FlowId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: Option<String>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A module row.
+#[derive(Debug, Clone, FromRow)]
+pub struct Module {
+    /// Id.
+    pub id: ModuleId,
+    /// Flow it belongs to.
+    pub flow_id: FlowId,
+    /// Zero-based order within the flow.
+    pub position: i32,
+    /// Name.
+    pub name: String,
+    /// Estimated time to complete, in minutes.
+    pub estimated_minutes: i32,
+}
+
+/// What the assign path needs of a flow; cached by the API.
+#[derive(Debug, Clone, FromRow)]
+pub struct FlowSummary {
+    /// Id.
+    pub id: FlowId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Name.
+    pub name: String,
+    /// Number of modules.
+    pub module_count: i64,
+    /// Sum of the modules' estimates, in minutes.
+    pub estimated_minutes: i64,
+}
+
+/// A module to create.
+#[derive(Debug, Clone)]
+pub struct NewModule {
+    /// Name.
+    pub name: String,
+    /// Estimate in minutes.
+    pub estimated_minutes: i32,
+}
+
+/// Creates a flow with its modules in one transaction.
+pub async fn create(
+    pool: &PgPool,
+    org_id: OrgId,
+    name: &str,
+    description: Option<&str>,
+    modules: &[NewModule],
+) -> Result<(Flow, Vec<Module>), sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let flow: Flow = sqlx::query_as(
+        "INSERT INTO flows (id, org_id, name, description) VALUES ($1, $2, $3, $4)
+         RETURNING id, org_id, name, description, created_at",
+    )
+    .bind(FlowId::new())
+    .bind(org_id)
+    .bind(name)
+    .bind(description)
+    .fetch_one(&mut *transaction)
+    .await?;
+    let ids: Vec<ModuleId> = modules.iter().map(|_| ModuleId::new()).collect();
+    let names: Vec<&str> = modules.iter().map(|module| module.name.as_str()).collect();
+    let minutes: Vec<i32> = modules
+        .iter()
+        .map(|module| module.estimated_minutes)
+        .collect();
+    let inserted: Vec<Module> = sqlx::query_as(
+        "INSERT INTO modules (id, flow_id, position, name, estimated_minutes)
+         SELECT id, $1, (ord - 1)::int, name, minutes
+         FROM UNNEST($2::uuid[], $3::text[], $4::int[]) WITH ORDINALITY AS t(id, name, minutes, ord)
+         RETURNING id, flow_id, position, name, estimated_minutes",
+    )
+    .bind(flow.id)
+    .bind(&ids)
+    .bind(&names)
+    .bind(&minutes)
+    .fetch_all(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    let mut inserted = inserted;
+    inserted.sort_by_key(|module| module.position);
+    Ok((flow, inserted))
+}
+
+/// One flow of an organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: FlowId,
+) -> Result<Option<Flow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, org_id, name, description, created_at FROM flows WHERE id = $1 AND org_id = $2",
+    )
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// The modules of a flow in order.
+pub async fn modules<'e>(
+    executor: impl PgExecutor<'e>,
+    flow_id: FlowId,
+) -> Result<Vec<Module>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, flow_id, position, name, estimated_minutes FROM modules
+         WHERE flow_id = $1 ORDER BY position",
+    )
+    .bind(flow_id)
+    .fetch_all(executor)
+    .await
+}
+
+/// Name, module count and total estimate of a flow, whatever its organization (the caller checks).
+pub async fn summary<'e>(
+    executor: impl PgExecutor<'e>,
+    id: FlowId,
+) -> Result<Option<FlowSummary>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT f.id, f.org_id, f.name, count(m.id) AS module_count,
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
+         FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
+         WHERE f.id = $1 GROUP BY f.id",
+    )
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// A page of an organization's flows in id order, after `after` when given.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    after: Option<FlowId>,
+    limit: i64,
+) -> Result<Vec<FlowSummary>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT f.id, f.org_id, f.name, count(m.id) AS module_count,
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
+         FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
+         WHERE f.org_id = $1 AND ($2::uuid IS NULL OR f.id > $2)
+         GROUP BY f.id ORDER BY f.id LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}

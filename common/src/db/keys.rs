@@ -1,0 +1,125 @@
+//! API keys. The secret (`fsk_…`) is shown once; only its SHA-256 and a short prefix are kept.
+
+use chrono::{DateTime, Utc};
+use sha2::{Digest, Sha256};
+use sqlx::{FromRow, PgExecutor, PgPool};
+
+use super::orgs::Organization;
+use crate::ids::{KeyId, OrgId};
+
+/// Prefix of every secret key.
+pub const KEY_PREFIX: &str = "fsk_";
+
+/// A key record (never the secret).
+#[derive(Debug, Clone, FromRow)]
+pub struct ApiKey {
+    /// Id.
+    pub id: KeyId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Free-form label.
+    pub name: String,
+    /// The first characters of the secret, to recognise it.
+    pub prefix: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked.
+    pub revoked_at: Option<DateTime<Utc>>,
+    /// Last time it authenticated a request (updated at most once a minute).
+    pub last_used_at: Option<DateTime<Utc>>,
+}
+
+/// SHA-256 of a presented secret: what is stored and looked up.
+pub fn hash_secret(secret: &str) -> [u8; 32] {
+    Sha256::digest(secret.as_bytes()).into()
+}
+
+/// A new random secret: `fsk_` and 48 hex characters (192 bits).
+pub fn generate_secret() -> String {
+    let mut bytes = [0u8; 24];
+    rand::fill(&mut bytes);
+    format!("{KEY_PREFIX}{}", hex::encode(bytes))
+}
+
+/// Creates a key for `org_id`; returns the record and the secret, which is not stored.
+pub async fn create<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    name: &str,
+) -> Result<(ApiKey, String), sqlx::Error> {
+    let secret = generate_secret();
+    let prefix: String = secret.chars().take(KEY_PREFIX.len() + 8).collect();
+    let key: ApiKey = sqlx::query_as(
+        "INSERT INTO api_keys (id, org_id, name, key_hash, prefix) VALUES ($1, $2, $3, $4, $5)
+         RETURNING id, org_id, name, prefix, created_at, revoked_at, last_used_at",
+    )
+    .bind(KeyId::new())
+    .bind(org_id)
+    .bind(name)
+    .bind(hash_secret(&secret).as_slice())
+    .bind(&prefix)
+    .fetch_one(executor)
+    .await?;
+    Ok((key, secret))
+}
+
+/// Revokes a key by id; API replicas drop cached keys at once. Returns whether a key was revoked.
+pub async fn revoke(pool: &PgPool, id: KeyId) -> Result<bool, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let revoked =
+        sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
+            .bind(id)
+            .execute(&mut *transaction)
+            .await?
+            .rows_affected()
+            > 0;
+    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
+    transaction.commit().await?;
+    Ok(revoked)
+}
+
+/// Lists an organization's keys.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+) -> Result<Vec<ApiKey>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, org_id, name, prefix, created_at, revoked_at, last_used_at
+         FROM api_keys WHERE org_id = $1 ORDER BY created_at",
+    )
+    .bind(org_id)
+    .fetch_all(executor)
+    .await
+}
+
+/// The organization a valid (unrevoked) key belongs to.
+pub async fn authenticate<'e>(
+    executor: impl PgExecutor<'e>,
+    hash: &[u8; 32],
+) -> Result<Option<(KeyId, Organization)>, sqlx::Error> {
+    #[derive(FromRow)]
+    struct Row {
+        key_id: KeyId,
+        #[sqlx(flatten)]
+        org: Organization,
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT k.id AS key_id, o.id, o.name, o.tier, o.timezone, o.assign_limit_per_minute,
+                o.report_limit_per_minute, o.created_at
+         FROM api_keys k JOIN organizations o ON o.id = k.org_id
+         WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
+    )
+    .bind(hash.as_slice())
+    .fetch_optional(executor)
+    .await?;
+    Ok(row.map(|row| (row.key_id, row.org)))
+}
+
+/// Records that keys were used (batched by the API, at most once a minute per key).
+pub async fn touch<'e>(executor: impl PgExecutor<'e>, ids: &[KeyId]) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,108 @@
+//! Postgres access, one module per aggregate. Plain SQL close to the function that uses it.
+
+pub mod assignments;
+pub mod flows;
+pub mod keys;
+pub mod orgs;
+pub mod rate_limits;
+pub mod users;
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+/// Migrations embedded from `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+/// Postgres notification channel on which control-plane changes are announced, so every API
+/// replica drops its cached copy at once. Payloads: `keys`, `orgs`, `flows`, `users`.
+pub const INVALIDATE_CHANNEL: &str = "flow_invalidate";
+
+/// Postgres notification channel that wakes the outbox relay.
+pub const OUTBOX_CHANNEL: &str = "flow_outbox";
+
+/// Opens a pool of at most `max_connections`.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {
+    let options: PgConnectOptions = url.parse()?;
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(5))
+        .idle_timeout(Duration::from_secs(300))
+        .connect_with(options)
+        .await
+}
+
+/// Applies pending migrations (an advisory lock serialises concurrent callers).
+pub async fn migrate(pool: &PgPool) -> Result<(), sqlx::migrate::MigrateError> {
+    MIGRATOR.run(pool).await
+}
+
+/// True when retrying the same work later may succeed: connectivity, pool exhaustion, deadlocks,
+/// serialization failures, server shutdown. False for errors the data itself causes (constraint
+/// violations, invalid values), which no retry can fix.
+pub fn is_transient(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(database) => {
+            let code = database.code();
+            let code = code.as_deref().unwrap_or("");
+            // 40: transaction rollback (serialization, deadlock); 53: insufficient resources;
+            // 57: operator intervention (shutdown, cancel); 08: connection exception; 58: system.
+            ["40", "53", "57", "08", "58"]
+                .iter()
+                .any(|class| code.starts_with(class))
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        _ => false,
+    }
+}
+
+/// Sends a notification on `channel` (delivered when the surrounding transaction commits).
+pub async fn notify<'e, E>(executor: E, channel: &str, payload: &str) -> Result<(), sqlx::Error>
+where
+    E: sqlx::PgExecutor<'e>,
+{
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(payload)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
+
+/// Connects, retrying with backoff while Postgres is unreachable (start-up ordering in compose,
+/// restarts), until `shutdown`.
+pub async fn connect_with_retry(
+    url: &str,
+    max_connections: u32,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<PgPool, sqlx::Error> {
+    use backon::{ExponentialBuilder, Retryable};
+    let attempt = || async {
+        let pool = connect(url, max_connections).await?;
+        // `connect` is lazy about nothing: it opens one connection, so this proves reachability.
+        Ok::<_, sqlx::Error>(pool)
+    };
+    let retrying = attempt
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(200))
+                .with_max_delay(Duration::from_secs(10))
+                .with_jitter()
+                .without_max_times(),
+        )
+        .when(is_transient)
+        .notify(|error, delay| {
+            tracing::warn!(%error, ?delay, "Postgres unreachable; retrying");
+        });
+    tokio::select! {
+        result = retrying => result,
+        () = shutdown.cancelled() => Err(sqlx::Error::PoolClosed),
+    }
+}

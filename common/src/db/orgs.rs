@@ -1,0 +1,181 @@
+//! Organizations: tier, time zone and rate-limit overrides.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use serde::Serialize;
+use sqlx::{FromRow, PgExecutor};
+
+use crate::ids::OrgId;
+
+/// Service tier, which sets the default rate limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// assign 100/min, report 50/min.
+    Standard,
+    /// assign 1,000/min, report 500/min.
+    Enterprise,
+}
+
+impl Tier {
+    /// Parses `standard` or `enterprise`.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text {
+            "standard" => Some(Self::Standard),
+            "enterprise" => Some(Self::Enterprise),
+            _ => None,
+        }
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Standard => "standard",
+            Self::Enterprise => "enterprise",
+        }
+    }
+
+    /// Default assign requests per minute.
+    pub fn assign_limit(self) -> u32 {
+        match self {
+            Self::Standard => 100,
+            Self::Enterprise => 1_000,
+        }
+    }
+
+    /// Default report requests per minute.
+    pub fn report_limit(self) -> u32 {
+        match self {
+            Self::Standard => 50,
+            Self::Enterprise => 500,
+        }
+    }
+}
+
+/// An organization row.
+#[derive(Debug, Clone, FromRow)]
+pub struct Organization {
+    /// Id.
+    pub id: OrgId,
+    /// Display name.
+    pub name: String,
+    /// `standard` or `enterprise`.
+    pub tier: String,
+    /// IANA time zone used for plain dates and report periods.
+    pub timezone: String,
+    /// Override of the tier's assign limit.
+    pub assign_limit_per_minute: Option<i32>,
+    /// Override of the tier's report limit.
+    pub report_limit_per_minute: Option<i32>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+impl Organization {
+    /// The tier (unknown values read as standard; the column is constrained anyway).
+    pub fn tier(&self) -> Tier {
+        Tier::parse(&self.tier).unwrap_or(Tier::Standard)
+    }
+
+    /// The time zone (UTC if the stored name is unknown to this build).
+    pub fn zone(&self) -> Tz {
+        self.timezone.parse().unwrap_or(Tz::UTC)
+    }
+
+    /// Effective assign requests per minute.
+    pub fn assign_limit(&self) -> u32 {
+        positive(self.assign_limit_per_minute).unwrap_or_else(|| self.tier().assign_limit())
+    }
+
+    /// Effective report requests per minute.
+    pub fn report_limit(&self) -> u32 {
+        positive(self.report_limit_per_minute).unwrap_or_else(|| self.tier().report_limit())
+    }
+}
+
+fn positive(value: Option<i32>) -> Option<u32> {
+    value
+        .and_then(|value| u32::try_from(value).ok())
+        .filter(|value| *value > 0)
+}
+
+/// What creating an organization takes.
+#[derive(Debug, Clone)]
+pub struct NewOrganization {
+    /// Display name.
+    pub name: String,
+    /// Tier.
+    pub tier: Tier,
+    /// IANA time zone.
+    pub timezone: Tz,
+    /// Override of the assign limit.
+    pub assign_limit_per_minute: Option<u32>,
+    /// Override of the report limit.
+    pub report_limit_per_minute: Option<u32>,
+}
+
+const COLUMNS: &str =
+    "id, name, tier, timezone, assign_limit_per_minute, report_limit_per_minute, created_at";
+
+/// Inserts an organization.
+pub async fn create<'e>(
+    executor: impl PgExecutor<'e>,
+    new: &NewOrganization,
+) -> Result<Organization, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO organizations (id, name, tier, timezone, assign_limit_per_minute, report_limit_per_minute)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {COLUMNS}"
+    )))
+    .bind(OrgId::new())
+    .bind(&new.name)
+    .bind(new.tier.as_str())
+    .bind(new.timezone.name())
+    .bind(new.assign_limit_per_minute.map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)))
+    .bind(new.report_limit_per_minute.map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)))
+    .fetch_one(executor)
+    .await
+}
+
+/// Reads one organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    id: OrgId,
+) -> Result<Option<Organization>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM organizations WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Changes an organization's tier and limit overrides (`None` keeps the current value; a limit
+/// of `Some(0)` clears the override) and tells API replicas to drop cached copies.
+pub async fn update_limits(
+    pool: &sqlx::PgPool,
+    id: OrgId,
+    tier: Option<Tier>,
+    assign_limit_per_minute: Option<u32>,
+    report_limit_per_minute: Option<u32>,
+) -> Result<Option<Organization>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let clamp = |limit: u32| i32::try_from(limit).unwrap_or(i32::MAX);
+    let updated: Option<Organization> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE organizations SET
+            tier = COALESCE($2, tier),
+            assign_limit_per_minute = CASE WHEN $3::int IS NULL THEN assign_limit_per_minute
+                                           ELSE NULLIF($3::int, 0) END,
+            report_limit_per_minute = CASE WHEN $4::int IS NULL THEN report_limit_per_minute
+                                           ELSE NULLIF($4::int, 0) END
+         WHERE id = $1 RETURNING {COLUMNS}"
+    )))
+    .bind(id)
+    .bind(tier.map(Tier::as_str))
+    .bind(assign_limit_per_minute.map(clamp))
+    .bind(report_limit_per_minute.map(clamp))
+    .fetch_optional(&mut *transaction)
+    .await?;
+    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "orgs").await?;
+    transaction.commit().await?;
+    Ok(updated)
+}

@@ -1,0 +1,12 @@
+//! Shared by every Flow binary: configuration, telemetry, ids, domain types and their validation,
+//! SQL access per aggregate, the AMQP topology and message types.
+
+pub mod amqp;
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod duration;
+pub mod ids;
+pub mod messages;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,84 @@
+//! Messages carried over RabbitMQ. Each is a versioned serde struct; consumers reject versions they
+//! do not know (the message goes to the dead-letter queue, where an operator can replay it after an
+//! upgrade) rather than guess.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::domain::Priority;
+use crate::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
+
+/// Current version of [`AssignCommand`].
+pub const ASSIGN_COMMAND_VERSION: u16 = 1;
+
+/// Persist an assignment (queue `{prefix}.assign`). Published by the API once validated, and by
+/// the scheduler for recurring schedules. Idempotent: the id is chosen by the publisher.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignCommand {
+    /// Message schema version.
+    pub version: u16,
+    /// The id handed to the caller.
+    pub assignment_id: AssignmentId,
+    /// When set, the caller was answered with this existing active assignment instead; the command
+    /// only records `assignment_id` as an alias of it (so a retry of the same `X-Request-ID`
+    /// answers the same) and creates nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub existing_assignment_id: Option<AssignmentId>,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Flow assigned.
+    pub flow_id: FlowId,
+    /// Flow name at assignment time (for the event payload).
+    pub flow_name: String,
+    /// Assignee.
+    pub user_id: UserId,
+    /// Assignee e-mail as stored (for the event payload).
+    pub assignee_email: String,
+    /// Priority.
+    pub priority: Priority,
+    /// Notes for the assignee.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+    /// Due date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub due_at: Option<DateTime<Utc>>,
+    /// When the assignment was accepted.
+    pub assigned_at: DateTime<Utc>,
+    /// The caller's `X-Request-ID`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+    /// The schedule that produced this assignment, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<ScheduleId>,
+}
+
+/// Why a message could not be decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not JSON of the expected shape.
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    /// A version this build does not understand.
+    #[error("unsupported message version {found} (this build handles {supported})")]
+    UnsupportedVersion {
+        /// Version in the message.
+        found: u16,
+        /// Version this build handles.
+        supported: u16,
+    },
+}
+
+impl AssignCommand {
+    /// Decodes and checks the version.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let command: Self = serde_json::from_slice(payload)?;
+        if command.version != ASSIGN_COMMAND_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                found: command.version,
+                supported: ASSIGN_COMMAND_VERSION,
+            });
+        }
+        Ok(command)
+    }
+}

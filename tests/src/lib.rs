@@ -1,0 +1,544 @@
+//! Test harness: starts the real API and workers in-process against the local Postgres and
+//! RabbitMQ, with a fresh database (cloned from a migrated template) and a unique queue prefix per
+//! test, so tests run in parallel. Workers run on their own runtime so a test can kill one the way
+//! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
+
+pub mod proxy;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use flow_common::config::CoreConfig;
+use flow_common::db::orgs::{NewOrganization, Tier};
+use flow_common::ids::{FlowId, OrgId};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+/// Postgres server used by tests (`TEST_DATABASE_URL`, any database on it; default local).
+pub fn server_url() -> String {
+    std::env::var("TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// RabbitMQ used by tests (`TEST_AMQP_URL`; default local).
+pub fn amqp_url() -> String {
+    std::env::var("TEST_AMQP_URL")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+fn url_for_database(name: &str) -> String {
+    let base = server_url();
+    let (address, query) = match base.split_once('?') {
+        Some((address, query)) => (address.to_owned(), format!("?{query}")),
+        None => (base.clone(), String::new()),
+    };
+    let server = address
+        .rsplit_once('/')
+        .map_or(address.as_str(), |(server, _)| server);
+    format!("{server}/{name}{query}")
+}
+
+/// A fresh, migrated database for one test.
+pub async fn fresh_database() -> anyhow::Result<(String, String)> {
+    let admin = PgPool::connect(&server_url())
+        .await
+        .context("connecting to the test Postgres")?;
+    let template = format!("flow_test_template_{}", migrations_fingerprint());
+    let mut connection = admin.acquire().await?;
+    // One test process at a time builds the template; the others wait for it.
+    sqlx::query("SELECT pg_advisory_lock(727274)")
+        .execute(&mut *connection)
+        .await?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&template)
+            .fetch_one(&mut *connection)
+            .await?;
+    let result = async {
+        if !exists {
+            drop_stale_databases(&mut connection).await?;
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {template}")))
+                .execute(&mut *connection)
+                .await?;
+            let pool = PgPool::connect(&url_for_database(&template)).await?;
+            flow_common::db::migrate(&pool).await?;
+            pool.close().await;
+        }
+        let name = format!(
+            "flow_test_{}_{}",
+            chrono::Utc::now().timestamp(),
+            uuid::Uuid::new_v4().simple()
+        );
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE {name} TEMPLATE {template}"
+        )))
+        .execute(&mut *connection)
+        .await?;
+        anyhow::Ok(name)
+    }
+    .await;
+    sqlx::query("SELECT pg_advisory_unlock(727274)")
+        .execute(&mut *connection)
+        .await?;
+    drop(connection);
+    admin.close().await;
+    let name = result?;
+    Ok((url_for_database(&name), name))
+}
+
+/// Test databases left behind by runs that crashed more than two hours ago.
+async fn drop_stale_databases(connection: &mut sqlx::PgConnection) -> anyhow::Result<()> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'flow_test_%' AND datname NOT LIKE 'flow_test_template_%'",
+    )
+    .fetch_all(&mut *connection)
+    .await?;
+    let cutoff = chrono::Utc::now().timestamp() - 2 * 3600;
+    for name in names {
+        let created = name
+            .split('_')
+            .nth(2)
+            .and_then(|stamp| stamp.parse::<i64>().ok());
+        if created.is_some_and(|created| created < cutoff) {
+            drop(
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut *connection)
+                .await,
+            );
+        }
+    }
+    Ok(())
+}
+
+fn migrations_fingerprint() -> String {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for migration in flow_common::db::MIGRATOR.iter() {
+        hasher.update(migration.version.to_le_bytes());
+        hasher.update(&*migration.checksum);
+    }
+    hex::encode(&hasher.finalize()[..8])
+}
+
+/// A unique queue prefix.
+pub fn unique_prefix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "test.{}.{}",
+        uuid::Uuid::new_v4().simple(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A worker running on its own runtime and thread.
+pub struct WorkerHandle {
+    shutdown: CancellationToken,
+    runtime: Option<tokio::runtime::Runtime>,
+    finished: Option<std::sync::mpsc::Receiver<anyhow::Result<()>>>,
+}
+
+impl WorkerHandle {
+    /// Runs `work` on a new runtime.
+    pub fn spawn<F, Fut>(work: F) -> Self
+    where
+        F: FnOnce(CancellationToken) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        let shutdown = CancellationToken::new();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("worker runtime");
+        let (done, finished) = std::sync::mpsc::channel();
+        let token = shutdown.clone();
+        runtime.spawn(async move {
+            let result = work(token).await;
+            drop(done.send(result));
+        });
+        Self {
+            shutdown,
+            runtime: Some(runtime),
+            finished: Some(finished),
+        }
+    }
+
+    /// Kills the worker abruptly, like `kill -9`: every task is dropped, sockets close, nothing in
+    /// flight is acked or committed.
+    pub fn kill(mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+
+    /// Asks the worker to stop gracefully and waits for it.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        let finished = self.finished.take();
+        let runtime = self.runtime.take();
+        // Runtimes cannot be dropped from async code: wait on a plain thread.
+        std::thread::spawn(move || {
+            let result = finished
+                .map(|finished| finished.recv_timeout(Duration::from_secs(30)))
+                .unwrap_or(Ok(Ok(())));
+            if let Some(runtime) = runtime {
+                runtime.shutdown_timeout(Duration::from_secs(5));
+            }
+            result.context("worker did not stop within 30 s")?
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("worker shutdown thread panicked"))?
+    }
+}
+
+impl Drop for WorkerHandle {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(runtime) = self.runtime.take() {
+            drop(
+                std::thread::spawn(move || runtime.shutdown_timeout(Duration::from_secs(5))).join(),
+            );
+        }
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct TestOptions {
+    /// Start an assign-worker.
+    pub assign_worker: bool,
+    /// Broker address the API uses (a proxy, to cut it).
+    pub api_amqp_url: Option<String>,
+}
+
+impl Default for TestOptions {
+    fn default() -> Self {
+        Self {
+            assign_worker: true,
+            api_amqp_url: None,
+        }
+    }
+}
+
+/// The service under test.
+pub struct TestApp {
+    /// `http://127.0.0.1:port`.
+    pub base_url: String,
+    /// Address of the API.
+    pub address: SocketAddr,
+    /// HTTP client.
+    pub client: reqwest::Client,
+    /// Pool on the test database.
+    pub db: PgPool,
+    /// Configuration the workers use.
+    pub core: CoreConfig,
+    db_name: String,
+    shutdown: CancellationToken,
+    /// The assign-worker, when started.
+    pub assign_worker: Option<WorkerHandle>,
+}
+
+/// An organization and one of its API keys.
+#[derive(Debug, Clone)]
+pub struct TestOrg {
+    /// Id.
+    pub id: OrgId,
+    /// Secret key.
+    pub key: String,
+}
+
+/// A response, decoded.
+#[derive(Debug)]
+pub struct TestResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body as JSON (`Null` when not JSON).
+    pub body: Value,
+}
+
+impl TestResponse {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+}
+
+impl TestApp {
+    /// API and assign-worker.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(TestOptions::default()).await
+    }
+
+    /// What `options` says.
+    pub async fn spawn_with(options: TestOptions) -> Self {
+        flow_common::telemetry::init();
+        let (database_url, db_name) = fresh_database().await.expect("fresh test database");
+        let core = CoreConfig {
+            database_url,
+            database_max_connections: 6,
+            amqp_url: amqp_url(),
+            queue_prefix: unique_prefix(),
+            delivery_limit: 5,
+        };
+        let shutdown = CancellationToken::new();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let address = listener.local_addr().expect("address");
+        let base_url = format!("http://{address}");
+        let mut api_core = core.clone();
+        if let Some(url) = &options.api_amqp_url {
+            api_core.amqp_url = url.clone();
+        }
+        let api_config = flow_api::ApiConfig {
+            core: api_core,
+            bind: address,
+            public_base_url: base_url.clone(),
+            publish_channels: 2,
+            publish_confirm_timeout_ms: 5_000,
+            lookup_concurrency: 2,
+        };
+        let state = flow_api::build_state(api_config, shutdown.clone())
+            .await
+            .expect("api state");
+        tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));
+        let db = PgPool::connect(&core.database_url)
+            .await
+            .expect("test pool");
+        let mut app = Self {
+            base_url,
+            address,
+            client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+            db,
+            core,
+            db_name,
+            shutdown,
+            assign_worker: None,
+        };
+        if options.assign_worker {
+            app.assign_worker = Some(app.start_assign_worker());
+            app.wait_for_consumer().await;
+        }
+        app
+    }
+
+    /// Starts another assign-worker.
+    pub fn start_assign_worker(&self) -> WorkerHandle {
+        let config = flow_workers::assign::AssignWorkerConfig {
+            core: self.core.clone(),
+            prefetch: 500,
+            batch_size: 200,
+            concurrency: 2,
+        };
+        WorkerHandle::spawn(move |shutdown| flow_workers::assign::run(config, shutdown))
+    }
+
+    /// Waits until the assign queue has a consumer (the worker is up).
+    pub async fn wait_for_consumer(&self) {
+        let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
+            .await
+            .expect("amqp");
+        let topology = self.topology();
+        for _ in 0..200 {
+            let channel = connection.create_channel().await.expect("channel");
+            let declared = channel
+                .queue_declare(
+                    topology.queue(flow_common::amqp::QueueKind::Assign).into(),
+                    lapin::options::QueueDeclareOptions {
+                        passive: true,
+                        ..Default::default()
+                    },
+                    Default::default(),
+                )
+                .await;
+            if declared.is_ok_and(|queue| queue.consumer_count() > 0) {
+                drop(connection.close(200, "ok".into()).await);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("the assign-worker did not start consuming");
+    }
+
+    /// The topology of this test.
+    pub fn topology(&self) -> flow_common::amqp::Topology {
+        flow_common::amqp::Topology::new(&self.core.queue_prefix, self.core.delivery_limit)
+    }
+
+    /// Creates an organization with a key.
+    pub async fn create_org(&self, tier: Tier) -> TestOrg {
+        self.create_org_with(tier, None).await
+    }
+
+    /// Creates an organization with a key and an optional assign-limit override.
+    pub async fn create_org_with(&self, tier: Tier, assign_limit: Option<u32>) -> TestOrg {
+        let org = flow_common::db::orgs::create(
+            &self.db,
+            &NewOrganization {
+                name: "Test org".into(),
+                tier,
+                timezone: chrono_tz::Tz::UTC,
+                assign_limit_per_minute: assign_limit,
+                report_limit_per_minute: None,
+            },
+        )
+        .await
+        .expect("create org");
+        let (_, key) = flow_common::db::keys::create(&self.db, org.id, "test")
+            .await
+            .expect("create key");
+        TestOrg { id: org.id, key }
+    }
+
+    /// Sends a request with the org's key.
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let mut request = self
+            .client
+            .request(method, format!("{}{path}", self.base_url));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+        TestResponse {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// POST JSON with the org's key.
+    pub async fn post(&self, org: &TestOrg, path: &str, body: &Value) -> TestResponse {
+        self.request(reqwest::Method::POST, path, Some(&org.key), Some(body), &[])
+            .await
+    }
+
+    /// GET with the org's key.
+    pub async fn get(&self, org: &TestOrg, path: &str) -> TestResponse {
+        self.request(reqwest::Method::GET, path, Some(&org.key), None, &[])
+            .await
+    }
+
+    /// Creates users over HTTP; returns their e-mails.
+    pub async fn create_users(&self, org: &TestOrg, emails: &[&str]) {
+        let users: Vec<Value> = emails
+            .iter()
+            .map(|email| json!({ "email": email }))
+            .collect();
+        let response = self
+            .post(org, "/v1/users/bulk", &json!({ "users": users }))
+            .await;
+        assert_eq!(response.status, 200, "{:?}", response.body);
+    }
+
+    /// Creates a flow over HTTP with modules of the given minutes; returns its id.
+    pub async fn create_flow(&self, org: &TestOrg, name: &str, minutes: &[i32]) -> String {
+        let modules: Vec<Value> = minutes
+            .iter()
+            .enumerate()
+            .map(|(index, minutes)| json!({ "name": format!("Module {}", index + 1), "estimatedMinutes": minutes }))
+            .collect();
+        let response = self
+            .post(
+                org,
+                "/v1/flows",
+                &json!({ "name": name, "modules": modules }),
+            )
+            .await;
+        assert_eq!(response.status, 201, "{:?}", response.body);
+        let id = response.body["flowId"].as_str().expect("flowId").to_owned();
+        assert!(FlowId::parse(&id).is_some());
+        id
+    }
+
+    /// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout`.
+    pub async fn eventually<T, F, Fut>(&self, timeout: Duration, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("timed out after {timeout:?} waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Number of assignments in the test database.
+    pub async fn assignment_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM assignments")
+            .fetch_one(&self.db)
+            .await
+            .expect("count")
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        drop(self.assign_worker.take());
+        let db_name = self.db_name.clone();
+        let topology = self.topology();
+        let amqp = amqp_url();
+        // Clean up on a separate thread: Drop cannot await, and the test's runtime is ending.
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                if let Ok(connection) = flow_common::amqp::connect(&amqp, "test-cleanup").await {
+                    if let Ok(channel) = connection.create_channel().await {
+                        drop(topology.delete(&channel).await);
+                    }
+                    drop(connection.close(200, "cleanup".into()).await);
+                }
+                if let Ok(admin) = PgPool::connect(&server_url()).await {
+                    drop(
+                        sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"
+                        )))
+                        .execute(&admin)
+                        .await,
+                    );
+                    admin.close().await;
+                }
+            });
+        });
+        drop(cleanup.join());
+    }
+}

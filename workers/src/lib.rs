@@ -1,0 +1,5 @@
+//! Flow's background workers. Each binary under `src/bin/` is a thin `main` over one of these
+//! modules' `run` functions, which the tests and `flowctl up` call too.
+
+pub mod assign;
+pub mod consumer;
