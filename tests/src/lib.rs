@@ -298,14 +298,12 @@ impl TestApp {
         if let Some(url) = &options.api_amqp_url {
             api_core.amqp_url = url.clone();
         }
-        let api_config = flow_api::ApiConfig {
-            core: api_core,
-            bind: address,
-            public_base_url: base_url.clone(),
-            publish_channels: 2,
-            publish_confirm_timeout_ms: 5_000,
-            lookup_concurrency: 2,
-        };
+        let mut api_config: flow_api::ApiConfig = flow_common::config::from_env();
+        api_config.core = api_core;
+        api_config.bind = address;
+        api_config.public_base_url = base_url.clone();
+        api_config.publish_channels = 2;
+        api_config.lookup_concurrency = 2;
         let state = flow_api::build_state(api_config, shutdown.clone())
             .await
             .expect("api state");
@@ -335,12 +333,11 @@ impl TestApp {
 
     /// Starts another assign-worker.
     pub fn start_assign_worker(&self) -> WorkerHandle {
-        let config = flow_workers::assign::AssignWorkerConfig {
-            core: self.core.clone(),
-            prefetch: 500,
-            batch_size: 200,
-            concurrency: 2,
-        };
+        let mut config: flow_workers::assign::AssignWorkerConfig = flow_common::config::from_env();
+        config.core = self.core.clone();
+        config.prefetch = 500;
+        config.batch_size = 200;
+        config.concurrency = 2;
         WorkerHandle::spawn(move |shutdown| flow_workers::assign::run(config, shutdown))
     }
 

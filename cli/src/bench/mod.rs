@@ -1,0 +1,20 @@
+//! Benchmarks. Figures go to the README; none is asserted in a test.
+
+pub mod assign;
+
+use clap::Subcommand;
+use flow_common::config::CoreConfig;
+
+/// Benchmark commands.
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Load the assign pipeline: accepted/s, latency percentiles, errors, catch-up time.
+    Assign(assign::AssignBenchArgs),
+}
+
+/// `flowctl bench ...`.
+pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()> {
+    match command {
+        BenchCommand::Assign(args) => assign::run(core, args).await,
+    }
+}

@@ -1,0 +1,81 @@
+//! `flowctl up`: migrations, then the API and every worker in this one process, for local use.
+
+use anyhow::Context;
+use clap::Args;
+use flow_common::config::{CoreConfig, from_env};
+use sqlx::migrate::MigrateDatabase;
+use tokio::task::JoinSet;
+
+/// Options of `flowctl up`.
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// Also create a demo organization and print its API key and a curl command.
+    #[arg(long)]
+    pub demo: bool,
+}
+
+/// Creates the database if it does not exist, then applies migrations.
+pub async fn prepare_database(core: &CoreConfig) -> anyhow::Result<()> {
+    if !sqlx::Postgres::database_exists(&core.database_url)
+        .await
+        .unwrap_or(false)
+    {
+        sqlx::Postgres::create_database(&core.database_url)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating database {}",
+                    crate::admin::redact(&core.database_url)
+                )
+            })?;
+        tracing::info!("database created");
+    }
+    let pool = crate::admin::pool(core).await?;
+    flow_common::db::migrate(&pool)
+        .await
+        .context("applying migrations")?;
+    pool.close().await;
+    Ok(())
+}
+
+/// Runs everything until Ctrl-C or SIGTERM.
+pub async fn run(core: CoreConfig, args: UpArgs) -> anyhow::Result<()> {
+    prepare_database(&core).await?;
+    let shutdown = flow_common::shutdown::on_signal();
+    let mut api: flow_api::ApiConfig = from_env();
+    api.core = core.clone();
+    let mut assign: flow_workers::assign::AssignWorkerConfig = from_env();
+    assign.core = core.clone();
+
+    let mut tasks = JoinSet::new();
+    let listener = tokio::net::TcpListener::bind(api.bind)
+        .await
+        .with_context(|| format!("binding {}", api.bind))?;
+    let base_url = api.public_base_url.clone();
+    let state = flow_api::build_state(api, shutdown.clone()).await?;
+    tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
+    tasks.spawn(flow_workers::assign::run(assign, shutdown.clone()));
+
+    if args.demo {
+        let pool = crate::admin::pool(&core).await?;
+        let demo = crate::demo::create(&pool, 1_000, "Demo Org", None).await?;
+        println!();
+        crate::demo::print(&demo, &base_url);
+        println!();
+    }
+    println!("Flow is running at {base_url} (API and workers). Ctrl-C stops it.");
+
+    let mut failure = None;
+    while let Some(done) = tasks.join_next().await {
+        let result = done.context("task panicked").and_then(|result| result);
+        if let Err(error) = result {
+            tracing::error!(
+                error = format!("{error:#}"),
+                "component failed; shutting down"
+            );
+            failure.get_or_insert(error);
+            shutdown.cancel();
+        }
+    }
+    failure.map_or(Ok(()), Err)
+}
