@@ -67,6 +67,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
             "request body is empty; expected a JSON object".into(),
         ));
     }
+    // Derived structs would also accept a JSON array (fields by position): insist on an object.
+    if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::InvalidRequest(
+            "request body must be a JSON object".into(),
+        ));
+    }
     let deserializer = &mut serde_json::Deserializer::from_slice(bytes);
     serde_path_to_error::deserialize(deserializer)
         .map_err(|error| ApiError::InvalidRequest(describe_json_error(&error)))
@@ -85,7 +91,13 @@ fn describe_json_error(error: &serde_path_to_error::Error<serde_json::Error>) ->
         return format!("{} is required", join_path(&path, field));
     }
     if let Some(field) = between(&text, "unknown field `", "`") {
-        return format!("unknown field: {}", join_path(&path, field));
+        // The path already ends at the unknown field.
+        let path = if path.is_empty() || path == "." {
+            field.to_owned()
+        } else {
+            path
+        };
+        return format!("unknown field: {path}");
     }
     if path.is_empty() || path == "." {
         return format!("request body must be a JSON object: {text}");

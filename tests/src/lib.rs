@@ -226,6 +226,33 @@ impl Default for TestOptions {
     }
 }
 
+/// Starts an API replica on an ephemeral port; returns its address and base URL.
+async fn start_api(
+    core: &CoreConfig,
+    amqp_url: Option<&str>,
+    shutdown: &CancellationToken,
+) -> (SocketAddr, String) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let base_url = format!("http://{address}");
+    let mut api_config: flow_api::ApiConfig = flow_common::config::from_env();
+    api_config.core = core.clone();
+    if let Some(url) = amqp_url {
+        api_config.core.amqp_url = url.to_owned();
+    }
+    api_config.bind = address;
+    api_config.public_base_url = base_url.clone();
+    api_config.publish_channels = 2;
+    api_config.lookup_concurrency = 2;
+    let state = flow_api::build_state(api_config, shutdown.clone())
+        .await
+        .expect("api state");
+    tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));
+    (address, base_url)
+}
+
 /// The service under test.
 pub struct TestApp {
     /// `http://127.0.0.1:port`.
@@ -289,25 +316,8 @@ impl TestApp {
             delivery_limit: 5,
         };
         let shutdown = CancellationToken::new();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let address = listener.local_addr().expect("address");
-        let base_url = format!("http://{address}");
-        let mut api_core = core.clone();
-        if let Some(url) = &options.api_amqp_url {
-            api_core.amqp_url = url.clone();
-        }
-        let mut api_config: flow_api::ApiConfig = flow_common::config::from_env();
-        api_config.core = api_core;
-        api_config.bind = address;
-        api_config.public_base_url = base_url.clone();
-        api_config.publish_channels = 2;
-        api_config.lookup_concurrency = 2;
-        let state = flow_api::build_state(api_config, shutdown.clone())
-            .await
-            .expect("api state");
-        tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));
+        let (address, base_url) =
+            start_api(&core, options.api_amqp_url.as_deref(), &shutdown).await;
         let db = PgPool::connect(&core.database_url)
             .await
             .expect("test pool");
@@ -331,6 +341,11 @@ impl TestApp {
         app
     }
 
+    /// Starts another API replica on the same database and broker; returns its base URL.
+    pub async fn start_api_replica(&self) -> String {
+        start_api(&self.core, None, &self.shutdown).await.1
+    }
+
     /// Starts another assign-worker.
     pub fn start_assign_worker(&self) -> WorkerHandle {
         let mut config: flow_workers::assign::AssignWorkerConfig = flow_common::config::from_env();
@@ -343,15 +358,23 @@ impl TestApp {
 
     /// Waits until the assign queue has a consumer (the worker is up).
     pub async fn wait_for_consumer(&self) {
+        self.wait_for_consumers(flow_common::amqp::QueueKind::Assign, 1)
+            .await;
+    }
+
+    /// Waits until `queue` has at least `count` consumers.
+    pub async fn wait_for_consumers(&self, queue: flow_common::amqp::QueueKind, count: u32) {
         let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
             .await
             .expect("amqp");
-        let topology = self.topology();
+        let name = self.topology().queue(queue);
+        let mut found = false;
         for _ in 0..200 {
+            // A passive declare of a missing queue closes the channel: use a fresh one each time.
             let channel = connection.create_channel().await.expect("channel");
             let declared = channel
                 .queue_declare(
-                    topology.queue(flow_common::amqp::QueueKind::Assign).into(),
+                    name.clone().into(),
                     lapin::options::QueueDeclareOptions {
                         passive: true,
                         ..Default::default()
@@ -359,13 +382,17 @@ impl TestApp {
                     Default::default(),
                 )
                 .await;
-            if declared.is_ok_and(|queue| queue.consumer_count() > 0) {
-                drop(connection.close(200, "ok".into()).await);
-                return;
+            if let Ok(queue) = &declared {
+                drop(channel.close(200, "ok".into()).await);
+                if queue.consumer_count() >= count {
+                    found = true;
+                    break;
+                }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        panic!("the assign-worker did not start consuming");
+        drop(connection.close(200, "ok".into()).await);
+        assert!(found, "{name} did not get {count} consumer(s)");
     }
 
     /// The topology of this test.
@@ -398,7 +425,7 @@ impl TestApp {
         TestOrg { id: org.id, key }
     }
 
-    /// Sends a request with the org's key.
+    /// Sends a request to this app's API.
     pub async fn request(
         &self,
         method: reqwest::Method,
@@ -407,9 +434,21 @@ impl TestApp {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> TestResponse {
-        let mut request = self
-            .client
-            .request(method, format!("{}{path}", self.base_url));
+        self.request_at(&self.base_url, method, path, key, body, headers)
+            .await
+    }
+
+    /// Sends a request to the API at `base_url` (a replica).
+    pub async fn request_at(
+        &self,
+        base_url: &str,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let mut request = self.client.request(method, format!("{base_url}{path}"));
         if let Some(key) = key {
             request = request.bearer_auth(key);
         }

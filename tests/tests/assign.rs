@@ -81,3 +81,272 @@ async fn assign_returns_every_seed_field_and_the_assignment_becomes_readable() {
         "one flow.assigned event is written with the assignment"
     );
 }
+
+/// An organization with one flow and some users, ready to assign.
+async fn setup(app: &TestApp, emails: &[&str]) -> (flow_tests::TestOrg, String) {
+    let org = app.create_org(Tier::Enterprise).await;
+    app.create_users(&org, emails).await;
+    let flow = app.create_flow(&org, "Onboarding", &[30, 30]).await;
+    (org, flow)
+}
+
+async fn assign(
+    app: &TestApp,
+    org: &flow_tests::TestOrg,
+    flow: &str,
+    email: &str,
+) -> flow_tests::TestResponse {
+    app.post(
+        org,
+        "/v1/flows/assign",
+        &json!({ "flowId": flow, "userEmail": email }),
+    )
+    .await
+}
+
+async fn wait_persisted(app: &TestApp, org: &flow_tests::TestOrg, id: &str) -> serde_json::Value {
+    let path = format!("/v1/assignments/{id}");
+    app.eventually(
+        Duration::from_secs(15),
+        "the assignment to resolve",
+        || async {
+            let response = app.get(org, &path).await;
+            (response.status == 200).then_some(response.body)
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn same_request_id_twice_returns_the_same_assignment_and_creates_one() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["bob@example.com"]).await;
+    let body = json!({ "flowId": flow, "userEmail": "bob@example.com" });
+    let headers = [("X-Request-ID", "hr-sync-42")];
+    let first = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/flows/assign",
+            Some(&org.key),
+            Some(&body),
+            &headers,
+        )
+        .await;
+    let second = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/flows/assign",
+            Some(&org.key),
+            Some(&body),
+            &headers,
+        )
+        .await;
+    assert_eq!(first.status, 200, "{:?}", first.body);
+    assert_eq!(second.status, 200, "{:?}", second.body);
+    assert_eq!(first.header("x-request-id"), Some("hr-sync-42"));
+    let id = first.body["assignmentId"].as_str().unwrap();
+    assert_eq!(second.body["assignmentId"], json!(id));
+    wait_persisted(&app, &org, id).await;
+    // A retry after persistence answers the same, with the stored details.
+    let third = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/flows/assign",
+            Some(&org.key),
+            Some(&body),
+            &headers,
+        )
+        .await;
+    assert_eq!(third.body["assignmentId"], json!(id));
+    assert_eq!(
+        third.body["details"]["assignedAt"],
+        first.body["details"]["assignedAt"]
+    );
+    assert_eq!(app.assignment_count().await, 1);
+}
+
+#[tokio::test]
+async fn request_id_reused_for_a_different_assignment_is_409_conflict() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["a@example.com", "b@example.com"]).await;
+    let headers = [("X-Request-ID", "reused")];
+    let first = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/flows/assign",
+            Some(&org.key),
+            Some(&json!({ "flowId": flow, "userEmail": "a@example.com" })),
+            &headers,
+        )
+        .await;
+    assert_eq!(first.status, 200);
+    wait_persisted(&app, &org, first.body["assignmentId"].as_str().unwrap()).await;
+    let other = app
+        .request(
+            reqwest::Method::POST,
+            "/v1/flows/assign",
+            Some(&org.key),
+            Some(&json!({ "flowId": flow, "userEmail": "b@example.com" })),
+            &headers,
+        )
+        .await;
+    assert_eq!(other.status, 409, "{:?}", other.body);
+    assert_eq!(other.body["error"], json!("conflict"));
+    assert_eq!(app.assignment_count().await, 1);
+}
+
+#[tokio::test]
+async fn assigning_an_active_flow_again_returns_the_existing_assignment() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["carol@example.com"]).await;
+    let first = assign(&app, &org, &flow, "carol@example.com").await;
+    let id = first.body["assignmentId"].as_str().unwrap().to_owned();
+    wait_persisted(&app, &org, &id).await;
+    let again = assign(&app, &org, &flow, "CAROL@example.com").await;
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    assert_eq!(again.body["assignmentId"], json!(id));
+    assert_eq!(
+        again.body["message"],
+        json!("Flow \"Onboarding\" is already assigned to carol@example.com")
+    );
+    assert_eq!(
+        again.body["details"]["assignedAt"],
+        first.body["details"]["assignedAt"]
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.assignment_count().await, 1);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_assigns_of_one_flow_to_one_user_end_as_one_assignment() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["dave@example.com"]).await;
+    let responses =
+        futures::future::join_all((0..20).map(|_| assign(&app, &org, &flow, "dave@example.com")))
+            .await;
+    let mut ids = Vec::new();
+    for response in &responses {
+        assert_eq!(response.status, 200, "{:?}", response.body);
+        ids.push(response.body["assignmentId"].as_str().unwrap().to_owned());
+    }
+    let mut resolved = std::collections::HashSet::new();
+    for id in &ids {
+        let stored = wait_persisted(&app, &org, id).await;
+        resolved.insert(stored["assignmentId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        resolved.len(),
+        1,
+        "every id resolves to the same assignment: {resolved:?}"
+    );
+    assert_eq!(app.assignment_count().await, 1);
+    let events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_type = 'flow.assigned'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(events, 1, "one assignment, one flow.assigned event");
+}
+
+#[tokio::test]
+async fn bulk_assign_answers_each_item_and_allows_partial_success() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["e1@example.com", "e2@example.com"]).await;
+    let response = app
+        .post(&org, "/v1/flows/assign/bulk", &json!({ "assignments": [
+            { "flowId": flow, "userEmail": "e1@example.com", "priority": "low" },
+            { "flowId": flow, "userEmail": "nobody@example.com" },
+            { "flowId": flow, "userEmail": "e2@example.com", "priority": "urgent" },
+            { "flowId": "flow_00000000000000000000000000000000", "userEmail": "e2@example.com" },
+            { "flowId": flow, "userEmail": "e2@example.com", "dueDate": "2099-06-01T12:00:00Z" },
+        ]}))
+        .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    let results = response.body["results"].as_array().unwrap();
+    let statuses: Vec<u64> = results
+        .iter()
+        .map(|item| item["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, vec![200, 404, 400, 404, 200]);
+    assert_eq!(response.body["succeeded"], json!(2));
+    assert_eq!(response.body["failed"], json!(3));
+    assert_eq!(
+        results[2]["error"]["message"],
+        json!("priority must be one of: low, medium, high")
+    );
+    for index in [0, 4] {
+        let id = results[index]["result"]["assignmentId"].as_str().unwrap();
+        wait_persisted(&app, &org, id).await;
+    }
+    assert_eq!(app.assignment_count().await, 2);
+}
+
+#[tokio::test]
+async fn bulk_items_beyond_the_rate_limit_are_429_individually() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org_with(Tier::Standard, Some(3)).await;
+    let emails: Vec<String> = (0..5).map(|i| format!("p{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    let flow = app.create_flow(&org, "F", &[10]).await;
+    let items: Vec<_> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect();
+    let response = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": items }),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    let statuses: Vec<u64> = response.body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["status"].as_u64().unwrap())
+        .collect();
+    assert_eq!(statuses, vec![200, 200, 200, 429, 429]);
+    assert!(
+        response.body["results"][3]["error"]["retry_after"]
+            .as_u64()
+            .unwrap()
+            >= 1
+    );
+    let again = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": [items[3].clone()] }),
+        )
+        .await;
+    assert_eq!(again.status, 429, "no allowance left at all is a plain 429");
+}
+
+#[tokio::test]
+async fn assignments_are_invisible_to_other_organizations() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = setup(&app, &["f@example.com"]).await;
+    let other = app.create_org(Tier::Standard).await;
+    app.create_users(&other, &["f@example.com"]).await;
+    let response = assign(&app, &org, &flow, "f@example.com").await;
+    let id = response.body["assignmentId"].as_str().unwrap().to_owned();
+    wait_persisted(&app, &org, &id).await;
+    let foreign = app.get(&other, &format!("/v1/assignments/{id}")).await;
+    assert_eq!(foreign.status, 404);
+    assert_eq!(foreign.body["error"], json!("not_found"));
+    let missing = app
+        .get(
+            &other,
+            "/v1/assignments/asg_00000000000000000000000000000000",
+        )
+        .await;
+    assert_eq!(
+        missing.body, foreign.body,
+        "another org's id answers exactly like a missing one"
+    );
+    let foreign_flow = assign(&app, &other, &flow, "f@example.com").await;
+    assert_eq!(foreign_flow.status, 404);
+    assert_eq!(foreign_flow.body["message"], json!("flow not found"));
+}

@@ -1,0 +1,309 @@
+//! Design §2 guarantees 1 and 2: a 200 means the command is durably queued, and every id handed
+//! out is persisted exactly once, whatever happens to the broker or the worker. Poison messages
+//! end in the dead-letter queue.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use flow_common::amqp::QueueKind;
+use flow_common::db::orgs::Tier;
+use flow_tests::proxy::Proxy;
+use flow_tests::{TestApp, TestOptions};
+use lapin::BasicProperties;
+use lapin::options::{
+    BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+};
+use serde_json::json;
+
+#[tokio::test]
+async fn assign_answers_503_and_never_200_while_the_broker_is_unreachable() {
+    let proxy = Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
+    let app = TestApp::spawn_with(TestOptions {
+        api_amqp_url: Some(format!("amqp://guest:guest@{}/%2f", proxy.address)),
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let emails: Vec<String> = (0..30).map(|i| format!("u{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    let assign = |email: String| {
+        let app = &app;
+        let org = &org;
+        let flow = flow.clone();
+        async move {
+            app.post(
+                org,
+                "/v1/flows/assign",
+                &json!({ "flowId": flow, "userEmail": email }),
+            )
+            .await
+        }
+    };
+
+    assert_eq!(assign(emails[0].clone()).await.status, 200);
+    proxy.disable().await;
+    let mut accepted = vec![emails[0].clone()];
+    for email in &emails[1..20] {
+        let response = assign(email.clone()).await;
+        assert_eq!(response.status, 503, "{:?}", response.body);
+        assert_eq!(response.body["error"], json!("service_unavailable"));
+        assert!(response.header("retry-after").is_some());
+    }
+    proxy.enable();
+    // The publisher reconnects on its own; accepted requests resume.
+    let response = app
+        .eventually(Duration::from_secs(10), "assign to succeed again", || {
+            let attempt = assign(emails[20].clone());
+            async move {
+                let response = attempt.await;
+                (response.status == 200).then_some(response)
+            }
+        })
+        .await;
+    accepted.push(emails[20].clone());
+    assert_eq!(response.status, 200);
+    let persisted = app
+        .eventually(
+            Duration::from_secs(10),
+            "accepted assignments to persist",
+            || async {
+                let count = app.assignment_count().await;
+                (count == 2).then_some(count)
+            },
+        )
+        .await;
+    assert_eq!(
+        persisted, 2,
+        "only the two accepted requests became assignments"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let emails_stored: Vec<String> = sqlx::query_scalar(
+        "SELECT u.email FROM assignments a JOIN users u ON u.id = a.user_id ORDER BY u.email",
+    )
+    .fetch_all(&app.db)
+    .await
+    .unwrap();
+    accepted.sort();
+    assert_eq!(emails_stored, accepted);
+}
+
+#[tokio::test]
+async fn every_accepted_id_is_persisted_exactly_once_when_the_worker_is_killed_mid_stream() {
+    let mut app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let emails: Vec<String> = (0..400).map(|i| format!("worker{i}@example.com")).collect();
+    let users: Vec<_> = emails
+        .iter()
+        .map(|email| json!({ "email": email }))
+        .collect();
+    assert_eq!(
+        app.post(&org, "/v1/users/bulk", &json!({ "users": users }))
+            .await
+            .status,
+        200
+    );
+    let flow = app.create_flow(&org, "F", &[5]).await;
+
+    let worker = app.assign_worker.take().expect("worker running");
+    let stream = {
+        let app = &app;
+        let org = &org;
+        let flow = flow.clone();
+        futures::future::join_all(emails.iter().enumerate().map(move |(index, email)| {
+            let flow = flow.clone();
+            async move {
+                // Spread the stream over time so the kill lands in the middle of it.
+                tokio::time::sleep(Duration::from_millis(index as u64 * 3)).await;
+                app.post(
+                    org,
+                    "/v1/flows/assign",
+                    &json!({ "flowId": flow, "userEmail": email }),
+                )
+                .await
+            }
+        }))
+    };
+    let killer = async {
+        // Kill once the worker is demonstrably busy, well before the stream ends.
+        app.eventually(
+            Duration::from_secs(10),
+            "the worker to persist something",
+            || async { (app.assignment_count().await > 20).then_some(()) },
+        )
+        .await;
+        worker.kill();
+        let at_kill = app.assignment_count().await;
+        assert!(
+            at_kill < 300,
+            "the kill landed mid-stream ({at_kill} persisted)"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        app.start_assign_worker()
+    };
+    let (responses, replacement) = tokio::join!(stream, killer);
+    app.assign_worker = Some(replacement);
+
+    let ids: Vec<String> = responses
+        .iter()
+        .map(|response| {
+            assert_eq!(response.status, 200, "{:?}", response.body);
+            response.body["assignmentId"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(ids.iter().collect::<HashSet<_>>().len(), ids.len());
+    let uuids: Vec<uuid::Uuid> = ids
+        .iter()
+        .map(|id| flow_common::ids::AssignmentId::parse(id).unwrap().0)
+        .collect();
+    let stored = app
+        .eventually(
+            Duration::from_secs(30),
+            "every accepted assignment to persist",
+            || async {
+                let stored: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM assignments WHERE id = ANY($1)")
+                        .bind(&uuids)
+                        .fetch_one(&app.db)
+                        .await
+                        .unwrap();
+                (stored == uuids.len() as i64).then_some(stored)
+            },
+        )
+        .await;
+    assert_eq!(stored, 400);
+    assert_eq!(app.assignment_count().await, 400, "nothing persisted twice");
+    let events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_type = 'flow.assigned'")
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(
+        events, 400,
+        "one flow.assigned event per assignment, even across the kill"
+    );
+}
+
+#[tokio::test]
+async fn undecodable_commands_go_to_the_dead_letter_queue() {
+    let app = TestApp::spawn().await;
+    let topology = app.topology();
+    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    channel
+        .basic_publish(
+            topology.commands_exchange().into(),
+            "assign".into(),
+            BasicPublishOptions::default(),
+            b"{\"version\": 99}",
+            BasicProperties::default().with_message_id("poison-1".into()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dead = app
+        .eventually(
+            Duration::from_secs(10),
+            "the poison message in the dead-letter queue",
+            || async {
+                channel
+                    .basic_get(
+                        topology.queue(QueueKind::DeadLetters).into(),
+                        BasicGetOptions { no_ack: true },
+                    )
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+    assert_eq!(dead.delivery.data, b"{\"version\": 99}");
+    assert_eq!(
+        flow_common_death_queue(&dead.delivery.properties).as_deref(),
+        Some(topology.queue(QueueKind::Assign).as_str())
+    );
+    assert_eq!(app.assignment_count().await, 0);
+}
+
+#[tokio::test]
+async fn a_message_redelivered_past_the_delivery_limit_is_dead_lettered() {
+    // No worker: this test plays a consumer that keeps failing on the message.
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Enterprise).await;
+    app.create_users(&org, &["x@example.com"]).await;
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    let response = app
+        .post(
+            &org,
+            "/v1/flows/assign",
+            &json!({ "flowId": flow, "userEmail": "x@example.com" }),
+        )
+        .await;
+    assert_eq!(response.status, 200);
+    let topology = app.topology();
+    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    let mut deliveries = 0;
+    while let Some(message) = channel
+        .basic_get(
+            topology.queue(QueueKind::Assign).into(),
+            BasicGetOptions::default(),
+        )
+        .await
+        .unwrap()
+    {
+        deliveries += 1;
+        message
+            .delivery
+            .nack(BasicNackOptions {
+                requeue: true,
+                multiple: false,
+            })
+            .await
+            .unwrap();
+        assert!(deliveries <= 10, "the delivery limit never kicked in");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(deliveries, app.core.delivery_limit as usize + 1);
+    let dead = app
+        .eventually(
+            Duration::from_secs(10),
+            "the message in the dead-letter queue",
+            || async {
+                channel
+                    .basic_get(
+                        topology.queue(QueueKind::DeadLetters).into(),
+                        BasicGetOptions { no_ack: true },
+                    )
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+    let command = flow_common::messages::AssignCommand::decode(&dead.delivery.data).unwrap();
+    assert_eq!(
+        command.assignment_id.to_string(),
+        response.body["assignmentId"].as_str().unwrap()
+    );
+}
+
+fn flow_common_death_queue(properties: &BasicProperties) -> Option<String> {
+    let headers = properties.headers().as_ref()?;
+    match headers.inner().get("x-first-death-queue")? {
+        lapin::types::AMQPValue::LongString(text) => Some(text.to_string()),
+        _ => None,
+    }
+}
