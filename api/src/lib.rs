@@ -147,6 +147,11 @@ pub async fn build_state(
         shutdown.clone(),
     ));
     let lookup = Lookup::start(db.clone(), config.lookup_concurrency, shutdown.clone());
+    tokio::spawn(middleware::report_queue_depths(
+        config.core.amqp_url.clone(),
+        publisher.topology().clone(),
+        shutdown.clone(),
+    ));
     Ok(AppState {
         limiter: RateLimiter::new(db.clone()),
         db,

@@ -107,3 +107,46 @@ pub fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Respons
         .unwrap_or_else(|| "unknown panic".to_owned());
     ApiError::Internal(anyhow::anyhow!("handler panicked: {detail}")).into_response()
 }
+
+/// Publishes the depth and consumer count of every queue as gauges every few seconds, so
+/// `/metrics` shows a backlog building up.
+pub async fn report_queue_depths(
+    amqp_url: String,
+    topology: flow_common::amqp::Topology,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let mut connection = None;
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+        if connection
+            .as_ref()
+            .is_none_or(|open: &lapin::Connection| !open.status().connected())
+        {
+            connection = flow_common::amqp::connect(&amqp_url, "flow-api-metrics")
+                .await
+                .ok();
+        }
+        let Some(open) = &connection else { continue };
+        match flow_common::amqp::queue_depths(open, &topology).await {
+            Ok(depths) => {
+                for (kind, messages, consumers) in depths {
+                    let queue = topology.queue(kind);
+                    metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
+                        .set(f64::from(messages));
+                    metrics::gauge!("flow_queue_consumers", "queue" => queue)
+                        .set(f64::from(consumers));
+                }
+            }
+            Err(error) => {
+                tracing::debug!(%error, "could not read queue depths");
+                connection = None;
+            }
+        }
+    }
+    if let Some(open) = connection {
+        drop(open.close(200, "shutting down".into()).await);
+    }
+}

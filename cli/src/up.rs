@@ -12,6 +12,24 @@ pub struct UpArgs {
     /// Also create a demo organization and print its API key and a curl command.
     #[arg(long)]
     pub demo: bool,
+    /// Run only these components (default: all). Lets benchmarks run each in its own process.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub only: Vec<Component>,
+}
+
+/// A part of the stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Component {
+    /// The HTTP API.
+    Api,
+    /// The assign-worker.
+    AssignWorker,
+}
+
+impl UpArgs {
+    fn runs(&self, component: Component) -> bool {
+        self.only.is_empty() || self.only.contains(&component)
+    }
 }
 
 /// Creates the database if it does not exist, then applies migrations.
@@ -48,13 +66,17 @@ pub async fn run(core: CoreConfig, args: UpArgs) -> anyhow::Result<()> {
     assign.core = core.clone();
 
     let mut tasks = JoinSet::new();
-    let listener = tokio::net::TcpListener::bind(api.bind)
-        .await
-        .with_context(|| format!("binding {}", api.bind))?;
     let base_url = api.public_base_url.clone();
-    let state = flow_api::build_state(api, shutdown.clone()).await?;
-    tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
-    tasks.spawn(flow_workers::assign::run(assign, shutdown.clone()));
+    if args.runs(Component::Api) {
+        let listener = tokio::net::TcpListener::bind(api.bind)
+            .await
+            .with_context(|| format!("binding {}", api.bind))?;
+        let state = flow_api::build_state(api, shutdown.clone()).await?;
+        tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
+    }
+    if args.runs(Component::AssignWorker) {
+        tasks.spawn(flow_workers::assign::run(assign, shutdown.clone()));
+    }
 
     if args.demo {
         let pool = crate::admin::pool(&core).await?;
@@ -63,7 +85,11 @@ pub async fn run(core: CoreConfig, args: UpArgs) -> anyhow::Result<()> {
         crate::demo::print(&demo, &base_url);
         println!();
     }
-    println!("Flow is running at {base_url} (API and workers). Ctrl-C stops it.");
+    if args.only.is_empty() {
+        println!("Flow is running at {base_url} (API and every worker). Ctrl-C stops it.");
+    } else {
+        tracing::info!(components = ?args.only, "running");
+    }
 
     let mut failure = None;
     while let Some(done) = tasks.join_next().await {

@@ -440,3 +440,30 @@ fn metrics_hook(elapsed: Duration, ok: bool) {
     metrics::histogram!("flow_publish_confirm_seconds", "outcome" => if ok { "ok" } else { "error" })
         .record(elapsed.as_secs_f64());
 }
+
+/// Depth and consumer count of every queue of `topology`, by passive declares on one channel.
+pub async fn queue_depths(
+    connection: &Connection,
+    topology: &Topology,
+) -> lapin::Result<Vec<(QueueKind, u32, u32)>> {
+    let mut depths = Vec::with_capacity(QueueKind::ALL.len());
+    for kind in QueueKind::ALL {
+        // A passive declare of a missing queue closes the channel: one channel per queue.
+        let channel = connection.create_channel().await?;
+        let declared = channel
+            .queue_declare(
+                topology.queue(kind).into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await;
+        if let Ok(queue) = declared {
+            depths.push((kind, queue.message_count(), queue.consumer_count()));
+            drop(channel.close(200, "queue depth read".into()).await);
+        }
+    }
+    Ok(depths)
+}

@@ -205,21 +205,25 @@ fn record(outcome: assignments::BatchOutcome, elapsed: Duration, size: usize) {
     );
 }
 
+/// Acks every delivery; the acks are pipelined rather than awaited one by one.
 async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
-    for delivery in deliveries {
-        delivery.ack(BasicAckOptions::default()).await?;
-    }
+    futures::future::try_join_all(
+        deliveries
+            .iter()
+            .map(|delivery| delivery.ack(BasicAckOptions::default())),
+    )
+    .await?;
     Ok(())
 }
 
+/// Returns every delivery to the queue.
 async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
-    for delivery in deliveries {
-        delivery
-            .nack(BasicNackOptions {
-                requeue: true,
-                multiple: false,
-            })
-            .await?;
-    }
+    futures::future::try_join_all(deliveries.iter().map(|delivery| {
+        delivery.nack(BasicNackOptions {
+            requeue: true,
+            multiple: false,
+        })
+    }))
+    .await?;
     Ok(())
 }
