@@ -345,10 +345,10 @@ pub async fn run(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()>
 async fn wait_ready(client: &reqwest::Client, base_url: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(response) = client.get(format!("{base_url}/readyz")).send().await {
-            if response.status().is_success() {
-                return Ok(());
-            }
+        if let Ok(response) = client.get(format!("{base_url}/readyz")).send().await
+            && response.status().is_success()
+        {
+            return Ok(());
         }
         if Instant::now() > deadline {
             bail!("the API at {base_url} did not become ready within 60 s");
