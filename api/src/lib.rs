@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use flow_common::amqp::{Publisher, Topology};
+use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
@@ -54,6 +54,14 @@ pub struct ApiConfig {
     #[arg(long, env = "PUBLISH_CONFIRM_TIMEOUT_MS", default_value_t = 5_000)]
     pub publish_confirm_timeout_ms: u64,
 
+    /// Most assign commands gathered into one broker message.
+    #[arg(long, env = "PUBLISH_BATCH_MAX", default_value_t = 128)]
+    pub publish_batch_max: usize,
+
+    /// Batches of assign commands awaiting their confirm at once.
+    #[arg(long, env = "PUBLISH_BATCHES_IN_FLIGHT", default_value_t = 8)]
+    pub publish_batches_in_flight: usize,
+
     /// Concurrent batched lookup queries.
     #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 4)]
     pub lookup_concurrency: usize,
@@ -66,6 +74,8 @@ pub struct AppState {
     pub db: PgPool,
     /// Publisher of commands.
     pub publisher: Publisher,
+    /// Publisher of assign commands, batching concurrent requests into one message.
+    pub assign_publisher: BatchPublisher,
     /// Keys and flows.
     pub caches: Caches,
     /// Rate limits.
@@ -152,7 +162,21 @@ pub async fn build_state(
         publisher.topology().clone(),
         shutdown.clone(),
     ));
+    let assign_publisher = BatchPublisher::start(
+        publisher.clone(),
+        BatchTarget {
+            exchange: publisher.topology().commands_exchange(),
+            routing_key: QueueKind::Assign.suffix().to_owned(),
+            single_kind: flow_common::messages::ASSIGN_KIND,
+            batch_kind: flow_common::messages::ASSIGN_BATCH_KIND,
+            batch_version: flow_common::messages::ASSIGN_BATCH_VERSION,
+        },
+        config.publish_batch_max,
+        config.publish_batches_in_flight,
+        shutdown.clone(),
+    );
     Ok(AppState {
+        assign_publisher,
         limiter: RateLimiter::new(db.clone()),
         db,
         publisher,

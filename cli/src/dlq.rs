@@ -6,7 +6,7 @@ use flow_common::amqp::{self, Topology};
 use flow_common::config::CoreConfig;
 use lapin::BasicProperties;
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 
 /// Dead-letter commands.
 #[derive(Subcommand)]
@@ -23,16 +23,6 @@ pub enum DlqCommand {
         #[arg(long, default_value_t = 1_000)]
         limit: usize,
     },
-}
-
-/// The queue a dead-lettered message came from (`x-first-death-queue`).
-pub fn death_queue(properties: &BasicProperties) -> Option<String> {
-    let headers = properties.headers().as_ref()?;
-    match headers.inner().get("x-first-death-queue")? {
-        AMQPValue::LongString(text) => Some(text.to_string()),
-        AMQPValue::ShortString(text) => Some(text.to_string()),
-        _ => None,
-    }
 }
 
 /// `flowctl dlq ...`.
@@ -64,7 +54,8 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
                         .as_ref()
                         .map(ToString::to_string)
                         .unwrap_or_default(),
-                    death_queue(&message.delivery.properties).unwrap_or_else(|| "?".into()),
+                    amqp::dead_letter_origin(&message.delivery.properties)
+                        .unwrap_or_else(|| "?".into()),
                     String::from_utf8_lossy(&message.delivery.data)
                 );
             }
@@ -83,8 +74,8 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
                 else {
                     break;
                 };
-                let origin = death_queue(&message.delivery.properties)
-                    .with_context(|| "dead letter without x-first-death-queue")?;
+                let origin = amqp::dead_letter_origin(&message.delivery.properties)
+                    .with_context(|| "dead letter without an origin queue header")?;
                 let mut properties = message.delivery.properties.clone();
                 properties = properties.with_headers(FieldTable::default());
                 // Publishing to the default exchange with the queue's name routes straight to it.

@@ -218,6 +218,8 @@ pub struct Outgoing<'a> {
     pub kind: &'a str,
     /// The request that caused the message, carried for logs.
     pub request_id: Option<&'a str>,
+    /// Further string headers.
+    pub headers: &'a [(&'a str, &'a str)],
 }
 
 /// Why a publish did not succeed.
@@ -314,12 +316,17 @@ impl Publisher {
             .with_message_id(message.message_id.into())
             .with_type(message.kind.into())
             .with_app_id(self.inner.role.as_str().into());
-        if let Some(request_id) = message.request_id {
+        if message.request_id.is_some() || !message.headers.is_empty() {
             let mut headers = FieldTable::default();
-            headers.insert(
-                "x-request-id".into(),
-                AMQPValue::LongString(request_id.into()),
-            );
+            if let Some(request_id) = message.request_id {
+                headers.insert(
+                    "x-request-id".into(),
+                    AMQPValue::LongString(request_id.into()),
+                );
+            }
+            for (name, value) in message.headers {
+                headers.insert((*name).into(), AMQPValue::LongString((*value).into()));
+            }
             properties = properties.with_headers(headers);
         }
         let started = Instant::now();
@@ -466,4 +473,191 @@ pub async fn queue_depths(
         }
     }
     Ok(depths)
+}
+
+/// Where a [`BatchPublisher`] sends its batches.
+#[derive(Debug, Clone)]
+pub struct BatchTarget {
+    /// Exchange.
+    pub exchange: String,
+    /// Routing key.
+    pub routing_key: String,
+    /// AMQP `type` of a message holding one item.
+    pub single_kind: &'static str,
+    /// AMQP `type` of a message holding a batch.
+    pub batch_kind: &'static str,
+    /// Version written in the batch envelope.
+    pub batch_version: u16,
+}
+
+type BatchReply = tokio::sync::oneshot::Sender<Result<(), Arc<PublishError>>>;
+
+struct BatchItem {
+    json: Vec<u8>,
+    message_id: String,
+    request_id: Option<String>,
+    reply: BatchReply,
+}
+
+/// Publishes many small messages as few broker messages: concurrent submissions are gathered into
+/// one `{"version": v, "commands": [...]}` message (a lone submission goes out as itself), and
+/// every submitter is answered when that message is confirmed. At most `in_flight` batches await
+/// confirms at once; while they do, new submissions queue up and form the next batch, so batches
+/// grow with the load and add no delay when it is light. Cheap to clone.
+#[derive(Clone)]
+pub struct BatchPublisher {
+    queue: tokio::sync::mpsc::Sender<BatchItem>,
+}
+
+impl BatchPublisher {
+    /// Starts the batcher over `publisher`.
+    pub fn start(
+        publisher: Publisher,
+        target: BatchTarget,
+        max_batch: usize,
+        in_flight: usize,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        let (queue, receiver) = tokio::sync::mpsc::channel(max_batch.max(1) * in_flight.max(1) * 4);
+        tokio::spawn(run_batches(
+            publisher,
+            target,
+            receiver,
+            max_batch.max(1),
+            in_flight.max(1),
+            shutdown,
+        ));
+        Self { queue }
+    }
+
+    /// Publishes one item (already serialized JSON) and waits for its batch's confirm.
+    pub async fn publish(
+        &self,
+        json: Vec<u8>,
+        message_id: String,
+        request_id: Option<String>,
+    ) -> Result<(), PublishError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.queue
+            .send(BatchItem {
+                json,
+                message_id,
+                request_id,
+                reply,
+            })
+            .await
+            .map_err(|_| PublishError::Unavailable("shutting down".into()))?;
+        match answer.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(match Arc::try_unwrap(error) {
+                Ok(error) => error,
+                Err(shared) => match shared.as_ref() {
+                    PublishError::Unavailable(reason) => PublishError::Unavailable(reason.clone()),
+                    PublishError::Timeout(after) => PublishError::Timeout(*after),
+                    PublishError::Unroutable(reason) => PublishError::Unroutable(reason.clone()),
+                },
+            }),
+            Err(_) => Err(PublishError::Unavailable("shutting down".into())),
+        }
+    }
+}
+
+async fn run_batches(
+    publisher: Publisher,
+    target: BatchTarget,
+    mut receiver: tokio::sync::mpsc::Receiver<BatchItem>,
+    max_batch: usize,
+    in_flight: usize,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
+    let target = Arc::new(target);
+    let mut items = Vec::with_capacity(max_batch);
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let received = tokio::select! {
+            // Keep draining on shutdown: requests in flight still get their answer.
+            received = receiver.recv_many(&mut items, max_batch) => received,
+            () = shutdown.cancelled(), if receiver.is_empty() && items.is_empty() => 0,
+        };
+        if received == 0 {
+            return;
+        }
+        let batch: Vec<BatchItem> = std::mem::take(&mut items);
+        items.reserve(max_batch);
+        let publisher = publisher.clone();
+        let target = target.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            publish_batch(&publisher, &target, batch).await;
+        });
+    }
+}
+
+async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<BatchItem>) {
+    metrics::histogram!("flow_publish_batch_size").record(batch.len() as f64);
+    let outcome = if let [item] = batch.as_slice() {
+        publisher
+            .publish(Outgoing {
+                exchange: &target.exchange,
+                routing_key: &target.routing_key,
+                payload: &item.json,
+                message_id: &item.message_id,
+                kind: target.single_kind,
+                request_id: item.request_id.as_deref(),
+                headers: &[],
+            })
+            .await
+    } else {
+        let mut payload =
+            Vec::with_capacity(batch.iter().map(|item| item.json.len() + 1).sum::<usize>() + 40);
+        payload.extend_from_slice(
+            format!("{{\"version\":{},\"commands\":[", target.batch_version).as_bytes(),
+        );
+        for (index, item) in batch.iter().enumerate() {
+            if index > 0 {
+                payload.push(b',');
+            }
+            payload.extend_from_slice(&item.json);
+        }
+        payload.extend_from_slice(b"]}");
+        let message_id = format!("batch-{}", uuid::Uuid::now_v7().simple());
+        publisher
+            .publish(Outgoing {
+                exchange: &target.exchange,
+                routing_key: &target.routing_key,
+                payload: &payload,
+                message_id: &message_id,
+                kind: target.batch_kind,
+                request_id: None,
+                headers: &[],
+            })
+            .await
+    };
+    let outcome = outcome.map_err(Arc::new);
+    for item in batch {
+        let _ = item.reply.send(outcome.clone());
+    }
+}
+
+/// Header naming the queue of a message a worker dead-lettered itself (RabbitMQ reserves the
+/// `x-death` family for messages it dead-letters).
+pub const ORIGIN_QUEUE_HEADER: &str = "flow-origin-queue";
+
+/// Header with the reason a worker dead-lettered a message.
+pub const DEAD_LETTER_REASON_HEADER: &str = "flow-dead-letter-reason";
+
+/// The queue a dead-lettered message came from: RabbitMQ's `x-first-death-queue`, or the
+/// [`ORIGIN_QUEUE_HEADER`] of a message a worker dead-lettered itself.
+pub fn dead_letter_origin(properties: &BasicProperties) -> Option<String> {
+    let headers = properties.headers().as_ref()?;
+    ["x-first-death-queue", ORIGIN_QUEUE_HEADER]
+        .iter()
+        .find_map(|name| match headers.inner().get(*name)? {
+            AMQPValue::LongString(text) => Some(text.to_string()),
+            AMQPValue::ShortString(text) => Some(text.to_string()),
+            _ => None,
+        })
 }

@@ -82,3 +82,52 @@ impl AssignCommand {
         Ok(command)
     }
 }
+
+/// AMQP `type` of a message holding one [`AssignCommand`].
+pub const ASSIGN_KIND: &str = "assign";
+
+/// AMQP `type` of a message holding an [`AssignBatch`].
+pub const ASSIGN_BATCH_KIND: &str = "assign.batch";
+
+/// Current version of [`AssignBatch`].
+pub const ASSIGN_BATCH_VERSION: u16 = 1;
+
+/// Several assign commands in one message: the API batches concurrent requests so the broker
+/// stores and confirms one message for many of them. Each request is answered only once the
+/// batch is confirmed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignBatch {
+    /// Message schema version.
+    pub version: u16,
+    /// The commands, each applied as if it had come alone.
+    pub commands: Vec<AssignCommand>,
+}
+
+/// Decodes a message of the assign queue: a batch when its AMQP type says so, else one command.
+pub fn decode_assign_message(
+    kind: Option<&str>,
+    payload: &[u8],
+) -> Result<Vec<AssignCommand>, DecodeError> {
+    if kind != Some(ASSIGN_BATCH_KIND) {
+        return AssignCommand::decode(payload).map(|command| vec![command]);
+    }
+    let batch: AssignBatch = serde_json::from_slice(payload)?;
+    if batch.version != ASSIGN_BATCH_VERSION {
+        return Err(DecodeError::UnsupportedVersion {
+            found: batch.version,
+            supported: ASSIGN_BATCH_VERSION,
+        });
+    }
+    if let Some(command) = batch
+        .commands
+        .iter()
+        .find(|command| command.version != ASSIGN_COMMAND_VERSION)
+    {
+        return Err(DecodeError::UnsupportedVersion {
+            found: command.version,
+            supported: ASSIGN_COMMAND_VERSION,
+        });
+    }
+    Ok(batch.commands)
+}

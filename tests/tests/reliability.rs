@@ -226,7 +226,7 @@ async fn undecodable_commands_go_to_the_dead_letter_queue() {
         .await;
     assert_eq!(dead.delivery.data, b"{\"version\": 99}");
     assert_eq!(
-        flow_common_death_queue(&dead.delivery.properties).as_deref(),
+        flow_common::amqp::dead_letter_origin(&dead.delivery.properties).as_deref(),
         Some(topology.queue(QueueKind::Assign).as_str())
     );
     assert_eq!(app.assignment_count().await, 0);
@@ -300,10 +300,101 @@ async fn a_message_redelivered_past_the_delivery_limit_is_dead_lettered() {
     );
 }
 
-fn flow_common_death_queue(properties: &BasicProperties) -> Option<String> {
-    let headers = properties.headers().as_ref()?;
-    match headers.inner().get("x-first-death-queue")? {
-        lapin::types::AMQPValue::LongString(text) => Some(text.to_string()),
-        _ => None,
-    }
+#[tokio::test]
+async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    app.create_users(&org, &["good@example.com"]).await;
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    let user: flow_common::ids::UserId = sqlx::query_scalar("SELECT id FROM users")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    let command = |user_id| flow_common::messages::AssignCommand {
+        version: flow_common::messages::ASSIGN_COMMAND_VERSION,
+        assignment_id: flow_common::ids::AssignmentId::new(),
+        existing_assignment_id: None,
+        org_id: org.id,
+        flow_id: flow_common::ids::FlowId::parse(&flow).unwrap(),
+        flow_name: "F".into(),
+        user_id,
+        assignee_email: "good@example.com".into(),
+        priority: flow_common::domain::Priority::Medium,
+        notes: None,
+        due_at: None,
+        assigned_at: chrono::Utc::now(),
+        request_id: None,
+        schedule_id: None,
+    };
+    let good = command(user);
+    // A user that does not exist: the foreign key can never be satisfied.
+    let poison = command(flow_common::ids::UserId::new());
+    let batch = flow_common::messages::AssignBatch {
+        version: flow_common::messages::ASSIGN_BATCH_VERSION,
+        commands: vec![good.clone(), poison.clone()],
+    };
+    let topology = app.topology();
+    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    channel
+        .basic_publish(
+            topology.commands_exchange().into(),
+            "assign".into(),
+            BasicPublishOptions::default(),
+            &serde_json::to_vec(&batch).unwrap(),
+            BasicProperties::default().with_type(flow_common::messages::ASSIGN_BATCH_KIND.into()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let dead = app
+        .eventually(
+            Duration::from_secs(10),
+            "the poison command in the dead-letter queue",
+            || async {
+                channel
+                    .basic_get(
+                        topology.queue(QueueKind::DeadLetters).into(),
+                        BasicGetOptions { no_ack: true },
+                    )
+                    .await
+                    .unwrap()
+            },
+        )
+        .await;
+    let dead_command = flow_common::messages::AssignCommand::decode(&dead.delivery.data).unwrap();
+    assert_eq!(dead_command, poison);
+    assert_eq!(
+        flow_common::amqp::dead_letter_origin(&dead.delivery.properties).as_deref(),
+        Some(topology.queue(QueueKind::Assign).as_str()),
+        "marked with its origin so it can be replayed"
+    );
+    let stored: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM assignments")
+        .fetch_all(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        vec![good.assignment_id.0],
+        "the good command of the batch is persisted"
+    );
+    let queue = channel
+        .queue_declare(
+            topology.queue(QueueKind::Assign).into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queue.message_count(), 0, "the batch message was acked");
 }

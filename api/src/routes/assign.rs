@@ -409,27 +409,22 @@ fn existing_response(
     response(active.answer_id, active.assigned_at, email, flow, true)
 }
 
-/// Publishes an assign command and waits for the broker's confirm.
+/// Publishes an assign command (batched with concurrent ones) and waits for the broker's confirm.
 pub async fn publish(
     state: &AppState,
     command: &AssignCommand,
     request_id: Option<&str>,
 ) -> Result<(), ApiError> {
-    let payload = serde_json::to_vec(command).map_err(|error| {
+    let json = serde_json::to_vec(command).map_err(|error| {
         ApiError::Internal(anyhow::Error::new(error).context("encoding a command"))
     })?;
-    let exchange = state.topology().commands_exchange();
-    let message_id = command.assignment_id.to_string();
     state
-        .publisher
-        .publish(flow_common::amqp::Outgoing {
-            exchange: &exchange,
-            routing_key: flow_common::amqp::QueueKind::Assign.suffix(),
-            payload: &payload,
-            message_id: &message_id,
-            kind: "assign",
-            request_id,
-        })
+        .assign_publisher
+        .publish(
+            json,
+            command.assignment_id.to_string(),
+            request_id.map(str::to_owned),
+        )
         .await?;
     Ok(())
 }

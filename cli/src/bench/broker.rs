@@ -69,6 +69,7 @@ pub async fn run(core: &CoreConfig, args: BrokerBenchArgs) -> anyhow::Result<()>
                         message_id: "bench",
                         kind: "assign",
                         request_id: None,
+                        headers: &[],
                     })
                     .await;
                 if outcome.is_ok() {

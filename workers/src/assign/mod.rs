@@ -9,10 +9,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use backon::{BackoffBuilder, ExponentialBuilder};
-use flow_common::amqp::QueueKind;
+use flow_common::amqp::{
+    DEAD_LETTER_REASON_HEADER, ORIGIN_QUEUE_HEADER, Outgoing, Publisher, QueueKind, Topology,
+};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, assignments};
-use flow_common::messages::AssignCommand;
+use flow_common::messages::{ASSIGN_KIND, AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use sqlx::PgPool;
@@ -58,24 +60,34 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         batch_size: config.batch_size.max(1),
         concurrency: config.concurrency,
     };
-    consumer::run(
-        &config.core,
-        settings,
-        Arc::new(AssignHandler { pool }),
-        shutdown,
-    )
-    .await
+    let handler = AssignHandler::new(pool, &config.core);
+    consumer::run(&config.core, settings, Arc::new(handler), shutdown).await
 }
 
 /// Applies batches of assign commands.
 pub struct AssignHandler {
     pool: PgPool,
+    topology: Topology,
+    /// Sends single commands of a batch message to the dead-letter exchange.
+    dead_letters: Publisher,
 }
 
 impl AssignHandler {
     /// A handler writing to `pool`.
-    pub fn new(pool: PgPool) -> Self {
-        Self { pool }
+    pub fn new(pool: PgPool, core: &CoreConfig) -> Self {
+        let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
+        let dead_letters = Publisher::new(
+            &core.amqp_url,
+            "assign-worker-dead-letters",
+            topology.clone(),
+            1,
+            Duration::from_secs(10),
+        );
+        Self {
+            pool,
+            topology,
+            dead_letters,
+        }
     }
 }
 
@@ -85,19 +97,27 @@ impl BatchHandler for AssignHandler {
         deliveries: Vec<Delivery>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
+        // Commands of every decodable delivery, each remembering the delivery it came in.
         let mut commands = Vec::with_capacity(deliveries.len());
+        let mut owners = Vec::with_capacity(deliveries.len());
         let mut decoded = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
-            match AssignCommand::decode(&delivery.data) {
-                Ok(command) => {
-                    commands.push(command);
+            let kind = delivery
+                .properties
+                .kind()
+                .as_ref()
+                .map(|kind| kind.as_str());
+            match decode_assign_message(kind, &delivery.data) {
+                Ok(batch) => {
+                    owners.extend(std::iter::repeat_n(decoded.len(), batch.len()));
+                    commands.extend(batch);
                     decoded.push(delivery);
                 }
                 Err(error) => consumer::dead_letter(ROLE, &delivery, &error.to_string()).await?,
             }
         }
         if commands.is_empty() {
-            return Ok(());
+            return ack_all(&decoded).await;
         }
         let started = Instant::now();
         match self.apply_with_retry(&commands, &shutdown).await {
@@ -111,36 +131,127 @@ impl BatchHandler for AssignHandler {
                 nack_all(&decoded).await
             }
             Err(error) => {
-                tracing::warn!(%error, count = decoded.len(), "batch failed; applying commands one by one");
-                for (delivery, command) in decoded.iter().zip(&commands) {
-                    match self
-                        .apply_with_retry(std::slice::from_ref(command), &shutdown)
-                        .await
-                    {
-                        Ok(outcome) => {
-                            record(outcome, started.elapsed(), 1);
-                            delivery.ack(BasicAckOptions::default()).await?;
-                        }
-                        Err(error) if db::is_transient(&error) => {
-                            delivery
-                                .nack(BasicNackOptions {
-                                    requeue: true,
-                                    multiple: false,
-                                })
-                                .await?;
-                        }
-                        Err(error) => {
-                            let reason = format!(
-                                "assignment {} cannot be persisted: {error}",
-                                command.assignment_id
-                            );
-                            consumer::dead_letter(ROLE, delivery, &reason).await?;
-                        }
-                    }
-                }
-                Ok(())
+                tracing::warn!(%error, count = commands.len(), "batch failed; applying commands one by one");
+                self.apply_one_by_one(&decoded, &commands, &owners, &shutdown)
+                    .await
             }
         }
+    }
+}
+
+/// What became of one command applied on its own.
+enum Single {
+    Applied,
+    Retry,
+    Poison(String),
+}
+
+impl AssignHandler {
+    /// Applies each command in its own transaction so one that can never be persisted does not
+    /// hold back the others. Deliveries whose commands all applied are acked; a delivery with a
+    /// transient failure goes back to the queue; commands that can never apply go to the
+    /// dead-letter queue (the whole delivery when it held only that command).
+    async fn apply_one_by_one(
+        &self,
+        deliveries: &[Delivery],
+        commands: &[AssignCommand],
+        owners: &[usize],
+        shutdown: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let mut results = Vec::with_capacity(commands.len());
+        for command in commands {
+            results.push(
+                match self
+                    .apply_with_retry(std::slice::from_ref(command), shutdown)
+                    .await
+                {
+                    Ok(outcome) => {
+                        record(outcome, started.elapsed(), 1);
+                        Single::Applied
+                    }
+                    Err(error) if db::is_transient(&error) => Single::Retry,
+                    Err(error) => Single::Poison(format!(
+                        "assignment {} cannot be persisted: {error}",
+                        command.assignment_id
+                    )),
+                },
+            );
+        }
+        for (index, delivery) in deliveries.iter().enumerate() {
+            let mine: Vec<(&AssignCommand, &Single)> = commands
+                .iter()
+                .zip(&results)
+                .zip(owners)
+                .filter(|(_, owner)| **owner == index)
+                .map(|(pair, _)| pair)
+                .collect();
+            if mine
+                .iter()
+                .any(|(_, result)| matches!(result, Single::Retry))
+            {
+                delivery
+                    .nack(BasicNackOptions {
+                        requeue: true,
+                        multiple: false,
+                    })
+                    .await?;
+                continue;
+            }
+            let poisoned: Vec<(&AssignCommand, &String)> = mine
+                .iter()
+                .filter_map(|(command, result)| match result {
+                    Single::Poison(reason) => Some((*command, reason)),
+                    _ => None,
+                })
+                .collect();
+            match poisoned.as_slice() {
+                [] => {
+                    delivery.ack(BasicAckOptions::default()).await?;
+                }
+                [(_, reason)] if mine.len() == 1 => {
+                    consumer::dead_letter(ROLE, delivery, reason).await?;
+                }
+                _ => {
+                    for (command, reason) in &poisoned {
+                        self.dead_letter_command(command, reason).await?;
+                    }
+                    delivery.ack(BasicAckOptions::default()).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Publishes one command of a batch to the dead-letter exchange, marked with the queue it
+    /// came from so `flowctl dlq replay` can send it back.
+    async fn dead_letter_command(
+        &self,
+        command: &AssignCommand,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        tracing::error!(role = ROLE, assignment_id = %command.assignment_id, reason, "command sent to the dead-letter queue");
+        metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "dead_lettered")
+            .increment(1);
+        let payload = serde_json::to_vec(command)?;
+        let queue = self.topology.queue(QueueKind::Assign);
+        let message_id = command.assignment_id.to_string();
+        self.dead_letters
+            .publish(Outgoing {
+                exchange: &self.topology.dead_letter_exchange(),
+                routing_key: QueueKind::Assign.suffix(),
+                payload: &payload,
+                message_id: &message_id,
+                kind: ASSIGN_KIND,
+                request_id: command.request_id.as_deref(),
+                headers: &[
+                    (ORIGIN_QUEUE_HEADER, &queue),
+                    (DEAD_LETTER_REASON_HEADER, reason),
+                ],
+            })
+            .await
+            .context("publishing a dead letter")?;
+        Ok(())
     }
 }
 
