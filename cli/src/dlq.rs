@@ -4,7 +4,6 @@ use anyhow::Context;
 use clap::Subcommand;
 use flow_common::amqp::{self, Topology};
 use flow_common::config::CoreConfig;
-use lapin::BasicProperties;
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::FieldTable;
 
