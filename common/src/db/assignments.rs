@@ -112,7 +112,7 @@ async fn insert_new(
          ), current_schedules AS (
             UPDATE schedules s SET current_assignment_id = i.id
             FROM input i JOIN inserted USING (id)
-            WHERE s.id = i.schedule_id
+            WHERE i.schedule_id IS NOT NULL AND s.id = i.schedule_id
          )
          SELECT id FROM inserted",
     )
