@@ -1,14 +1,8 @@
-//! `flowctl`: the operator tool. Migrations, organizations, keys, users and flows, demo data, the
-//! whole stack in one process for local use, dead letters, and benchmarks.
-
-mod admin;
-mod bench;
-mod demo;
-mod dlq;
-mod up;
+//! `flowctl`: the operator tool (see the library for each command).
 
 use clap::{Parser, Subcommand};
 use flow_common::config::CoreConfig;
+use flowctl::{admin, bench, demo, dlq, up};
 
 #[derive(Parser)]
 #[command(name = "flowctl", about = "Operate a Flow deployment", version)]

@@ -12,6 +12,9 @@ pub struct UpArgs {
     /// Also create a demo organization and print its API key and a curl command.
     #[arg(long)]
     pub demo: bool,
+    /// Listen here instead of `API_BIND`.
+    #[arg(long)]
+    pub bind: Option<std::net::SocketAddr>,
     /// Run only these components (default: all). Lets benchmarks run each in its own process.
     #[arg(long, value_enum, value_delimiter = ',')]
     pub only: Vec<Component>,
@@ -58,10 +61,24 @@ pub async fn prepare_database(core: &CoreConfig) -> anyhow::Result<()> {
 
 /// Runs everything until Ctrl-C or SIGTERM.
 pub async fn run(core: CoreConfig, args: UpArgs) -> anyhow::Result<()> {
+    run_until(core, args, flow_common::shutdown::on_signal()).await
+}
+
+/// Runs everything until `shutdown`.
+pub async fn run_until(
+    core: CoreConfig,
+    args: UpArgs,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<()> {
     prepare_database(&core).await?;
-    let shutdown = flow_common::shutdown::on_signal();
     let mut api: flow_api::ApiConfig = from_env();
     api.core = core.clone();
+    if let Some(bind) = args.bind {
+        api.bind = bind;
+        if std::env::var_os("PUBLIC_BASE_URL").is_none() {
+            api.public_base_url = format!("http://{bind}");
+        }
+    }
     let mut assign: flow_workers::assign::AssignWorkerConfig = from_env();
     assign.core = core.clone();
 
