@@ -41,6 +41,11 @@ enum Command {
     Bench(bench::BenchCommand),
 }
 
+/// mimalloc: the request path allocates many short-lived buffers, which glibc's allocator
+/// handles markedly slower under contention.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     flow_common::telemetry::init();
