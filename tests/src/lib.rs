@@ -476,6 +476,79 @@ impl TestApp {
             .await
     }
 
+    /// POST JSON with the org's key and extra headers.
+    pub async fn post_with(
+        &self,
+        org: &TestOrg,
+        path: &str,
+        body: &Value,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        self.request(
+            reqwest::Method::POST,
+            path,
+            Some(&org.key),
+            Some(body),
+            headers,
+        )
+        .await
+    }
+
+    /// Publishes a raw message to the commands exchange with a confirm (tests of what workers
+    /// do with messages the API would never send).
+    pub async fn publish_raw(&self, routing_key: &str, kind: &str, payload: &[u8]) {
+        let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
+            .await
+            .expect("amqp");
+        let channel = connection.create_channel().await.expect("channel");
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .expect("confirm mode");
+        let confirm = channel
+            .basic_publish(
+                self.topology().commands_exchange().into(),
+                routing_key.into(),
+                lapin::options::BasicPublishOptions::default(),
+                payload,
+                lapin::BasicProperties::default().with_type(kind.into()),
+            )
+            .await
+            .expect("publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack());
+        drop(connection.close(200, "ok".into()).await);
+    }
+
+    /// Waits for the next message of the dead-letter queue and takes it.
+    pub async fn next_dead_letter(&self) -> lapin::message::BasicGetMessage {
+        let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
+            .await
+            .expect("amqp");
+        let channel = connection.create_channel().await.expect("channel");
+        let queue = self
+            .topology()
+            .queue(flow_common::amqp::QueueKind::DeadLetters);
+        let message = self
+            .eventually(
+                Duration::from_secs(10),
+                "a message in the dead-letter queue",
+                || async {
+                    channel
+                        .basic_get(
+                            queue.clone().into(),
+                            lapin::options::BasicGetOptions { no_ack: true },
+                        )
+                        .await
+                        .expect("basic.get")
+                },
+            )
+            .await;
+        drop(connection.close(200, "ok".into()).await);
+        message
+    }
+
     /// GET with the org's key.
     pub async fn get(&self, org: &TestOrg, path: &str) -> TestResponse {
         self.request(reqwest::Method::GET, path, Some(&org.key), None, &[])

@@ -124,22 +124,10 @@ async fn same_request_id_twice_returns_the_same_assignment_and_creates_one() {
     let body = json!({ "flowId": flow, "userEmail": "bob@example.com" });
     let headers = [("X-Request-ID", "hr-sync-42")];
     let first = app
-        .request(
-            reqwest::Method::POST,
-            "/v1/flows/assign",
-            Some(&org.key),
-            Some(&body),
-            &headers,
-        )
+        .post_with(&org, "/v1/flows/assign", &body, &headers)
         .await;
     let second = app
-        .request(
-            reqwest::Method::POST,
-            "/v1/flows/assign",
-            Some(&org.key),
-            Some(&body),
-            &headers,
-        )
+        .post_with(&org, "/v1/flows/assign", &body, &headers)
         .await;
     assert_eq!(first.status, 200, "{:?}", first.body);
     assert_eq!(second.status, 200, "{:?}", second.body);
@@ -157,13 +145,7 @@ async fn same_request_id_twice_returns_the_same_assignment_and_creates_one() {
         .contains(&&stored["assignedAt"])
     );
     let third = app
-        .request(
-            reqwest::Method::POST,
-            "/v1/flows/assign",
-            Some(&org.key),
-            Some(&body),
-            &headers,
-        )
+        .post_with(&org, "/v1/flows/assign", &body, &headers)
         .await;
     assert_eq!(third.body["assignmentId"], json!(id));
     assert_eq!(third.body["details"]["assignedAt"], stored["assignedAt"]);
@@ -176,22 +158,20 @@ async fn request_id_reused_for_a_different_assignment_is_409_conflict() {
     let (org, flow) = setup(&app, &["a@example.com", "b@example.com"]).await;
     let headers = [("X-Request-ID", "reused")];
     let first = app
-        .request(
-            reqwest::Method::POST,
+        .post_with(
+            &org,
             "/v1/flows/assign",
-            Some(&org.key),
-            Some(&json!({ "flowId": flow, "userEmail": "a@example.com" })),
+            &json!({ "flowId": flow, "userEmail": "a@example.com" }),
             &headers,
         )
         .await;
     assert_eq!(first.status, 200);
     wait_persisted(&app, &org, first.body["assignmentId"].as_str().unwrap()).await;
     let other = app
-        .request(
-            reqwest::Method::POST,
+        .post_with(
+            &org,
             "/v1/flows/assign",
-            Some(&org.key),
-            Some(&json!({ "flowId": flow, "userEmail": "b@example.com" })),
+            &json!({ "flowId": flow, "userEmail": "b@example.com" }),
             &headers,
         )
         .await;

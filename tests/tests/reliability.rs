@@ -9,10 +9,7 @@ use flow_common::amqp::QueueKind;
 use flow_common::db::orgs::Tier;
 use flow_tests::proxy::Proxy;
 use flow_tests::{TestApp, TestOptions};
-use lapin::BasicProperties;
-use lapin::options::{
-    BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
-};
+use lapin::options::{BasicGetOptions, BasicNackOptions};
 use serde_json::json;
 
 #[tokio::test]
@@ -188,46 +185,13 @@ async fn every_accepted_id_is_persisted_exactly_once_when_the_worker_is_killed_m
 #[tokio::test]
 async fn undecodable_commands_go_to_the_dead_letter_queue() {
     let app = TestApp::spawn().await;
-    let topology = app.topology();
-    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    channel
-        .basic_publish(
-            topology.commands_exchange().into(),
-            "assign".into(),
-            BasicPublishOptions::default(),
-            b"{\"version\": 99}",
-            BasicProperties::default().with_message_id("poison-1".into()),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    let dead = app
-        .eventually(
-            Duration::from_secs(10),
-            "the poison message in the dead-letter queue",
-            || async {
-                channel
-                    .basic_get(
-                        topology.queue(QueueKind::DeadLetters).into(),
-                        BasicGetOptions { no_ack: true },
-                    )
-                    .await
-                    .unwrap()
-            },
-        )
+    app.publish_raw("assign", "assign", b"{\"version\": 99}")
         .await;
+    let dead = app.next_dead_letter().await;
     assert_eq!(dead.delivery.data, b"{\"version\": 99}");
     assert_eq!(
         flow_common::amqp::dead_letter_origin(&dead.delivery.properties).as_deref(),
-        Some(topology.queue(QueueKind::Assign).as_str())
+        Some(app.topology().queue(QueueKind::Assign).as_str())
     );
     assert_eq!(app.assignment_count().await, 0);
 }
@@ -333,42 +297,14 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
         version: flow_common::messages::ASSIGN_BATCH_VERSION,
         commands: vec![good.clone(), poison.clone()],
     };
+    app.publish_raw(
+        "assign",
+        flow_common::messages::ASSIGN_BATCH_KIND,
+        &serde_json::to_vec(&batch).unwrap(),
+    )
+    .await;
     let topology = app.topology();
-    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    channel
-        .confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    channel
-        .basic_publish(
-            topology.commands_exchange().into(),
-            "assign".into(),
-            BasicPublishOptions::default(),
-            &serde_json::to_vec(&batch).unwrap(),
-            BasicProperties::default().with_type(flow_common::messages::ASSIGN_BATCH_KIND.into()),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    let dead = app
-        .eventually(
-            Duration::from_secs(10),
-            "the poison command in the dead-letter queue",
-            || async {
-                channel
-                    .basic_get(
-                        topology.queue(QueueKind::DeadLetters).into(),
-                        BasicGetOptions { no_ack: true },
-                    )
-                    .await
-                    .unwrap()
-            },
-        )
-        .await;
+    let dead = app.next_dead_letter().await;
     let dead_command = flow_common::messages::AssignCommand::decode(&dead.delivery.data).unwrap();
     assert_eq!(dead_command, poison);
     assert_eq!(
@@ -385,6 +321,10 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
         vec![good.assignment_id.0],
         "the good command of the batch is persisted"
     );
+    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
     let queue = channel
         .queue_declare(
             topology.queue(QueueKind::Assign).into(),
