@@ -19,6 +19,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use flow_common::amqp::{Publisher, Topology};
 use flow_common::config::CoreConfig;
+use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -57,6 +58,10 @@ pub struct ApiConfig {
     /// Concurrent batched lookup queries.
     #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 4)]
     pub lookup_concurrency: usize,
+
+    /// Where report exports are read from (the report-workers' export store).
+    #[command(flatten)]
+    pub export_store: ExportStoreConfig,
 }
 
 /// Everything handlers share. Cheap to clone.
@@ -76,6 +81,8 @@ pub struct AppState {
     pub config: Arc<ApiConfig>,
     /// Prometheus exposition.
     pub metrics: PrometheusHandle,
+    /// Export files.
+    pub export_store: ExportStore,
 }
 
 impl AppState {
@@ -147,6 +154,8 @@ pub async fn build_state(
         shutdown.clone(),
     ));
     let lookup = Lookup::start(db.clone(), config.lookup_concurrency, shutdown.clone());
+    let export_store =
+        ExportStore::open(&config.export_store).context("opening the export store")?;
     Ok(AppState {
         limiter: RateLimiter::new(db.clone()),
         db,
@@ -155,6 +164,7 @@ pub async fn build_state(
         lookup,
         config: Arc::new(config),
         metrics: flow_common::telemetry::metrics_handle(),
+        export_store,
     })
 }
 
