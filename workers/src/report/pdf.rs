@@ -489,8 +489,8 @@ fn chart_block(layout: &mut Layout<'_>, header: &ExportHeader) {
         }
     }
     layout.rule((left, bottom), (left + width, bottom), GREY, 0.8);
-    // About ten labels at most, evenly spread.
-    let every = rows.len().div_ceil(10).max(1);
+    // About eight labels at most, evenly spread, so they never touch.
+    let every = rows.len().div_ceil(8).max(1);
     for (index, row) in rows.iter().enumerate().step_by(every) {
         let label = period.label(row.local_start);
         let label_width = layout.width(&label, 6.5, false);
@@ -599,11 +599,11 @@ fn assignments_block(layout: &mut Layout<'_>, header: &ExportHeader, rows: &[Pdf
     layout.new_page();
     layout.line(12.0, true, BLACK, "Assignments");
     let shown = rows.len() as i64;
-    let note = if header.rows_total > shown {
+    let note = if header.metrics.matching > shown {
         format!(
             "Showing the first {shown} of {} assignments (by assignment time). The CSV and Excel \
              exports of this report hold every row.",
-            header.rows_total
+            header.metrics.matching
         )
     } else {
         format!(
