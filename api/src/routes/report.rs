@@ -427,7 +427,7 @@ impl AggregateView {
             total_assignments: row.total,
             completed_assignments: wants(AggregateMetric::CompletedAssignments)
                 .then_some(row.completed),
-            overdue_assignments: wants(AggregateMetric::OverdueAssignments).then_some(row.overdue),
+            overdue_assignments: wants(AggregateMetric::OverdueAssignments).then_some(row.overdue()),
             completion_rate: wants(AggregateMetric::CompletionRate)
                 .then(|| completion_rate(row.completed, row.total)),
             average_duration: wants(AggregateMetric::AverageDuration)
@@ -560,16 +560,23 @@ async fn build(
         now,
         status: parameters.status,
     };
-    let aggregates = async {
+    // An aggregated report reads the range once: its metrics are the sums of the periods.
+    let figures = async {
         match &parameters.aggregate {
-            Some(spec) => aggregate(pool, &scope, spec, &parameters.timezone)
-                .await
-                .map(Some),
-            None => Ok(None),
+            Some(spec) => {
+                let rows = aggregate(pool, &scope, spec, &parameters.timezone).await?;
+                let metrics = Metrics::from_aggregates(&rows, parameters.status);
+                let views = rows
+                    .iter()
+                    .map(|row| AggregateView::new(row, spec))
+                    .collect();
+                Ok::<_, ApiError>((metrics, Some(views)))
+            }
+            None => Ok((reports::metrics(pool, &scope).await?, None)),
         }
     };
-    let (metrics, mut rows, schedules, aggregates) = tokio::try_join!(
-        async { reports::metrics(pool, &scope).await.map_err(ApiError::from) },
+    let ((metrics, aggregates), mut rows, schedules) = tokio::try_join!(
+        figures,
         async {
             reports::page(pool, &scope, cursor, limit + 1)
                 .await
@@ -580,7 +587,6 @@ async fn build(
                 .await
                 .map_err(ApiError::from)
         },
-        aggregates,
     )?;
     let page_size = usize::try_from(limit).unwrap_or(usize::MAX);
     let next_cursor = if rows.len() > page_size {
@@ -639,24 +645,20 @@ fn group_progress(
     grouped
 }
 
-/// Aggregates of the scope, as views with the figures `spec` asks for.
+/// The aggregate rows of the scope.
 async fn aggregate(
     pool: &PgPool,
     scope: &Scope,
     spec: &AggregateSpec,
     zone: &str,
-) -> Result<Vec<AggregateView>, ApiError> {
+) -> Result<Vec<AggregateRow>, ApiError> {
     let mut connection = pool.acquire().await?;
-    let rows = reports::aggregate(&mut connection, scope, spec, zone)
+    reports::aggregate(&mut connection, scope, spec, zone)
         .await
         .map_err(|error| match error {
             AggregateError::Invalid(invalid) => ApiError::from(invalid),
             AggregateError::Database(error) => ApiError::from(error),
-        })?;
-    Ok(rows
-        .iter()
-        .map(|row| AggregateView::new(row, spec))
-        .collect())
+        })
 }
 
 /// Records the export and queues it for a report-worker. If the command cannot be queued

@@ -1,6 +1,7 @@
 //! Benchmarks. Figures go to the README; none is asserted in a test.
 
 pub mod assign;
+pub mod report;
 
 use clap::Subcommand;
 use flow_common::config::CoreConfig;
@@ -10,11 +11,14 @@ use flow_common::config::CoreConfig;
 pub enum BenchCommand {
     /// Load the assign pipeline: accepted/s, latency percentiles, errors, catch-up time.
     Assign(assign::AssignBenchArgs),
+    /// Report, weekly aggregate and exports of a flow with a million assignments.
+    Report(report::ReportBenchArgs),
 }
 
 /// `flowctl bench ...`.
 pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()> {
     match command {
         BenchCommand::Assign(args) => assign::run(core, args).await,
+        BenchCommand::Report(args) => report::run(core, args).await,
     }
 }

@@ -542,7 +542,7 @@ fn aggregates_block(layout: &mut Layout<'_>, header: &ExportHeader) {
         for (_, metric) in &extra {
             cells.push(match metric {
                 AggregateMetric::CompletedAssignments => row.completed.to_string(),
-                AggregateMetric::OverdueAssignments => row.overdue.to_string(),
+                AggregateMetric::OverdueAssignments => row.overdue().to_string(),
                 AggregateMetric::CompletionRate => {
                     format!("{:.1}", completion_rate(row.completed, row.total))
                 }

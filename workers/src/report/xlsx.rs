@@ -288,7 +288,7 @@ impl XlsxWriter {
                             sheet.write_number(row, column, aggregate.completed as f64)?;
                         }
                         AggregateMetric::OverdueAssignments => {
-                            sheet.write_number(row, column, aggregate.overdue as f64)?;
+                            sheet.write_number(row, column, aggregate.overdue() as f64)?;
                         }
                         AggregateMetric::CompletionRate => {
                             sheet.write_number(
