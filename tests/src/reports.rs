@@ -57,7 +57,12 @@ pub struct FixtureFlow {
 }
 
 /// Creates a flow named `name` with modules named `modules`.
-pub async fn create_flow(app: &TestApp, org: &TestOrg, name: &str, modules: &[&str]) -> FixtureFlow {
+pub async fn create_flow(
+    app: &TestApp,
+    org: &TestOrg,
+    name: &str,
+    modules: &[&str],
+) -> FixtureFlow {
     let new_modules: Vec<flow_common::db::flows::NewModule> = modules
         .iter()
         .map(|name| flow_common::db::flows::NewModule {
@@ -65,10 +70,9 @@ pub async fn create_flow(app: &TestApp, org: &TestOrg, name: &str, modules: &[&s
             estimated_minutes: 30,
         })
         .collect();
-    let (flow, modules) =
-        flow_common::db::flows::create(&app.db, org.id, name, None, &new_modules)
-            .await
-            .expect("create flow");
+    let (flow, modules) = flow_common::db::flows::create(&app.db, org.id, name, None, &new_modules)
+        .await
+        .expect("create flow");
     FixtureFlow {
         id: flow.id,
         org_id: org.id,

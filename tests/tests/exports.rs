@@ -32,15 +32,31 @@ async fn export_fixture(app: &TestApp, bulk: i64) -> (TestOrg, FixtureFlow) {
         app,
         &org,
         &flow,
-        &Fixture::new("josé.müller@exemple.fr", "2025-02-01T09:00:00Z", "completed")
-            .started("2025-02-01T10:00:00Z")
-            .completed("2025-02-03T10:00:00Z"),
+        &Fixture::new(
+            "josé.müller@exemple.fr",
+            "2025-02-01T09:00:00Z",
+            "completed",
+        )
+        .started("2025-02-01T10:00:00Z")
+        .completed("2025-02-03T10:00:00Z"),
     )
     .await;
     for (module, started, completed) in [
-        (flow.modules[0], "2025-02-01T10:00:00Z", "2025-02-02T10:00:00Z"),
-        (flow.modules[1], "2025-02-02T10:00:00Z", "2025-02-03T09:00:00Z"),
-        (flow.modules[2], "2025-02-03T09:00:00Z", "2025-02-03T10:00:00Z"),
+        (
+            flow.modules[0],
+            "2025-02-01T10:00:00Z",
+            "2025-02-02T10:00:00Z",
+        ),
+        (
+            flow.modules[1],
+            "2025-02-02T10:00:00Z",
+            "2025-02-03T09:00:00Z",
+        ),
+        (
+            flow.modules[2],
+            "2025-02-03T09:00:00Z",
+            "2025-02-03T10:00:00Z",
+        ),
     ] {
         insert_progress(app, jose, module, "completed", started, Some(completed)).await;
     }
@@ -231,13 +247,17 @@ async fn csv_export_honours_the_range_and_status_filter() {
     )
     .await;
     let mut reader = csv::Reader::from_reader(file.body.as_slice());
-    assert_eq!(reader.headers().unwrap().len(), 10, "not detailed: no module columns");
+    assert_eq!(
+        reader.headers().unwrap().len(),
+        10,
+        "not detailed: no module columns"
+    );
     let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
     assert_eq!(records.len(), 1);
     assert_eq!(&records[0][1], "'-minus@example.com");
 }
 
-fn cell<'a>(range: &'a calamine::Range<Data>, row: usize, column: usize) -> &'a Data {
+fn cell(range: &calamine::Range<Data>, row: usize, column: usize) -> &Data {
     range.get((row, column)).unwrap_or(&Data::Empty)
 }
 
@@ -253,7 +273,11 @@ async fn excel_export_has_every_sheet_and_typed_cells() {
         file.header("content-type"),
         Some("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet")
     );
-    assert!(file.header("content-disposition").unwrap().ends_with(".xlsx\""));
+    assert!(
+        file.header("content-disposition")
+            .unwrap()
+            .ends_with(".xlsx\"")
+    );
     let mut workbook: Xlsx<_> =
         calamine::open_workbook_from_rs(Cursor::new(file.body.clone())).expect("a valid XLSX");
     assert_eq!(
@@ -276,7 +300,10 @@ async fn excel_export_has_every_sheet_and_typed_cells() {
 
     let assignments = workbook.worksheet_range("Assignments").unwrap();
     assert_eq!(assignments.height(), expected.len() + 1);
-    assert_eq!(cell(&assignments, 0, 0), &Data::String("Assignment ID".into()));
+    assert_eq!(
+        cell(&assignments, 0, 0),
+        &Data::String("Assignment ID".into())
+    );
     for (index, row) in expected.iter().enumerate() {
         let line = index + 1;
         assert_eq!(
@@ -323,7 +350,10 @@ async fn excel_export_has_every_sheet_and_typed_cells() {
     assert_eq!(cell(&progress, 1, 4), &Data::String("Mots de passe".into()));
     assert_eq!(cell(&progress, 1, 2), &Data::Float(1.0));
     assert!(cell(&progress, 1, 6).is_datetime());
-    assert_eq!(cell(&progress, 4, 1), &Data::String("=1+2@evil.example".into()));
+    assert_eq!(
+        cell(&progress, 4, 1),
+        &Data::String("=1+2@evil.example".into())
+    );
     assert_eq!(cell(&progress, 4, 5), &Data::String("in_progress".into()));
 
     let aggregates = workbook.worksheet_range("Aggregates").unwrap();
@@ -344,7 +374,10 @@ async fn excel_export_has_every_sheet_and_typed_cells() {
 
     let schedules = workbook.worksheet_range("Schedules").unwrap();
     assert_eq!(schedules.height(), 2);
-    assert_eq!(cell(&schedules, 1, 1), &Data::String("zoë@exemple.fr".into()));
+    assert_eq!(
+        cell(&schedules, 1, 1),
+        &Data::String("zoë@exemple.fr".into())
+    );
     assert!(cell(&schedules, 1, 2).is_datetime());
 
     let summary = workbook.worksheet_range("Summary").unwrap();
@@ -401,8 +434,13 @@ async fn pdf_export_is_a_paginated_readable_report() {
     );
     assert!(second.contains("josé.müller@exemple.fr"), "{second}");
     let last_page = u32::try_from(pages.len()).unwrap();
-    let last = document.extract_text(&[last_page]).expect("text of the last page");
-    assert!(last.contains("5000"), "the table ends at row 5,000:\n{last}");
+    let last = document
+        .extract_text(&[last_page])
+        .expect("text of the last page");
+    assert!(
+        last.contains("5000"),
+        "the table ends at row 5,000:\n{last}"
+    );
     assert!(last.contains(&format!("page {last_page} of {last_page}")));
     // The font is embedded (a subset of DejaVu Sans).
     let embedded = document.objects.values().any(|object| {
@@ -441,8 +479,8 @@ async fn export_lifecycle_is_pending_ready_downloaded_then_gone() {
     let url = response["downloadUrl"].as_str().unwrap().to_owned();
     assert_eq!(url, format!("{}/v1/exports/{export_id}", app.base_url));
     assert_eq!(response["exportStatus"], json!("pending"));
-    let expires_at = chrono::DateTime::parse_from_rfc3339(response["expiresAt"].as_str().unwrap())
-        .unwrap();
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(response["expiresAt"].as_str().unwrap()).unwrap();
     let validity = expires_at.with_timezone(&chrono::Utc) - requested_at;
     assert!(
         (validity - chrono::Duration::hours(24)).num_seconds().abs() <= 5,
@@ -461,28 +499,39 @@ async fn export_lifecycle_is_pending_ready_downloaded_then_gone() {
     // Another organization's key, unknown and malformed ids: 404; no key: 401.
     let path = format!("/v1/exports/{export_id}");
     assert_eq!(download(&app, Some(&other.key), &path).await.status, 404);
-    let unknown = download(&app, Some(&org.key), &format!("/v1/exports/{}", ExportId::new())).await;
+    let unknown = download(
+        &app,
+        Some(&org.key),
+        &format!("/v1/exports/{}", ExportId::new()),
+    )
+    .await;
     assert_eq!(unknown.status, 404);
     assert_eq!(unknown.json()["error"], json!("not_found"));
-    assert_eq!(download(&app, Some(&org.key), "/v1/exports/exp_nope").await.status, 404);
+    assert_eq!(
+        download(&app, Some(&org.key), "/v1/exports/exp_nope")
+            .await
+            .status,
+        404
+    );
     assert_eq!(download(&app, None, &path).await.status, 401);
 
     let worker = start_report_worker(&app);
     let ready = wait_for_export(&app, &org, &url).await;
     assert_eq!(ready.status, 200);
-    let rows = csv::Reader::from_reader(ready.body.as_slice()).records().count();
+    let rows = csv::Reader::from_reader(ready.body.as_slice())
+        .records()
+        .count();
     assert_eq!(rows, 4, "the file holds every row, not the first page");
     let again = download(&app, Some(&org.key), &path).await;
     assert_eq!(again.status, 200);
     assert_eq!(again.body, ready.body, "downloadable until it expires");
     assert_eq!(download(&app, Some(&other.key), &path).await.status, 404);
-    let (status, written, total): (String, i64, Option<i64>) = sqlx::query_as(
-        "SELECT status, rows_written, rows_total FROM exports WHERE id = $1",
-    )
-    .bind(ExportId::parse(&export_id).unwrap())
-    .fetch_one(&app.db)
-    .await
-    .unwrap();
+    let (status, written, total): (String, i64, Option<i64>) =
+        sqlx::query_as("SELECT status, rows_written, rows_total FROM exports WHERE id = $1")
+            .bind(ExportId::parse(&export_id).unwrap())
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
     assert_eq!((status.as_str(), written, total), ("ready", 4, Some(4)));
     worker.stop().unwrap();
 
@@ -498,8 +547,8 @@ async fn export_lifecycle_is_pending_ready_downloaded_then_gone() {
     let gone = download(&app, Some(&org.key), &path).await;
     assert_eq!(gone.status, 410);
     assert_eq!(gone.json()["error"], json!("gone"));
-    let file_path = std::path::Path::new(&flow_common::export_store::default_export_dir())
-        .join(&object_key);
+    let file_path =
+        std::path::Path::new(&flow_common::export_store::default_export_dir()).join(&object_key);
     assert!(file_path.exists(), "{file_path:?}");
     flow_workers::report::sweep_once(&report_worker_config(&app))
         .await
@@ -544,7 +593,8 @@ async fn a_failed_export_says_why() {
     assert_eq!(body["error"], json!("internal_error"));
     let message = body["message"].as_str().unwrap();
     assert!(
-        message.contains("failed: the flow no longer exists") && message.contains("request a new export"),
+        message.contains("failed: the flow no longer exists")
+            && message.contains("request a new export"),
         "{message}"
     );
 }
@@ -645,15 +695,19 @@ async fn an_export_that_cannot_be_queued_leaves_nothing_behind() {
     proxy.enable();
     let worker = start_report_worker(&app);
     let recovered = app
-        .eventually(Duration::from_secs(20), "exports to be accepted again", || async {
-            let response = report(
-                &app,
-                &org,
-                json!({ "flowId": flow.id.to_string(), "format": "excel" }),
-            )
-            .await;
-            (response.status == 200).then_some(response.body)
-        })
+        .eventually(
+            Duration::from_secs(20),
+            "exports to be accepted again",
+            || async {
+                let response = report(
+                    &app,
+                    &org,
+                    json!({ "flowId": flow.id.to_string(), "format": "excel" }),
+                )
+                .await;
+                (response.status == 200).then_some(response.body)
+            },
+        )
         .await;
     let file = wait_for_export(&app, &org, recovered["downloadUrl"].as_str().unwrap()).await;
     assert_eq!(file.status, 200);

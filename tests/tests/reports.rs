@@ -109,10 +109,26 @@ async fn security(app: &TestApp) -> Security {
         (m2, "2025-03-04T10:00:00Z", "2025-03-05T08:00:00Z"),
         (m3, "2025-03-05T08:00:00Z", "2025-03-05T09:00:00Z"),
     ] {
-        insert_progress(app, ids["a1"], module, "completed", started, Some(completed)).await;
+        insert_progress(
+            app,
+            ids["a1"],
+            module,
+            "completed",
+            started,
+            Some(completed),
+        )
+        .await;
     }
     // Written out of flow order on purpose.
-    insert_progress(app, ids["a3"], m2, "in_progress", "2025-03-12T08:00:00Z", None).await;
+    insert_progress(
+        app,
+        ids["a3"],
+        m2,
+        "in_progress",
+        "2025-03-12T08:00:00Z",
+        None,
+    )
+    .await;
     insert_progress(
         app,
         ids["a3"],
@@ -122,7 +138,15 @@ async fn security(app: &TestApp) -> Security {
         Some("2025-03-12T07:00:00Z"),
     )
     .await;
-    insert_progress(app, ids["a5"], m1, "in_progress", "2025-03-21T08:00:00Z", None).await;
+    insert_progress(
+        app,
+        ids["a5"],
+        m1,
+        "in_progress",
+        "2025-03-21T08:00:00Z",
+        None,
+    )
+    .await;
     let mut schedules = HashMap::new();
     schedules.insert(
         "s1",
@@ -173,7 +197,10 @@ async fn security(app: &TestApp) -> Security {
 
 impl Security {
     fn ids_of(&self, names: &[&str]) -> Vec<String> {
-        names.iter().map(|name| self.ids[name].to_string()).collect()
+        names
+            .iter()
+            .map(|name| self.ids[name].to_string())
+            .collect()
     }
 
     fn schedule_ids(&self, names: &[&str]) -> Vec<String> {
@@ -336,9 +363,26 @@ async fn status_filter_narrows_the_lists_and_never_the_metrics() {
     let flow_id = fixture.flow.id.to_string();
     // Schedules: s1 pending (03-15), s3 overdue via a4 (03-20), s2 completed via a8 (06-01).
     let schedules = [("s1", "pending"), ("s3", "overdue"), ("s2", "completed")];
-    let ranges: [(Option<&str>, Option<&str>, &[&str], &[&str]); 3] = [
-        (None, None, &["a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"], &["s1", "s3", "s2"]),
-        (Some("2025-03-04"), Some("2025-04-02"), &["a2", "a3", "a4", "a5"], &["s1", "s3"]),
+    // (startDate, endDate, assignments in range, schedules in range)
+    type Range<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
+    let ranges: [Range<'_>; 3] = [
+        (
+            None,
+            None,
+            &["a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8"],
+            &["s1", "s3", "s2"],
+        ),
+        (
+            Some("2025-03-04"),
+            Some("2025-04-02"),
+            &["a2", "a3", "a4", "a5"],
+            &["s1", "s3"],
+        ),
         (Some("2025-04-01"), None, &["a6", "a7", "a8"], &["s2"]),
     ];
     for (start, end, in_range, schedules_in_range) in ranges {
@@ -482,7 +526,10 @@ async fn overdue_is_reported_from_the_due_date_before_the_scheduler_records_it()
         .fetch_one(&app.db)
         .await
         .unwrap();
-    assert_eq!(stored, "pending", "nothing was written; the report derived it");
+    assert_eq!(
+        stored, "pending",
+        "nothing was written; the report derived it"
+    );
 }
 
 fn periods(body: &Value) -> Vec<Value> {
@@ -1026,10 +1073,7 @@ async fn invalid_report_requests_are_400_naming_the_field() {
             json!({ "flowId": flow_id, "timezone": "Mars/Olympus" }),
             "timezone must be an IANA time zone name",
         ),
-        (
-            json!({ "flowId": flow_id, "detailed": "yes" }),
-            "detailed",
-        ),
+        (json!({ "flowId": flow_id, "detailed": "yes" }), "detailed"),
         (
             json!({ "flowId": flow_id, "groupBy": "week" }),
             "unknown field: groupBy",
@@ -1152,7 +1196,11 @@ async fn reports_are_rate_limited_by_size() {
     let small = report(&app, &org, json!({ "flowId": flow_id, "limit": 10 })).await;
     assert_eq!(small.status, 200);
     assert_eq!(small.header("ratelimit-limit"), Some("50"));
-    let before: i64 = small.header("ratelimit-remaining").unwrap().parse().unwrap();
+    let before: i64 = small
+        .header("ratelimit-remaining")
+        .unwrap()
+        .parse()
+        .unwrap();
     // An export of 25,000 rows: one request for the page and three for the rows.
     let export = report(
         &app,
@@ -1179,12 +1227,18 @@ async fn reports_are_rate_limited_by_size() {
             break;
         }
         assert_eq!(response.status, 200);
-        assert_eq!(response.body["assignments"].as_array().unwrap().len(), 10_000);
+        assert_eq!(
+            response.body["assignments"].as_array().unwrap().len(),
+            10_000
+        );
     }
     let limited = limited.expect("a 429 once the minute's allowance is spent");
     assert_eq!(limited.body["error"], json!("rate_limit_exceeded"));
     let retry_after = limited.body["retry_after"].as_u64().unwrap();
     assert!(retry_after >= 1);
-    assert_eq!(limited.header("retry-after"), Some(retry_after.to_string().as_str()));
+    assert_eq!(
+        limited.header("retry-after"),
+        Some(retry_after.to_string().as_str())
+    );
     assert_eq!(limited.header("ratelimit-limit"), Some("50"));
 }

@@ -427,7 +427,8 @@ impl AggregateView {
             total_assignments: row.total,
             completed_assignments: wants(AggregateMetric::CompletedAssignments)
                 .then_some(row.completed),
-            overdue_assignments: wants(AggregateMetric::OverdueAssignments).then_some(row.overdue()),
+            overdue_assignments: wants(AggregateMetric::OverdueAssignments)
+                .then_some(row.overdue()),
             completion_rate: wants(AggregateMetric::CompletionRate)
                 .then(|| completion_rate(row.completed, row.total)),
             average_duration: wants(AggregateMetric::AverageDuration)
@@ -645,7 +646,11 @@ fn group_progress(
     grouped
 }
 
-/// The aggregate rows of the scope.
+/// Periods aggregated together before the work is split across two connections.
+const PERIODS_PER_QUERY: usize = 8;
+
+/// The aggregate rows of the scope. A long list of periods is read in two halves on two
+/// connections at once, so Postgres works on both on separate cores.
 async fn aggregate(
     pool: &PgPool,
     scope: &Scope,
@@ -653,12 +658,25 @@ async fn aggregate(
     zone: &str,
 ) -> Result<Vec<AggregateRow>, ApiError> {
     let mut connection = pool.acquire().await?;
-    reports::aggregate(&mut connection, scope, spec, zone)
+    let periods = reports::aggregate_periods(&mut connection, scope, spec, zone)
         .await
         .map_err(|error| match error {
             AggregateError::Invalid(invalid) => ApiError::from(invalid),
             AggregateError::Database(error) => ApiError::from(error),
-        })
+        })?;
+    if periods.len() < 2 * PERIODS_PER_QUERY {
+        return Ok(reports::period_figures(&mut connection, scope, &periods).await?);
+    }
+    let (first, second) = periods.split_at(periods.len() / 2);
+    let (mut rows, rest) = tokio::try_join!(
+        reports::period_figures(&mut connection, scope, first),
+        async {
+            let mut other = pool.acquire().await?;
+            reports::period_figures(&mut other, scope, second).await
+        },
+    )?;
+    rows.extend(rest);
+    Ok(rows)
 }
 
 /// Records the export and queues it for a report-worker. If the command cannot be queued

@@ -75,7 +75,9 @@ async fn prepare(url: &str, args: &ReportBenchArgs) -> anyhow::Result<PgPool> {
     if !sqlx::Postgres::database_exists(url).await.unwrap_or(false) {
         sqlx::Postgres::create_database(url).await?;
     }
-    let pool = db::connect(url, 8).await.context("connecting to the benchmark database")?;
+    let pool = db::connect(url, 8)
+        .await
+        .context("connecting to the benchmark database")?;
     db::migrate(&pool).await?;
     Ok(pool)
 }
@@ -219,7 +221,8 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
             _ => 0,
         };
         for (position, module_id) in module_ids.iter().take(recorded).enumerate() {
-            let started = started_at.unwrap_or(assigned_at) + chrono::Duration::hours(position as i64);
+            let started =
+                started_at.unwrap_or(assigned_at) + chrono::Duration::hours(position as i64);
             let done = status == "completed" || position + 1 < recorded;
             let _ = write!(
                 progress_rows,
@@ -239,7 +242,9 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
             progress_count += 1;
         }
         if user_rows.len() > 4 << 20 {
-            users.send(std::mem::take(&mut user_rows).into_bytes()).await?;
+            users
+                .send(std::mem::take(&mut user_rows).into_bytes())
+                .await?;
         }
         if assignment_rows.len() > 4 << 20 {
             assignments
@@ -259,7 +264,9 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     progress.send(progress_rows.into_bytes()).await?;
     progress.finish().await?;
     sqlx::query("VACUUM (ANALYZE) users").execute(pool).await?;
-    sqlx::query("VACUUM (ANALYZE) assignments").execute(pool).await?;
+    sqlx::query("VACUUM (ANALYZE) assignments")
+        .execute(pool)
+        .await?;
     sqlx::query("VACUUM (ANALYZE) module_progress")
         .execute(pool)
         .await?;
@@ -318,7 +325,8 @@ async fn measure(
     args: &ReportBenchArgs,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
-    let export_dir = std::env::temp_dir().join(format!("flow-bench-exports-{}", std::process::id()));
+    let export_dir =
+        std::env::temp_dir().join(format!("flow-bench-exports-{}", std::process::id()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
     let base_url = format!("http://{address}");
@@ -395,7 +403,7 @@ async fn measure(
         flow_common::db::reports::aggregate(&mut connection, &scope, &spec, "UTC").await?;
         samples.push(started.elapsed());
     }
-    summary("  of which the aggregate SQL", &mut samples);
+    summary("  aggregate SQL, one connection", &mut samples);
     let mut samples = Vec::new();
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();
@@ -455,9 +463,7 @@ async fn measure(
             match response.status().as_u16() {
                 202 => tokio::time::sleep(Duration::from_millis(50)).await,
                 200 => {
-                    break response
-                        .content_length()
-                        .unwrap_or_default();
+                    break response.content_length().unwrap_or_default();
                 }
                 status => anyhow::bail!("export answered {status}: {}", response.text().await?),
             }

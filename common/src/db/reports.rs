@@ -332,19 +332,51 @@ impl AggregateRow {
     }
 }
 
-static AGGREGATES_SQL: LazyLock<String> = LazyLock::new(|| {
+/// One aggregation period: its local start (labels come from it) and its instants.
+#[derive(Debug, Clone, Copy, PartialEq, FromRow)]
+pub struct PeriodBounds {
+    /// Local wall-clock start.
+    pub local_start: NaiveDateTime,
+    /// First instant.
+    pub period_start: DateTime<Utc>,
+    /// First instant of the next period.
+    pub period_end: DateTime<Utc>,
+}
+
+/// The periods of length `period` in time zone `zone` from the one containing `first` to the one
+/// containing `last`, cut by Postgres (`date_trunc` and `generate_series` on local time, then
+/// back to instants: a day is 23 or 25 hours long across a clock change).
+pub async fn periods<'e>(
+    executor: impl PgExecutor<'e>,
+    period: Period,
+    zone: &str,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+) -> Result<Vec<PeriodBounds>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT local_start,
+                local_start AT TIME ZONE $1 AS period_start,
+                (local_start + $3::interval) AT TIME ZONE $1 AS period_end
+         FROM generate_series(date_trunc($2, $4 AT TIME ZONE $1),
+                              date_trunc($2, $5 AT TIME ZONE $1),
+                              $3::interval) AS local_start
+         ORDER BY local_start",
+    )
+    .bind(zone)
+    .bind(period.sql_unit())
+    .bind(period.sql_step())
+    .bind(first)
+    .bind(last)
+    .fetch_all(executor)
+    .await
+}
+
+static PERIOD_FIGURES_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
-        "WITH periods AS (
-            SELECT local_start,
-                   local_start AT TIME ZONE $5 AS period_start,
-                   (local_start + $7::interval) AT TIME ZONE $5 AS period_end
-            FROM generate_series(date_trunc($6, $8 AT TIME ZONE $5),
-                                 date_trunc($6, $9 AT TIME ZONE $5),
-                                 $7::interval) AS local_start
-         )
-         SELECT p.local_start, p.period_start, p.period_end, f.total, f.completed,
+        "SELECT p.local_start, p.period_start, p.period_end, f.total, f.completed,
                 f.in_progress, f.pending, f.completion_seconds, f.average_duration_seconds
-         FROM periods p
+         FROM unnest($5::timestamp[], $6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY
+              AS p(local_start, period_start, period_end, position)
          CROSS JOIN LATERAL (
             SELECT {FIGURES},
                    avg(date_part('epoch', a.completed_at) - date_part('epoch', a.started_at))
@@ -354,40 +386,40 @@ static AGGREGATES_SQL: LazyLock<String> = LazyLock::new(|| {
               AND a.assigned_at >= greatest(p.period_start, $2)
               AND a.assigned_at < least(p.period_end, $3)
          ) f
-         ORDER BY p.local_start"
+         ORDER BY p.position"
     )
 });
 
-/// One row per `period` of time zone `zone` from the one containing `first` to the one
-/// containing `last`, empty periods included. Each period is read as a range of the report index
-/// (no per-row time zone arithmetic), and only assignments within the scope's range count. The
-/// periods cover the whole range, so the rows also give the report's metrics.
-/// Aggregates describe every assignment whatever the status filter, like the metrics.
-pub async fn aggregates(
+/// The figures of each period, counting only assignments within the scope's range. Each period
+/// is read as a range of the report index (an index-only scan, no per-row time zone arithmetic).
+/// Aggregates describe every assignment whatever the status filter, like the metrics; since the
+/// periods cover the whole range, the rows also give the report's metrics.
+pub async fn period_figures(
     connection: &mut PgConnection,
     scope: &Scope,
-    period: Period,
-    zone: &str,
-    first: DateTime<Utc>,
-    last: DateTime<Utc>,
+    periods: &[PeriodBounds],
 ) -> Result<Vec<AggregateRow>, sqlx::Error> {
     use sqlx::Acquire;
+    if periods.is_empty() {
+        return Ok(Vec::new());
+    }
+    let local_starts: Vec<NaiveDateTime> = periods.iter().map(|p| p.local_start).collect();
+    let starts: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_start).collect();
+    let ends: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_end).collect();
     let mut transaction = connection.begin().await?;
-    // The planner cannot see how few periods there are and would spend longer compiling the
-    // query (JIT) than running it.
+    // The planner cannot see how few periods there are and may spend longer compiling the query
+    // (JIT) than running it.
     sqlx::query("SET LOCAL jit = off")
         .execute(&mut *transaction)
         .await?;
-    let rows = sqlx::query_as(AssertSqlSafe(AGGREGATES_SQL.as_str()))
+    let rows = sqlx::query_as(AssertSqlSafe(PERIOD_FIGURES_SQL.as_str()))
         .bind(scope.flow_id)
         .bind(scope.lower)
         .bind(scope.upper)
         .bind(scope.now)
-        .bind(zone)
-        .bind(period.sql_unit())
-        .bind(period.sql_step())
-        .bind(first)
-        .bind(last)
+        .bind(&local_starts)
+        .bind(&starts)
+        .bind(&ends)
         .fetch_all(&mut *transaction)
         .await?;
     transaction.commit().await?;
@@ -405,32 +437,44 @@ pub enum AggregateError {
     Database(#[from] sqlx::Error),
 }
 
-/// The aggregate rows of a report by `spec.by` in `zone`: from the period of the range start (or
-/// of the first assignment when the range is open) to the period of the range end (or of the last
-/// assignment). Refuses aggregations wider than [`MAX_PERIODS`] periods.
+/// The periods of a report aggregated by `spec.by` in `zone`: from the period of the range start
+/// (or of the first assignment when the range is open) to the period of the range end (or of the
+/// last assignment). Refuses aggregations wider than [`MAX_PERIODS`] periods.
+pub async fn aggregate_periods(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    spec: &AggregateSpec,
+    zone: &str,
+) -> Result<Vec<PeriodBounds>, AggregateError> {
+    let Some((first, last)) = aggregation_window(connection, scope).await? else {
+        return Ok(Vec::new());
+    };
+    let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::Tz::UTC);
+    let count = spec.by.count_between(
+        first.with_timezone(&tz).date_naive(),
+        last.with_timezone(&tz).date_naive(),
+    );
+    if count > MAX_PERIODS {
+        return Err(Invalid::new(format!(
+            "aggregating by {} over this range gives {count} periods; at most {MAX_PERIODS} are \
+             allowed: narrow startDate/endDate or aggregate by a longer period",
+            spec.by
+        ))
+        .into());
+    }
+    Ok(periods(&mut *connection, spec.by, zone, first, last).await?)
+}
+
+/// The aggregate rows of a report (periods as [`aggregate_periods`] cuts them), on one
+/// connection (an export reads them in its snapshot).
 pub async fn aggregate(
     connection: &mut PgConnection,
     scope: &Scope,
     spec: &AggregateSpec,
     zone: &str,
 ) -> Result<Vec<AggregateRow>, AggregateError> {
-    let Some((first, last)) = aggregation_window(connection, scope).await? else {
-        return Ok(Vec::new());
-    };
-    let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::Tz::UTC);
-    let periods = spec.by.count_between(
-        first.with_timezone(&tz).date_naive(),
-        last.with_timezone(&tz).date_naive(),
-    );
-    if periods > MAX_PERIODS {
-        return Err(Invalid::new(format!(
-            "aggregating by {} over this range gives {periods} periods; at most {MAX_PERIODS} are \
-             allowed: narrow startDate/endDate or aggregate by a longer period",
-            spec.by
-        ))
-        .into());
-    }
-    Ok(aggregates(&mut *connection, scope, spec.by, zone, first, last).await?)
+    let periods = aggregate_periods(connection, scope, spec, zone).await?;
+    Ok(period_figures(connection, scope, &periods).await?)
 }
 
 /// First and last instants to aggregate: the range bounds given, else the assignments' span.

@@ -234,12 +234,17 @@ fn is_interruption(error: &anyhow::Error) -> bool {
 
 /// The chart period for a span when the request did not aggregate: about 5 to 60 bars.
 fn chart_period(first: DateTime<Utc>, last: DateTime<Utc>) -> Period {
-    match (last - first).num_days() {
-        ..=45 => Period::Day,
-        ..=300 => Period::Week,
-        ..=1_800 => Period::Month,
-        ..=5_400 => Period::Quarter,
-        _ => Period::Year,
+    let days = (last - first).num_days();
+    if days <= 45 {
+        Period::Day
+    } else if days <= 300 {
+        Period::Week
+    } else if days <= 1_800 {
+        Period::Month
+    } else if days <= 5_400 {
+        Period::Quarter
+    } else {
+        Period::Year
     }
 }
 

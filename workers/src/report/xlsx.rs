@@ -169,7 +169,6 @@ impl XlsxWriter {
                 "not included"
             },
         )?;
-        let mut row = row;
         summary.write_string_with_format(row, 0, "Generated at (UTC)", &bold)?;
         summary.write_datetime_with_format(row, 1, excel_time(header.generated_at), &date)?;
         row += 2;
