@@ -25,7 +25,8 @@ use flow_common::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_common::messages::{EXPORT_COMMAND_VERSION, ExportCommand};
 use flow_common::report::{
     AggregateMetric, AggregateSpec, DEFAULT_PAGE_LIMIT, EXPORT_VALIDITY, ExportFormat,
-    MAX_PAGE_LIMIT, PageCursor, ReportParameters, check_range, completion_rate, whole_seconds,
+    MAX_PAGE_LIMIT, PDF_ROW_LIMIT, PageCursor, ReportParameters, check_range, completion_rate,
+    whole_seconds,
 };
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
@@ -503,7 +504,11 @@ pub async fn report(
     )
     .await?;
     if let Some(format) = input.format {
-        let rows = response.metrics_matching;
+        // A PDF shows at most PDF_ROW_LIMIT rows; CSV and Excel hold every matching one.
+        let rows = match format {
+            ExportFormat::Pdf => response.metrics_matching.min(PDF_ROW_LIMIT),
+            ExportFormat::Csv | ExportFormat::Excel => response.metrics_matching,
+        };
         let export_cost = ceil_div(rows, EXPORT_ROWS_PER_REQUEST);
         if export_cost > 0 {
             rate = state
