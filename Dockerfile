@@ -7,13 +7,15 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bins \
  && mkdir -p /out \
- && for bin in flow-api assign-worker flowctl; do cp "target/release/$bin" /out/; done
+ && for bin in flow-api assign-worker report-worker flowctl; do cp "target/release/$bin" /out/; done
 
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --uid 10001 --home-dir /var/lib/flow --create-home flow
+ && useradd --system --uid 10001 --home-dir /var/lib/flow --create-home flow \
+ && mkdir -p /var/lib/flow/exports \
+ && chown flow:flow /var/lib/flow/exports
 COPY --from=build /out/ /usr/local/bin/
 USER flow
 WORKDIR /var/lib/flow

@@ -19,6 +19,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::config::CoreConfig;
+use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -65,6 +66,10 @@ pub struct ApiConfig {
     /// Concurrent batched lookup queries.
     #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 4)]
     pub lookup_concurrency: usize,
+
+    /// Where report exports are read from (the report-workers' export store).
+    #[command(flatten)]
+    pub export_store: ExportStoreConfig,
 }
 
 /// Everything handlers share. Cheap to clone.
@@ -86,6 +91,8 @@ pub struct AppState {
     pub config: Arc<ApiConfig>,
     /// Prometheus exposition.
     pub metrics: PrometheusHandle,
+    /// Export files.
+    pub export_store: ExportStore,
 }
 
 impl AppState {
@@ -175,6 +182,8 @@ pub async fn build_state(
         config.publish_batches_in_flight,
         shutdown.clone(),
     );
+    let export_store =
+        ExportStore::open(&config.export_store).context("opening the export store")?;
     Ok(AppState {
         assign_publisher,
         limiter: RateLimiter::new(db.clone()),
@@ -184,6 +193,7 @@ pub async fn build_state(
         lookup,
         config: Arc::new(config),
         metrics: flow_common::telemetry::metrics_handle(),
+        export_store,
     })
 }
 

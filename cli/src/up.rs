@@ -27,6 +27,8 @@ pub enum Component {
     Api,
     /// The assign-worker.
     AssignWorker,
+    /// The report-worker (exports).
+    ReportWorker,
 }
 
 impl UpArgs {
@@ -81,6 +83,8 @@ pub async fn run_until(
     }
     let mut assign: flow_workers::assign::AssignWorkerConfig = from_env();
     assign.core = core.clone();
+    let mut report: flow_workers::report::ReportWorkerConfig = from_env();
+    report.core = core.clone();
 
     let mut tasks = JoinSet::new();
     let base_url = api.public_base_url.clone();
@@ -93,6 +97,9 @@ pub async fn run_until(
     }
     if args.runs(Component::AssignWorker) {
         tasks.spawn(flow_workers::assign::run(assign, shutdown.clone()));
+    }
+    if args.runs(Component::ReportWorker) {
+        tasks.spawn(flow_workers::report::run(report, shutdown.clone()));
     }
 
     if args.demo {

@@ -4,9 +4,12 @@
 pub mod amqp;
 pub mod config;
 pub mod db;
+#[macro_use]
 pub mod domain;
 pub mod duration;
+pub mod export_store;
 pub mod ids;
 pub mod messages;
+pub mod report;
 pub mod shutdown;
 pub mod telemetry;

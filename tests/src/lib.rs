@@ -4,6 +4,7 @@
 //! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
 
 pub mod proxy;
+pub mod reports;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

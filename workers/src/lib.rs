@@ -3,3 +3,4 @@
 
 pub mod assign;
 pub mod consumer;
+pub mod report;

@@ -2,9 +2,11 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod exports;
 pub mod flows;
 pub mod health;
 pub mod pagination;
+pub mod report;
 pub mod users;
 
 use utoipa_axum::router::OpenApiRouter;
@@ -19,4 +21,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(assignments::router())
         .merge(users::router())
         .merge(flows::router())
+        .merge(report::router())
+        .merge(exports::router())
 }

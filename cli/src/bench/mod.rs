@@ -2,6 +2,7 @@
 
 pub mod assign;
 pub mod broker;
+pub mod report;
 
 use clap::Subcommand;
 use flow_common::config::CoreConfig;
@@ -13,6 +14,8 @@ pub enum BenchCommand {
     Assign(assign::AssignBenchArgs),
     /// Publish-only ceiling of the broker: persistent messages, quorum queue, confirms.
     Broker(broker::BrokerBenchArgs),
+    /// Report, weekly aggregate and exports of a flow with a million assignments.
+    Report(report::ReportBenchArgs),
 }
 
 /// `flowctl bench ...`.
@@ -20,5 +23,6 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
     match command {
         BenchCommand::Assign(args) => assign::run(core, args).await,
         BenchCommand::Broker(args) => broker::run(core, args).await,
+        BenchCommand::Report(args) => report::run(core, args).await,
     }
 }

@@ -1,10 +1,12 @@
 //! Postgres access, one module per aggregate. Plain SQL close to the function that uses it.
 
 pub mod assignments;
+pub mod exports;
 pub mod flows;
 pub mod keys;
 pub mod orgs;
 pub mod rate_limits;
+pub mod reports;
 pub mod users;
 
 use std::time::Duration;

@@ -1,0 +1,173 @@
+//! `GET /v1/exports/{id}`: the state of an export while it is generated, then the file itself,
+//! streamed from the export store.
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, Utc};
+use flow_common::db::exports::{self, ExportRecord, ExportStatus};
+use flow_common::domain::{format_timestamp, timestamp};
+use flow_common::ids::ExportId;
+use futures::TryStreamExt;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::Auth;
+
+/// Seconds a caller is asked to wait before polling a pending export again.
+const RETRY_AFTER_SECONDS: u32 = 2;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(get_export))
+}
+
+/// An export that is not ready yet (202), or that failed (500).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportState {
+    /// Identifier.
+    pub export_id: ExportId,
+    /// pending (waiting for a worker), running, or failed.
+    pub status: String,
+    /// Percent of the rows written so far, 0 to 100.
+    pub progress: f64,
+    /// Rows written so far.
+    pub rows_written: i64,
+    /// Rows the file will hold, once known.
+    pub rows_total: Option<i64>,
+    /// When the download address expires.
+    #[serde(serialize_with = "timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: DateTime<Utc>,
+}
+
+impl From<&ExportRecord> for ExportState {
+    fn from(export: &ExportRecord) -> Self {
+        Self {
+            export_id: export.id,
+            status: export.status().as_str().to_owned(),
+            progress: export.progress_percent(),
+            rows_written: export.rows_written,
+            rows_total: export.rows_total,
+            expires_at: export.expires_at,
+        }
+    }
+}
+
+/// The body of a failed export: the error body plus the export's state.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ExportFailure {
+    /// `internal_error`.
+    pub error: &'static str,
+    /// What went wrong, and what to do.
+    pub message: String,
+    /// The export.
+    #[serde(flatten)]
+    pub export: ExportState,
+}
+
+/// Download an export.
+///
+/// 202 with `Retry-After` and the progress while the export is generated; 200 with the file once
+/// it is ready; 410 once it has expired; 500 if it failed (request a new export).
+#[utoipa::path(
+    get,
+    path = "/v1/exports/{id}",
+    tag = "reports",
+    params(("id" = String, Path, description = "Export id (exp_…)")),
+    responses(
+        (status = 200, description = "The file", content(
+            (String = "text/csv"),
+            (Vec<u8> = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+            (Vec<u8> = "application/pdf"),
+        )),
+        (status = 202, description = "Still being generated; poll again after Retry-After seconds", body = ExportState),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such export in this organization", body = ErrorBody),
+        (status = 410, description = "The export has expired", body = ErrorBody),
+        (status = 500, description = "The export failed", body = ExportFailure),
+    )
+)]
+pub async fn get_export(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = ExportId::parse(&id).ok_or_else(|| ApiError::not_found("export"))?;
+    let export = exports::get(&state.db, auth.org_id(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("export"))?;
+    if export.expires_at <= Utc::now() || export.status() == ExportStatus::Expired {
+        return Err(ApiError::Gone(format!(
+            "export {id} expired at {}; request a new export",
+            format_timestamp(export.expires_at)
+        )));
+    }
+    match export.status() {
+        ExportStatus::Pending | ExportStatus::Running => {
+            let mut response =
+                (StatusCode::ACCEPTED, Json(ExportState::from(&export))).into_response();
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            Ok(response)
+        }
+        ExportStatus::Failed => {
+            let reason = export.error.as_deref().unwrap_or("unknown error");
+            let body = ExportFailure {
+                error: "internal_error",
+                message: format!("export {id} failed: {reason}; request a new export"),
+                export: ExportState::from(&export),
+            };
+            Ok((StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response())
+        }
+        ExportStatus::Ready | ExportStatus::Expired => download(&state, &export).await,
+    }
+}
+
+/// Streams the file from the export store without holding it in memory.
+async fn download(state: &AppState, export: &ExportRecord) -> Result<Response, ApiError> {
+    let key = export.object_key.as_deref().ok_or_else(|| {
+        ApiError::Internal(anyhow::anyhow!(
+            "export {} is ready without a file",
+            export.id
+        ))
+    })?;
+    let file = state.export_store.get(key).await.map_err(|error| {
+        ApiError::Internal(anyhow::Error::new(error).context(format!(
+            "opening the file of export {} in the export store",
+            export.id
+        )))
+    })?;
+    let size = file.meta.size;
+    let stream = file.into_stream().map_err(std::io::Error::other);
+    let content_type = export
+        .content_type
+        .clone()
+        .unwrap_or_else(|| export.format().content_type().to_owned());
+    let file_name = export
+        .file_name
+        .clone()
+        .unwrap_or_else(|| format!("{}.{}", export.id, export.format().extension()));
+    let disposition = format!("attachment; filename=\"{}\"", file_name.replace('"', ""));
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, content_type),
+        (header::CONTENT_DISPOSITION, disposition),
+        (header::CONTENT_LENGTH, size.to_string()),
+        (header::CACHE_CONTROL, "private, no-store".to_owned()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    Ok(response)
+}

@@ -1,0 +1,507 @@
+//! `flowctl bench report`: seeds a flow with a million assignments (with `COPY`) in a database of
+//! its own, runs the API and a report-worker in this process, and measures the report (metrics +
+//! first page), the weekly aggregate, and each export format end to end (request → file ready),
+//! with the process's peak memory during each export. Postgres's own `COPY (SELECT ...) TO STDOUT
+//! WITH CSV` of the same rows is timed for comparison with the CSV export.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use chrono::{DateTime, TimeZone, Utc};
+use clap::Args;
+use flow_common::config::{CoreConfig, from_env};
+use flow_common::db::{self, flows::NewModule, orgs};
+use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, UserId};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+use sqlx::migrate::MigrateDatabase;
+use sqlx::postgres::PgPoolCopyExt;
+use tokio_util::sync::CancellationToken;
+
+/// Options of the report benchmark.
+#[derive(Debug, Clone, Args)]
+pub struct ReportBenchArgs {
+    /// Assignments in the benchmark flow.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub assignments: u64,
+    /// Timed runs of the report and of the aggregate.
+    #[arg(long, default_value_t = 20)]
+    pub iterations: usize,
+    /// Export formats to time (csv, excel, pdf).
+    #[arg(long, value_delimiter = ',', default_value = "csv,excel,pdf")]
+    pub formats: Vec<String>,
+    /// Database created for the benchmark on the server of DATABASE_URL (dropped at the end).
+    #[arg(long, default_value = "flow_bench_report")]
+    pub database: String,
+    /// Keep the benchmark database (and reuse it next time if it has the same size).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Runs the benchmark and prints what it measured.
+pub async fn run(core: &CoreConfig, args: ReportBenchArgs) -> anyhow::Result<()> {
+    let url = database_url(&core.database_url, &args.database);
+    let mut core = core.clone();
+    core.database_url = url.clone();
+    core.queue_prefix = format!("bench.{}", uuid::Uuid::now_v7().simple());
+    let pool = prepare(&url, &args).await?;
+    let seeded = seed(&pool, args.assignments).await?;
+    let result = measure(&core, &pool, &seeded, &args).await;
+    pool.close().await;
+    if !args.keep {
+        sqlx::Postgres::drop_database(&url)
+            .await
+            .context("dropping the benchmark database")?;
+    }
+    result
+}
+
+fn database_url(base: &str, database: &str) -> String {
+    let (address, query) = match base.split_once('?') {
+        Some((address, query)) => (address, format!("?{query}")),
+        None => (base, String::new()),
+    };
+    let server = address
+        .rsplit_once('/')
+        .map_or(address, |(server, _)| server);
+    format!("{server}/{database}{query}")
+}
+
+async fn prepare(url: &str, args: &ReportBenchArgs) -> anyhow::Result<PgPool> {
+    if !args.keep && sqlx::Postgres::database_exists(url).await.unwrap_or(false) {
+        sqlx::Postgres::drop_database(url).await?;
+    }
+    if !sqlx::Postgres::database_exists(url).await.unwrap_or(false) {
+        sqlx::Postgres::create_database(url).await?;
+    }
+    let pool = db::connect(url, 8)
+        .await
+        .context("connecting to the benchmark database")?;
+    db::migrate(&pool).await?;
+    Ok(pool)
+}
+
+/// What the seed created.
+struct Seeded {
+    org_id: OrgId,
+    flow_id: FlowId,
+    key: String,
+    rows: u64,
+}
+
+/// A small deterministic generator (xorshift), so every run seeds the same data.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+}
+
+fn copy_time(out: &mut String, at: DateTime<Utc>) {
+    let _ = write!(out, "{}", at.format("%Y-%m-%d %H:%M:%S%.6f+00"));
+}
+
+async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
+    let existing: Option<(OrgId, FlowId, i64)> = sqlx::query_as(
+        "SELECT f.org_id, f.id, (SELECT count(*) FROM assignments a WHERE a.flow_id = f.id)
+         FROM flows f WHERE f.name = 'Bench flow' LIMIT 1",
+    )
+    .fetch_optional(pool)
+    .await?;
+    if let Some((org_id, flow_id, rows)) = existing
+        && u64::try_from(rows).unwrap_or(0) == count
+    {
+        let (_, key) = db::keys::create(pool, org_id, "bench").await?;
+        println!("reusing the seeded flow ({rows} assignments)");
+        return Ok(Seeded {
+            org_id,
+            flow_id,
+            key,
+            rows: count,
+        });
+    }
+    let started = Instant::now();
+    let org = orgs::create(
+        pool,
+        &orgs::NewOrganization {
+            name: "Bench org".into(),
+            tier: orgs::Tier::Enterprise,
+            timezone: chrono_tz::Tz::UTC,
+            assign_limit_per_minute: None,
+            report_limit_per_minute: Some(1_000_000),
+        },
+    )
+    .await?;
+    let modules: Vec<NewModule> = ["Welcome", "Policies", "Security", "Tools", "Quiz"]
+        .iter()
+        .map(|name| NewModule {
+            name: (*name).to_owned(),
+            estimated_minutes: 30,
+        })
+        .collect();
+    let (flow, modules) = db::flows::create(pool, org.id, "Bench flow", None, &modules).await?;
+    let module_ids: Vec<ModuleId> = modules.iter().map(|module| module.id).collect();
+    let (_, key) = db::keys::create(pool, org.id, "bench").await?;
+
+    let origin = Utc
+        .with_ymd_and_hms(2025, 11, 1, 0, 0, 0)
+        .single()
+        .context("origin")?;
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let mut users = pool
+        .copy_in_raw("COPY users (id, org_id, email, email_normalized) FROM STDIN")
+        .await?;
+    let mut assignments = pool
+        .copy_in_raw(
+            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
+             assigned_at, started_at, completed_at) FROM STDIN",
+        )
+        .await?;
+    let mut progress = pool
+        .copy_in_raw(
+            "COPY module_progress (assignment_id, module_id, status, started_at, completed_at) \
+             FROM STDIN",
+        )
+        .await?;
+    let (mut user_rows, mut assignment_rows, mut progress_rows) =
+        (String::new(), String::new(), String::new());
+    let mut progress_count = 0u64;
+    for index in 0..count {
+        let user_id = UserId::new();
+        let email = format!("bench-{index}@bench.example");
+        let _ = writeln!(user_rows, "{}\t{}\t{email}\t{email}", user_id.0, org.id.0);
+        let assignment_id = AssignmentId::new();
+        let assigned_at = origin + chrono::Duration::seconds(random.below(365 * 86_400) as i64);
+        let roll = random.below(100);
+        let status = match roll {
+            0..55 => "completed",
+            55..75 => "in_progress",
+            75..95 => "pending",
+            _ => "overdue",
+        };
+        let due_at = (random.below(2) == 0 || status == "overdue")
+            .then(|| assigned_at + chrono::Duration::days(30));
+        let started_at = matches!(status, "completed" | "in_progress")
+            .then(|| assigned_at + chrono::Duration::seconds(random.below(3 * 86_400) as i64));
+        let completed_at = (status == "completed").then(|| {
+            started_at.unwrap_or(assigned_at)
+                + chrono::Duration::seconds(3_600 + random.below(10 * 86_400) as i64)
+        });
+        let _ = write!(
+            assignment_rows,
+            "{}\t{}\t{}\t{}\t{status}\tmedium\t",
+            assignment_id.0, org.id.0, flow.id.0, user_id.0
+        );
+        let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
+            Some(at) => copy_time(out, at),
+            None => out.push_str("\\N"),
+        };
+        optional(&mut assignment_rows, due_at);
+        assignment_rows.push('\t');
+        copy_time(&mut assignment_rows, assigned_at);
+        assignment_rows.push('\t');
+        optional(&mut assignment_rows, started_at);
+        assignment_rows.push('\t');
+        optional(&mut assignment_rows, completed_at);
+        assignment_rows.push('\n');
+        // Module progress: every in-progress assignment has one or two modules going; one in
+        // five completed assignments has all five recorded.
+        let recorded = match status {
+            "in_progress" => 1 + random.below(2) as usize,
+            "completed" if random.below(5) == 0 => module_ids.len(),
+            _ => 0,
+        };
+        for (position, module_id) in module_ids.iter().take(recorded).enumerate() {
+            let started =
+                started_at.unwrap_or(assigned_at) + chrono::Duration::hours(position as i64);
+            let done = status == "completed" || position + 1 < recorded;
+            let _ = write!(
+                progress_rows,
+                "{}\t{}\t{}\t",
+                assignment_id.0,
+                module_id.0,
+                if done { "completed" } else { "in_progress" }
+            );
+            copy_time(&mut progress_rows, started);
+            progress_rows.push('\t');
+            if done {
+                copy_time(&mut progress_rows, started + chrono::Duration::minutes(30));
+            } else {
+                progress_rows.push_str("\\N");
+            }
+            progress_rows.push('\n');
+            progress_count += 1;
+        }
+        if user_rows.len() > 4 << 20 {
+            users
+                .send(std::mem::take(&mut user_rows).into_bytes())
+                .await?;
+        }
+        if assignment_rows.len() > 4 << 20 {
+            assignments
+                .send(std::mem::take(&mut assignment_rows).into_bytes())
+                .await?;
+        }
+        if progress_rows.len() > 4 << 20 {
+            progress
+                .send(std::mem::take(&mut progress_rows).into_bytes())
+                .await?;
+        }
+    }
+    users.send(user_rows.into_bytes()).await?;
+    users.finish().await?;
+    assignments.send(assignment_rows.into_bytes()).await?;
+    assignments.finish().await?;
+    progress.send(progress_rows.into_bytes()).await?;
+    progress.finish().await?;
+    sqlx::query("VACUUM (ANALYZE) users").execute(pool).await?;
+    sqlx::query("VACUUM (ANALYZE) assignments")
+        .execute(pool)
+        .await?;
+    sqlx::query("VACUUM (ANALYZE) module_progress")
+        .execute(pool)
+        .await?;
+    println!(
+        "seeded {count} assignments and {progress_count} module progress rows with COPY in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(Seeded {
+        org_id: org.id,
+        flow_id: flow.id,
+        key,
+        rows: count,
+    })
+}
+
+/// Peak and current resident memory of this process, in MiB, from `/proc/self/status`.
+fn memory() -> (f64, f64) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|kib| kib.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Resets the peak-memory mark (Linux: writing 5 to `clear_refs`), so each export's peak is its own.
+fn reset_peak_memory() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn summary(label: &str, samples: &mut [Duration]) {
+    samples.sort();
+    let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+    let percentile = |p: f64| {
+        let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
+        ms(samples[index.min(samples.len() - 1)])
+    };
+    println!(
+        "{label:<34} min {:>7.1} ms   p50 {:>7.1} ms   p95 {:>7.1} ms   max {:>7.1} ms   ({} runs)",
+        ms(samples[0]),
+        percentile(0.5),
+        percentile(0.95),
+        ms(samples[samples.len() - 1]),
+        samples.len()
+    );
+}
+
+async fn measure(
+    core: &CoreConfig,
+    pool: &PgPool,
+    seeded: &Seeded,
+    args: &ReportBenchArgs,
+) -> anyhow::Result<()> {
+    let shutdown = CancellationToken::new();
+    let export_dir =
+        std::env::temp_dir().join(format!("flow-bench-exports-{}", std::process::id()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let base_url = format!("http://{address}");
+    let mut api: flow_api::ApiConfig = from_env();
+    api.core = core.clone();
+    api.bind = address;
+    api.public_base_url = base_url.clone();
+    api.export_store.export_store_url = export_dir.to_string_lossy().into_owned();
+    let state = flow_api::build_state(api, shutdown.clone()).await?;
+    let server = tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));
+    let mut worker: flow_workers::report::ReportWorkerConfig = from_env();
+    worker.core = core.clone();
+    worker.core.database_max_connections = 4;
+    worker.export_store.export_store_url = export_dir.to_string_lossy().into_owned();
+    worker.poll_interval_ms = 50;
+    worker.concurrency = 1;
+    let worker_task = tokio::spawn(flow_workers::report::run(worker, shutdown.clone()));
+
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(600))
+        .build()?;
+    let report = |body: Value| {
+        let client = client.clone();
+        let url = format!("{base_url}/v1/flows/report");
+        let key = seeded.key.clone();
+        async move {
+            let started = Instant::now();
+            let response = client.post(url).bearer_auth(key).json(&body).send().await?;
+            let status = response.status();
+            let body: Value = response.json().await?;
+            anyhow::ensure!(status.is_success(), "report answered {status}: {body}");
+            anyhow::Ok((started.elapsed(), body))
+        }
+    };
+    let flow_id = seeded.flow_id.to_string();
+    println!();
+    println!(
+        "flow {flow_id}: {} assignments (organization {})",
+        seeded.rows, seeded.org_id
+    );
+
+    let inline = json!({ "flowId": flow_id });
+    let (_, first) = report(inline.clone()).await?;
+    println!(
+        "metrics: {}",
+        serde_json::to_string(&first["metrics"]).unwrap_or_default()
+    );
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        samples.push(report(inline.clone()).await?.0);
+    }
+    summary("report: metrics + first 1,000", &mut samples);
+
+    let weekly = json!({ "flowId": flow_id, "aggregate": { "by": "week" }, "limit": 1 });
+    let (_, body) = report(weekly.clone()).await?;
+    let weeks = body["aggregates"].as_array().map_or(0, Vec::len);
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        samples.push(report(weekly.clone()).await?.0);
+    }
+    summary(&format!("aggregate by week ({weeks} weeks)"), &mut samples);
+    let mut connection = pool.acquire().await?;
+    let scope = flow_common::db::reports::Scope {
+        flow_id: seeded.flow_id,
+        lower: flow_common::report::ReportParameters::open_bounds().0,
+        upper: flow_common::report::ReportParameters::open_bounds().1,
+        now: Utc::now(),
+        status: None,
+    };
+    let spec = flow_common::report::AggregateSpec::parse("week", None)?;
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        let started = Instant::now();
+        flow_common::db::reports::aggregate(&mut connection, &scope, &spec, "UTC").await?;
+        samples.push(started.elapsed());
+    }
+    summary("  aggregate SQL, one connection", &mut samples);
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        let started = Instant::now();
+        flow_common::db::reports::metrics(&mut *connection, &scope).await?;
+        samples.push(started.elapsed());
+    }
+    summary("  and the metrics SQL", &mut samples);
+    drop(connection);
+
+    // Postgres's own CSV of the same rows, for comparison with the CSV export.
+    let sql = flow_common::db::reports::export_select_sql(false)
+        .replace("$6", "NULL")
+        .replace("$5", "NULL::text")
+        .replace("$4", "now()")
+        .replace("$3", "'10000-01-01 00:00:00+00'::timestamptz")
+        .replace("$2", "'-infinity'::timestamptz")
+        .replace("$1", &format!("'{}'::uuid", seeded.flow_id.0));
+    let copy = format!("COPY ({sql}) TO STDOUT WITH (FORMAT csv, HEADER)");
+    let started = Instant::now();
+    let mut stream = pool.copy_out_raw(&copy).await?;
+    let mut copied = 0usize;
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        copied += chunk?.len();
+    }
+    drop(stream);
+    let copy_time = started.elapsed();
+    println!(
+        "{:<34} {:>8.2} s   {:>7.1} MiB",
+        "Postgres COPY ... TO STDOUT CSV",
+        copy_time.as_secs_f64(),
+        copied as f64 / 1_048_576.0
+    );
+
+    for format in &args.formats {
+        reset_peak_memory();
+        let (_, baseline) = memory();
+        let sampling = CancellationToken::new();
+        let sampler = {
+            let sampling = sampling.clone();
+            tokio::spawn(async move {
+                let mut highest = 0f64;
+                while !sampling.is_cancelled() {
+                    highest = highest.max(memory().1);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                highest
+            })
+        };
+        let started = Instant::now();
+        let (_, body) = report(json!({ "flowId": flow_id, "format": format, "limit": 1 })).await?;
+        let url = body["downloadUrl"]
+            .as_str()
+            .context("downloadUrl")?
+            .to_owned();
+        let size = loop {
+            let response = client.get(&url).bearer_auth(&seeded.key).send().await?;
+            match response.status().as_u16() {
+                202 => tokio::time::sleep(Duration::from_millis(50)).await,
+                200 => {
+                    break response.content_length().unwrap_or_default();
+                }
+                status => anyhow::bail!("export answered {status}: {}", response.text().await?),
+            }
+        };
+        let elapsed = started.elapsed();
+        sampling.cancel();
+        let sampled = sampler.await.unwrap_or(0.0);
+        let (peak, _) = memory();
+        let export_id = body["exportId"].as_str().unwrap_or_default();
+        let generation: Option<f64> = sqlx::query_scalar(
+            "SELECT extract(epoch FROM finished_at - started_at)::float8 FROM exports WHERE id = $1",
+        )
+        .bind(flow_common::ids::ExportId::parse(export_id))
+        .fetch_optional(pool)
+        .await?
+        .flatten();
+        let ratio = if format == "csv" {
+            format!(
+                "   {:.2}× COPY",
+                elapsed.as_secs_f64() / copy_time.as_secs_f64()
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "{:<34} {:>8.2} s   {:>7.1} MiB   worker {:.2} s   peak RSS {:.0} MiB (sampled {:.0}, before {:.0}){ratio}",
+            format!("export {format} (request → ready)"),
+            elapsed.as_secs_f64(),
+            size as f64 / 1_048_576.0,
+            generation.unwrap_or(f64::NAN),
+            peak,
+            sampled,
+            baseline,
+        );
+    }
+    shutdown.cancel();
+    drop(server.await);
+    drop(worker_task.await);
+    drop(std::fs::remove_dir_all(&export_dir));
+    Ok(())
+}

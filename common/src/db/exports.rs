@@ -1,0 +1,414 @@
+//! Exports: the row the API writes for an export request is also the job. A report-worker claims
+//! it (`running`, its id, a lease), renews the lease while it works and fences every later write
+//! on still holding it, so a job is only ever worked on by one worker at a time; a job whose
+//! lease lapsed (its worker died) is claimable again.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{FromRow, PgExecutor};
+
+use crate::ids::{ExportId, FlowId, OrgId};
+use crate::report::{ExportFormat, ReportParameters};
+
+/// Lifecycle of an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportStatus {
+    /// Waiting for a worker.
+    Pending,
+    /// A worker is generating it.
+    Running,
+    /// The file can be downloaded.
+    Ready,
+    /// Generation failed; `error` says why.
+    Failed,
+    /// Past `expires_at`; the file is gone.
+    Expired,
+}
+
+impl ExportStatus {
+    /// The stored and wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::Ready => "ready",
+            Self::Failed => "failed",
+            Self::Expired => "expired",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "running" => Self::Running,
+            "ready" => Self::Ready,
+            "failed" => Self::Failed,
+            "expired" => Self::Expired,
+            _ => Self::Pending,
+        }
+    }
+}
+
+/// An export row.
+#[derive(Debug, Clone, FromRow)]
+pub struct ExportRecord {
+    /// Id.
+    pub id: ExportId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Flow reported on.
+    pub flow_id: FlowId,
+    /// `csv`, `excel` or `pdf`.
+    pub format: String,
+    /// The report request to replay.
+    pub parameters: Json<ReportParameters>,
+    /// See [`ExportRecord::status`].
+    pub status: String,
+    /// Claims so far.
+    pub attempts: i32,
+    /// Rows the file will hold, once known.
+    pub rows_total: Option<i64>,
+    /// Rows written so far.
+    pub rows_written: i64,
+    /// Key of the file in the export store, when ready.
+    pub object_key: Option<String>,
+    /// Download file name.
+    pub file_name: Option<String>,
+    /// `Content-Type` of the file.
+    pub content_type: Option<String>,
+    /// File size in bytes.
+    pub size_bytes: Option<i64>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The `X-Request-ID` of the request.
+    pub request_id: Option<String>,
+    /// Request time.
+    pub created_at: DateTime<Utc>,
+    /// When the current (or last) attempt started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it became ready or failed.
+    pub finished_at: Option<DateTime<Utc>>,
+    /// When the download stops working.
+    pub expires_at: DateTime<Utc>,
+}
+
+impl ExportRecord {
+    /// The lifecycle status.
+    pub fn status(&self) -> ExportStatus {
+        ExportStatus::parse(&self.status)
+    }
+
+    /// The format.
+    pub fn format(&self) -> ExportFormat {
+        self.format.parse().unwrap_or(ExportFormat::Csv)
+    }
+
+    /// Percent of rows written, 0 to 100.
+    pub fn progress_percent(&self) -> f64 {
+        match (self.status(), self.rows_total) {
+            (ExportStatus::Ready, _) => 100.0,
+            (_, Some(total)) if total > 0 => {
+                let percent = self.rows_written as f64 * 100.0 / total as f64;
+                (percent.clamp(0.0, 100.0) * 10.0).floor() / 10.0
+            }
+            _ => 0.0,
+        }
+    }
+}
+
+const COLUMNS: &str = "id, org_id, flow_id, format, parameters, status, attempts, rows_total, \
+    rows_written, object_key, file_name, content_type, size_bytes, error, request_id, created_at, \
+    started_at, finished_at, expires_at";
+
+/// What creating an export takes.
+#[derive(Debug, Clone)]
+pub struct NewExport {
+    /// Id (chosen by the API).
+    pub id: ExportId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Format.
+    pub format: ExportFormat,
+    /// The validated request.
+    pub parameters: ReportParameters,
+    /// Rows it will hold, as counted when it was requested.
+    pub rows_total: i64,
+    /// The caller's request id.
+    pub request_id: Option<String>,
+    /// Request time.
+    pub created_at: DateTime<Utc>,
+    /// When the download expires.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Inserts a pending export.
+pub async fn create<'e>(
+    executor: impl PgExecutor<'e>,
+    new: &NewExport,
+) -> Result<ExportRecord, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO exports (id, org_id, flow_id, format, parameters, rows_total, request_id,
+                              created_at, available_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
+         RETURNING {COLUMNS}"
+    )))
+    .bind(new.id)
+    .bind(new.org_id)
+    .bind(new.parameters.flow_id)
+    .bind(new.format.as_str())
+    .bind(Json(&new.parameters))
+    .bind(new.rows_total)
+    .bind(new.request_id.as_deref())
+    .bind(new.created_at)
+    .bind(new.expires_at)
+    .fetch_one(executor)
+    .await
+}
+
+/// Deletes an export that was never handed out (its command could not be queued).
+pub async fn delete<'e>(executor: impl PgExecutor<'e>, id: ExportId) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM exports WHERE id = $1")
+        .bind(id)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
+
+/// One export of an organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: ExportId,
+) -> Result<Option<ExportRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM exports WHERE id = $1 AND org_id = $2"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(executor)
+    .await
+}
+
+fn interval_ms(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Claims the oldest export that is waiting (and not backing off), or whose worker stopped
+/// renewing its lease, for `worker_id` until `lease` from now. `SKIP LOCKED` lets any number of
+/// workers claim side by side without waiting on each other.
+pub async fn claim_next<'e>(
+    executor: impl PgExecutor<'e>,
+    worker_id: &str,
+    lease: Duration,
+    max_attempts: i32,
+) -> Result<Option<ExportRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE exports SET status = 'running', worker_id = $1,
+                lease_until = now() + $2 * interval '1 millisecond',
+                attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL
+         WHERE id = (
+            SELECT id FROM exports
+            WHERE ((status = 'pending' AND available_at <= now())
+                   OR (status = 'running' AND lease_until < now()))
+              AND expires_at > now() AND attempts < $3
+            ORDER BY created_at
+            FOR UPDATE SKIP LOCKED
+            LIMIT 1)
+         RETURNING {COLUMNS}"
+    )))
+    .bind(worker_id)
+    .bind(interval_ms(lease))
+    .bind(max_attempts)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Fails exports that used up their attempts without finishing (their workers kept dying).
+/// Returns how many.
+pub async fn fail_exhausted<'e>(
+    executor: impl PgExecutor<'e>,
+    max_attempts: i32,
+) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "UPDATE exports SET status = 'failed', finished_at = now(), worker_id = NULL,
+                lease_until = NULL,
+                error = 'the report-worker stopped while generating this export '
+                        || attempts || ' times; request a new export'
+         WHERE attempts >= $1 AND expires_at > now()
+           AND ((status = 'pending' AND available_at <= now())
+                OR (status = 'running' AND lease_until < now()))",
+    )
+    .bind(max_attempts)
+    .execute(executor)
+    .await
+    .map(|result| result.rows_affected())
+}
+
+/// Extends `worker_id`'s lease and records progress. False when the worker no longer holds the
+/// job (its lease lapsed and another worker took it): it must stop.
+pub async fn renew_lease<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    worker_id: &str,
+    lease: Duration,
+    rows_written: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET lease_until = now() + $3 * interval '1 millisecond', rows_written = $4
+         WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(worker_id)
+    .bind(interval_ms(lease))
+    .bind(rows_written)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Records the exact number of rows the file will hold (counted in the export's snapshot).
+pub async fn set_rows_total<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    worker_id: &str,
+    rows_total: i64,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET rows_total = $3 WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(worker_id)
+    .bind(rows_total)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// The file that was written.
+#[derive(Debug, Clone)]
+pub struct ExportFile {
+    /// Key in the export store.
+    pub object_key: String,
+    /// Download file name.
+    pub file_name: String,
+    /// `Content-Type`.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size_bytes: i64,
+    /// Rows written.
+    pub rows_written: i64,
+}
+
+/// Marks the export ready, if `worker_id` still holds it.
+pub async fn complete<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    worker_id: &str,
+    file: &ExportFile,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET status = 'ready', object_key = $3, file_name = $4, content_type = $5,
+                size_bytes = $6, rows_written = $7, finished_at = now(), lease_until = NULL
+         WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(worker_id)
+    .bind(&file.object_key)
+    .bind(&file.file_name)
+    .bind(&file.content_type)
+    .bind(file.size_bytes)
+    .bind(file.rows_written)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Marks the export failed with a reason for the caller, if `worker_id` still holds it.
+pub async fn fail<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    worker_id: &str,
+    error: &str,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET status = 'failed', error = $3, finished_at = now(), lease_until = NULL
+         WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(worker_id)
+    .bind(error)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Gives the job back so a worker retries it after `delay`. A release on shutdown does not count
+/// as an attempt (`count_attempt` false); one after a transient failure does.
+pub async fn release<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    worker_id: &str,
+    delay: Duration,
+    count_attempt: bool,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET status = 'pending', worker_id = NULL, lease_until = NULL,
+                available_at = now() + $3 * interval '1 millisecond', rows_written = 0,
+                attempts = CASE WHEN $4 THEN attempts ELSE greatest(attempts - 1, 0) END
+         WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+    )
+    .bind(id)
+    .bind(worker_id)
+    .bind(interval_ms(delay))
+    .bind(count_attempt)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
+/// Takes up to `limit` exports past their expiry that still have a file (or may get one), locking
+/// them for the caller's transaction.
+pub async fn lock_expired<'e>(
+    executor: impl PgExecutor<'e>,
+    limit: i64,
+) -> Result<Vec<ExportId>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM exports WHERE status <> 'expired' AND expires_at <= now()
+         ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// Records that exports' files were purged.
+pub async fn mark_expired<'e>(
+    executor: impl PgExecutor<'e>,
+    ids: &[ExportId],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE exports SET status = 'expired', object_key = NULL, worker_id = NULL,
+                lease_until = NULL
+         WHERE id = ANY($1)",
+    )
+    .bind(ids)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// Forgets exports that expired more than `retention` ago (they answered 410 until then).
+pub async fn delete_forgotten<'e>(
+    executor: impl PgExecutor<'e>,
+    retention: Duration,
+) -> Result<u64, sqlx::Error> {
+    sqlx::query(
+        "DELETE FROM exports
+         WHERE status = 'expired' AND expires_at < now() - $1 * interval '1 millisecond'",
+    )
+    .bind(interval_ms(retention))
+    .execute(executor)
+    .await
+    .map(|result| result.rows_affected())
+}

@@ -1,0 +1,603 @@
+//! Report queries over one flow and a range of assignment times `[lower, upper)`: metrics, keyset
+//! pages of assignments, schedules, per-period aggregates, and the row stream exports write out.
+//!
+//! Every query reads statuses as they stand at `now`: an active assignment past its due date is
+//! `overdue` even before the scheduler records it (design §2, guarantee 5). The parameters are
+//! numbered the same way everywhere: `$1` flow, `$2` lower, `$3` upper, `$4` now, then `$5` the
+//! status filter (NULL for none) where the list is filtered. `assignments_report_idx` (migration 0020) covers the columns the
+//! metrics and aggregates read, so they are index-only scans.
+
+use std::sync::LazyLock;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use futures::stream::BoxStream;
+use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
+
+use crate::domain::{AssignmentStatus, Invalid};
+use crate::ids::{AssignmentId, FlowId, ScheduleId};
+use crate::report::{AggregateSpec, MAX_PERIODS, PageCursor, Period, ReportParameters};
+
+/// The status assignment `a` reports at `$4`.
+const EFFECTIVE_STATUS: &str = "(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= $4 \
+     THEN 'overdue' ELSE a.status END)";
+
+/// What the report is about: one flow, a range, a status filter, and the reading time.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope {
+    /// The flow (already checked to belong to the caller's organization).
+    pub flow_id: FlowId,
+    /// Inclusive lower bound of `assigned_at` (schedules: `scheduled_at`).
+    pub lower: DateTime<Utc>,
+    /// Exclusive upper bound.
+    pub upper: DateTime<Utc>,
+    /// Statuses are read as of this instant.
+    pub now: DateTime<Utc>,
+    /// Filter of the assignments and schedules lists (not of the metrics).
+    pub status: Option<AssignmentStatus>,
+}
+
+impl Scope {
+    fn status_text(&self) -> Option<&'static str> {
+        self.status.map(AssignmentStatus::as_str)
+    }
+}
+
+/// Figures over every assignment of the scope's range, whatever the status filter.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Metrics {
+    /// Assignments in the range.
+    pub total: i64,
+    /// Of those, completed.
+    pub completed: i64,
+    /// In progress (and not past due).
+    pub in_progress: i64,
+    /// Pending (and not past due).
+    pub pending: i64,
+    /// Overdue now.
+    pub overdue: i64,
+    /// Mean of completedAt − assignedAt over completed ones, in seconds.
+    pub average_completion_seconds: Option<f64>,
+    /// Assignments the status filter keeps (the rows an export holds).
+    pub matching: i64,
+}
+
+impl Metrics {
+    /// Metrics from counts by reported status; `overdue` is what is neither completed, in
+    /// progress nor pending (stored overdue, or active and past due).
+    fn from_counts(counts: &StatusCounts, status: Option<AssignmentStatus>) -> Self {
+        let overdue = counts.total - counts.completed - counts.in_progress - counts.pending;
+        let matching = match status {
+            None => counts.total,
+            Some(AssignmentStatus::Completed) => counts.completed,
+            Some(AssignmentStatus::InProgress) => counts.in_progress,
+            Some(AssignmentStatus::Pending) => counts.pending,
+            Some(AssignmentStatus::Overdue) => overdue,
+        };
+        Self {
+            total: counts.total,
+            completed: counts.completed,
+            in_progress: counts.in_progress,
+            pending: counts.pending,
+            overdue,
+            average_completion_seconds: (counts.completed > 0)
+                .then(|| counts.completion_seconds / counts.completed as f64)
+                .filter(|seconds| seconds.is_finite()),
+            matching,
+        }
+    }
+
+    /// The metrics of a report from its aggregate rows (which cover every assignment of the
+    /// range), so an aggregated report reads the assignments once.
+    pub fn from_aggregates(rows: &[AggregateRow], status: Option<AssignmentStatus>) -> Self {
+        let mut counts = StatusCounts::default();
+        for row in rows {
+            counts.total += row.total;
+            counts.completed += row.completed;
+            counts.in_progress += row.in_progress;
+            counts.pending += row.pending;
+            counts.completion_seconds += row.completion_seconds.unwrap_or(0.0);
+        }
+        Self::from_counts(&counts, status)
+    }
+}
+
+/// Counts by reported status, and the summed completion time.
+#[derive(Debug, Clone, Copy, Default, FromRow)]
+struct StatusCounts {
+    total: i64,
+    completed: i64,
+    in_progress: i64,
+    pending: i64,
+    completion_seconds: f64,
+}
+
+/// Per-row figures every metrics query computes. `date_part` (float8) rather than `extract`
+/// (numeric) keeps a million-row aggregate cheap; only whole seconds are reported.
+const FIGURES: &str = "count(*) AS total,
+    count(*) FILTER (WHERE a.status = 'completed') AS completed,
+    count(*) FILTER (WHERE a.status = 'in_progress' AND (a.due_at IS NULL OR a.due_at > $4))
+        AS in_progress,
+    count(*) FILTER (WHERE a.status = 'pending' AND (a.due_at IS NULL OR a.due_at > $4))
+        AS pending,
+    COALESCE(sum(date_part('epoch', a.completed_at) - date_part('epoch', a.assigned_at))
+        FILTER (WHERE a.status = 'completed'), 0)::float8 AS completion_seconds";
+
+static METRICS_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {FIGURES}
+         FROM assignments a
+         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3"
+    )
+});
+
+/// The metrics of the scope.
+pub async fn metrics<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+) -> Result<Metrics, sqlx::Error> {
+    let counts: StatusCounts = sqlx::query_as(AssertSqlSafe(METRICS_SQL.as_str()))
+        .bind(scope.flow_id)
+        .bind(scope.lower)
+        .bind(scope.upper)
+        .bind(scope.now)
+        .fetch_one(executor)
+        .await?;
+    Ok(Metrics::from_counts(&counts, scope.status))
+}
+
+/// One assignment of a report.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct ReportRow {
+    /// Id.
+    pub id: AssignmentId,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// Assignment time.
+    pub assigned_at: DateTime<Utc>,
+    /// Status at the reading time.
+    pub status: String,
+    /// Priority.
+    pub priority: String,
+    /// Due date.
+    pub due_at: Option<DateTime<Utc>>,
+    /// First module activity.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Completion.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// Modules completed.
+    pub completed_modules: i64,
+}
+
+impl ReportRow {
+    /// The status as a domain value.
+    pub fn status(&self) -> AssignmentStatus {
+        self.status.parse().unwrap_or(AssignmentStatus::Pending)
+    }
+
+    /// The cursor that continues after this row.
+    pub fn cursor(&self) -> PageCursor {
+        PageCursor {
+            assigned_at: self.assigned_at,
+            id: self.id,
+        }
+    }
+}
+
+const ROW_COLUMNS: &str = "a.id, u.email AS assignee_email, a.assigned_at, {status} AS status, a.priority, \
+     a.due_at, a.started_at, a.completed_at";
+
+fn row_columns() -> String {
+    ROW_COLUMNS.replace("{status}", EFFECTIVE_STATUS)
+}
+
+static PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {columns},
+                (SELECT count(*) FROM module_progress p
+                 WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules
+         FROM assignments a JOIN users u ON u.id = a.user_id
+         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
+           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)
+           AND (a.assigned_at, a.id) > ($6, $7)
+         ORDER BY a.assigned_at, a.id
+         LIMIT $8",
+        columns = row_columns()
+    )
+});
+
+/// Up to `limit` assignments of the scope that pass the status filter, in (`assignedAt`, id)
+/// order, after `after`. Keyset order never shifts: an assignment inserted meanwhile lands at its
+/// own place and cannot push another one across a page boundary.
+pub async fn page<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+    after: Option<PageCursor>,
+    limit: i64,
+) -> Result<Vec<ReportRow>, sqlx::Error> {
+    let (after_at, after_id) = match after {
+        Some(cursor) => (cursor.assigned_at, cursor.id.0),
+        None => (scope.lower, uuid::Uuid::nil()),
+    };
+    sqlx::query_as(AssertSqlSafe(PAGE_SQL.as_str()))
+        .bind(scope.flow_id)
+        .bind(scope.lower)
+        .bind(scope.upper)
+        .bind(scope.now)
+        .bind(scope.status_text())
+        .bind(after_at)
+        .bind(after_id)
+        .bind(limit)
+        .fetch_all(executor)
+        .await
+}
+
+/// A schedule of the flow.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct ScheduleRow {
+    /// Id.
+    pub id: ScheduleId,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// Next (or only) occurrence.
+    pub scheduled_at: DateTime<Utc>,
+    /// Status of the current occurrence at the reading time (`pending` before the first).
+    pub status: String,
+    /// none, daily, weekly, monthly, quarterly or yearly.
+    pub recurrence: String,
+}
+
+impl ScheduleRow {
+    /// The status as a domain value.
+    pub fn status(&self) -> AssignmentStatus {
+        self.status.parse().unwrap_or(AssignmentStatus::Pending)
+    }
+}
+
+static SCHEDULES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT * FROM (
+            SELECT s.id, u.email AS assignee_email, s.scheduled_at, s.recurrence,
+                   COALESCE({EFFECTIVE_STATUS}, 'pending') AS status
+            FROM schedules s
+            JOIN users u ON u.id = s.user_id
+            LEFT JOIN assignments a ON a.id = s.current_assignment_id
+            WHERE s.flow_id = $1 AND s.deleted_at IS NULL
+              AND s.scheduled_at >= $2 AND s.scheduled_at < $3
+         ) s
+         WHERE $5::text IS NULL OR s.status = $5
+         ORDER BY s.scheduled_at, s.id"
+    )
+});
+
+/// The flow's schedules whose `scheduledAt` is in the range and whose status passes the filter.
+pub async fn schedules<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+) -> Result<Vec<ScheduleRow>, sqlx::Error> {
+    sqlx::query_as(AssertSqlSafe(SCHEDULES_SQL.as_str()))
+        .bind(scope.flow_id)
+        .bind(scope.lower)
+        .bind(scope.upper)
+        .bind(scope.now)
+        .bind(scope.status_text())
+        .fetch_all(executor)
+        .await
+}
+
+/// The first and last assignment times in the range (`None` when it holds no assignment):
+/// where aggregation starts and ends when the request leaves a bound open.
+pub async fn assigned_span<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
+    let (first, last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = sqlx::query_as(
+        "SELECT min(a.assigned_at), max(a.assigned_at) FROM assignments a
+         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3",
+    )
+    .bind(scope.flow_id)
+    .bind(scope.lower)
+    .bind(scope.upper)
+    .fetch_one(executor)
+    .await?;
+    Ok(first.zip(last))
+}
+
+/// Figures of one aggregation period.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct AggregateRow {
+    /// Local wall-clock start of the period (labels are derived from it).
+    pub local_start: NaiveDateTime,
+    /// First instant of the period.
+    pub period_start: DateTime<Utc>,
+    /// First instant of the next period.
+    pub period_end: DateTime<Utc>,
+    /// Assignments made in the period (and in the range).
+    pub total: i64,
+    /// Of those, completed.
+    pub completed: i64,
+    /// In progress now (not past due).
+    pub in_progress: i64,
+    /// Pending now (not past due).
+    pub pending: i64,
+    /// Sum of completedAt − assignedAt over the completed ones, in seconds.
+    pub completion_seconds: Option<f64>,
+    /// Mean of completedAt − startedAt over the completed ones, in seconds.
+    pub average_duration_seconds: Option<f64>,
+}
+
+impl AggregateRow {
+    /// Overdue now: neither completed, in progress nor pending.
+    pub fn overdue(&self) -> i64 {
+        self.total - self.completed - self.in_progress - self.pending
+    }
+}
+
+/// One aggregation period: its local start (labels come from it) and its instants.
+#[derive(Debug, Clone, Copy, PartialEq, FromRow)]
+pub struct PeriodBounds {
+    /// Local wall-clock start.
+    pub local_start: NaiveDateTime,
+    /// First instant.
+    pub period_start: DateTime<Utc>,
+    /// First instant of the next period.
+    pub period_end: DateTime<Utc>,
+}
+
+/// The periods of length `period` in time zone `zone` from the one containing `first` to the one
+/// containing `last`, cut by Postgres (`date_trunc` and `generate_series` on local time, then
+/// back to instants: a day is 23 or 25 hours long across a clock change).
+pub async fn periods<'e>(
+    executor: impl PgExecutor<'e>,
+    period: Period,
+    zone: &str,
+    first: DateTime<Utc>,
+    last: DateTime<Utc>,
+) -> Result<Vec<PeriodBounds>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT local_start,
+                local_start AT TIME ZONE $1 AS period_start,
+                (local_start + $3::interval) AT TIME ZONE $1 AS period_end
+         FROM generate_series(date_trunc($2, $4 AT TIME ZONE $1),
+                              date_trunc($2, $5 AT TIME ZONE $1),
+                              $3::interval) AS local_start
+         ORDER BY local_start",
+    )
+    .bind(zone)
+    .bind(period.sql_unit())
+    .bind(period.sql_step())
+    .bind(first)
+    .bind(last)
+    .fetch_all(executor)
+    .await
+}
+
+static PERIOD_FIGURES_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT p.local_start, p.period_start, p.period_end, f.total, f.completed,
+                f.in_progress, f.pending, f.completion_seconds, f.average_duration_seconds
+         FROM unnest($5::timestamp[], $6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY
+              AS p(local_start, period_start, period_end, position)
+         CROSS JOIN LATERAL (
+            SELECT {FIGURES},
+                   avg(date_part('epoch', a.completed_at) - date_part('epoch', a.started_at))
+                       FILTER (WHERE a.status = 'completed') AS average_duration_seconds
+            FROM assignments a
+            WHERE a.flow_id = $1
+              AND a.assigned_at >= greatest(p.period_start, $2)
+              AND a.assigned_at < least(p.period_end, $3)
+         ) f
+         ORDER BY p.position"
+    )
+});
+
+/// The figures of each period, counting only assignments within the scope's range. Each period
+/// is read as a range of the report index (an index-only scan, no per-row time zone arithmetic).
+/// Aggregates describe every assignment whatever the status filter, like the metrics; since the
+/// periods cover the whole range, the rows also give the report's metrics.
+pub async fn period_figures(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    periods: &[PeriodBounds],
+) -> Result<Vec<AggregateRow>, sqlx::Error> {
+    use sqlx::Acquire;
+    if periods.is_empty() {
+        return Ok(Vec::new());
+    }
+    let local_starts: Vec<NaiveDateTime> = periods.iter().map(|p| p.local_start).collect();
+    let starts: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_start).collect();
+    let ends: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_end).collect();
+    let mut transaction = connection.begin().await?;
+    // The planner cannot see how few periods there are and may spend longer compiling the query
+    // (JIT) than running it.
+    sqlx::query("SET LOCAL jit = off")
+        .execute(&mut *transaction)
+        .await?;
+    let rows = sqlx::query_as(AssertSqlSafe(PERIOD_FIGURES_SQL.as_str()))
+        .bind(scope.flow_id)
+        .bind(scope.lower)
+        .bind(scope.upper)
+        .bind(scope.now)
+        .bind(&local_starts)
+        .bind(&starts)
+        .bind(&ends)
+        .fetch_all(&mut *transaction)
+        .await?;
+    transaction.commit().await?;
+    Ok(rows)
+}
+
+/// Why an aggregation did not run.
+#[derive(Debug, thiserror::Error)]
+pub enum AggregateError {
+    /// The request asks for too many periods.
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// The periods of a report aggregated by `spec.by` in `zone`: from the period of the range start
+/// (or of the first assignment when the range is open) to the period of the range end (or of the
+/// last assignment). Refuses aggregations wider than [`MAX_PERIODS`] periods.
+pub async fn aggregate_periods(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    spec: &AggregateSpec,
+    zone: &str,
+) -> Result<Vec<PeriodBounds>, AggregateError> {
+    let Some((first, last)) = aggregation_window(connection, scope).await? else {
+        return Ok(Vec::new());
+    };
+    let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::Tz::UTC);
+    let count = spec.by.count_between(
+        first.with_timezone(&tz).date_naive(),
+        last.with_timezone(&tz).date_naive(),
+    );
+    if count > MAX_PERIODS {
+        return Err(Invalid::new(format!(
+            "aggregating by {} over this range gives {count} periods; at most {MAX_PERIODS} are \
+             allowed: narrow startDate/endDate or aggregate by a longer period",
+            spec.by
+        ))
+        .into());
+    }
+    Ok(periods(&mut *connection, spec.by, zone, first, last).await?)
+}
+
+/// The aggregate rows of a report (periods as [`aggregate_periods`] cuts them), on one
+/// connection (an export reads them in its snapshot).
+pub async fn aggregate(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    spec: &AggregateSpec,
+    zone: &str,
+) -> Result<Vec<AggregateRow>, AggregateError> {
+    let periods = aggregate_periods(connection, scope, spec, zone).await?;
+    Ok(period_figures(connection, scope, &periods).await?)
+}
+
+/// First and last instants to aggregate: the range bounds given, else the assignments' span.
+pub async fn aggregation_window(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
+    let (open_lower, open_upper) = ReportParameters::open_bounds();
+    let given_first = (scope.lower != open_lower).then_some(scope.lower);
+    // The end is exclusive: its period is the one holding the instant just before it.
+    let given_last =
+        (scope.upper != open_upper).then(|| scope.upper - chrono::Duration::microseconds(1));
+    let span = if given_first.is_some() && given_last.is_some() {
+        None
+    } else {
+        assigned_span(&mut *connection, scope).await?
+    };
+    let first = given_first.or(span.map(|(first, _)| first));
+    let last = given_last.or(span.map(|(_, last)| last));
+    Ok(match (first, last) {
+        (Some(first), Some(last)) if first <= last => Some((first, last)),
+        (Some(only), None) | (None, Some(only)) => Some((only, only)),
+        _ => None,
+    })
+}
+
+/// One assignment of an export, with its module progress when the export is detailed.
+#[derive(Debug, Clone, PartialEq, FromRow)]
+pub struct ExportRow {
+    /// The assignment.
+    #[sqlx(flatten)]
+    pub assignment: ReportRow,
+    /// Positions of the modules started or completed, in flow order.
+    pub module_positions: Option<Vec<i32>>,
+    /// Their statuses (`in_progress`, `completed`).
+    pub module_statuses: Option<Vec<String>>,
+    /// When each was started.
+    pub module_started: Option<Vec<Option<DateTime<Utc>>>>,
+    /// When each was completed.
+    pub module_completed: Option<Vec<Option<DateTime<Utc>>>>,
+}
+
+/// The SELECT an export streams: every assignment of the scope passing the status filter, in
+/// page order, at most `$6` (NULL: all). With `detailed`, module progress comes along as arrays
+/// in flow order. Public so the benchmark can time Postgres's own `COPY` of the same rows.
+pub fn export_select_sql(detailed: bool) -> String {
+    let (progress_columns, progress_join) = if detailed {
+        (
+            "COALESCE(mp.completed_modules, 0) AS completed_modules, mp.module_positions, \
+             mp.module_statuses, mp.module_started, mp.module_completed",
+            "LEFT JOIN LATERAL (
+                SELECT count(*) FILTER (WHERE p.status = 'completed') AS completed_modules,
+                       array_agg(m.position ORDER BY m.position) AS module_positions,
+                       array_agg(p.status ORDER BY m.position) AS module_statuses,
+                       array_agg(p.started_at ORDER BY m.position) AS module_started,
+                       array_agg(p.completed_at ORDER BY m.position) AS module_completed
+                FROM module_progress p JOIN modules m ON m.id = p.module_id
+                WHERE p.assignment_id = a.id
+             ) mp ON true",
+        )
+    } else {
+        (
+            "(SELECT count(*) FROM module_progress p
+              WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules,
+             NULL::int[] AS module_positions, NULL::text[] AS module_statuses,
+             NULL::timestamptz[] AS module_started, NULL::timestamptz[] AS module_completed",
+            "",
+        )
+    };
+    format!(
+        "SELECT {columns}, {progress_columns}
+         FROM assignments a JOIN users u ON u.id = a.user_id
+         {progress_join}
+         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
+           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)
+         ORDER BY a.assigned_at, a.id
+         LIMIT $6",
+        columns = row_columns()
+    )
+}
+
+static EXPORT_SQL: LazyLock<String> = LazyLock::new(|| export_select_sql(false));
+static EXPORT_DETAILED_SQL: LazyLock<String> = LazyLock::new(|| export_select_sql(true));
+
+/// Streams the rows of an export (at most `limit`) from `connection` as Postgres produces them,
+/// so memory stays flat whatever the size. Run it in a repeatable-read transaction to read one
+/// snapshot together with the metrics.
+pub fn export_rows<'c>(
+    connection: &'c mut PgConnection,
+    scope: &Scope,
+    detailed: bool,
+    limit: Option<i64>,
+) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
+    let sql = if detailed {
+        EXPORT_DETAILED_SQL.as_str()
+    } else {
+        EXPORT_SQL.as_str()
+    };
+    sqlx::query_as(AssertSqlSafe(sql))
+        .bind(scope.flow_id)
+        .bind(scope.lower)
+        .bind(scope.upper)
+        .bind(scope.now)
+        .bind(scope.status_text())
+        .bind(limit)
+        .fetch(connection)
+}
+
+/// Module progress rows of the assignments an export holds (sizes the Excel sheets).
+pub async fn export_module_progress_count<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM assignments a JOIN module_progress p ON p.assignment_id = a.id
+         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
+           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)"
+    )))
+    .bind(scope.flow_id)
+    .bind(scope.lower)
+    .bind(scope.upper)
+    .bind(scope.now)
+    .bind(scope.status_text())
+    .fetch_one(executor)
+    .await
+}

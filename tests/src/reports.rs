@@ -1,0 +1,389 @@
+//! Helpers for report and export tests: fixture flows written straight to Postgres with known
+//! timestamps (the API stamps `assignedAt` with the request time, so the pipeline cannot produce
+//! them), the report-worker, and export downloads.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use flow_common::db::orgs::{NewOrganization, Tier};
+use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use reqwest::header::HeaderMap;
+use serde_json::{Value, json};
+
+use crate::{TestApp, TestOrg, TestResponse, WorkerHandle};
+
+/// Parses an RFC 3339 timestamp (test literals).
+pub fn at(text: &str) -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339(text)
+        .unwrap_or_else(|error| panic!("bad test timestamp {text}: {error}"))
+        .with_timezone(&Utc)
+}
+
+/// Creates an organization in time zone `zone` with a key, optionally overriding its report
+/// limit.
+pub async fn create_org_in_zone(
+    app: &TestApp,
+    tier: Tier,
+    zone: &str,
+    report_limit: Option<u32>,
+) -> TestOrg {
+    let org = flow_common::db::orgs::create(
+        &app.db,
+        &NewOrganization {
+            name: "Report org".into(),
+            tier,
+            timezone: zone.parse().expect("time zone"),
+            assign_limit_per_minute: None,
+            report_limit_per_minute: report_limit,
+        },
+    )
+    .await
+    .expect("create org");
+    let (_, key) = flow_common::db::keys::create(&app.db, org.id, "test")
+        .await
+        .expect("create key");
+    TestOrg { id: org.id, key }
+}
+
+/// A flow written directly, with its modules in order.
+#[derive(Debug, Clone)]
+pub struct FixtureFlow {
+    /// The flow.
+    pub id: FlowId,
+    /// Its organization.
+    pub org_id: OrgId,
+    /// Module ids in flow order.
+    pub modules: Vec<ModuleId>,
+}
+
+/// Creates a flow named `name` with modules named `modules`.
+pub async fn create_flow(
+    app: &TestApp,
+    org: &TestOrg,
+    name: &str,
+    modules: &[&str],
+) -> FixtureFlow {
+    let new_modules: Vec<flow_common::db::flows::NewModule> = modules
+        .iter()
+        .map(|name| flow_common::db::flows::NewModule {
+            name: (*name).to_owned(),
+            estimated_minutes: 30,
+        })
+        .collect();
+    let (flow, modules) = flow_common::db::flows::create(&app.db, org.id, name, None, &new_modules)
+        .await
+        .expect("create flow");
+    FixtureFlow {
+        id: flow.id,
+        org_id: org.id,
+        modules: modules.into_iter().map(|module| module.id).collect(),
+    }
+}
+
+/// Creates (or finds) a user by e-mail, written directly so any text can be used.
+pub async fn user(app: &TestApp, org: &TestOrg, email: &str) -> UserId {
+    sqlx::query_scalar(
+        "INSERT INTO users (id, org_id, email, email_normalized) VALUES ($1, $2, $3, lower($3))
+         ON CONFLICT (org_id, email_normalized) DO UPDATE SET email = EXCLUDED.email
+         RETURNING id",
+    )
+    .bind(UserId::new())
+    .bind(org.id)
+    .bind(email)
+    .fetch_one(&app.db)
+    .await
+    .expect("insert user")
+}
+
+/// An assignment to write with known timestamps.
+#[derive(Debug, Clone)]
+pub struct Fixture<'a> {
+    /// Assignee e-mail (created if needed).
+    pub email: &'a str,
+    /// Assignment time.
+    pub assigned_at: &'a str,
+    /// Stored status.
+    pub status: &'a str,
+    /// Due date.
+    pub due_at: Option<&'a str>,
+    /// First activity.
+    pub started_at: Option<&'a str>,
+    /// Completion.
+    pub completed_at: Option<&'a str>,
+}
+
+impl<'a> Fixture<'a> {
+    /// A pending assignment without due date.
+    pub fn new(email: &'a str, assigned_at: &'a str, status: &'a str) -> Self {
+        Self {
+            email,
+            assigned_at,
+            status,
+            due_at: None,
+            started_at: None,
+            completed_at: None,
+        }
+    }
+
+    /// With a due date.
+    pub fn due(mut self, due_at: &'a str) -> Self {
+        self.due_at = Some(due_at);
+        self
+    }
+
+    /// Started at.
+    pub fn started(mut self, started_at: &'a str) -> Self {
+        self.started_at = Some(started_at);
+        self
+    }
+
+    /// Completed at.
+    pub fn completed(mut self, completed_at: &'a str) -> Self {
+        self.completed_at = Some(completed_at);
+        self
+    }
+}
+
+/// Writes an assignment of `flow`.
+pub async fn insert_assignment(
+    app: &TestApp,
+    org: &TestOrg,
+    flow: &FixtureFlow,
+    fixture: &Fixture<'_>,
+) -> AssignmentId {
+    let user_id = user(app, org, fixture.email).await;
+    let id = AssignmentId::new();
+    sqlx::query(
+        "INSERT INTO assignments (id, org_id, flow_id, user_id, status, due_at, assigned_at,
+                                  started_at, completed_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(id)
+    .bind(org.id)
+    .bind(flow.id)
+    .bind(user_id)
+    .bind(fixture.status)
+    .bind(fixture.due_at.map(at))
+    .bind(at(fixture.assigned_at))
+    .bind(fixture.started_at.map(at))
+    .bind(fixture.completed_at.map(at))
+    .execute(&app.db)
+    .await
+    .expect("insert assignment");
+    id
+}
+
+/// Writes module progress of an assignment.
+pub async fn insert_progress(
+    app: &TestApp,
+    assignment: AssignmentId,
+    module: ModuleId,
+    status: &str,
+    started_at: &str,
+    completed_at: Option<&str>,
+) {
+    sqlx::query(
+        "INSERT INTO module_progress (assignment_id, module_id, status, started_at, completed_at)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(assignment)
+    .bind(module)
+    .bind(status)
+    .bind(at(started_at))
+    .bind(completed_at.map(at))
+    .execute(&app.db)
+    .await
+    .expect("insert module progress");
+}
+
+/// Writes a schedule of `flow`.
+pub async fn insert_schedule(
+    app: &TestApp,
+    org: &TestOrg,
+    flow: &FixtureFlow,
+    email: &str,
+    scheduled_at: &str,
+    recurrence: &str,
+    current: Option<AssignmentId>,
+) -> ScheduleId {
+    let user_id = user(app, org, email).await;
+    let id = ScheduleId::new();
+    sqlx::query(
+        "INSERT INTO schedules (id, org_id, flow_id, user_id, anchor_at, scheduled_at, recurrence,
+                                current_assignment_id)
+         VALUES ($1, $2, $3, $4, $5, $5, $6, $7)",
+    )
+    .bind(id)
+    .bind(org.id)
+    .bind(flow.id)
+    .bind(user_id)
+    .bind(at(scheduled_at))
+    .bind(recurrence)
+    .bind(current)
+    .execute(&app.db)
+    .await
+    .expect("insert schedule");
+    id
+}
+
+/// Writes `count` pending assignments of `flow` in one statement, one user each, assigned one
+/// second apart from `first`. E-mails are `prefix-<n>@bulk.example`.
+pub async fn insert_many(
+    app: &TestApp,
+    org: &TestOrg,
+    flow: &FixtureFlow,
+    count: i64,
+    first: &str,
+    prefix: &str,
+) {
+    sqlx::query(
+        "WITH new_users AS (
+            INSERT INTO users (id, org_id, email, email_normalized)
+            SELECT gen_random_uuid(), $1, $4 || '-' || n || '@bulk.example',
+                   $4 || '-' || n || '@bulk.example'
+            FROM generate_series(1, $3) AS n
+            RETURNING id, email
+         )
+         INSERT INTO assignments (id, org_id, flow_id, user_id, status, assigned_at)
+         SELECT gen_random_uuid(), $1, $2, u.id, 'pending',
+                $5::timestamptz + (split_part(split_part(u.email, '@', 1), '-', -1)::int
+                                   * interval '1 second')
+         FROM new_users u",
+    )
+    .bind(org.id)
+    .bind(flow.id)
+    .bind(count)
+    .bind(prefix)
+    .bind(at(first))
+    .execute(&app.db)
+    .await
+    .expect("insert many assignments");
+}
+
+/// `POST /v1/flows/report`.
+pub async fn report(app: &TestApp, org: &TestOrg, body: Value) -> TestResponse {
+    app.post(org, "/v1/flows/report", &body).await
+}
+
+/// A report that must succeed; returns its body.
+pub async fn report_ok(app: &TestApp, org: &TestOrg, body: Value) -> Value {
+    let response = report(app, org, body.clone()).await;
+    assert_eq!(
+        response.status, 200,
+        "report {body} answered {}: {}",
+        response.status, response.body
+    );
+    response.body
+}
+
+/// Every assignment of a report, following `nextCursor` with pages of `limit`.
+pub async fn all_pages(app: &TestApp, org: &TestOrg, mut body: Value, limit: u32) -> Vec<Value> {
+    body["limit"] = json!(limit);
+    let mut rows = Vec::new();
+    loop {
+        let page = report_ok(app, org, body.clone()).await;
+        rows.extend(page["assignments"].as_array().cloned().unwrap_or_default());
+        match page["nextCursor"].as_str() {
+            Some(cursor) => body["cursor"] = json!(cursor),
+            None => return rows,
+        }
+    }
+}
+
+/// Starts a report-worker for this test (polling fast, sweeping rarely: tests sweep explicitly).
+pub fn start_report_worker(app: &TestApp) -> WorkerHandle {
+    let config = report_worker_config(app);
+    WorkerHandle::spawn(move |shutdown| flow_workers::report::run(config, shutdown))
+}
+
+/// The report-worker settings tests use.
+pub fn report_worker_config(app: &TestApp) -> flow_workers::report::ReportWorkerConfig {
+    let mut config: flow_workers::report::ReportWorkerConfig = flow_common::config::from_env();
+    config.core = app.core.clone();
+    config.core.database_max_connections = 4;
+    config.poll_interval_ms = 200;
+    config.lease_seconds = 30;
+    config.sweep_interval_seconds = 3_600;
+    config
+}
+
+/// A downloaded file.
+#[derive(Debug)]
+pub struct Download {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body bytes.
+    pub body: Vec<u8>,
+}
+
+impl Download {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The body as JSON (`Null` when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+}
+
+/// `GET` a path with `key`, keeping the raw body.
+pub async fn download(app: &TestApp, key: Option<&str>, path: &str) -> Download {
+    let url = if path.starts_with("http") {
+        path.to_owned()
+    } else {
+        format!("{}{path}", app.base_url)
+    };
+    let mut request = app.client.get(url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    let response = request.send().await.expect("download sent");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.bytes().await.expect("download body").to_vec();
+    Download {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Polls an export's `downloadUrl` until it stops answering 202; returns the final answer.
+pub async fn wait_for_export(app: &TestApp, org: &TestOrg, download_url: &str) -> Download {
+    let mut last = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while tokio::time::Instant::now() < deadline {
+        let answer = download(app, Some(&org.key), download_url).await;
+        if answer.status != 202 {
+            return answer;
+        }
+        last = Some(answer);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "export at {download_url} still pending after 60 s: {:?}",
+        last.map(|answer| answer.json())
+    );
+}
+
+/// Requests an export and waits for the file; panics unless it ends ready.
+pub async fn export_file(app: &TestApp, org: &TestOrg, body: Value) -> (Value, Download) {
+    let response = report_ok(app, org, body).await;
+    let url = response["downloadUrl"]
+        .as_str()
+        .expect("downloadUrl")
+        .to_owned();
+    let file = wait_for_export(app, org, &url).await;
+    assert_eq!(
+        file.status,
+        200,
+        "export ended with {}: {}",
+        file.status,
+        String::from_utf8_lossy(&file.body)
+    );
+    (response, file)
+}

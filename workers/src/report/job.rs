@@ -1,0 +1,476 @@
+//! Generating one export. Everything is read in one repeatable-read snapshot (metrics, schedules,
+//! aggregates and rows agree with each other), and flows through three stages running at once:
+//! this task streams rows from Postgres, a blocking thread formats them, and an upload task
+//! writes the bytes to the export store. Bounded channels between the stages keep memory flat.
+//!
+//! The job holds a lease on its `exports` row, renewed by a heartbeat that also records progress.
+//! If the lease is lost (this worker stalled and another took over), the job stops, and every
+//! write it could still make is fenced on holding the lease.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use chrono::{DateTime, Utc};
+use flow_common::db::exports::{self, ExportFile, ExportRecord};
+use flow_common::db::reports::{self, ExportRow, Scope};
+use flow_common::db::{self, flows};
+use flow_common::export_store::ExportStore;
+use flow_common::report::{
+    AggregateMetric, AggregateSpec, ExportFormat, PDF_ROW_LIMIT, Period, export_file_name,
+};
+use futures::TryStreamExt;
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::FormatWriter;
+use super::model::ExportHeader;
+use super::sink::{self, ChannelWriter};
+
+/// Rows handed from the reader to the writer at once.
+const ROW_BATCH: usize = 2_000;
+/// Batches in flight between the reader and the writer.
+const BATCHES_IN_FLIGHT: usize = 4;
+
+/// What every job of a worker shares.
+pub struct Context {
+    /// Postgres.
+    pub pool: PgPool,
+    /// Where files go.
+    pub store: ExportStore,
+    /// This worker's identity on claimed rows.
+    pub worker_id: String,
+    /// How long a claim lasts without renewal.
+    pub lease: Duration,
+    /// Claims before an export is failed for good.
+    pub max_attempts: i32,
+    /// Directory for the Excel writer's temporary files (system default when `None`).
+    pub temp_dir: Option<PathBuf>,
+}
+
+/// A failure caused by another stage stopping, not a cause in itself.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Interrupted(&'static str);
+
+/// A failure no retry can fix, worded for the caller.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Permanent(String);
+
+enum Rows {
+    Batch(Vec<ExportRow>),
+    End,
+}
+
+/// Runs a claimed export to its end: ready, failed, released for a retry, or abandoned to the
+/// worker that took over its lease.
+pub async fn run(
+    context: Arc<Context>,
+    export: ExportRecord,
+    cancel: CancellationToken,
+    permit: OwnedSemaphorePermit,
+) {
+    let _permit = permit;
+    let started = Instant::now();
+    let format = export.format();
+    tracing::info!(export_id = %export.id, %format, attempt = export.attempts, "export started");
+    let progress = Arc::new(AtomicI64::new(0));
+    let job = cancel.child_token();
+    let lease_lost = CancellationToken::new();
+    let heartbeat = tokio::spawn(heartbeat(
+        context.clone(),
+        export.clone(),
+        progress.clone(),
+        job.clone(),
+        lease_lost.clone(),
+    ));
+    let result = generate(&context, &export, &progress, &job).await;
+    job.cancel();
+    drop(heartbeat.await);
+    let outcome = match result {
+        Ok(file) => {
+            match exports::complete(&context.pool, export.id, &context.worker_id, &file).await {
+                Ok(true) => {
+                    tracing::info!(
+                        export_id = %export.id, %format, rows = file.rows_written,
+                        bytes = file.size_bytes, elapsed_ms = started.elapsed().as_millis() as u64,
+                        "export ready"
+                    );
+                    "ready"
+                }
+                Ok(false) => {
+                    discard(&context, &file).await;
+                    tracing::warn!(export_id = %export.id, "export finished after its lease was taken over; discarded");
+                    "lease_lost"
+                }
+                Err(error) => {
+                    // The lease will lapse and another worker redo the export.
+                    discard(&context, &file).await;
+                    tracing::warn!(export_id = %export.id, %error, "could not record a finished export");
+                    "retry"
+                }
+            }
+        }
+        Err(_) if lease_lost.is_cancelled() => {
+            tracing::warn!(export_id = %export.id, "export lease lost; another worker took over");
+            "lease_lost"
+        }
+        Err(_) if cancel.is_cancelled() => {
+            release(&context, &export, Duration::ZERO, false).await;
+            tracing::info!(export_id = %export.id, "export handed back on shutdown");
+            "released"
+        }
+        Err(error) if is_transient(&error) && export.attempts < context.max_attempts => {
+            let delay = Duration::from_secs(5 * u64::try_from(export.attempts).unwrap_or(1));
+            tracing::warn!(export_id = %export.id, error = format!("{error:#}"), ?delay, "export failed; will retry");
+            release(&context, &export, delay, true).await;
+            "retry"
+        }
+        Err(error) => {
+            let reason = match error.downcast_ref::<Permanent>() {
+                Some(permanent) => permanent.0.clone(),
+                None => format!("the export could not be generated ({error:#})"),
+            };
+            tracing::error!(export_id = %export.id, error = format!("{error:#}"), "export failed");
+            if let Err(error) =
+                exports::fail(&context.pool, export.id, &context.worker_id, &reason).await
+            {
+                tracing::warn!(export_id = %export.id, %error, "could not record a failed export");
+            }
+            "failed"
+        }
+    };
+    metrics::counter!("flow_exports_total", "format" => format.as_str(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("flow_export_seconds", "format" => format.as_str())
+        .record(started.elapsed().as_secs_f64());
+}
+
+async fn discard(context: &Context, file: &ExportFile) {
+    let key = object_store::path::Path::from(file.object_key.as_str());
+    if let Err(error) =
+        object_store::ObjectStoreExt::delete(context.store.store().as_ref(), &key).await
+    {
+        tracing::warn!(%error, key = %file.object_key, "could not delete a discarded export file");
+    }
+}
+
+async fn release(context: &Context, export: &ExportRecord, delay: Duration, count_attempt: bool) {
+    if let Err(error) = exports::release(
+        &context.pool,
+        export.id,
+        &context.worker_id,
+        delay,
+        count_attempt,
+    )
+    .await
+    {
+        // The lease lapses anyway and another worker takes the export over.
+        tracing::warn!(export_id = %export.id, %error, "could not hand an export back");
+    }
+}
+
+/// Renews the lease every third of its length and records progress; cancels the job when the
+/// lease turns out to be someone else's.
+async fn heartbeat(
+    context: Arc<Context>,
+    export: ExportRecord,
+    progress: Arc<AtomicI64>,
+    job: CancellationToken,
+    lease_lost: CancellationToken,
+) {
+    let interval = (context.lease / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::select! {
+            () = job.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
+        let written = progress.load(Ordering::Relaxed);
+        match exports::renew_lease(
+            &context.pool,
+            export.id,
+            &context.worker_id,
+            context.lease,
+            written,
+        )
+        .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                lease_lost.cancel();
+                job.cancel();
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(export_id = %export.id, %error, "could not renew an export lease")
+            }
+        }
+    }
+}
+
+/// Whether retrying the export later may succeed.
+fn is_transient(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        if let Some(error) = cause.downcast_ref::<sqlx::Error>() {
+            return db::is_transient(error);
+        }
+        cause.is::<object_store::Error>() || cause.is::<std::io::Error>()
+    })
+}
+
+/// Whether a failure only reports that another stage stopped.
+fn is_interruption(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.is::<Interrupted>()
+            || cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// The chart period for a span when the request did not aggregate: about 5 to 60 bars.
+fn chart_period(first: DateTime<Utc>, last: DateTime<Utc>) -> Period {
+    let days = (last - first).num_days();
+    if days <= 45 {
+        Period::Day
+    } else if days <= 300 {
+        Period::Week
+    } else if days <= 1_800 {
+        Period::Month
+    } else if days <= 5_400 {
+        Period::Quarter
+    } else {
+        Period::Year
+    }
+}
+
+async fn generate(
+    context: &Context,
+    export: &ExportRecord,
+    progress: &AtomicI64,
+    cancel: &CancellationToken,
+) -> anyhow::Result<ExportFile> {
+    let parameters = export.parameters.0.clone();
+    let format = export.format();
+    let mut transaction = context
+        .pool
+        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .await?;
+    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *transaction)
+        .await?;
+    let flow = flows::get(&mut *transaction, export.org_id, parameters.flow_id)
+        .await?
+        .ok_or_else(|| Permanent("the flow no longer exists".into()))?;
+    let modules = flows::modules(&mut *transaction, flow.id).await?;
+    let (lower, upper) = parameters.bounds();
+    let scope = Scope {
+        flow_id: flow.id,
+        lower,
+        upper,
+        now,
+        status: parameters.status,
+    };
+    let metrics = reports::metrics(&mut *transaction, &scope).await?;
+    let schedules = reports::schedules(&mut *transaction, &scope).await?;
+    let aggregates = match parameters.aggregate.clone() {
+        Some(spec) => {
+            let rows =
+                aggregate_rows(&mut transaction, &scope, &spec, &parameters.timezone).await?;
+            Some((spec, rows))
+        }
+        None => None,
+    };
+    let chart = match (&aggregates, format) {
+        (Some((spec, rows)), ExportFormat::Pdf) => Some((spec.by, rows.clone())),
+        (None, ExportFormat::Pdf) => {
+            match reports::aggregation_window(&mut transaction, &scope).await? {
+                Some((first, last)) => {
+                    let spec = AggregateSpec {
+                        by: chart_period(first, last),
+                        metrics: vec![
+                            AggregateMetric::TotalAssignments,
+                            AggregateMetric::CompletedAssignments,
+                        ],
+                    };
+                    let rows =
+                        aggregate_rows(&mut transaction, &scope, &spec, &parameters.timezone)
+                            .await?;
+                    Some((spec.by, rows))
+                }
+                None => Some((Period::Day, Vec::new())),
+            }
+        }
+        _ => None,
+    };
+    let row_limit = (format == ExportFormat::Pdf).then_some(PDF_ROW_LIMIT);
+    let rows_total = row_limit.map_or(metrics.matching, |limit| metrics.matching.min(limit));
+    let module_rows_total = if format == ExportFormat::Excel && parameters.detailed {
+        reports::export_module_progress_count(&mut *transaction, &scope).await?
+    } else {
+        0
+    };
+    exports::set_rows_total(&context.pool, export.id, &context.worker_id, rows_total).await?;
+    let file_name = export_file_name(&flow.name, export.created_at, format);
+    let key = context
+        .store
+        .object_key(export.id, export.attempts, &file_name);
+    let header = Arc::new(ExportHeader {
+        export_id: export.id,
+        flow_id: flow.id,
+        flow_name: flow.name,
+        modules,
+        parameters: parameters.clone(),
+        generated_at: now,
+        metrics,
+        aggregates,
+        chart,
+        schedules,
+        rows_total,
+        module_rows_total,
+    });
+
+    let (sink, chunks) = sink::channel();
+    let upload = tokio::spawn(sink::upload(context.store.clone(), key.clone(), chunks));
+    let (rows_sender, rows_receiver) = mpsc::channel(BATCHES_IN_FLIGHT);
+    let temp_dir = context.temp_dir.clone();
+    let writer = tokio::task::spawn_blocking(move || {
+        write_file(header, format, sink, temp_dir, rows_receiver)
+    });
+    let read = stream_rows(
+        &mut transaction,
+        &scope,
+        parameters.detailed,
+        row_limit,
+        rows_sender,
+        progress,
+        cancel,
+    )
+    .await;
+    let written = writer
+        .await
+        .map_err(|error| anyhow::anyhow!("the export writer panicked: {error}"))
+        .and_then(|result| result);
+    let uploaded = upload
+        .await
+        .map_err(|error| anyhow::anyhow!("the export upload panicked: {error}"))
+        .and_then(|result| result);
+    drop(transaction.rollback().await);
+    let (rows_written, size) = match (read, written, uploaded) {
+        (Ok(rows), Ok(()), Ok(size)) => (rows, size),
+        (read, written, uploaded) => {
+            // Report the root cause, not the stages that stopped because of it.
+            let errors: Vec<anyhow::Error> = [read.err(), written.err(), uploaded.err()]
+                .into_iter()
+                .flatten()
+                .collect();
+            let cause = errors
+                .iter()
+                .position(|error| !is_interruption(error))
+                .unwrap_or(0);
+            return Err(errors
+                .into_iter()
+                .nth(cause)
+                .unwrap_or_else(|| anyhow::anyhow!("the export stopped")));
+        }
+    };
+    Ok(ExportFile {
+        object_key: key.to_string(),
+        file_name,
+        content_type: format.content_type().to_owned(),
+        size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+        rows_written,
+    })
+}
+
+/// Aggregates within the export's snapshot; a too-wide aggregation cannot be fixed by retrying.
+async fn aggregate_rows(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    spec: &AggregateSpec,
+    timezone: &str,
+) -> anyhow::Result<Vec<reports::AggregateRow>> {
+    reports::aggregate(connection, scope, spec, timezone)
+        .await
+        .map_err(|error| match error {
+            reports::AggregateError::Invalid(invalid) => Permanent(invalid.0).into(),
+            reports::AggregateError::Database(error) => error.into(),
+        })
+}
+
+/// Streams the export's rows to the writer in batches; ends with [`Rows::End`] only when every
+/// row was read, so the writer never completes a truncated file.
+async fn stream_rows(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    detailed: bool,
+    limit: Option<i64>,
+    sender: mpsc::Sender<Rows>,
+    progress: &AtomicI64,
+    cancel: &CancellationToken,
+) -> anyhow::Result<i64> {
+    let mut rows = reports::export_rows(connection, scope, detailed, limit);
+    let mut batch = Vec::with_capacity(ROW_BATCH);
+    let mut count = 0i64;
+    let stopped = || anyhow::Error::new(Interrupted("the export writer stopped"));
+    loop {
+        let next = tokio::select! {
+            biased;
+            () = cancel.cancelled() => anyhow::bail!("the export was interrupted"),
+            next = rows.try_next() => next.context("reading the export rows")?,
+        };
+        let Some(row) = next else { break };
+        batch.push(row);
+        if batch.len() == ROW_BATCH {
+            count += batch.len() as i64;
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(ROW_BATCH));
+            sender
+                .send(Rows::Batch(full))
+                .await
+                .map_err(|_| stopped())?;
+            progress.store(count, Ordering::Relaxed);
+        }
+    }
+    if !batch.is_empty() {
+        count += batch.len() as i64;
+        sender
+            .send(Rows::Batch(batch))
+            .await
+            .map_err(|_| stopped())?;
+    }
+    sender.send(Rows::End).await.map_err(|_| stopped())?;
+    progress.store(count, Ordering::Relaxed);
+    Ok(count)
+}
+
+/// The writer stage (on a blocking thread): formats every batch, then finishes the file.
+fn write_file(
+    header: Arc<ExportHeader>,
+    format: ExportFormat,
+    sink: ChannelWriter,
+    temp_dir: Option<PathBuf>,
+    mut rows: mpsc::Receiver<Rows>,
+) -> anyhow::Result<()> {
+    let mut writer: Box<dyn FormatWriter> = match format {
+        ExportFormat::Csv => Box::new(super::csv::CsvWriter::new(header, sink)?),
+        ExportFormat::Excel => Box::new(super::xlsx::XlsxWriter::new(
+            header,
+            sink,
+            temp_dir.as_deref(),
+        )?),
+        ExportFormat::Pdf => Box::new(super::pdf::PdfWriter::new(header, sink)),
+    };
+    loop {
+        match rows.blocking_recv() {
+            Some(Rows::Batch(batch)) => writer.write_rows(&batch)?,
+            Some(Rows::End) => return writer.finish(),
+            None => {
+                return Err(Interrupted("the row reader stopped before the last row").into());
+            }
+        }
+    }
+}
