@@ -64,7 +64,7 @@ pub struct ApiConfig {
     pub publish_batches_in_flight: usize,
 
     /// Concurrent batched lookup queries.
-    #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 4)]
+    #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 1)]
     pub lookup_concurrency: usize,
 
     /// Where report exports are read from (the report-workers' export store).

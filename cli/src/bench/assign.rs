@@ -158,8 +158,27 @@ struct Tally {
     statuses: BTreeMap<String, u64>,
 }
 
-/// Runs the benchmark.
+/// Runs the benchmark on queues of its own (deleted afterwards), so nothing left in the
+/// configured queues, and nothing this run leaves, mixes with another run.
 pub async fn run(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()> {
+    let mut own = core.clone();
+    own.queue_prefix = format!(
+        "{}.bench-{}",
+        core.queue_prefix,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let result = measure(&own, args).await;
+    let topology = flow_common::amqp::Topology::new(&own.queue_prefix, own.delivery_limit);
+    if let Ok(connection) = flow_common::amqp::connect(&own.amqp_url, "flowctl-bench").await {
+        if let Ok(channel) = connection.create_channel().await {
+            drop(topology.delete(&channel).await);
+        }
+        drop(connection.close(200, "done".into()).await);
+    }
+    result
+}
+
+async fn measure(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()> {
     let setup = prepare(core, &args).await?;
     let capacity = setup.emails.len() * setup.flows.len();
     println!(

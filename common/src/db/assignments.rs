@@ -23,13 +23,38 @@ pub struct BatchOutcome {
     pub already_applied: u64,
 }
 
+/// Why a batch of assign commands could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The database failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// Commands whose flow or user does not exist in their organization: they can never apply.
+    #[error("the flow or user of {0:?} does not exist in the organization")]
+    Orphans(Vec<AssignmentId>),
+    /// Concurrent changes kept some commands from settling; trying again later will.
+    #[error("{0} assign commands did not settle against concurrent changes")]
+    Unsettled(usize),
+}
+
+impl ApplyError {
+    /// True when applying the same commands later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Database(error) => super::is_transient(error),
+            Self::Orphans(_) => false,
+            Self::Unsettled(_) => true,
+        }
+    }
+}
+
 /// Applies assign commands inside `transaction`: inserts new assignments and their outbox events,
 /// and records every other handed-out id as an alias of the assignment it resolved to. Idempotent:
 /// applying the same commands again changes nothing.
 pub async fn apply_batch(
     connection: &mut PgConnection,
     commands: &[AssignCommand],
-) -> Result<BatchOutcome, sqlx::Error> {
+) -> Result<BatchOutcome, ApplyError> {
     let mut outcome = BatchOutcome::default();
     // Alias-only commands: the API answered with an existing assignment.
     let (alias_only, creating): (Vec<&AssignCommand>, Vec<&AssignCommand>) = commands
@@ -51,16 +76,16 @@ pub async fn apply_batch(
         if pending.is_empty() {
             break;
         }
-        let (aliased, applied, unresolved) = alias_to_active(&mut *connection, &pending).await?;
-        outcome.aliased += aliased;
-        outcome.already_applied += applied;
-        pending.retain(|command| unresolved.contains(&command.assignment_id));
+        let settled = alias_to_active(&mut *connection, &pending).await?;
+        if !settled.orphans.is_empty() {
+            return Err(ApplyError::Orphans(settled.orphans));
+        }
+        outcome.aliased += settled.aliased;
+        outcome.already_applied += settled.applied;
+        pending.retain(|command| settled.unresolved.contains(&command.assignment_id));
     }
     if !pending.is_empty() {
-        return Err(sqlx::Error::Protocol(format!(
-            "{} assign commands neither inserted nor resolved to an active assignment",
-            pending.len()
-        )));
+        return Err(ApplyError::Unsettled(pending.len()));
     }
     if outcome.inserted > 0 {
         super::notify(&mut *connection, super::OUTBOX_CHANNEL, "").await?;
@@ -100,9 +125,16 @@ async fn insert_new(
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
                                      assigned_at, request_id, schedule_id)
-            SELECT id, org_id, flow_id, user_id, priority, notes, due_at, assigned_at,
-                   request_id, schedule_id
-            FROM input
+            SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
+                   i.assigned_at, i.request_id, i.schedule_id
+            FROM input i
+            -- The parents must exist in the same organization (checked here, not by foreign
+            -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
+            -- row whatever the planner guesses about the input's size.
+            CROSS JOIN LATERAL (SELECT 1 FROM flows f
+                                WHERE f.id = i.flow_id AND f.org_id = i.org_id LIMIT 1) flow
+            CROSS JOIN LATERAL (SELECT 1 FROM users u
+                                WHERE u.id = i.user_id AND u.org_id = i.org_id LIMIT 1) assignee
             ON CONFLICT DO NOTHING
             RETURNING id
          ), events AS (
@@ -133,13 +165,22 @@ async fn insert_new(
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-/// For commands that were not inserted: already applied ones are left alone; the others are
-/// recorded as aliases of the active assignment of the same flow and user. Returns (aliased,
-/// already applied, ids still unresolved).
+/// What became of commands that were not inserted.
+#[derive(Debug, Default)]
+struct Settled {
+    aliased: u64,
+    applied: u64,
+    unresolved: HashSet<AssignmentId>,
+    orphans: Vec<AssignmentId>,
+}
+
+/// For commands that were not inserted: already applied ones are left alone; those whose flow or
+/// user is missing are orphans; the others are recorded as aliases of the active assignment of
+/// the same flow and user, or stay unresolved (a concurrent change; another round settles them).
 async fn alias_to_active(
     connection: &mut PgConnection,
     commands: &[&AssignCommand],
-) -> Result<(u64, u64, HashSet<AssignmentId>), sqlx::Error> {
+) -> Result<Settled, sqlx::Error> {
     let ids: Vec<AssignmentId> = commands.iter().map(|c| c.assignment_id).collect();
     let orgs: Vec<OrgId> = commands.iter().map(|c| c.org_id).collect();
     let flows: Vec<FlowId> = commands.iter().map(|c| c.flow_id).collect();
@@ -157,6 +198,9 @@ async fn alias_to_active(
             SELECT i.*,
                    EXISTS (SELECT 1 FROM assignments a WHERE a.id = i.id)
                    OR EXISTS (SELECT 1 FROM assignment_aliases x WHERE x.alias_id = i.id) AS applied,
+                   NOT EXISTS (SELECT 1 FROM flows f WHERE f.id = i.flow_id AND f.org_id = i.org_id)
+                   OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = i.user_id AND u.org_id = i.org_id)
+                       AS orphan,
                    (SELECT a.id FROM assignments a
                     WHERE a.flow_id = i.flow_id AND a.user_id = i.user_id
                       AND a.status IN ('pending', 'in_progress', 'overdue')
@@ -165,12 +209,13 @@ async fn alias_to_active(
          ), aliased AS (
             INSERT INTO assignment_aliases (alias_id, assignment_id, org_id, returned_id)
             SELECT id, active_id, org_id, id FROM classified
-            WHERE NOT applied AND active_id IS NOT NULL
+            WHERE NOT applied AND NOT orphan AND active_id IS NOT NULL
             ON CONFLICT (alias_id) DO NOTHING
             RETURNING alias_id
          )
          SELECT c.id,
                 CASE WHEN c.applied THEN 'applied'
+                     WHEN c.orphan THEN 'orphan'
                      WHEN c.active_id IS NOT NULL THEN 'aliased'
                      ELSE 'unresolved' END AS state
          FROM classified c",
@@ -181,19 +226,18 @@ async fn alias_to_active(
     .bind(&users)
     .fetch_all(&mut *connection)
     .await?;
-    let mut aliased = 0;
-    let mut applied = 0;
-    let mut unresolved = HashSet::new();
+    let mut settled = Settled::default();
     for row in rows {
         match row.state.as_str() {
-            "applied" => applied += 1,
-            "aliased" => aliased += 1,
+            "applied" => settled.applied += 1,
+            "aliased" => settled.aliased += 1,
+            "orphan" => settled.orphans.push(row.id),
             _ => {
-                unresolved.insert(row.id);
+                settled.unresolved.insert(row.id);
             }
         }
     }
-    Ok((aliased, applied, unresolved))
+    Ok(settled)
 }
 
 /// Records ids the API answered with an existing assignment (idempotent retries resolve to it).

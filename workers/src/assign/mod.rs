@@ -13,7 +13,8 @@ use flow_common::amqp::{
     DEAD_LETTER_REASON_HEADER, ORIGIN_QUEUE_HEADER, Outgoing, Publisher, QueueKind, Topology,
 };
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, assignments};
+use flow_common::db;
+use flow_common::db::assignments::{self, ApplyError};
 use flow_common::messages::{ASSIGN_KIND, AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
@@ -40,7 +41,7 @@ pub struct AssignWorkerConfig {
     pub batch_size: usize,
 
     /// Transactions in flight at once.
-    #[arg(long, env = "ASSIGN_CONCURRENCY", default_value_t = 3)]
+    #[arg(long, env = "ASSIGN_CONCURRENCY", default_value_t = 1)]
     pub concurrency: usize,
 }
 
@@ -125,7 +126,7 @@ impl BatchHandler for AssignHandler {
                 record(outcome, started.elapsed(), commands.len());
                 ack_all(&decoded).await
             }
-            Err(error) if db::is_transient(&error) => {
+            Err(error) if error.is_transient() => {
                 // Only reached on shutdown: give the messages back for another worker.
                 tracing::warn!(%error, count = decoded.len(), "returning commands to the queue");
                 nack_all(&decoded).await
@@ -170,7 +171,7 @@ impl AssignHandler {
                         record(outcome, started.elapsed(), 1);
                         Single::Applied
                     }
-                    Err(error) if db::is_transient(&error) => Single::Retry,
+                    Err(error) if error.is_transient() => Single::Retry,
                     Err(error) => Single::Poison(format!(
                         "assignment {} cannot be persisted: {error}",
                         command.assignment_id
@@ -262,7 +263,7 @@ impl AssignHandler {
         &self,
         commands: &[AssignCommand],
         shutdown: &CancellationToken,
-    ) -> Result<assignments::BatchOutcome, sqlx::Error> {
+    ) -> Result<assignments::BatchOutcome, ApplyError> {
         let mut delays = ExponentialBuilder::default()
             .with_min_delay(Duration::from_millis(50))
             .with_max_delay(Duration::from_secs(5))
@@ -274,7 +275,7 @@ impl AssignHandler {
                 Ok(outcome) => return Ok(outcome),
                 Err(error) => error,
             };
-            if !db::is_transient(&error) || shutdown.is_cancelled() {
+            if !error.is_transient() || shutdown.is_cancelled() {
                 return Err(error);
             }
             let delay = delays.next().unwrap_or(Duration::from_secs(5));
@@ -289,7 +290,7 @@ impl AssignHandler {
     async fn apply(
         &self,
         commands: &[AssignCommand],
-    ) -> Result<assignments::BatchOutcome, sqlx::Error> {
+    ) -> Result<assignments::BatchOutcome, ApplyError> {
         let mut transaction = self.pool.begin().await?;
         let outcome = assignments::apply_batch(&mut transaction, commands).await?;
         transaction.commit().await?;
