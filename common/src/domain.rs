@@ -2,11 +2,10 @@
 //! Error messages name the field the caller sent (`"userEmail must be a valid e-mail address"`).
 
 use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeZone, Utc};
 use chrono_tz::Tz;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 /// A validation failure, worded for the API caller.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,7 +84,7 @@ impl fmt::Display for Email {
 macro_rules! string_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
         pub enum $name {
             $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
         }
@@ -105,25 +104,25 @@ macro_rules! string_enum {
             }
 
             /// Parses field `field`, naming the allowed values on error.
-            pub fn parse_field(field: &str, text: &str) -> Result<Self, Invalid> {
+            pub fn parse_field(field: &str, text: &str) -> Result<Self, $crate::domain::Invalid> {
                 text.parse().map_err(|_| {
-                    Invalid(format!("{field} must be one of: {}", Self::allowed()))
+                    $crate::domain::Invalid(format!("{field} must be one of: {}", Self::allowed()))
                 })
             }
         }
 
-        impl FromStr for $name {
-            type Err = Invalid;
-            fn from_str(text: &str) -> Result<Self, Invalid> {
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::domain::Invalid;
+            fn from_str(text: &str) -> Result<Self, $crate::domain::Invalid> {
                 match text {
                     $($text => Ok($name::$variant),)+
-                    _ => Err(Invalid(format!("must be one of: {}", Self::allowed()))),
+                    _ => Err($crate::domain::Invalid(format!("must be one of: {}", Self::allowed()))),
                 }
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }

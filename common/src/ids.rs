@@ -133,6 +133,10 @@ define_id!(
     /// An API key (not the secret: its record).
     KeyId, "key"
 );
+define_id!(
+    /// The delivery of one event to one webhook endpoint.
+    DeliveryId, "dlv"
+);
 
 impl AssignmentId {
     /// The id an idempotent request gets: derived from the organization and the caller's
@@ -144,6 +148,20 @@ impl AssignmentId {
         hasher.update(b"flow.assign.request\0");
         hasher.update(org.0.as_bytes());
         hasher.update(request_id.as_bytes());
+        let digest = hasher.finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        Self(Uuid::new_v8(bytes))
+    }
+
+    /// The id of occurrence `occurrence` of a schedule: the same each time the scheduler tries
+    /// it, so a retry after a crash cannot create a second assignment.
+    pub fn for_schedule(schedule: ScheduleId, occurrence: i32) -> Self {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(b"flow.schedule.occurrence\0");
+        hasher.update(schedule.0.as_bytes());
+        hasher.update(occurrence.to_le_bytes());
         let digest = hasher.finalize();
         let mut bytes = [0u8; 16];
         bytes.copy_from_slice(&digest[..16]);

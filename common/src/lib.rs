@@ -7,9 +7,12 @@ pub mod db;
 #[macro_use]
 pub mod domain;
 pub mod duration;
+pub mod events;
 pub mod export_store;
 pub mod ids;
 pub mod messages;
+pub mod recurrence;
 pub mod report;
 pub mod shutdown;
 pub mod telemetry;
+pub mod webhook;

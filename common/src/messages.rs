@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::Priority;
-use crate::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
+use crate::domain::{ModuleStatus, Priority};
+use crate::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
 
 /// Current version of [`AssignCommand`].
 pub const ASSIGN_COMMAND_VERSION: u16 = 1;
@@ -157,6 +157,48 @@ impl ExportCommand {
             return Err(DecodeError::UnsupportedVersion {
                 found: command.version,
                 supported: EXPORT_COMMAND_VERSION,
+            });
+        }
+        Ok(command)
+    }
+}
+
+/// Current version of [`ProgressCommand`].
+pub const PROGRESS_COMMAND_VERSION: u16 = 1;
+
+/// AMQP `type` of a message holding one [`ProgressCommand`].
+pub const PROGRESS_KIND: &str = "progress";
+
+/// Record module activity of an assignment (queue `{prefix}.progress`). Idempotent: applying it
+/// again changes nothing, and the transitions it causes are guarded by the assignment's status.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressCommand {
+    /// Message schema version.
+    pub version: u16,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// The assignment (aliases already resolved by the API).
+    pub assignment_id: AssignmentId,
+    /// The module.
+    pub module_id: ModuleId,
+    /// `in_progress` or `completed`.
+    pub status: ModuleStatus,
+    /// When the activity happened.
+    pub at: DateTime<Utc>,
+    /// The caller's `X-Request-ID`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+impl ProgressCommand {
+    /// Decodes and checks the version.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let command: Self = serde_json::from_slice(payload)?;
+        if command.version != PROGRESS_COMMAND_VERSION {
+            return Err(DecodeError::UnsupportedVersion {
+                found: command.version,
+                supported: PROGRESS_COMMAND_VERSION,
             });
         }
         Ok(command)

@@ -5,10 +5,10 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use serde_json::json;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
-use crate::domain::{AssignmentStatus, format_timestamp};
+use crate::domain::AssignmentStatus;
+use crate::events::{AssignmentSnapshot, EventType, event_body, event_data};
 use crate::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
 use crate::messages::AssignCommand;
 
@@ -267,23 +267,25 @@ async fn record_explicit_aliases(
 
 /// The `flow.assigned` event body (design §7).
 fn assigned_event(command: &AssignCommand, event_id: EventId) -> serde_json::Value {
-    json!({
-        "id": event_id.to_string(),
-        "type": "flow.assigned",
-        "timestamp": format_timestamp(command.assigned_at),
-        "data": {
-            "assignmentId": command.assignment_id.to_string(),
-            "flowId": command.flow_id.to_string(),
-            "flowName": command.flow_name,
-            "assigneeEmail": command.assignee_email,
-            "status": AssignmentStatus::Pending.as_str(),
-            "assignedAt": format_timestamp(command.assigned_at),
-            "dueDate": command.due_at.map(format_timestamp),
-            "startedAt": null,
-            "completedAt": null,
-            "priority": command.priority.as_str(),
-        }
-    })
+    let snapshot = AssignmentSnapshot {
+        id: command.assignment_id,
+        org_id: command.org_id,
+        flow_id: command.flow_id,
+        flow_name: command.flow_name.clone(),
+        assignee_email: command.assignee_email.clone(),
+        status: AssignmentStatus::Pending.as_str().to_owned(),
+        priority: command.priority.as_str().to_owned(),
+        due_at: command.due_at,
+        assigned_at: command.assigned_at,
+        started_at: None,
+        completed_at: None,
+    };
+    event_body(
+        event_id,
+        EventType::Assigned.as_str(),
+        command.assigned_at,
+        event_data(&snapshot),
+    )
 }
 
 /// One item of the API's pre-publish lookup.
@@ -528,6 +530,52 @@ pub async fn module_progress<'e>(
          ORDER BY p.assignment_id, m.position",
     )
     .bind(assignment_ids)
+    .fetch_all(executor)
+    .await
+}
+
+/// Filters of the assignment list; every field narrows it.
+#[derive(Debug, Clone, Default)]
+pub struct ListFilter {
+    /// Only this flow.
+    pub flow_id: Option<FlowId>,
+    /// Only this assignee (normalized e-mail).
+    pub email_normalized: Option<String>,
+    /// Only this status, as reported at the reading time.
+    pub status: Option<AssignmentStatus>,
+}
+
+/// An organization's assignments that pass `filter`, in (`assignedAt`, id) order after the
+/// cursor, statuses as of `now`.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    filter: &ListFilter,
+    after: Option<(DateTime<Utc>, AssignmentId)>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<AssignmentRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RECORD_COLUMNS}
+         FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
+         WHERE a.org_id = $1
+           AND ($2::uuid IS NULL OR a.flow_id = $2)
+           AND ($3::text IS NULL OR u.email_normalized = $3)
+           AND ($4::text IS NULL OR (CASE WHEN a.status IN ('pending', 'in_progress')
+                                               AND a.due_at <= $5
+                                          THEN 'overdue' ELSE a.status END) = $4)
+           AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
+         ORDER BY a.assigned_at, a.id
+         LIMIT $8"
+    )))
+    .bind(org_id)
+    .bind(filter.flow_id)
+    .bind(filter.email_normalized.as_deref())
+    .bind(filter.status.map(AssignmentStatus::as_str))
+    .bind(now)
+    .bind(after.map(|(at, _)| at))
+    .bind(after.map(|(_, id)| id))
+    .bind(limit)
     .fetch_all(executor)
     .await
 }

@@ -4,10 +4,14 @@ pub mod assignments;
 pub mod exports;
 pub mod flows;
 pub mod keys;
+pub mod lifecycle;
 pub mod orgs;
+pub mod outbox;
 pub mod rate_limits;
 pub mod reports;
+pub mod schedules;
 pub mod users;
+pub mod webhooks;
 
 use std::time::Duration;
 
@@ -23,6 +27,9 @@ pub const INVALIDATE_CHANNEL: &str = "flow_invalidate";
 
 /// Postgres notification channel that wakes the outbox relay.
 pub const OUTBOX_CHANNEL: &str = "flow_outbox";
+
+/// Postgres notification channel that wakes the webhook-workers (a test ping, a manual retry).
+pub const WEBHOOK_CHANNEL: &str = "flow_webhooks";
 
 /// Opens a pool of at most `max_connections`.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

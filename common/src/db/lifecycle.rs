@@ -1,0 +1,189 @@
+//! Lifecycle transitions after assignment: module progress (pending → in_progress → completed)
+//! and the overdue scan. Each transition writes its outbox event in the same transaction, and is
+//! guarded by the assignment's status so applying it twice emits nothing the second time.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::domain::{AssignmentStatus, ModuleStatus};
+use crate::events::{AssignmentSnapshot, EventType, NewEvent, SNAPSHOT_COLUMNS};
+use crate::ids::{AssignmentId, ModuleId, OrgId};
+use crate::messages::ProgressCommand;
+
+/// What one progress command did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressOutcome {
+    /// Recorded; the assignment may have started or completed.
+    Applied,
+    /// The assignment was already completed: nothing changes (completed is final).
+    AlreadyCompleted,
+    /// No such assignment or module in the organization (it was deleted since the API checked).
+    Missing,
+}
+
+/// Applies one progress command inside the caller's transaction and returns what it did, with the
+/// events it caused (already written to the outbox).
+pub async fn apply_progress(
+    connection: &mut PgConnection,
+    command: &ProgressCommand,
+) -> Result<(ProgressOutcome, Vec<EventType>), sqlx::Error> {
+    // Lock the assignment: concurrent progress of one assignment applies one at a time, so
+    // exactly one of them sees the transition.
+    let snapshot = locked_snapshot(connection, command.org_id, command.assignment_id).await?;
+    let Some(snapshot) = snapshot else {
+        return Ok((ProgressOutcome::Missing, Vec::new()));
+    };
+    if snapshot.status == AssignmentStatus::Completed.as_str() {
+        return Ok((ProgressOutcome::AlreadyCompleted, Vec::new()));
+    }
+    let recorded = record_module(connection, command).await?;
+    if !recorded {
+        return Ok((ProgressOutcome::Missing, Vec::new()));
+    }
+    let mut events = Vec::new();
+    let mut snapshot = snapshot;
+    if snapshot.started_at.is_none() {
+        snapshot = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "WITH changed AS (
+                UPDATE assignments SET started_at = $2, updated_at = now(),
+                       status = CASE WHEN status = 'pending' THEN 'in_progress' ELSE status END
+                WHERE id = $1 RETURNING *)
+             SELECT {SNAPSHOT_COLUMNS} FROM changed a
+             JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"
+        )))
+        .bind(snapshot.id)
+        .bind(command.at.max(snapshot.assigned_at))
+        .fetch_one(&mut *connection)
+        .await?;
+        events.push(NewEvent::about(&snapshot, EventType::Started, Utc::now()));
+    }
+    let all_done: bool = sqlx::query_scalar(
+        "SELECT count(*) FILTER (WHERE p.status = 'completed') = count(*)
+         FROM modules m LEFT JOIN module_progress p ON p.module_id = m.id AND p.assignment_id = $1
+         WHERE m.flow_id = $2",
+    )
+    .bind(snapshot.id)
+    .bind(snapshot.flow_id)
+    .fetch_one(&mut *connection)
+    .await?;
+    if all_done {
+        let started = snapshot.started_at.unwrap_or(snapshot.assigned_at);
+        snapshot = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "WITH changed AS (
+                UPDATE assignments SET status = 'completed', completed_at = $2, updated_at = now()
+                WHERE id = $1 RETURNING *)
+             SELECT {SNAPSHOT_COLUMNS} FROM changed a
+             JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"
+        )))
+        .bind(snapshot.id)
+        .bind(command.at.max(started))
+        .fetch_one(&mut *connection)
+        .await?;
+        events.push(NewEvent::about(&snapshot, EventType::Completed, Utc::now()));
+    }
+    super::outbox::insert(connection, &events).await?;
+    Ok((
+        ProgressOutcome::Applied,
+        events.iter().map(|event| event.event_type).collect(),
+    ))
+}
+
+async fn locked_snapshot(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    id: AssignmentId,
+) -> Result<Option<AssignmentSnapshot>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {SNAPSHOT_COLUMNS} FROM assignments a
+         JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
+         WHERE a.id = $1 AND a.org_id = $2
+         FOR UPDATE OF a"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(&mut *connection)
+    .await
+}
+
+/// Records the module's progress; a completed module stays completed. False when the module is
+/// not part of the assignment's flow.
+async fn record_module(
+    connection: &mut PgConnection,
+    command: &ProgressCommand,
+) -> Result<bool, sqlx::Error> {
+    if !module_in_flow(&mut *connection, command.assignment_id, command.module_id).await? {
+        return Ok(false);
+    }
+    let sql = match command.status {
+        ModuleStatus::InProgress => {
+            "INSERT INTO module_progress (assignment_id, module_id, status, started_at)
+             VALUES ($1, $2, 'in_progress', $3)
+             ON CONFLICT (assignment_id, module_id) DO NOTHING"
+        }
+        ModuleStatus::Completed => {
+            "INSERT INTO module_progress (assignment_id, module_id, status, started_at, completed_at)
+             VALUES ($1, $2, 'completed', $3, $3)
+             ON CONFLICT (assignment_id, module_id) DO UPDATE
+             SET status = 'completed', completed_at = GREATEST(EXCLUDED.completed_at, module_progress.started_at)
+             WHERE module_progress.status <> 'completed'"
+        }
+    };
+    sqlx::query(sql)
+        .bind(command.assignment_id)
+        .bind(command.module_id)
+        .bind(command.at)
+        .execute(&mut *connection)
+        .await?;
+    Ok(true)
+}
+
+/// Whether `module` belongs to the flow of assignment `id` (the API's check before publishing).
+pub async fn module_in_flow<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    id: AssignmentId,
+    module: ModuleId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM modules m JOIN assignments a ON a.flow_id = m.flow_id
+                        WHERE m.id = $1 AND a.id = $2)",
+    )
+    .bind(module)
+    .bind(id)
+    .fetch_one(executor)
+    .await
+}
+
+/// Moves up to `limit` pending or in-progress assignments whose due date is at or before `now` to
+/// overdue, with one `flow.overdue` event each. Rows another scheduler (or a progress update)
+/// holds are skipped and picked up by the next scan. Returns how many changed.
+pub async fn mark_overdue(
+    connection: &mut PgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, sqlx::Error> {
+    let changed: Vec<AssignmentSnapshot> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH due AS (
+            SELECT id FROM assignments
+            WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL AND due_at <= $1
+            ORDER BY due_at
+            LIMIT $2
+            FOR UPDATE SKIP LOCKED
+         ), changed AS (
+            UPDATE assignments a SET status = 'overdue', overdue_at = $1, updated_at = now()
+            FROM due WHERE a.id = due.id AND a.status IN ('pending', 'in_progress')
+            RETURNING a.*
+         )
+         SELECT {SNAPSHOT_COLUMNS} FROM changed a
+         JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"
+    )))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *connection)
+    .await?;
+    let events: Vec<NewEvent> = changed
+        .iter()
+        .map(|snapshot| NewEvent::about(snapshot, EventType::Overdue, now))
+        .collect();
+    super::outbox::insert(connection, &events).await?;
+    Ok(changed.len())
+}

@@ -1,0 +1,210 @@
+//! Schedules: recurring (or one-off) assignment of a flow to a user. The scheduler claims due
+//! schedules with `FOR UPDATE SKIP LOCKED`, assigns the occurrence through the assign queue and
+//! advances the schedule in the same transaction.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection, PgExecutor};
+
+use crate::domain::Priority;
+use crate::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
+use crate::recurrence::Recurrence;
+
+/// A new schedule.
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    /// Organization.
+    pub org_id: OrgId,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Assignee.
+    pub user_id: UserId,
+    /// First occurrence.
+    pub scheduled_at: DateTime<Utc>,
+    /// Repetition.
+    pub recurrence: Recurrence,
+    /// Each assignment is due this many days after its occurrence.
+    pub due_in_days: Option<i32>,
+    /// Priority of the assignments.
+    pub priority: Priority,
+    /// Notes of the assignments.
+    pub notes: Option<String>,
+}
+
+/// A schedule as the API shows it.
+#[derive(Debug, Clone, FromRow)]
+pub struct ScheduleRecord {
+    /// Id.
+    pub id: ScheduleId,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Flow name.
+    pub flow_name: String,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// Next (or only) occurrence.
+    pub scheduled_at: DateTime<Utc>,
+    /// Repetition.
+    pub recurrence: String,
+    /// Occurrences assigned so far.
+    pub occurrence: i32,
+    /// Due offset in days.
+    pub due_in_days: Option<i32>,
+    /// Priority.
+    pub priority: String,
+    /// Notes.
+    pub notes: Option<String>,
+    /// False once a one-off schedule ran.
+    pub active: bool,
+    /// Assignment of the latest occurrence.
+    pub current_assignment_id: Option<AssignmentId>,
+    /// Status of the current occurrence at the reading time (`pending` before the first).
+    pub status: String,
+    /// Creation.
+    pub created_at: DateTime<Utc>,
+}
+
+const RECORD_SQL: &str = "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email,
+        s.scheduled_at, s.recurrence, s.occurrence, s.due_in_days, s.priority, s.notes, s.active,
+        s.current_assignment_id, s.created_at,
+        COALESCE(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= now()
+                      THEN 'overdue' ELSE a.status END, 'pending') AS status
+     FROM schedules s
+     JOIN flows f ON f.id = s.flow_id
+     JOIN users u ON u.id = s.user_id
+     LEFT JOIN assignments a ON a.id = s.current_assignment_id
+     WHERE s.id = $1 AND s.org_id = $2 AND s.deleted_at IS NULL";
+
+/// Creates a schedule and returns it.
+pub async fn create(
+    connection: &mut PgConnection,
+    schedule: &NewSchedule,
+) -> Result<ScheduleRecord, sqlx::Error> {
+    let id = ScheduleId::new();
+    sqlx::query(
+        "INSERT INTO schedules (id, org_id, flow_id, user_id, anchor_at, scheduled_at, recurrence,
+                                due_in_days, priority, notes)
+         VALUES ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9)",
+    )
+    .bind(id)
+    .bind(schedule.org_id)
+    .bind(schedule.flow_id)
+    .bind(schedule.user_id)
+    .bind(schedule.scheduled_at)
+    .bind(schedule.recurrence.as_str())
+    .bind(schedule.due_in_days)
+    .bind(schedule.priority.as_str())
+    .bind(&schedule.notes)
+    .execute(&mut *connection)
+    .await?;
+    let record = get(&mut *connection, schedule.org_id, id).await?;
+    record.ok_or(sqlx::Error::RowNotFound)
+}
+
+/// One live schedule of an organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: ScheduleId,
+) -> Result<Option<ScheduleRecord>, sqlx::Error> {
+    sqlx::query_as(RECORD_SQL)
+        .bind(id)
+        .bind(org_id)
+        .fetch_optional(executor)
+        .await
+}
+
+/// Deletes a schedule (no further occurrences; its assignments stay). False when it does not
+/// exist in the organization.
+pub async fn delete<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: ScheduleId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(
+        "UPDATE schedules SET active = false, deleted_at = now()
+         WHERE id = $1 AND org_id = $2 AND deleted_at IS NULL",
+    )
+    .bind(id)
+    .bind(org_id)
+    .execute(executor)
+    .await
+    .map(|result| result.rows_affected() == 1)
+}
+
+/// A schedule whose occurrence is due, locked by the caller's transaction.
+#[derive(Debug, Clone, FromRow)]
+pub struct DueSchedule {
+    /// Id.
+    pub id: ScheduleId,
+    /// Organization.
+    pub org_id: OrgId,
+    /// The organization's time zone (the calendar of the series).
+    pub timezone: String,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Flow name.
+    pub flow_name: String,
+    /// Assignee.
+    pub user_id: UserId,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// First occurrence of the series.
+    pub anchor_at: DateTime<Utc>,
+    /// This occurrence.
+    pub scheduled_at: DateTime<Utc>,
+    /// Its index in the series.
+    pub occurrence: i32,
+    /// Repetition.
+    pub recurrence: String,
+    /// Due offset in days.
+    pub due_in_days: Option<i32>,
+    /// Priority.
+    pub priority: String,
+    /// Notes.
+    pub notes: Option<String>,
+}
+
+/// Locks up to `limit` schedules due at `now`, skipping those another scheduler holds.
+pub async fn claim_due(
+    connection: &mut PgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<DueSchedule>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.id, s.org_id, o.timezone, s.flow_id, f.name AS flow_name, s.user_id,
+                u.email AS assignee_email, s.anchor_at, s.scheduled_at, s.occurrence, s.recurrence,
+                s.due_in_days, s.priority, s.notes
+         FROM schedules s
+         JOIN organizations o ON o.id = s.org_id
+         JOIN flows f ON f.id = s.flow_id
+         JOIN users u ON u.id = s.user_id
+         WHERE s.active AND s.deleted_at IS NULL AND s.scheduled_at <= $1
+         ORDER BY s.scheduled_at
+         LIMIT $2
+         FOR UPDATE OF s SKIP LOCKED",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *connection)
+    .await
+}
+
+/// Moves a schedule to its occurrence `occurrence` at `next` (`None`: the series is over).
+pub async fn advance(
+    connection: &mut PgConnection,
+    id: ScheduleId,
+    occurrence: i32,
+    next: Option<DateTime<Utc>>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE schedules SET occurrence = $2, scheduled_at = COALESCE($3, scheduled_at),
+                              active = $3 IS NOT NULL
+         WHERE id = $1",
+    )
+    .bind(id)
+    .bind(occurrence)
+    .bind(next)
+    .execute(&mut *connection)
+    .await
+    .map(|_| ())
+}

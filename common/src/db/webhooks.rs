@@ -1,0 +1,694 @@
+//! Webhook endpoints (per organization) and deliveries: one row per event and endpoint, which is
+//! the delivery job itself (claimed with a lease, retried on a schedule), and one row per attempt.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection, PgExecutor};
+
+use crate::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+
+/// Most endpoints one organization may have.
+pub const MAX_ENDPOINTS_PER_ORG: i64 = 50;
+
+/// A customer's endpoint.
+#[derive(Debug, Clone, FromRow)]
+pub struct Endpoint {
+    /// Id.
+    pub id: WebhookEndpointId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Where events are POSTed.
+    pub url: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// Event types delivered; empty means all.
+    pub events: Vec<String>,
+    /// Whether deliveries go out.
+    pub enabled: bool,
+    /// Why the service disabled it (`gone`, `failing`).
+    pub disabled_reason: Option<String>,
+    /// Current signing secret.
+    pub secret: String,
+    /// Previous secret, still signing until `previous_secret_expires_at`.
+    pub previous_secret: Option<String>,
+    /// End of the rotation overlap.
+    pub previous_secret_expires_at: Option<DateTime<Utc>>,
+    /// Start of the current run of failures.
+    pub failing_since: Option<DateTime<Utc>>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+const ENDPOINT_COLUMNS: &str = "id, org_id, url, description, events, enabled, disabled_reason, \
+    secret, previous_secret, previous_secret_expires_at, failing_since, created_at, updated_at";
+
+/// A new endpoint.
+#[derive(Debug, Clone)]
+pub struct NewEndpoint {
+    /// URL (already checked against the address policy).
+    pub url: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// Event types; empty means all.
+    pub events: Vec<String>,
+    /// Signing secret.
+    pub secret: String,
+}
+
+/// Creates an endpoint unless the organization already has [`MAX_ENDPOINTS_PER_ORG`]; `None`
+/// then.
+pub async fn create(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    endpoint: &NewEndpoint,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    // Serialise creations per organization so the cap holds under concurrency.
+    sqlx::query("SELECT 1 FROM organizations WHERE id = $1 FOR UPDATE")
+        .bind(org_id)
+        .execute(&mut *connection)
+        .await?;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_endpoints WHERE org_id = $1")
+        .bind(org_id)
+        .fetch_one(&mut *connection)
+        .await?;
+    if count >= MAX_ENDPOINTS_PER_ORG {
+        return Ok(None);
+    }
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO webhook_endpoints (id, org_id, url, description, events, secret)
+         VALUES ($1, $2, $3, $4, $5, $6) RETURNING {ENDPOINT_COLUMNS}"
+    )))
+    .bind(WebhookEndpointId::new())
+    .bind(org_id)
+    .bind(&endpoint.url)
+    .bind(&endpoint.description)
+    .bind(&endpoint.events)
+    .bind(&endpoint.secret)
+    .fetch_one(&mut *connection)
+    .await
+    .map(Some)
+}
+
+/// One endpoint of an organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: WebhookEndpointId,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints WHERE id = $1 AND org_id = $2"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// An organization's endpoints after `after`, in id order.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    after: Option<WebhookEndpointId>,
+    limit: i64,
+) -> Result<Vec<Endpoint>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints
+         WHERE org_id = $1 AND ($2::uuid IS NULL OR id > $2)
+         ORDER BY id LIMIT $3"
+    )))
+    .bind(org_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// Changes to an endpoint; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default)]
+pub struct EndpointChanges {
+    /// New URL (already checked).
+    pub url: Option<String>,
+    /// New description (`Some(None)` clears it).
+    pub description: Option<Option<String>>,
+    /// New event filter.
+    pub events: Option<Vec<String>>,
+    /// Enable (which also forgets why it was disabled and its failure run) or disable.
+    pub enabled: Option<bool>,
+}
+
+/// Applies `changes`; `None` when the endpoint does not exist in the organization.
+pub async fn update<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: WebhookEndpointId,
+    changes: &EndpointChanges,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE webhook_endpoints SET
+            url = COALESCE($3, url),
+            description = CASE WHEN $4 THEN $5 ELSE description END,
+            events = COALESCE($6, events),
+            enabled = COALESCE($7, enabled),
+            disabled_reason = CASE WHEN $7 IS NULL THEN disabled_reason
+                                   WHEN $7 THEN NULL ELSE 'disabled by the organization' END,
+            failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END,
+            updated_at = now()
+         WHERE id = $1 AND org_id = $2
+         RETURNING {ENDPOINT_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .bind(&changes.url)
+    .bind(changes.description.is_some())
+    .bind(changes.description.clone().flatten())
+    .bind(&changes.events)
+    .bind(changes.enabled)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Deletes an endpoint with its deliveries; false when it does not exist in the organization.
+pub async fn delete<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: WebhookEndpointId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1 AND org_id = $2")
+        .bind(id)
+        .bind(org_id)
+        .execute(executor)
+        .await
+        .map(|result| result.rows_affected() == 1)
+}
+
+/// Replaces the secret; the previous one keeps signing for `overlap`.
+pub async fn rotate_secret<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: WebhookEndpointId,
+    secret: &str,
+    overlap: Duration,
+) -> Result<Option<Endpoint>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE webhook_endpoints SET previous_secret = secret, secret = $3,
+            previous_secret_expires_at = now() + $4 * interval '1 millisecond', updated_at = now()
+         WHERE id = $1 AND org_id = $2
+         RETURNING {ENDPOINT_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .bind(secret)
+    .bind(i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX))
+    .fetch_optional(executor)
+    .await
+}
+
+/// An event received from the events exchange, to fan out to the endpoints of its organization.
+#[derive(Debug, Clone)]
+pub struct IncomingEvent {
+    /// Event id.
+    pub event_id: EventId,
+    /// Organization.
+    pub org_id: OrgId,
+    /// Type.
+    pub event_type: String,
+    /// Body.
+    pub payload: serde_json::Value,
+    /// When the state change happened.
+    pub event_at: DateTime<Utc>,
+}
+
+/// A delivery claimed for an attempt, with what sending it needs.
+#[derive(Debug, Clone, FromRow)]
+pub struct ClaimedDelivery {
+    /// Delivery.
+    pub id: DeliveryId,
+    /// Organization.
+    pub org_id: OrgId,
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Event id (the `webhook-id` header).
+    pub event_id: EventId,
+    /// Event type.
+    pub event_type: String,
+    /// Body.
+    pub payload: serde_json::Value,
+    /// Attempts made so far.
+    pub attempts: i32,
+    /// When the state change happened.
+    pub event_at: DateTime<Utc>,
+    /// Endpoint URL.
+    pub url: String,
+    /// Current secret.
+    pub secret: String,
+    /// Previous secret while it still signs.
+    pub previous_secret: Option<String>,
+}
+
+const CLAIMED_COLUMNS: &str = "d.id, d.org_id, d.endpoint_id, d.event_id, d.event_type, \
+    d.payload, d.attempts, d.event_at, e.url, e.secret, \
+    CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret";
+
+/// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
+/// type, already claimed by the caller for `lease`. Events seen before (redeliveries) create
+/// nothing: the caller gets only new deliveries.
+pub async fn fan_out(
+    connection: &mut PgConnection,
+    events: &[IncomingEvent],
+    lease: Duration,
+) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
+    let orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
+    let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
+    let payloads: Vec<&serde_json::Value> = events.iter().map(|event| &event.payload).collect();
+    let times: Vec<DateTime<Utc>> = events.iter().map(|event| event.event_at).collect();
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH input AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[])
+                AS t(event_id, org_id, event_type, payload, event_at)
+         ), inserted AS (
+            INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
+                                            status, lease_until, event_at)
+            SELECT gen_random_uuid(), i.org_id, e.id, i.event_id, i.event_type, i.payload,
+                   'delivering', now() + $6 * interval '1 millisecond', i.event_at
+            FROM input i
+            JOIN webhook_endpoints e ON e.org_id = i.org_id AND e.enabled
+                 AND (cardinality(e.events) = 0 OR i.event_type = ANY (e.events))
+            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            RETURNING *
+         )
+         SELECT {CLAIMED_COLUMNS} FROM inserted d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
+    )))
+    .bind(&ids)
+    .bind(&orgs)
+    .bind(&types)
+    .bind(&payloads)
+    .bind(&times)
+    .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+    .fetch_all(&mut *connection)
+    .await
+}
+
+/// Claims up to `limit` deliveries that are due (a retry whose time has come, or a claim whose
+/// worker stopped renewing it) on enabled endpoints not in `skip`.
+pub async fn claim_due<'e>(
+    executor: impl PgExecutor<'e>,
+    limit: i64,
+    lease: Duration,
+    skip: &[WebhookEndpointId],
+) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH due AS (
+            SELECT d.id FROM webhook_deliveries d
+            JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+            WHERE ((d.status = 'pending' AND d.next_attempt_at <= now())
+                   OR (d.status = 'delivering' AND d.lease_until < now()))
+              AND NOT (d.endpoint_id = ANY ($3))
+            ORDER BY d.next_attempt_at
+            LIMIT $1
+            FOR UPDATE OF d SKIP LOCKED
+         ), claimed AS (
+            UPDATE webhook_deliveries d SET status = 'delivering',
+                   lease_until = now() + $2 * interval '1 millisecond'
+            FROM due WHERE d.id = due.id
+            RETURNING d.*
+         )
+         SELECT {CLAIMED_COLUMNS} FROM claimed d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
+    )))
+    .bind(limit)
+    .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+    .bind(skip)
+    .fetch_all(executor)
+    .await
+}
+
+/// What happens to a delivery after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextStep {
+    /// Delivered.
+    Succeeded,
+    /// Try again at this time.
+    RetryAt(DateTime<Utc>),
+    /// No attempts left (or the endpoint is gone): failed until someone retries it.
+    Failed,
+    /// Not attempted (the endpoint had too much in flight): back to the queue at this time.
+    Deferred(DateTime<Utc>),
+}
+
+/// How an attempt reflects on the endpoint's health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndpointVerdict {
+    /// Not attempted.
+    Unchanged,
+    /// A 2xx: the endpoint is healthy.
+    Healthy,
+    /// A failure.
+    Failing,
+    /// A 410: the endpoint asked to be removed.
+    Gone,
+}
+
+/// One attempt's outcome.
+#[derive(Debug, Clone)]
+pub struct AttemptOutcome {
+    /// Delivery.
+    pub delivery_id: DeliveryId,
+    /// Its endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Attempt number (1-based); ignored for deferrals.
+    pub attempt: i32,
+    /// When it was sent.
+    pub attempted_at: DateTime<Utc>,
+    /// HTTP status, when a response came.
+    pub status_code: Option<i32>,
+    /// Time to the response (or the failure).
+    pub latency_ms: i32,
+    /// Transport error or refusal.
+    pub error: Option<String>,
+    /// Start of the response body.
+    pub response_excerpt: Option<String>,
+    /// What follows.
+    pub next: NextStep,
+    /// Effect on the endpoint.
+    pub verdict: EndpointVerdict,
+}
+
+/// An endpoint the service disabled while recording outcomes.
+#[derive(Debug, Clone, FromRow)]
+pub struct DisabledEndpoint {
+    /// Endpoint.
+    pub id: WebhookEndpointId,
+    /// `gone` or `failing`.
+    pub disabled_reason: Option<String>,
+}
+
+/// Records outcomes in the caller's transaction: the attempts, the deliveries' next step, and the
+/// endpoints' health (a 410, or failures for longer than `disable_after`, disable an endpoint).
+/// Returns the endpoints disabled now.
+pub async fn record_outcomes(
+    connection: &mut PgConnection,
+    outcomes: &[AttemptOutcome],
+    disable_after: Duration,
+) -> Result<Vec<DisabledEndpoint>, sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let attempted: Vec<&AttemptOutcome> = outcomes
+        .iter()
+        .filter(|outcome| !matches!(outcome.next, NextStep::Deferred(_)))
+        .collect();
+    if !attempted.is_empty() {
+        sqlx::query(
+            "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
+                                           latency_ms, error, response_excerpt)
+             SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::int[],
+                                  $6::text[], $7::text[])
+             ON CONFLICT (delivery_id, attempt) DO NOTHING",
+        )
+        .bind(attempted.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
+        .bind(attempted.iter().map(|o| o.attempt).collect::<Vec<_>>())
+        .bind(attempted.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
+        .bind(attempted.iter().map(|o| o.status_code).collect::<Vec<_>>())
+        .bind(attempted.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
+        .bind(attempted.iter().map(|o| o.error.as_deref()).collect::<Vec<_>>())
+        .bind(
+            attempted
+                .iter()
+                .map(|o| o.response_excerpt.as_deref())
+                .collect::<Vec<_>>(),
+        )
+        .execute(&mut *connection)
+        .await?;
+    }
+    let (statuses, next_times): (Vec<&str>, Vec<Option<DateTime<Utc>>>) = outcomes
+        .iter()
+        .map(|outcome| match outcome.next {
+            NextStep::Succeeded => ("succeeded", None),
+            NextStep::Failed => ("failed", None),
+            NextStep::RetryAt(at) => ("pending", Some(at)),
+            NextStep::Deferred(at) => ("pending", Some(at)),
+        })
+        .unzip();
+    let attempts: Vec<Option<i32>> = outcomes
+        .iter()
+        .map(|outcome| (!matches!(outcome.next, NextStep::Deferred(_))).then_some(outcome.attempt))
+        .collect();
+    sqlx::query(
+        "UPDATE webhook_deliveries d SET
+            status = t.status,
+            attempts = COALESCE(t.attempt, d.attempts),
+            next_attempt_at = COALESCE(t.next_at, d.next_attempt_at),
+            lease_until = NULL,
+            last_status_code = CASE WHEN t.attempt IS NULL THEN d.last_status_code ELSE t.code END,
+            last_error = CASE WHEN t.attempt IS NULL THEN d.last_error ELSE t.error END,
+            delivered_at = CASE WHEN t.status = 'succeeded' THEN t.at ELSE d.delivered_at END
+         FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::int[], $6::text[],
+                     $7::timestamptz[]) AS t(id, status, attempt, next_at, code, error, at)
+         WHERE d.id = t.id",
+    )
+    .bind(outcomes.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
+    .bind(&statuses)
+    .bind(&attempts)
+    .bind(&next_times)
+    .bind(outcomes.iter().map(|o| o.status_code).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.error.as_deref()).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
+    .execute(&mut *connection)
+    .await?;
+    update_endpoint_health(connection, outcomes, disable_after).await
+}
+
+/// The latest verdict per endpoint decides its health; healthy endpoints are not written to.
+async fn update_endpoint_health(
+    connection: &mut PgConnection,
+    outcomes: &[AttemptOutcome],
+    disable_after: Duration,
+) -> Result<Vec<DisabledEndpoint>, sqlx::Error> {
+    let mut latest: std::collections::HashMap<WebhookEndpointId, &AttemptOutcome> =
+        std::collections::HashMap::new();
+    for outcome in outcomes {
+        if outcome.verdict == EndpointVerdict::Unchanged {
+            continue;
+        }
+        let slot = latest.entry(outcome.endpoint_id).or_insert(outcome);
+        if outcome.attempted_at >= slot.attempted_at {
+            *slot = outcome;
+        }
+    }
+    if latest.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<WebhookEndpointId> = latest.keys().copied().collect();
+    let verdicts: Vec<&str> = latest
+        .values()
+        .map(|outcome| match outcome.verdict {
+            EndpointVerdict::Healthy => "healthy",
+            EndpointVerdict::Gone => "gone",
+            _ => "failing",
+        })
+        .collect();
+    let times: Vec<DateTime<Utc>> = latest.values().map(|o| o.attempted_at).collect();
+    sqlx::query_as(
+        "WITH t AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[]) AS t(id, verdict, at)
+         ), changed AS (
+            UPDATE webhook_endpoints e SET
+                failing_since = CASE WHEN t.verdict = 'healthy' THEN NULL
+                                     ELSE COALESCE(e.failing_since, t.at) END,
+                enabled = CASE
+                    WHEN t.verdict = 'gone' THEN false
+                    WHEN t.verdict = 'failing'
+                         AND COALESCE(e.failing_since, t.at) <= t.at - $4 * interval '1 millisecond'
+                        THEN false
+                    ELSE e.enabled END,
+                disabled_reason = CASE
+                    WHEN t.verdict = 'gone' AND e.enabled THEN 'gone'
+                    WHEN t.verdict = 'failing' AND e.enabled
+                         AND COALESCE(e.failing_since, t.at) <= t.at - $4 * interval '1 millisecond'
+                        THEN 'failing'
+                    ELSE e.disabled_reason END,
+                updated_at = now()
+            FROM t
+            WHERE e.id = t.id
+              AND (t.verdict <> 'healthy' OR e.failing_since IS NOT NULL)
+            -- The subquery reads the statement's snapshot: the row as it was before this update.
+            RETURNING e.id, e.enabled, e.disabled_reason,
+                      (SELECT x.enabled FROM webhook_endpoints x WHERE x.id = e.id) AS was_enabled
+         )
+         SELECT id, disabled_reason FROM changed WHERE was_enabled AND NOT enabled",
+    )
+    .bind(&ids)
+    .bind(&verdicts)
+    .bind(&times)
+    .bind(i64::try_from(disable_after.as_millis()).unwrap_or(i64::MAX))
+    .fetch_all(&mut *connection)
+    .await
+}
+
+/// Creates a `webhook.test` delivery to one endpoint, due now, and wakes the webhook-workers.
+pub async fn create_test_delivery(
+    connection: &mut PgConnection,
+    endpoint: &Endpoint,
+    event_id: EventId,
+    payload: &serde_json::Value,
+    at: DateTime<Utc>,
+) -> Result<DeliveryId, sqlx::Error> {
+    let id = DeliveryId::new();
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
+                                         event_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(id)
+    .bind(endpoint.org_id)
+    .bind(endpoint.id)
+    .bind(event_id)
+    .bind(crate::events::TEST_EVENT_TYPE)
+    .bind(payload)
+    .bind(at)
+    .execute(&mut *connection)
+    .await?;
+    super::notify(&mut *connection, super::WEBHOOK_CHANNEL, "").await?;
+    Ok(id)
+}
+
+/// A delivery as the API lists it.
+#[derive(Debug, Clone, FromRow)]
+pub struct DeliveryRecord {
+    /// Delivery.
+    pub id: DeliveryId,
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Event id.
+    pub event_id: EventId,
+    /// Event type.
+    pub event_type: String,
+    /// Body sent.
+    pub payload: serde_json::Value,
+    /// pending, delivering, succeeded or failed.
+    pub status: String,
+    /// Attempts made.
+    pub attempts: i32,
+    /// Next attempt (pending only).
+    pub next_attempt_at: DateTime<Utc>,
+    /// Status code of the last attempt.
+    pub last_status_code: Option<i32>,
+    /// Error of the last attempt.
+    pub last_error: Option<String>,
+    /// Creation.
+    pub created_at: DateTime<Utc>,
+    /// Success time.
+    pub delivered_at: Option<DateTime<Utc>>,
+}
+
+const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.event_type, d.payload, \
+    d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, \
+    d.delivered_at";
+
+/// An endpoint's deliveries, newest first, after the `(created_at, id)` cursor, optionally of one
+/// status.
+pub async fn list_deliveries<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    endpoint_id: WebhookEndpointId,
+    status: Option<&str>,
+    before: Option<(DateTime<Utc>, DeliveryId)>,
+    limit: i64,
+) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d
+         WHERE d.endpoint_id = $1 AND d.org_id = $2
+           AND ($3::text IS NULL OR d.status = $3)
+           AND ($4::timestamptz IS NULL OR (d.created_at, d.id) < ($4, $5))
+         ORDER BY d.created_at DESC, d.id DESC
+         LIMIT $6"
+    )))
+    .bind(endpoint_id)
+    .bind(org_id)
+    .bind(status)
+    .bind(before.map(|(at, _)| at))
+    .bind(before.map(|(_, id)| id))
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// One attempt of a delivery.
+#[derive(Debug, Clone, FromRow)]
+pub struct AttemptRecord {
+    /// Delivery.
+    pub delivery_id: DeliveryId,
+    /// Number (1-based).
+    pub attempt: i32,
+    /// When it was sent.
+    pub attempted_at: DateTime<Utc>,
+    /// HTTP status, when a response came.
+    pub status_code: Option<i32>,
+    /// Time to the response or failure.
+    pub latency_ms: i32,
+    /// Transport error or refusal.
+    pub error: Option<String>,
+    /// Start of the response body.
+    pub response_excerpt: Option<String>,
+}
+
+/// The attempts of several deliveries, in order.
+pub async fn attempts<'e>(
+    executor: impl PgExecutor<'e>,
+    deliveries: &[DeliveryId],
+) -> Result<Vec<AttemptRecord>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT delivery_id, attempt, attempted_at, status_code, latency_ms, error, response_excerpt
+         FROM webhook_attempts WHERE delivery_id = ANY ($1)
+         ORDER BY delivery_id, attempt",
+    )
+    .bind(deliveries)
+    .fetch_all(executor)
+    .await
+}
+
+/// Why a delivery cannot be retried now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryRefusal {
+    /// No such delivery in the organization.
+    NotFound,
+    /// An attempt is under way.
+    InFlight,
+}
+
+/// Queues a delivery for one more attempt now (a failed delivery gets exactly one; a pending one
+/// is brought forward), and wakes the webhook-workers.
+pub async fn retry(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    id: DeliveryId,
+) -> Result<Result<DeliveryRecord, RetryRefusal>, sqlx::Error> {
+    let status: Option<String> = sqlx::query_scalar(
+        "SELECT status FROM webhook_deliveries WHERE id = $1 AND org_id = $2 FOR UPDATE",
+    )
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(&mut *connection)
+    .await?;
+    match status.as_deref() {
+        None => return Ok(Err(RetryRefusal::NotFound)),
+        Some("delivering") => return Ok(Err(RetryRefusal::InFlight)),
+        Some(_) => {}
+    }
+    let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE webhook_deliveries d SET status = 'pending', next_attempt_at = now(),
+                lease_until = NULL
+         WHERE d.id = $1 RETURNING {DELIVERY_COLUMNS}"
+    )))
+    .bind(id)
+    .fetch_one(&mut *connection)
+    .await?;
+    super::notify(&mut *connection, super::WEBHOOK_CHANNEL, "").await?;
+    Ok(Ok(record))
+}

@@ -1,0 +1,282 @@
+//! Webhook delivery rules shared by the API and the webhook-worker: secrets and Standard Webhooks
+//! v1 signatures, the address policy that keeps endpoints off internal networks (SSRF guard),
+//! and the retry schedule.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+/// Prefix of a signing secret.
+pub const SECRET_PREFIX: &str = "whsec_";
+
+/// A new signing secret: `whsec_` and 32 random bytes in base64.
+pub fn generate_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    format!("{SECRET_PREFIX}{}", BASE64.encode(bytes))
+}
+
+/// The HMAC key of a secret: the base64 after `whsec_` (the raw text when it is not base64, as
+/// the reference libraries do).
+fn secret_key(secret: &str) -> Vec<u8> {
+    let encoded = secret.strip_prefix(SECRET_PREFIX).unwrap_or(secret);
+    BASE64
+        .decode(encoded)
+        .unwrap_or_else(|_| encoded.as_bytes().to_vec())
+}
+
+/// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`.
+pub fn sign(secret: &str, message_id: &str, timestamp: i64, body: &[u8]) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&secret_key(secret))
+        .expect("HMAC takes keys of any length");
+    mac.update(message_id.as_bytes());
+    mac.update(b".");
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("v1,{}", BASE64.encode(mac.finalize().into_bytes()))
+}
+
+/// The `webhook-signature` header: one signature per secret, space-separated (during a rotation
+/// the previous secret signs too).
+pub fn signature_header(secrets: &[&str], message_id: &str, timestamp: i64, body: &[u8]) -> String {
+    secrets
+        .iter()
+        .map(|secret| sign(secret, message_id, timestamp, body))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// True when one of the signatures in `header` is `secret`'s signature of the message (what a
+/// receiver checks).
+pub fn verify(secret: &str, header: &str, message_id: &str, timestamp: i64, body: &[u8]) -> bool {
+    let expected = sign(secret, message_id, timestamp, body);
+    header
+        .split(' ')
+        .any(|candidate| constant_time_eq(candidate.as_bytes(), expected.as_bytes()))
+}
+
+fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
+    left.len() == right.len()
+        && left
+            .iter()
+            .zip(right)
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// Which endpoint addresses are acceptable.
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct AddressPolicy {
+    /// Allow endpoints on loopback, private, link-local and metadata addresses (local development
+    /// and tests only).
+    #[arg(long, env = "WEBHOOK_ALLOW_PRIVATE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_private: bool,
+
+    /// Allow plain `http://` endpoints (otherwise `https://` only).
+    #[arg(long, env = "WEBHOOK_ALLOW_HTTP", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_http: bool,
+}
+
+impl AddressPolicy {
+    /// Whether a delivery may connect to `address`.
+    pub fn permits(&self, address: IpAddr) -> bool {
+        self.allow_private || is_public(address)
+    }
+}
+
+/// True for addresses on the public internet: not loopback, private, link-local (cloud metadata
+/// lives there), shared (CGNAT), unspecified, multicast, broadcast, documentation or reserved.
+pub fn is_public(address: IpAddr) -> bool {
+    match address {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => is_public_v4(v4),
+            None => is_public_v6(v6),
+        },
+    }
+}
+
+fn is_public_v4(address: Ipv4Addr) -> bool {
+    let [a, b, c, _] = address.octets();
+    !(address.is_private()
+        || address.is_loopback()
+        || address.is_link_local()
+        || address.is_unspecified()
+        || address.is_broadcast()
+        || address.is_multicast()
+        || address.is_documentation()
+        || a == 0
+        // Shared address space (RFC 6598).
+        || (a == 100 && (64..128).contains(&b))
+        // IETF protocol assignments (RFC 6890).
+        || (a == 192 && b == 0 && c == 0)
+        // Benchmarking (RFC 2544).
+        || (a == 198 && (18..20).contains(&b))
+        // Reserved (240/4).
+        || a >= 240)
+}
+
+fn is_public_v6(address: Ipv6Addr) -> bool {
+    let first = address.segments()[0];
+    !(address.is_loopback()
+        || address.is_unspecified()
+        || address.is_multicast()
+        || address.is_unique_local()
+        || address.is_unicast_link_local()
+        // Documentation (2001:db8::/32).
+        || (first == 0x2001 && address.segments()[1] == 0x0db8)
+        // NAT64 and IPv4-compatible forms can reach IPv4 internals.
+        || (first == 0x0064 && address.segments()[1] == 0xff9b)
+        || (address.segments()[..6].iter().all(|segment| *segment == 0)))
+}
+
+/// Delays before each attempt of a delivery: the first is usually zero (immediately).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetrySchedule(pub Vec<Duration>);
+
+impl RetrySchedule {
+    /// Parses `0s,5s,5m,30m,2h,5h,10h,10h` (units ms, s, m, h, d).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let delays = text
+            .split(',')
+            .map(str::trim)
+            .filter(|part| !part.is_empty())
+            .map(parse_duration)
+            .collect::<Result<Vec<_>, _>>()?;
+        if delays.is_empty() {
+            return Err("the retry schedule needs at least one attempt".into());
+        }
+        Ok(Self(delays))
+    }
+
+    /// Attempts a delivery gets in all.
+    pub fn attempts(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Delay before attempt `number` (1-based) with ±20% jitter, or `None` past the last one.
+    pub fn delay_before(&self, number: usize) -> Option<Duration> {
+        let base = *self.0.get(number.checked_sub(1)?)?;
+        let factor = 0.8 + rand::random::<f64>() * 0.4;
+        Some(base.mul_f64(factor))
+    }
+}
+
+impl std::str::FromStr for RetrySchedule {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::parse(text)
+    }
+}
+
+/// Parses `250ms`, `5s`, `30m`, `2h`, `5d`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{text}` has no unit (ms, s, m, h or d)"))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` does not start with a number"))?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("`{text}` has an unknown unit (ms, s, m, h or d)")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(millis)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_match_the_standard_webhooks_test_vector() {
+        let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+        let body = br#"{"email":"test@example.com","username":"test_user"}"#;
+        let signature = sign(secret, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1_649_367_553, body);
+        assert_eq!(
+            signature,
+            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+        );
+        let header = signature_header(
+            &[&generate_secret(), secret],
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            1_649_367_553,
+            body,
+        );
+        assert!(verify(
+            secret,
+            &header,
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            1_649_367_553,
+            body
+        ));
+        assert!(!verify(
+            secret,
+            &header,
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            1_649_367_554,
+            body
+        ));
+    }
+
+    #[test]
+    fn secrets_are_prefixed_base64_of_32_bytes() {
+        let secret = generate_secret();
+        assert!(secret.starts_with(SECRET_PREFIX));
+        assert_eq!(secret_key(&secret).len(), 32);
+        assert_ne!(secret, generate_secret());
+    }
+
+    #[test]
+    fn internal_addresses_are_not_public() {
+        for internal in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fe80::1",
+            "fd00:ec2::254",
+            "::ffff:127.0.0.1",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+        ] {
+            assert!(!is_public(internal.parse().unwrap()), "{internal}");
+        }
+        for public in ["93.184.216.34", "1.1.1.1", "2606:4700:4700::1111"] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+        let open = AddressPolicy {
+            allow_private: true,
+            allow_http: true,
+        };
+        assert!(open.permits("127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn retry_schedules_parse_and_jitter_within_twenty_percent() {
+        let schedule = RetrySchedule::parse("0s,5s,5m,30m,2h,5h,10h,10h").unwrap();
+        assert_eq!(schedule.attempts(), 8);
+        assert_eq!(schedule.0[2], Duration::from_secs(300));
+        assert_eq!(schedule.delay_before(1), Some(Duration::ZERO));
+        let second = schedule.delay_before(2).unwrap();
+        assert!(second >= Duration::from_secs(4) && second <= Duration::from_secs(6));
+        assert_eq!(schedule.delay_before(9), None);
+        assert!(RetrySchedule::parse("5x").is_err());
+        assert!(RetrySchedule::parse("").is_err());
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    }
+}
