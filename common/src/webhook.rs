@@ -134,6 +134,64 @@ fn is_public_v6(address: Ipv6Addr) -> bool {
         || (address.segments()[..6].iter().all(|segment| *segment == 0)))
 }
 
+/// Longest accepted endpoint URL.
+pub const MAX_URL_CHARS: usize = 2_000;
+
+/// Checks an endpoint URL's form against `policy`: http(s) (plain http only when allowed), a
+/// host, no credentials, and a literal IP address only when the policy permits it. Names are
+/// checked when they are resolved: see [`check_endpoint_url`].
+pub fn parse_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url::Url, String> {
+    if text.chars().count() > MAX_URL_CHARS {
+        return Err(format!("url must be at most {MAX_URL_CHARS} characters"));
+    }
+    let url = url::Url::parse(text.trim()).map_err(|_| "url must be an absolute http(s) URL".to_owned())?;
+    match url.scheme() {
+        "https" => {}
+        "http" if policy.allow_http => {}
+        "http" => return Err("url must use https".into()),
+        _ => return Err("url must be an absolute http(s) URL".into()),
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("url must not contain credentials".into());
+    }
+    let literal = match url.host() {
+        None => return Err("url must have a host".into()),
+        Some(url::Host::Ipv4(address)) => Some(IpAddr::V4(address)),
+        Some(url::Host::Ipv6(address)) => Some(IpAddr::V6(address)),
+        Some(url::Host::Domain(_)) => None,
+    };
+    if let Some(address) = literal
+        && !policy.permits(address)
+    {
+        return Err(REFUSED_ADDRESS.into());
+    }
+    Ok(url)
+}
+
+/// Why an endpoint address is refused.
+pub const REFUSED_ADDRESS: &str =
+    "url must not point to a loopback, private, link-local or metadata address";
+
+/// [`parse_endpoint_url`], then resolves the host: every address it resolves to must be
+/// permitted (checked again at each delivery, where only permitted addresses are connected to).
+pub async fn check_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url::Url, String> {
+    let url = parse_endpoint_url(text, policy)?;
+    if let Some(url::Host::Domain(host)) = url.host() {
+        let port = url.port_or_known_default().unwrap_or(443);
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|_| format!("url host {host} could not be resolved"))?
+            .collect();
+        if addresses.is_empty() {
+            return Err(format!("url host {host} could not be resolved"));
+        }
+        if addresses.iter().any(|address| !policy.permits(address.ip())) {
+            return Err(REFUSED_ADDRESS.into());
+        }
+    }
+    Ok(url)
+}
+
 /// Delays before each attempt of a delivery: the first is usually zero (immediately).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetrySchedule(pub Vec<Duration>);
@@ -264,6 +322,45 @@ mod tests {
             allow_http: true,
         };
         assert!(open.permits("127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn endpoint_urls_are_checked_against_the_policy() {
+        let strict = AddressPolicy {
+            allow_private: false,
+            allow_http: false,
+        };
+        assert!(parse_endpoint_url("https://hooks.example.com/flow", strict).is_ok());
+        for refused in [
+            "http://hooks.example.com/flow",
+            "https://127.0.0.1/hook",
+            "https://[::1]/hook",
+            "https://169.254.169.254/latest/meta-data",
+            "https://user:pass@hooks.example.com/",
+            "ftp://hooks.example.com/",
+            "not a url",
+        ] {
+            assert!(parse_endpoint_url(refused, strict).is_err(), "{refused}");
+        }
+        let local = AddressPolicy {
+            allow_private: true,
+            allow_http: true,
+        };
+        assert!(parse_endpoint_url("http://127.0.0.1:9000/hook", local).is_ok());
+    }
+
+    #[tokio::test]
+    async fn names_resolving_to_internal_addresses_are_refused() {
+        let strict = AddressPolicy {
+            allow_private: false,
+            allow_http: true,
+        };
+        assert_eq!(
+            check_endpoint_url("http://localhost:9000/hook", strict)
+                .await
+                .unwrap_err(),
+            REFUSED_ADDRESS
+        );
     }
 
     #[test]

@@ -3,4 +3,7 @@
 
 pub mod assign;
 pub mod consumer;
+pub mod relay;
 pub mod report;
+pub mod scheduler;
+pub mod webhook;

@@ -484,16 +484,20 @@ async fn update_endpoint_health(
     if latest.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<WebhookEndpointId> = latest.keys().copied().collect();
+    // One lock order across recorders of several workers.
+    let mut latest: Vec<(WebhookEndpointId, &AttemptOutcome)> = latest.into_iter().collect();
+    latest.sort_by_key(|(id, _)| *id);
+    let ids: Vec<WebhookEndpointId> = latest.iter().map(|(id, _)| *id).collect();
     let verdicts: Vec<&str> = latest
-        .values()
+        .iter()
+        .map(|(_, outcome)| outcome)
         .map(|outcome| match outcome.verdict {
             EndpointVerdict::Healthy => "healthy",
             EndpointVerdict::Gone => "gone",
             _ => "failing",
         })
         .collect();
-    let times: Vec<DateTime<Utc>> = latest.values().map(|o| o.attempted_at).collect();
+    let times: Vec<DateTime<Utc>> = latest.iter().map(|(_, o)| o.attempted_at).collect();
     sqlx::query_as(
         "WITH t AS (
             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::timestamptz[]) AS t(id, verdict, at)

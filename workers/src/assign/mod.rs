@@ -2,7 +2,10 @@
 //! inserts, the `flow.assigned` outbox rows in the same transaction), and acks only after commit.
 //! Redeliveries are harmless (the command's id makes the insert idempotent). A batch that fails on
 //! its data is retried message by message so one poison message cannot take its neighbours down;
-//! that message goes to the dead-letter queue.
+//! that message goes to the dead-letter queue. The same process applies progress commands
+//! (module activity) from `{prefix}.progress`: see [`progress`].
+
+pub mod progress;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,6 +46,14 @@ pub struct AssignWorkerConfig {
     /// Transactions in flight at once.
     #[arg(long, env = "ASSIGN_CONCURRENCY", default_value_t = 1)]
     pub concurrency: usize,
+
+    /// Unacknowledged progress commands the broker may hand over at once.
+    #[arg(long, env = "PROGRESS_PREFETCH", default_value_t = 500)]
+    pub progress_prefetch: u16,
+
+    /// Largest number of progress commands applied in one transaction.
+    #[arg(long, env = "PROGRESS_BATCH_SIZE", default_value_t = 100)]
+    pub progress_batch_size: usize,
 }
 
 /// Runs the worker until `shutdown`.
@@ -61,8 +72,20 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         batch_size: config.batch_size.max(1),
         concurrency: config.concurrency,
     };
+    let progress_settings = ConsumerSettings {
+        role: "progress-worker",
+        queue: QueueKind::Progress,
+        prefetch: config.progress_prefetch,
+        batch_size: config.progress_batch_size.max(1),
+        concurrency: 1,
+    };
+    let progress = progress::ProgressHandler::new(pool.clone());
     let handler = AssignHandler::new(pool, &config.core);
-    consumer::run(&config.core, settings, Arc::new(handler), shutdown).await
+    let (assigned, progressed) = tokio::join!(
+        consumer::run(&config.core, settings, Arc::new(handler), shutdown.clone()),
+        consumer::run(&config.core, progress_settings, Arc::new(progress), shutdown),
+    );
+    assigned.and(progressed)
 }
 
 /// Applies batches of assign commands.
@@ -318,7 +341,7 @@ fn record(outcome: assignments::BatchOutcome, elapsed: Duration, size: usize) {
 }
 
 /// Acks every delivery; the acks are pipelined rather than awaited one by one.
-async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
+pub(crate) async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
     futures::future::try_join_all(
         deliveries
             .iter()
@@ -329,7 +352,7 @@ async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
 }
 
 /// Returns every delivery to the queue.
-async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
+pub(crate) async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
     futures::future::try_join_all(deliveries.iter().map(|delivery| {
         delivery.nack(BasicNackOptions {
             requeue: true,

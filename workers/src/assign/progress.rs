@@ -1,0 +1,164 @@
+//! Progress commands (module activity), consumed by the assign-worker from `{prefix}.progress`:
+//! a batch is applied in one transaction, each command locking its assignment so concurrent
+//! updates of one assignment apply one at a time and each transition emits its event once.
+
+use std::time::{Duration, Instant};
+
+use backon::{BackoffBuilder, ExponentialBuilder};
+use flow_common::db::lifecycle::{self, ProgressOutcome};
+use flow_common::events::EventType;
+use flow_common::messages::ProgressCommand;
+use lapin::message::Delivery;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use super::{ack_all, nack_all};
+use crate::consumer::{self, BatchHandler};
+
+const ROLE: &str = "progress-worker";
+
+/// Applies batches of progress commands.
+pub struct ProgressHandler {
+    pool: PgPool,
+}
+
+impl ProgressHandler {
+    /// A handler writing to `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+
+    async fn apply(
+        &self,
+        commands: &[&ProgressCommand],
+    ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
+        let mut transaction = self.pool.begin().await?;
+        let mut outcomes = Vec::with_capacity(commands.len());
+        for command in commands {
+            outcomes.push(lifecycle::apply_progress(&mut transaction, command).await?);
+        }
+        transaction.commit().await?;
+        Ok(outcomes)
+    }
+
+    /// Applies `commands` in one transaction, retrying transient failures (deadlocks between
+    /// workers, Postgres restarting) with backoff until it works or the worker shuts down.
+    async fn apply_with_retry(
+        &self,
+        commands: &[&ProgressCommand],
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
+        let mut delays = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(20))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        loop {
+            let error = match self.apply(commands).await {
+                Ok(outcomes) => return Ok(outcomes),
+                Err(error) => error,
+            };
+            if !flow_common::db::is_transient(&error) || shutdown.is_cancelled() {
+                return Err(error);
+            }
+            let delay = delays.next().unwrap_or(Duration::from_secs(5));
+            tracing::warn!(%error, ?delay, count = commands.len(), "transient database error; retrying progress batch");
+            tokio::select! {
+                () = shutdown.cancelled() => return Err(error),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+impl BatchHandler for ProgressHandler {
+    async fn handle(
+        &self,
+        deliveries: Vec<Delivery>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut decoded = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            match ProgressCommand::decode(&delivery.data) {
+                Ok(command) => decoded.push((delivery, command)),
+                Err(error) => consumer::dead_letter(ROLE, &delivery, &error.to_string()).await?,
+            }
+        }
+        if decoded.is_empty() {
+            return Ok(());
+        }
+        // Lock assignments in one order across workers (fewer deadlocks); a stable sort keeps
+        // the commands of one assignment in the order they were sent.
+        decoded.sort_by_key(|(_, command)| command.assignment_id);
+        let commands: Vec<&ProgressCommand> = decoded.iter().map(|(_, command)| command).collect();
+        let started = Instant::now();
+        match self.apply_with_retry(&commands, &shutdown).await {
+            Ok(outcomes) => {
+                record(&commands, &outcomes, started.elapsed());
+                let deliveries: Vec<Delivery> =
+                    decoded.into_iter().map(|(delivery, _)| delivery).collect();
+                ack_all(&deliveries).await
+            }
+            Err(error) if flow_common::db::is_transient(&error) => {
+                tracing::warn!(%error, count = decoded.len(), "returning progress commands to the queue");
+                let deliveries: Vec<Delivery> =
+                    decoded.into_iter().map(|(delivery, _)| delivery).collect();
+                nack_all(&deliveries).await
+            }
+            Err(error) => {
+                // Something in the batch can never apply: apply each alone, dead-letter the
+                // ones that fail.
+                tracing::warn!(%error, count = decoded.len(), "progress batch failed; applying commands one by one");
+                for (delivery, command) in &decoded {
+                    match self.apply_with_retry(&[command], &shutdown).await {
+                        Ok(outcomes) => {
+                            record(&[command], &outcomes, started.elapsed());
+                            ack_all(std::slice::from_ref(delivery)).await?;
+                        }
+                        Err(error) if flow_common::db::is_transient(&error) => {
+                            nack_all(std::slice::from_ref(delivery)).await?;
+                        }
+                        Err(error) => {
+                            consumer::dead_letter(
+                                ROLE,
+                                delivery,
+                                &format!("progress of {} cannot be applied: {error}", command.assignment_id),
+                            )
+                            .await?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn record(
+    commands: &[&ProgressCommand],
+    outcomes: &[(ProgressOutcome, Vec<EventType>)],
+    elapsed: Duration,
+) {
+    for (command, (outcome, events)) in commands.iter().zip(outcomes) {
+        let label = match outcome {
+            ProgressOutcome::Applied => "applied",
+            ProgressOutcome::AlreadyCompleted => "already_completed",
+            ProgressOutcome::Missing => "missing",
+        };
+        metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => label)
+            .increment(1);
+        if *outcome != ProgressOutcome::Applied {
+            tracing::info!(
+                assignment_id = %command.assignment_id,
+                module_id = %command.module_id,
+                outcome = label,
+                "progress not applied"
+            );
+        }
+        for event in events {
+            tracing::debug!(assignment_id = %command.assignment_id, event = event.as_str(), "transition");
+        }
+    }
+    metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE).record(elapsed.as_secs_f64());
+}

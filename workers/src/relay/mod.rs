@@ -1,0 +1,205 @@
+//! The outbox relay: publishes the events that state changes wrote to the outbox to the
+//! `{prefix}.events` topic exchange (persistent, with publisher confirms) and marks them
+//! published in the same transaction that locked them. Several relays share the outbox with
+//! `FOR UPDATE SKIP LOCKED`, so none publishes a row another is publishing. A relay that dies
+//! after the broker confirmed but before its commit leaves the rows unpublished: they go out again
+//! and consumers dedupe them by event id. Woken by `NOTIFY` when events are written, and by a
+//! timer in case a notification was missed.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use chrono::Utc;
+use flow_common::amqp::{Outgoing, Publisher, Topology};
+use flow_common::config::CoreConfig;
+use flow_common::db::{self, outbox};
+use flow_common::events::{EVENT_KIND, ORG_HEADER};
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+const ROLE: &str = "outbox-relay";
+
+/// Settings of the relay.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RelayConfig {
+    /// Database, broker and queue settings.
+    #[command(flatten)]
+    pub core: CoreConfig,
+
+    /// Most events published per transaction.
+    #[arg(long, env = "RELAY_BATCH_SIZE", default_value_t = 1_000)]
+    pub batch_size: i64,
+
+    /// Longest wait between two looks at the outbox when no notification arrives.
+    #[arg(long, env = "RELAY_POLL_INTERVAL_MS", default_value_t = 1_000)]
+    pub poll_interval_ms: u64,
+
+    /// How long published events stay in the outbox before they are pruned.
+    #[arg(long, env = "OUTBOX_RETENTION_HOURS", default_value_t = 72)]
+    pub retention_hours: u64,
+}
+
+/// Runs the relay until `shutdown`.
+pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let pool = db::connect_with_retry(
+        &config.core.database_url,
+        config.core.database_max_connections,
+        &shutdown,
+    )
+    .await
+    .context("connecting to Postgres")?;
+    let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
+    let publisher = Publisher::new(
+        &config.core.amqp_url,
+        ROLE,
+        topology,
+        4,
+        Duration::from_secs(10),
+    );
+    let mut listener = None;
+    let mut delays = backoff();
+    let mut last_prune = Instant::now() - Duration::from_secs(3_600);
+    tracing::info!(role = ROLE, "relaying the outbox");
+    while !shutdown.is_cancelled() {
+        if listener.is_none() {
+            listener = listen(&pool).await;
+        }
+        match relay_batch(&pool, &publisher, config.batch_size).await {
+            Ok(count) => {
+                delays = backoff();
+                if count as i64 >= config.batch_size {
+                    continue;
+                }
+            }
+            Err(error) => {
+                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                tracing::warn!(role = ROLE, error = format!("{error:#}"), ?delay, "relay failed; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    () = tokio::time::sleep(delay) => {}
+                }
+                continue;
+            }
+        }
+        if last_prune.elapsed() > Duration::from_secs(600) {
+            last_prune = Instant::now();
+            prune(&pool, config.retention_hours).await;
+        }
+        let poll = Duration::from_millis(config.poll_interval_ms);
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            woken = wait_for_notification(&mut listener, poll) => {
+                if !woken {
+                    // The listener broke: open a new one on the next round.
+                    listener = None;
+                }
+            }
+        }
+    }
+    publisher.close().await;
+    tracing::info!(role = ROLE, "relay stopped");
+    Ok(())
+}
+
+fn backoff() -> impl Iterator<Item = Duration> {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(100))
+        .with_max_delay(Duration::from_secs(10))
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+async fn listen(pool: &PgPool) -> Option<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await.ok()?;
+    listener.listen(db::OUTBOX_CHANNEL).await.ok()?;
+    Some(listener)
+}
+
+/// Waits for a notification or `poll`; false when the listener is broken.
+async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration) -> bool {
+    let Some(active) = listener.as_mut() else {
+        tokio::time::sleep(poll).await;
+        return true;
+    };
+    match tokio::time::timeout(poll, active.recv()).await {
+        Ok(Err(error)) => {
+            tracing::warn!(role = ROLE, %error, "outbox notifications lost; reconnecting");
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Publishes one batch of events; returns how many.
+async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow::Result<usize> {
+    let mut transaction = pool.begin().await?;
+    let events = outbox::claim(&mut transaction, limit).await?;
+    if events.is_empty() {
+        transaction.commit().await?;
+        return Ok(0);
+    }
+    let started = Instant::now();
+    let topology = publisher.topology();
+    let exchange = topology.events_exchange();
+    let bodies: Vec<Vec<u8>> = events
+        .iter()
+        .map(|event| serde_json::to_vec(&event.payload))
+        .collect::<Result<_, _>>()?;
+    let ids: Vec<String> = events.iter().map(|event| event.event_id.to_string()).collect();
+    let orgs: Vec<String> = events.iter().map(|event| event.org_id.to_string()).collect();
+    let publishes = events.iter().enumerate().map(|(index, event)| {
+        let headers = [(ORG_HEADER, orgs[index].as_str())];
+        let exchange = exchange.as_str();
+        let body = bodies[index].as_slice();
+        let id = ids[index].as_str();
+        async move {
+            publisher
+                .publish(Outgoing {
+                    exchange,
+                    routing_key: &event.event_type,
+                    payload: body,
+                    message_id: id,
+                    kind: EVENT_KIND,
+                    request_id: None,
+                    headers: &headers,
+                })
+                .await
+        }
+    });
+    // Every publish must be confirmed before the rows are marked; on any failure the transaction
+    // rolls back and the whole batch goes out again (consumers dedupe by event id).
+    futures::future::try_join_all(publishes)
+        .await
+        .context("publishing events")?;
+    let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
+    outbox::mark_published(&mut transaction, &seqs).await?;
+    transaction.commit().await?;
+    let lag = events
+        .iter()
+        .map(|event| (Utc::now() - event.created_at).num_milliseconds())
+        .max()
+        .unwrap_or(0);
+    metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "published")
+        .increment(events.len() as u64);
+    metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE)
+        .record(started.elapsed().as_secs_f64());
+    tracing::debug!(count = events.len(), max_lag_ms = lag, "events published");
+    Ok(events.len())
+}
+
+async fn prune(pool: &PgPool, retention_hours: u64) {
+    let before = Utc::now() - chrono::Duration::hours(i64::try_from(retention_hours).unwrap_or(72));
+    loop {
+        match outbox::prune(pool, before, 10_000).await {
+            Ok(0) => break,
+            Ok(count) => tracing::info!(role = ROLE, count, "pruned published events"),
+            Err(error) => {
+                tracing::warn!(role = ROLE, %error, "could not prune the outbox");
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! The scheduler: time-driven work over Postgres, safe with any number of replicas (every claim
+//! is `FOR UPDATE SKIP LOCKED`, every transition guarded by the row's state).
+//!
+//! - Overdue scan: pending or in-progress assignments past their due date become `overdue`, each
+//!   with one `flow.overdue` event, in batches.
+//! - Recurring schedules: when an occurrence is due, its assignment goes through the normal
+//!   assign path (an assign command on the assign queue, confirmed by the broker) with an id
+//!   derived from the schedule and the occurrence, so a retry after a crash cannot assign twice;
+//!   then the schedule advances to its next occurrence on the organization's calendar.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use chrono::{DateTime, Utc};
+use flow_common::amqp::{Outgoing, Publisher, QueueKind, Topology};
+use flow_common::config::CoreConfig;
+use flow_common::db::{self, lifecycle, schedules};
+use flow_common::domain::Priority;
+use flow_common::ids::AssignmentId;
+use flow_common::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
+use flow_common::recurrence::Recurrence;
+use sqlx::PgPool;
+use tokio_util::sync::CancellationToken;
+
+const ROLE: &str = "scheduler";
+
+/// Settings of the scheduler.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SchedulerConfig {
+    /// Database, broker and queue settings.
+    #[command(flatten)]
+    pub core: CoreConfig,
+
+    /// Time between two scans.
+    #[arg(long, env = "SCHEDULER_INTERVAL_MS", default_value_t = 1_000)]
+    pub interval_ms: u64,
+
+    /// Most assignments marked overdue per transaction.
+    #[arg(long, env = "OVERDUE_BATCH_SIZE", default_value_t = 1_000)]
+    pub overdue_batch_size: i64,
+
+    /// Most schedule occurrences assigned per transaction.
+    #[arg(long, env = "SCHEDULE_BATCH_SIZE", default_value_t = 200)]
+    pub schedule_batch_size: i64,
+}
+
+/// Runs the scheduler until `shutdown`.
+pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let pool = db::connect_with_retry(
+        &config.core.database_url,
+        config.core.database_max_connections,
+        &shutdown,
+    )
+    .await
+    .context("connecting to Postgres")?;
+    let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
+    let publisher = Publisher::new(&config.core.amqp_url, ROLE, topology, 2, Duration::from_secs(10));
+    tracing::info!(role = ROLE, interval_ms = config.interval_ms, "scheduling");
+    let interval = Duration::from_millis(config.interval_ms.max(10));
+    while !shutdown.is_cancelled() {
+        if let Err(error) = scan_overdue(&pool, config.overdue_batch_size).await {
+            tracing::warn!(role = ROLE, error = format!("{error:#}"), "overdue scan failed; retrying next round");
+        }
+        if let Err(error) = run_schedules(&pool, &publisher, config.schedule_batch_size).await {
+            tracing::warn!(role = ROLE, error = format!("{error:#}"), "schedules failed; retrying next round");
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+    publisher.close().await;
+    tracing::info!(role = ROLE, "scheduler stopped");
+    Ok(())
+}
+
+/// Marks every assignment now past its due date overdue, a batch per transaction; returns how
+/// many.
+pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usize> {
+    let mut total = 0;
+    loop {
+        let mut transaction = pool.begin().await?;
+        let changed = lifecycle::mark_overdue(&mut transaction, Utc::now(), batch_size).await?;
+        transaction.commit().await?;
+        total += changed;
+        if changed > 0 {
+            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "overdue")
+                .increment(changed as u64);
+            tracing::info!(role = ROLE, count = changed, "assignments became overdue");
+        }
+        if (changed as i64) < batch_size {
+            return Ok(total);
+        }
+    }
+}
+
+/// Assigns every due schedule occurrence, a batch per transaction; returns how many.
+pub async fn run_schedules(
+    pool: &PgPool,
+    publisher: &Publisher,
+    batch_size: i64,
+) -> anyhow::Result<usize> {
+    let mut total = 0;
+    loop {
+        let now = Utc::now();
+        let mut transaction = pool.begin().await?;
+        let due = schedules::claim_due(&mut transaction, now, batch_size).await?;
+        for schedule in &due {
+            let command = occurrence_command(schedule, now);
+            publish(publisher, &command).await?;
+            let (next_index, next_at) = next_occurrence(schedule, now);
+            schedules::advance(&mut transaction, schedule.id, next_index, next_at).await?;
+            tracing::info!(
+                role = ROLE,
+                schedule_id = %schedule.id,
+                occurrence = schedule.occurrence,
+                assignment_id = %command.assignment_id,
+                next = ?next_at,
+                "schedule occurrence assigned"
+            );
+        }
+        // Commands are confirmed before the schedules advance: a crash in between assigns the
+        // same occurrence again with the same id, which the assign-worker applies once.
+        transaction.commit().await?;
+        total += due.len();
+        metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "scheduled")
+            .increment(due.len() as u64);
+        if (due.len() as i64) < batch_size {
+            return Ok(total);
+        }
+    }
+}
+
+fn occurrence_command(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> AssignCommand {
+    AssignCommand {
+        version: ASSIGN_COMMAND_VERSION,
+        assignment_id: AssignmentId::for_schedule(schedule.id, schedule.occurrence),
+        existing_assignment_id: None,
+        org_id: schedule.org_id,
+        flow_id: schedule.flow_id,
+        flow_name: schedule.flow_name.clone(),
+        user_id: schedule.user_id,
+        assignee_email: schedule.assignee_email.clone(),
+        priority: schedule.priority.parse().unwrap_or(Priority::Medium),
+        notes: schedule.notes.clone(),
+        due_at: schedule
+            .due_in_days
+            .map(|days| schedule.scheduled_at + chrono::Duration::days(i64::from(days))),
+        assigned_at: now,
+        request_id: None,
+        schedule_id: Some(schedule.id),
+    }
+}
+
+/// The index and time of the next occurrence after `now`; occurrences missed while no scheduler
+/// ran are skipped (one assignment for the latest, not one per missed period). `None`: the series
+/// is over.
+fn next_occurrence(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> (i32, Option<DateTime<Utc>>) {
+    let recurrence: Recurrence = schedule.recurrence.parse().unwrap_or(Recurrence::None);
+    let zone = schedule.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
+    let mut index = schedule.occurrence.saturating_add(1);
+    loop {
+        let Some(at) = u32::try_from(index)
+            .ok()
+            .and_then(|n| recurrence.occurrence(schedule.anchor_at, n, zone))
+        else {
+            return (index, None);
+        };
+        if at > now {
+            return (index, Some(at));
+        }
+        tracing::warn!(role = ROLE, schedule_id = %schedule.id, skipped = %at, "skipping a missed occurrence");
+        index = index.saturating_add(1);
+    }
+}
+
+async fn publish(publisher: &Publisher, command: &AssignCommand) -> anyhow::Result<()> {
+    let payload = serde_json::to_vec(command)?;
+    let exchange = publisher.topology().commands_exchange();
+    let message_id = command.assignment_id.to_string();
+    publisher
+        .publish(Outgoing {
+            exchange: &exchange,
+            routing_key: QueueKind::Assign.suffix(),
+            payload: &payload,
+            message_id: &message_id,
+            kind: ASSIGN_KIND,
+            request_id: None,
+            headers: &[],
+        })
+        .await
+        .context("publishing a scheduled assign command")
+}

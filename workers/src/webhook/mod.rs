@@ -1,0 +1,338 @@
+//! The webhook-worker: delivers lifecycle events to customers' endpoints, signed (Standard
+//! Webhooks v1), retried on a durable schedule, never lost.
+//!
+//! 1. It consumes `{prefix}.webhooks` (every event of the events exchange) and fans each event
+//!    out to the enabled endpoints of its organization that subscribe to its type: one delivery
+//!    row per endpoint, created already claimed by this worker (a lease), in one transaction per
+//!    batch, acked after commit. A redelivered event creates no second delivery (unique per
+//!    endpoint and event id).
+//! 2. The dispatcher attempts the claimed deliveries at once, a bounded number per endpoint.
+//! 3. A recorder writes each attempt and the delivery's next step: done, retry at a time from the
+//!    schedule, or failed; a 410, or days of failures, disable the endpoint.
+//! 4. A poller claims retries whose time has come, deliveries whose worker died (expired lease),
+//!    test pings and manual retries (woken by `NOTIFY`).
+
+pub mod dispatch;
+pub mod sender;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use backon::{BackoffBuilder, ExponentialBuilder};
+use chrono::{DateTime, Utc};
+use flow_common::amqp::QueueKind;
+use flow_common::config::CoreConfig;
+use flow_common::db::webhooks::{self, IncomingEvent};
+use flow_common::db::{self as database};
+use flow_common::events::ORG_HEADER;
+use flow_common::ids::{EventId, OrgId};
+use flow_common::webhook::{AddressPolicy, RetrySchedule, parse_duration};
+use lapin::message::Delivery;
+use lapin::types::AMQPValue;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::assign::{ack_all, nack_all};
+use crate::consumer::{self, BatchHandler, ConsumerSettings};
+use dispatch::{Dispatcher, Limits};
+use sender::Sender;
+
+const ROLE: &str = "webhook-worker";
+
+/// Settings of the webhook-worker.
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookWorkerConfig {
+    /// Database, broker and queue settings.
+    #[command(flatten)]
+    pub core: CoreConfig,
+
+    /// Which endpoint addresses may be connected to.
+    #[command(flatten)]
+    pub policy: AddressPolicy,
+
+    /// Delays before each attempt, comma-separated (units ms, s, m, h, d).
+    #[arg(
+        long,
+        env = "WEBHOOK_RETRY_SCHEDULE",
+        default_value = "0s,5s,5m,30m,2h,5h,10h,10h"
+    )]
+    pub retry_schedule: RetrySchedule,
+
+    /// Longest wait a `Retry-After` header can impose on the next attempt.
+    #[arg(long, env = "WEBHOOK_RETRY_AFTER_MAX", default_value = "10h", value_parser = parse_duration)]
+    pub retry_after_max: Duration,
+
+    /// An endpoint failing for this long without a success is disabled.
+    #[arg(long, env = "WEBHOOK_DISABLE_AFTER", default_value = "5d", value_parser = parse_duration)]
+    pub disable_after: Duration,
+
+    /// Connect timeout of an attempt.
+    #[arg(long, env = "WEBHOOK_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    pub connect_timeout: Duration,
+
+    /// Total timeout of an attempt.
+    #[arg(long, env = "WEBHOOK_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Requests in flight in all.
+    #[arg(long, env = "WEBHOOK_CONCURRENCY", default_value_t = 512)]
+    pub concurrency: usize,
+
+    /// Requests in flight to one endpoint.
+    #[arg(long, env = "WEBHOOK_ENDPOINT_CONCURRENCY", default_value_t = 16)]
+    pub endpoint_concurrency: usize,
+
+    /// Deliveries of one endpoint held in memory; more wait in Postgres.
+    #[arg(long, env = "WEBHOOK_ENDPOINT_QUEUE", default_value_t = 256)]
+    pub endpoint_queue: usize,
+
+    /// How long a claimed delivery stays with this worker before another may take it.
+    #[arg(long, env = "WEBHOOK_LEASE", default_value = "10m", value_parser = parse_duration)]
+    pub lease: Duration,
+
+    /// Longest wait between two looks for due retries.
+    #[arg(long, env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
+    pub poll_interval: Duration,
+
+    /// Unacknowledged events the broker may hand over at once.
+    #[arg(long, env = "WEBHOOK_PREFETCH", default_value_t = 1_000)]
+    pub prefetch: u16,
+
+    /// Largest number of events fanned out in one transaction.
+    #[arg(long, env = "WEBHOOK_BATCH_SIZE", default_value_t = 250)]
+    pub batch_size: usize,
+}
+
+/// Runs the worker until `shutdown`, then finishes the attempts under way and records them.
+pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let pool = database::connect_with_retry(
+        &config.core.database_url,
+        config.core.database_max_connections,
+        &shutdown,
+    )
+    .await
+    .context("connecting to Postgres")?;
+    let sender = Sender::new(
+        config.policy,
+        config.retry_schedule.clone(),
+        config.connect_timeout,
+        config.timeout,
+        config.retry_after_max,
+    )?;
+    let (outcomes, recorded) = tokio::sync::mpsc::unbounded_channel();
+    let dispatcher = Dispatcher::new(
+        sender,
+        Limits {
+            concurrency: config.concurrency,
+            endpoint_concurrency: config.endpoint_concurrency,
+            endpoint_queue: config.endpoint_queue,
+        },
+        outcomes,
+    );
+    let recorder = tokio::spawn(dispatch::record_outcomes(
+        pool.clone(),
+        recorded,
+        config.disable_after,
+    ));
+    let poller = tokio::spawn(poll(
+        pool.clone(),
+        dispatcher.clone(),
+        config.clone(),
+        shutdown.clone(),
+    ));
+    let settings = ConsumerSettings {
+        role: ROLE,
+        queue: QueueKind::Webhooks,
+        prefetch: config.prefetch,
+        batch_size: config.batch_size.max(1),
+        concurrency: 2,
+    };
+    let handler = EventsHandler {
+        pool,
+        dispatcher: dispatcher.clone(),
+        lease: config.lease,
+    };
+    let consumed = consumer::run(&config.core, settings, Arc::new(handler), shutdown).await;
+    drop(poller.await);
+    dispatcher.finish().await;
+    drop(dispatcher);
+    drop(recorder.await);
+    tracing::info!(role = ROLE, "webhook-worker stopped");
+    consumed
+}
+
+/// Fans events out into claimed deliveries and hands them to the dispatcher.
+struct EventsHandler {
+    pool: PgPool,
+    dispatcher: Arc<Dispatcher>,
+    lease: Duration,
+}
+
+impl BatchHandler for EventsHandler {
+    async fn handle(
+        &self,
+        deliveries: Vec<Delivery>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let mut events = Vec::with_capacity(deliveries.len());
+        let mut decoded = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            match decode_event(&delivery) {
+                Ok(event) => {
+                    events.push(event);
+                    decoded.push(delivery);
+                }
+                Err(reason) => consumer::dead_letter(ROLE, &delivery, &reason).await?,
+            }
+        }
+        if events.is_empty() {
+            return Ok(());
+        }
+        match self.fan_out(&events, &shutdown).await {
+            Ok(claimed) => {
+                ack_all(&decoded).await?;
+                metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
+                    .increment(events.len() as u64);
+                self.dispatcher.dispatch(claimed);
+                Ok(())
+            }
+            Err(error) if database::is_transient(&error) => {
+                tracing::warn!(%error, count = decoded.len(), "returning events to the queue");
+                nack_all(&decoded).await
+            }
+            Err(error) => {
+                for delivery in &decoded {
+                    consumer::dead_letter(ROLE, delivery, &format!("cannot fan out: {error}"))
+                        .await?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl EventsHandler {
+    async fn fan_out(
+        &self,
+        events: &[IncomingEvent],
+        shutdown: &CancellationToken,
+    ) -> Result<Vec<webhooks::ClaimedDelivery>, sqlx::Error> {
+        let mut delays = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(5))
+            .with_jitter()
+            .without_max_times()
+            .build();
+        loop {
+            let attempt = async {
+                let mut transaction = self.pool.begin().await?;
+                let claimed = webhooks::fan_out(&mut transaction, events, self.lease).await?;
+                transaction.commit().await?;
+                Ok::<_, sqlx::Error>(claimed)
+            };
+            let error = match attempt.await {
+                Ok(claimed) => return Ok(claimed),
+                Err(error) => error,
+            };
+            if !database::is_transient(&error) || shutdown.is_cancelled() {
+                return Err(error);
+            }
+            let delay = delays.next().unwrap_or(Duration::from_secs(5));
+            tracing::warn!(%error, ?delay, "transient database error; retrying fan-out");
+            tokio::select! {
+                () = shutdown.cancelled() => return Err(error),
+                () = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
+
+/// Reads an event message: the body is what customers receive; the organization travels in a
+/// header.
+fn decode_event(delivery: &Delivery) -> Result<IncomingEvent, String> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        id: String,
+        #[serde(rename = "type")]
+        kind: String,
+        timestamp: DateTime<Utc>,
+    }
+    let body: Body = serde_json::from_slice(&delivery.data)
+        .map_err(|error| format!("malformed event: {error}"))?;
+    let event_id = EventId::parse(&body.id).ok_or("malformed event: bad id")?;
+    let org_id = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| match headers.inner().get(ORG_HEADER)? {
+            AMQPValue::LongString(text) => OrgId::parse(&text.to_string()),
+            _ => None,
+        })
+        .ok_or("event without its organization header")?;
+    let payload: serde_json::Value =
+        serde_json::from_slice(&delivery.data).map_err(|error| error.to_string())?;
+    Ok(IncomingEvent {
+        event_id,
+        org_id,
+        event_type: body.kind,
+        payload,
+        event_at: body.timestamp,
+    })
+}
+
+/// Claims due deliveries (retries, expired leases, test pings, manual retries) until `shutdown`.
+async fn poll(
+    pool: PgPool,
+    dispatcher: Arc<Dispatcher>,
+    config: WebhookWorkerConfig,
+    shutdown: CancellationToken,
+) {
+    const CLAIM_BATCH: i64 = 500;
+    let mut listener: Option<PgListener> = None;
+    let memory_cap = config.concurrency.saturating_mul(8).max(1_000);
+    while !shutdown.is_cancelled() {
+        if listener.is_none() {
+            listener = listen(&pool).await;
+        }
+        let mut claimed_full = false;
+        if dispatcher.in_flight() < memory_cap {
+            let skip = dispatcher.saturated();
+            match webhooks::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
+                Ok(claimed) => {
+                    claimed_full = claimed.len() as i64 == CLAIM_BATCH;
+                    if !claimed.is_empty() {
+                        tracing::debug!(count = claimed.len(), "claimed due deliveries");
+                    }
+                    dispatcher.dispatch(claimed);
+                }
+                Err(error) => tracing::warn!(%error, "could not claim due deliveries"),
+            }
+        }
+        if claimed_full {
+            continue;
+        }
+        let wait = async {
+            match listener.as_mut() {
+                Some(active) => {
+                    if let Ok(Err(error)) = tokio::time::timeout(config.poll_interval, active.recv()).await {
+                        tracing::warn!(%error, "webhook notifications lost; reconnecting");
+                        listener = None;
+                    }
+                }
+                None => tokio::time::sleep(config.poll_interval).await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = wait => {}
+        }
+    }
+}
+
+async fn listen(pool: &PgPool) -> Option<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await.ok()?;
+    listener.listen(database::WEBHOOK_CHANNEL).await.ok()?;
+    Some(listener)
+}
