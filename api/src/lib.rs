@@ -70,6 +70,10 @@ pub struct ApiConfig {
     /// Where report exports are read from (the report-workers' export store).
     #[command(flatten)]
     pub export_store: ExportStoreConfig,
+
+    /// Which webhook endpoint addresses are accepted.
+    #[command(flatten)]
+    pub webhook_policy: flow_common::webhook::AddressPolicy,
 }
 
 /// Everything handlers share. Cheap to clone.

@@ -29,6 +29,12 @@ pub enum Component {
     AssignWorker,
     /// The report-worker (exports).
     ReportWorker,
+    /// The outbox relay (lifecycle events to RabbitMQ).
+    OutboxRelay,
+    /// The scheduler (overdue scan, recurring schedules).
+    Scheduler,
+    /// The webhook-worker (signed deliveries with retries).
+    WebhookWorker,
 }
 
 impl UpArgs {
@@ -85,6 +91,12 @@ pub async fn run_until(
     assign.core = core.clone();
     let mut report: flow_workers::report::ReportWorkerConfig = from_env();
     report.core = core.clone();
+    let mut relay: flow_workers::relay::RelayConfig = from_env();
+    relay.core = core.clone();
+    let mut scheduler: flow_workers::scheduler::SchedulerConfig = from_env();
+    scheduler.core = core.clone();
+    let mut webhook: flow_workers::webhook::WebhookWorkerConfig = from_env();
+    webhook.core = core.clone();
 
     let mut tasks = JoinSet::new();
     let base_url = api.public_base_url.clone();
@@ -100,6 +112,15 @@ pub async fn run_until(
     }
     if args.runs(Component::ReportWorker) {
         tasks.spawn(flow_workers::report::run(report, shutdown.clone()));
+    }
+    if args.runs(Component::OutboxRelay) {
+        tasks.spawn(flow_workers::relay::run(relay, shutdown.clone()));
+    }
+    if args.runs(Component::Scheduler) {
+        tasks.spawn(flow_workers::scheduler::run(scheduler, shutdown.clone()));
+    }
+    if args.runs(Component::WebhookWorker) {
+        tasks.spawn(flow_workers::webhook::run(webhook, shutdown.clone()));
     }
 
     if args.demo {

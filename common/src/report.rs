@@ -277,28 +277,39 @@ pub struct PageCursor {
 }
 
 impl PageCursor {
-    /// The opaque text handed to callers: hex of the microsecond timestamp and the id.
+    /// The opaque text handed to callers.
     pub fn encode(&self) -> String {
-        let mut bytes = Vec::with_capacity(24);
-        bytes.extend_from_slice(&self.assigned_at.timestamp_micros().to_be_bytes());
-        bytes.extend_from_slice(self.id.0.as_bytes());
-        hex::encode(bytes)
+        encode_keyset(self.assigned_at, &self.id.0)
     }
 
     /// Parses [`PageCursor::encode`]'s output; `None` for anything else.
     pub fn decode(text: &str) -> Option<Self> {
-        let bytes = hex::decode(text).ok()?;
-        if bytes.len() != 24 {
-            return None;
-        }
-        let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
-        let assigned_at = DateTime::<Utc>::from_timestamp_micros(micros)?;
-        let id = uuid::Uuid::from_slice(&bytes[8..]).ok()?;
-        Some(Self {
+        decode_keyset(text).map(|(assigned_at, id)| Self {
             assigned_at,
             id: AssignmentId(id),
         })
     }
+}
+
+/// A keyset position (a timestamp and an id) as opaque text: hex of the microsecond timestamp
+/// and the id.
+pub fn encode_keyset(at: DateTime<Utc>, id: &uuid::Uuid) -> String {
+    let mut bytes = Vec::with_capacity(24);
+    bytes.extend_from_slice(&at.timestamp_micros().to_be_bytes());
+    bytes.extend_from_slice(id.as_bytes());
+    hex::encode(bytes)
+}
+
+/// Parses [`encode_keyset`]'s output; `None` for anything else.
+pub fn decode_keyset(text: &str) -> Option<(DateTime<Utc>, uuid::Uuid)> {
+    let bytes = hex::decode(text).ok()?;
+    if bytes.len() != 24 {
+        return None;
+    }
+    let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
+    let at = DateTime::<Utc>::from_timestamp_micros(micros)?;
+    let id = uuid::Uuid::from_slice(&bytes[8..]).ok()?;
+    Some((at, id))
 }
 
 /// A file name for an export: the flow name made safe for any file system, and the date.

@@ -1,24 +1,35 @@
-//! `GET /v1/assignments/{id}`: one assignment with its module progress. Ids handed out for
-//! duplicates resolve to the assignment they joined.
+//! Assignments after they are made: `GET /v1/assignments/{id}` (with module progress; ids handed
+//! out for duplicates resolve to the assignment they joined), `GET /v1/assignments` (filtered,
+//! keyset pages) and `POST /v1/assignments/{id}/progress` (module activity, applied by the
+//! assign-worker through the progress queue).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_common::db::assignments::{self, AssignmentRecord, ModuleProgressRecord};
-use flow_common::domain::{AssignmentStatus, ModuleStatus};
+use flow_common::amqp::{Outgoing, QueueKind};
+use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
+use flow_common::db::lifecycle;
+use flow_common::domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
 use flow_common::ids::{AssignmentId, FlowId, ModuleId, ScheduleId, UserId};
-use serde::Serialize;
-use utoipa::ToSchema;
+use flow_common::messages::{PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand};
+use flow_common::report::PageCursor;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::pagination::{Page, PageQuery};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::Auth;
+use crate::extract::{ApiJson, Auth, RequestId};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_assignment))
+    OpenApiRouter::new()
+        .routes(routes!(get_assignment))
+        .routes(routes!(list_assignments))
+        .routes(routes!(record_progress))
 }
 
 /// An assignment.
@@ -167,4 +178,234 @@ pub async fn get_assignment(
         Some(progress),
         Utc::now(),
     )))
+}
+
+/// Filters of `GET /v1/assignments`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentFilter {
+    /// Only assignments of this flow.
+    pub flow_id: Option<String>,
+    /// Only assignments of this assignee (case-insensitive).
+    pub user_email: Option<String>,
+    /// Only this status (pending, in_progress, completed, overdue; overdue as soon as the due
+    /// date passes).
+    pub status: Option<String>,
+}
+
+/// List assignments.
+///
+/// In (`assignedAt`, id) order, `limit` per page (default 100, at most 1,000).
+#[utoipa::path(
+    get,
+    path = "/v1/assignments",
+    tag = "assignments",
+    params(AssignmentFilter, PageQuery),
+    responses(
+        (status = 200, description = "A page of assignments", body = Page<AssignmentView>),
+        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+    )
+)]
+pub async fn list_assignments(
+    State(state): State<AppState>,
+    auth: Auth,
+    Query(page): Query<PageQuery>,
+    Query(filter): Query<AssignmentFilter>,
+) -> Result<Json<Page<AssignmentView>>, ApiError> {
+    let limit = page.limit()?;
+    let after = page.cursor(PageCursor::decode)?;
+    let status = filter
+        .status
+        .as_deref()
+        .map(|text| AssignmentStatus::parse_field("status", text))
+        .transpose()?;
+    let email = filter
+        .user_email
+        .as_deref()
+        .map(|text| Email::parse("userEmail", text))
+        .transpose()?;
+    let flow_id = match filter.flow_id.as_deref() {
+        None => None,
+        // An id that is not a flow id matches no flow: an empty list, like an unknown flow.
+        Some(text) => match FlowId::parse(text.trim()) {
+            Some(id) => Some(id),
+            None => {
+                return Ok(Json(Page {
+                    data: Vec::new(),
+                    next_cursor: None,
+                }));
+            }
+        },
+    };
+    let now = Utc::now();
+    let rows = assignments::list(
+        &state.db,
+        auth.org_id(),
+        &ListFilter {
+            flow_id,
+            email_normalized: email.map(|email| email.normalized()),
+            status,
+        },
+        after.map(|cursor| (cursor.assigned_at, cursor.id)),
+        limit + 1,
+        now,
+    )
+    .await?;
+    Ok(Json(Page::from_rows(
+        rows,
+        limit,
+        |row| {
+            PageCursor {
+                assigned_at: row.assigned_at,
+                id: row.id,
+            }
+            .encode()
+        },
+        |row| AssignmentView::new(row, None, now),
+    )))
+}
+
+/// Body of the progress operation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProgressRequest {
+    /// The module (of the assignment's flow).
+    #[schema(required = true, value_type = String, example = "mod_0193a1b2c3d47e8f9a0b1c2d3e4f5a6b")]
+    pub module_id: Option<String>,
+    /// in_progress or completed.
+    #[schema(required = true, value_type = String, example = "completed")]
+    pub status: Option<String>,
+    /// When it happened (RFC 3339, or `YYYY-MM-DD`); default now. Not in the future, not before
+    /// the assignment.
+    pub at: Option<String>,
+}
+
+/// Progress accepted for processing.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressAccepted {
+    /// Always true on a 202.
+    pub accepted: bool,
+    /// The assignment (an alias resolves to the assignment it joined).
+    pub assignment_id: AssignmentId,
+    /// The module.
+    pub module_id: ModuleId,
+    /// The module's new status.
+    pub status: ModuleStatus,
+    /// When it happened.
+    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub at: DateTime<Utc>,
+}
+
+/// How far in the future a progress time may be (clock skew between the caller and us).
+const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
+
+/// Record module progress.
+///
+/// The first module activity starts the assignment (`flow.started`); completing every module
+/// completes it (`flow.completed`), also when it is overdue. Completed is final. Applied by a
+/// worker moments after the 202.
+#[utoipa::path(
+    post,
+    path = "/v1/assignments/{id}/progress",
+    tag = "assignments",
+    request_body = ProgressRequest,
+    params(("id" = String, Path, description = "Assignment id (asg_…)")),
+    responses(
+        (status = 202, description = "Accepted; applied moments later", body = ProgressAccepted),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such assignment, or module not in its flow", body = ErrorBody),
+        (status = 409, description = "The assignment is already completed", body = ErrorBody),
+        (status = 503, description = "Could not be queued durably; nothing was accepted", body = ErrorBody),
+    )
+)]
+pub async fn record_progress(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    Path(id): Path<String>,
+    ApiJson(request): ApiJson<ProgressRequest>,
+) -> Result<(StatusCode, Json<ProgressAccepted>), ApiError> {
+    let now = Utc::now();
+    let module_text = request.module_id.unwrap_or_default();
+    if module_text.trim().is_empty() {
+        return Err(ApiError::InvalidRequest("moduleId is required".into()));
+    }
+    let status = ModuleStatus::parse_field(
+        "status",
+        request
+            .status
+            .as_deref()
+            .ok_or_else(|| ApiError::InvalidRequest("status is required".into()))?,
+    )?;
+    let at = match request.at.as_deref() {
+        None => now,
+        Some(text) => {
+            let at = parse_date_input("at", text, auth.zone, DayBound::Start)?;
+            if at > now + PROGRESS_CLOCK_SKEW {
+                return Err(ApiError::InvalidRequest("at must not be in the future".into()));
+            }
+            at
+        }
+    };
+    let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
+    let record = assignments::get(&state.db, auth.org_id(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("assignment"))?;
+    let module_id = ModuleId::parse(module_text.trim())
+        .ok_or_else(|| ApiError::NotFound("module not found in the assignment's flow".into()))?;
+    if !lifecycle::module_in_flow(&state.db, record.id, module_id).await? {
+        return Err(ApiError::NotFound(
+            "module not found in the assignment's flow".into(),
+        ));
+    }
+    if record.status == AssignmentStatus::Completed.as_str() {
+        return Err(ApiError::Conflict(
+            "the assignment is already completed; completed is final".into(),
+        ));
+    }
+    if at < record.assigned_at {
+        return Err(ApiError::InvalidRequest(
+            "at must not be before the assignment's assignedAt".into(),
+        ));
+    }
+    let command = ProgressCommand {
+        version: PROGRESS_COMMAND_VERSION,
+        org_id: auth.org_id(),
+        assignment_id: record.id,
+        module_id,
+        status,
+        at,
+        request_id: Some(request_id.value.to_string()),
+    };
+    let payload = serde_json::to_vec(&command)
+        .map_err(|error| ApiError::Internal(anyhow::Error::new(error)))?;
+    let exchange = state.topology().commands_exchange();
+    let message_id = format!("progress-{}", uuid::Uuid::now_v7().simple());
+    state
+        .publisher
+        .publish(Outgoing {
+            exchange: &exchange,
+            routing_key: QueueKind::Progress.suffix(),
+            payload: &payload,
+            message_id: &message_id,
+            kind: PROGRESS_KIND,
+            request_id: Some(&request_id.value),
+            headers: &[],
+        })
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(ProgressAccepted {
+            accepted: true,
+            assignment_id: record.id,
+            module_id,
+            status,
+            at,
+        }),
+    ))
 }

@@ -7,7 +7,9 @@ pub mod flows;
 pub mod health;
 pub mod pagination;
 pub mod report;
+pub mod schedules;
 pub mod users;
+pub mod webhooks;
 
 use utoipa_axum::router::OpenApiRouter;
 
@@ -23,4 +25,6 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(flows::router())
         .merge(report::router())
         .merge(exports::router())
+        .merge(schedules::router())
+        .merge(webhooks::router())
 }

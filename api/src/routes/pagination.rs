@@ -59,7 +59,7 @@ impl<T> Page<T> {
         mut rows: Vec<R>,
         limit: i64,
         cursor_of: impl Fn(&R) -> String,
-        view: impl Fn(R) -> T,
+        view: impl FnMut(R) -> T,
     ) -> Self {
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let next_cursor = if rows.len() > limit {

@@ -1,0 +1,248 @@
+//! Recurring training: `POST /v1/flows/schedule`, `GET /v1/schedules/{id}`,
+//! `DELETE /v1/schedules/{id}`. The scheduler assigns each occurrence through the normal assign
+//! path when it comes.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, Utc};
+use flow_common::db::{schedules, users};
+use flow_common::domain::{DayBound, Email, Notes, Priority, parse_date_input};
+use flow_common::ids::{AssignmentId, FlowId, ScheduleId};
+use flow_common::recurrence::Recurrence;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+use crate::error::{ApiError, ErrorBody};
+use crate::extract::{ApiJson, Auth};
+use crate::ratelimit::{Operation, RateInfo};
+
+/// Largest `dueInDays`.
+pub const MAX_DUE_IN_DAYS: i32 = 3_650;
+
+/// Routes of this module.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_schedule))
+        .routes(routes!(get_schedule, delete_schedule))
+}
+
+/// Body of the schedule operation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ScheduleRequest {
+    /// Flow to assign.
+    #[schema(required = true, value_type = String)]
+    pub flow_id: Option<String>,
+    /// Assignee; must exist in the organization.
+    #[schema(required = true, value_type = String, example = "alice@example.com")]
+    pub user_email: Option<String>,
+    /// First occurrence: RFC 3339, or `YYYY-MM-DD` (start of that day in the organization's time
+    /// zone). A time in the past is assigned at once.
+    #[schema(required = true, value_type = String, example = "2027-01-31T09:00:00Z")]
+    pub scheduled_at: Option<String>,
+    /// none (default), daily, weekly, monthly, quarterly or yearly.
+    #[schema(example = "monthly")]
+    pub recurrence: Option<String>,
+    /// Each assignment is due this many days after its occurrence (1 to 3,650).
+    pub due_in_days: Option<i32>,
+    /// low, medium (default) or high.
+    pub priority: Option<String>,
+    /// Notes of each assignment, at most 2,000 characters.
+    pub notes: Option<String>,
+}
+
+/// A schedule.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleView {
+    /// Identifier.
+    pub schedule_id: ScheduleId,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Flow name.
+    pub flow_name: String,
+    /// Assignee.
+    pub assignee_email: String,
+    /// Next (or only) occurrence.
+    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub scheduled_at: DateTime<Utc>,
+    /// Status of the current occurrence's assignment (pending before the first).
+    pub status: String,
+    /// none, daily, weekly, monthly, quarterly or yearly.
+    pub recurrence: String,
+    /// Occurrences assigned so far.
+    pub occurrences: i32,
+    /// False once a one-off schedule has run.
+    pub active: bool,
+    /// Days from an occurrence to its due date.
+    pub due_in_days: Option<i32>,
+    /// Priority of the assignments.
+    pub priority: String,
+    /// Notes of the assignments.
+    pub notes: Option<String>,
+    /// The assignment of the latest occurrence.
+    pub current_assignment_id: Option<AssignmentId>,
+    /// Creation time.
+    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<schedules::ScheduleRecord> for ScheduleView {
+    fn from(record: schedules::ScheduleRecord) -> Self {
+        Self {
+            schedule_id: record.id,
+            flow_id: record.flow_id,
+            flow_name: record.flow_name,
+            assignee_email: record.assignee_email,
+            scheduled_at: record.scheduled_at,
+            status: record.status,
+            recurrence: record.recurrence,
+            occurrences: record.occurrence,
+            active: record.active,
+            due_in_days: record.due_in_days,
+            priority: record.priority,
+            notes: record.notes,
+            current_assignment_id: record.current_assignment_id,
+            created_at: record.created_at,
+        }
+    }
+}
+
+/// Schedule a flow for a user, once or recurring.
+///
+/// Occurrences follow the organization's calendar: a monthly schedule on the 31st falls on the
+/// last day of shorter months and returns to the 31st after. Counts as one assign request.
+#[utoipa::path(
+    post,
+    path = "/v1/flows/schedule",
+    tag = "schedules",
+    request_body = ScheduleRequest,
+    responses(
+        (status = 201, description = "Scheduled", body = ScheduleView),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "Flow or user not found", body = ErrorBody),
+        (status = 429, description = "Rate limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn create_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiJson(request): ApiJson<ScheduleRequest>,
+) -> Result<(StatusCode, RateInfo, Json<ScheduleView>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
+    let flow_text = request.flow_id.unwrap_or_default();
+    if flow_text.trim().is_empty() {
+        return Err(ApiError::InvalidRequest("flowId is required".into()));
+    }
+    let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))?;
+    let scheduled_at = parse_date_input(
+        "scheduledAt",
+        request
+            .scheduled_at
+            .as_deref()
+            .ok_or_else(|| ApiError::InvalidRequest("scheduledAt is required".into()))?,
+        auth.zone,
+        DayBound::Start,
+    )?;
+    let recurrence = match request.recurrence.as_deref() {
+        None => Recurrence::None,
+        Some(text) => Recurrence::parse_field("recurrence", text)?,
+    };
+    if let Some(days) = request.due_in_days
+        && !(1..=MAX_DUE_IN_DAYS).contains(&days)
+    {
+        return Err(ApiError::InvalidRequest(format!(
+            "dueInDays must be between 1 and {MAX_DUE_IN_DAYS}"
+        )));
+    }
+    let priority = match request.priority.as_deref() {
+        None => Priority::default(),
+        Some(text) => Priority::parse_field("priority", text)?,
+    };
+    let notes = request
+        .notes
+        .map(|notes| Notes::parse("notes", notes).map(Notes::into_inner))
+        .transpose()?;
+    let flow = match FlowId::parse(flow_text.trim()) {
+        Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
+        None => None,
+    }
+    .ok_or_else(|| ApiError::not_found("flow"))?;
+    let user = users::find_by_email(&state.db, auth.org_id(), &email)
+        .await?
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("user {email} not found in this organization"))
+        })?;
+    let mut connection = state.db.acquire().await?;
+    let record = schedules::create(
+        &mut connection,
+        &schedules::NewSchedule {
+            org_id: auth.org_id(),
+            flow_id: flow.id,
+            user_id: user.id,
+            scheduled_at,
+            recurrence,
+            due_in_days: request.due_in_days,
+            priority,
+            notes,
+        },
+    )
+    .await?;
+    Ok((StatusCode::CREATED, rate, Json(record.into())))
+}
+
+/// Get a schedule.
+#[utoipa::path(
+    get,
+    path = "/v1/schedules/{id}",
+    tag = "schedules",
+    params(("id" = String, Path, description = "Schedule id (sch_…)")),
+    responses(
+        (status = 200, description = "The schedule", body = ScheduleView),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such schedule in this organization", body = ErrorBody),
+    )
+)]
+pub async fn get_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<Json<ScheduleView>, ApiError> {
+    let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
+    let record = schedules::get(&state.db, auth.org_id(), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("schedule"))?;
+    Ok(Json(record.into()))
+}
+
+/// Delete a schedule: no further occurrences; assignments already made stay.
+#[utoipa::path(
+    delete,
+    path = "/v1/schedules/{id}",
+    tag = "schedules",
+    params(("id" = String, Path, description = "Schedule id (sch_…)")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
+        (status = 404, description = "No such schedule in this organization", body = ErrorBody),
+    )
+)]
+pub async fn delete_schedule(
+    State(state): State<AppState>,
+    auth: Auth,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
+    if schedules::delete(&state.db, auth.org_id(), id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found("schedule"))
+    }
+}
