@@ -7,7 +7,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bins \
  && mkdir -p /out \
- && for bin in flow-api assign-worker report-worker flowctl; do cp "target/release/$bin" /out/; done
+ && for bin in flow-api assign-worker report-worker scheduler outbox-relay webhook-worker flowctl; do cp "target/release/$bin" /out/; done
 
 FROM debian:bookworm-slim
 RUN apt-get update \

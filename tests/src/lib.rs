@@ -4,6 +4,7 @@
 //! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
 
 pub mod proxy;
+pub mod receiver;
 pub mod reports;
 
 use std::net::SocketAddr;
@@ -216,6 +217,13 @@ pub struct TestOptions {
     pub assign_worker: bool,
     /// Broker address the API uses (a proxy, to cut it).
     pub api_amqp_url: Option<String>,
+    /// Start the outbox relay and a webhook-worker (with a shrunk retry schedule).
+    pub webhooks: bool,
+    /// Start a scheduler.
+    pub scheduler: bool,
+    /// Refuse webhook endpoints on loopback and private addresses, and plain http (production
+    /// policy); tests that deliver to a local receiver need it off.
+    pub strict_webhook_policy: bool,
 }
 
 impl Default for TestOptions {
@@ -223,14 +231,21 @@ impl Default for TestOptions {
         Self {
             assign_worker: true,
             api_amqp_url: None,
+            webhooks: false,
+            scheduler: false,
+            strict_webhook_policy: false,
         }
     }
 }
+
+/// The retry schedule of test webhook-workers: four quick retries.
+pub const TEST_RETRY_SCHEDULE: &str = "0s,300ms,300ms,300ms,300ms";
 
 /// Starts an API replica on an ephemeral port; returns its address and base URL.
 async fn start_api(
     core: &CoreConfig,
     amqp_url: Option<&str>,
+    strict_webhook_policy: bool,
     shutdown: &CancellationToken,
 ) -> (SocketAddr, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -247,6 +262,10 @@ async fn start_api(
     api_config.public_base_url = base_url.clone();
     api_config.publish_channels = 2;
     api_config.lookup_concurrency = 2;
+    api_config.webhook_policy = flow_common::webhook::AddressPolicy {
+        allow_private: !strict_webhook_policy,
+        allow_http: !strict_webhook_policy,
+    };
     let state = flow_api::build_state(api_config, shutdown.clone())
         .await
         .expect("api state");
@@ -270,6 +289,12 @@ pub struct TestApp {
     shutdown: CancellationToken,
     /// The assign-worker, when started.
     pub assign_worker: Option<WorkerHandle>,
+    /// The outbox relay, when started.
+    pub relay: Option<WorkerHandle>,
+    /// The webhook-worker, when started.
+    pub webhook_worker: Option<WorkerHandle>,
+    /// The scheduler, when started.
+    pub scheduler: Option<WorkerHandle>,
 }
 
 /// An organization and one of its API keys.
@@ -317,8 +342,13 @@ impl TestApp {
             delivery_limit: 5,
         };
         let shutdown = CancellationToken::new();
-        let (address, base_url) =
-            start_api(&core, options.api_amqp_url.as_deref(), &shutdown).await;
+        let (address, base_url) = start_api(
+            &core,
+            options.api_amqp_url.as_deref(),
+            options.strict_webhook_policy,
+            &shutdown,
+        )
+        .await;
         let db = PgPool::connect(&core.database_url)
             .await
             .expect("test pool");
@@ -334,17 +364,65 @@ impl TestApp {
             db_name,
             shutdown,
             assign_worker: None,
+            relay: None,
+            webhook_worker: None,
+            scheduler: None,
         };
         if options.assign_worker {
             app.assign_worker = Some(app.start_assign_worker());
             app.wait_for_consumer().await;
+            app.wait_for_consumers(flow_common::amqp::QueueKind::Progress, 1)
+                .await;
+        }
+        if options.webhooks {
+            app.relay = Some(app.start_relay());
+            app.webhook_worker = Some(app.start_webhook_worker());
+            app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+                .await;
+        }
+        if options.scheduler {
+            app.scheduler = Some(app.start_scheduler());
         }
         app
     }
 
+    /// Starts an outbox relay.
+    pub fn start_relay(&self) -> WorkerHandle {
+        let mut config: flow_workers::relay::RelayConfig = flow_common::config::from_env();
+        config.core = self.core.clone();
+        config.poll_interval_ms = 200;
+        WorkerHandle::spawn(move |shutdown| flow_workers::relay::run(config, shutdown))
+    }
+
+    /// Starts a webhook-worker that may deliver to local receivers, with
+    /// [`TEST_RETRY_SCHEDULE`] and short timeouts.
+    pub fn start_webhook_worker(&self) -> WorkerHandle {
+        let mut config: flow_workers::webhook::WebhookWorkerConfig =
+            flow_common::config::from_env();
+        config.core = self.core.clone();
+        config.policy = flow_common::webhook::AddressPolicy {
+            allow_private: true,
+            allow_http: true,
+        };
+        config.retry_schedule = TEST_RETRY_SCHEDULE.parse().expect("schedule");
+        config.poll_interval = Duration::from_millis(100);
+        config.timeout = Duration::from_secs(5);
+        config.endpoint_concurrency = 4;
+        WorkerHandle::spawn(move |shutdown| flow_workers::webhook::run(config, shutdown))
+    }
+
+    /// Starts a scheduler scanning every 100 ms.
+    pub fn start_scheduler(&self) -> WorkerHandle {
+        let mut config: flow_workers::scheduler::SchedulerConfig =
+            flow_common::config::from_env();
+        config.core = self.core.clone();
+        config.interval_ms = 100;
+        WorkerHandle::spawn(move |shutdown| flow_workers::scheduler::run(config, shutdown))
+    }
+
     /// Starts another API replica on the same database and broker; returns its base URL.
     pub async fn start_api_replica(&self) -> String {
-        start_api(&self.core, None, &self.shutdown).await.1
+        start_api(&self.core, None, false, &self.shutdown).await.1
     }
 
     /// Starts another assign-worker.
@@ -606,6 +684,71 @@ impl TestApp {
         }
     }
 
+    /// Assigns `flow` to `email` with the extra body fields of `extra` (an object), waits until
+    /// the assignment is persisted, and returns its id.
+    pub async fn assign_persisted(
+        &self,
+        org: &TestOrg,
+        flow: &str,
+        email: &str,
+        extra: Value,
+    ) -> String {
+        let mut body = json!({ "flowId": flow, "userEmail": email });
+        if let (Some(body), Some(extra)) = (body.as_object_mut(), extra.as_object()) {
+            body.extend(extra.clone());
+        }
+        let response = self.post(org, "/v1/flows/assign", &body).await;
+        assert_eq!(response.status, 200, "{:?}", response.body);
+        let id = response.body["assignmentId"]
+            .as_str()
+            .expect("assignmentId")
+            .to_owned();
+        let path = format!("/v1/assignments/{id}");
+        self.eventually(
+            Duration::from_secs(10),
+            "the assignment to be persisted",
+            || async { (self.get(org, &path).await.status == 200).then_some(()) },
+        )
+        .await;
+        id
+    }
+
+    /// The module ids of a flow, in order.
+    pub async fn module_ids(&self, org: &TestOrg, flow: &str) -> Vec<String> {
+        let response = self.get(org, &format!("/v1/flows/{flow}")).await;
+        assert_eq!(response.status, 200, "{:?}", response.body);
+        response.body["modules"]
+            .as_array()
+            .expect("modules")
+            .iter()
+            .map(|module| module["moduleId"].as_str().expect("moduleId").to_owned())
+            .collect()
+    }
+
+    /// Event types written to the outbox for an assignment, oldest first.
+    pub async fn events_of(&self, assignment_id: &str) -> Vec<String> {
+        let id = flow_common::ids::AssignmentId::parse(assignment_id).expect("assignment id");
+        sqlx::query_scalar("SELECT event_type FROM outbox WHERE assignment_id = $1 ORDER BY seq")
+            .bind(id)
+            .fetch_all(&self.db)
+            .await
+            .expect("outbox")
+    }
+
+    /// Waits until the assignment reports `status`; returns its body.
+    pub async fn wait_for_status(&self, org: &TestOrg, assignment_id: &str, status: &str) -> Value {
+        let path = format!("/v1/assignments/{assignment_id}");
+        self.eventually(
+            Duration::from_secs(10),
+            &format!("{assignment_id} to be {status}"),
+            || async {
+                let response = self.get(org, &path).await;
+                (response.body["status"] == json!(status)).then_some(response.body)
+            },
+        )
+        .await
+    }
+
     /// Number of assignments in the test database.
     pub async fn assignment_count(&self) -> i64 {
         sqlx::query_scalar("SELECT count(*) FROM assignments")
@@ -619,6 +762,9 @@ impl Drop for TestApp {
     fn drop(&mut self) {
         self.shutdown.cancel();
         drop(self.assign_worker.take());
+        drop(self.relay.take());
+        drop(self.webhook_worker.take());
+        drop(self.scheduler.take());
         let db_name = self.db_name.clone();
         let topology = self.topology();
         let amqp = amqp_url();
