@@ -52,7 +52,9 @@ mod tests {
     use crate::domain::format_timestamp;
 
     fn at(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     #[test]
@@ -105,10 +107,17 @@ mod tests {
             "2032-02-29T12:00:00.000Z"
         );
         assert_eq!(
-            format_timestamp(Recurrence::Quarterly.occurrence(anchor, 1, Tz::UTC).unwrap()),
+            format_timestamp(
+                Recurrence::Quarterly
+                    .occurrence(anchor, 1, Tz::UTC)
+                    .unwrap()
+            ),
             "2028-05-29T12:00:00.000Z"
         );
         assert_eq!(Recurrence::None.occurrence(anchor, 1, Tz::UTC), None);
-        assert_eq!(Recurrence::None.occurrence(anchor, 0, Tz::UTC), Some(anchor));
+        assert_eq!(
+            Recurrence::None.occurrence(anchor, 0, Tz::UTC),
+            Some(anchor)
+        );
     }
 }

@@ -2,7 +2,6 @@
 //! rules of the figures (completion rate rounding, period labels) and the page cursor. Shared by
 //! the API, which answers reports inline, and the report-worker, which replays them into files.
 
-
 use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};

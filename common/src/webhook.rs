@@ -144,7 +144,8 @@ pub fn parse_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url::Url,
     if text.chars().count() > MAX_URL_CHARS {
         return Err(format!("url must be at most {MAX_URL_CHARS} characters"));
     }
-    let url = url::Url::parse(text.trim()).map_err(|_| "url must be an absolute http(s) URL".to_owned())?;
+    let url = url::Url::parse(text.trim())
+        .map_err(|_| "url must be an absolute http(s) URL".to_owned())?;
     match url.scheme() {
         "https" => {}
         "http" if policy.allow_http => {}
@@ -185,7 +186,10 @@ pub async fn check_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url
         if addresses.is_empty() {
             return Err(format!("url host {host} could not be resolved"));
         }
-        if addresses.iter().any(|address| !policy.permits(address.ip())) {
+        if addresses
+            .iter()
+            .any(|address| !policy.permits(address.ip()))
+        {
             return Err(REFUSED_ADDRESS.into());
         }
     }
@@ -259,11 +263,13 @@ mod tests {
     fn signatures_match_the_standard_webhooks_test_vector() {
         let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
         let body = br#"{"email":"test@example.com","username":"test_user"}"#;
-        let signature = sign(secret, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1_649_367_553, body);
-        assert_eq!(
-            signature,
-            "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="
+        let signature = sign(
+            secret,
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            1_649_367_553,
+            body,
         );
+        assert_eq!(signature, "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=");
         let header = signature_header(
             &[&generate_secret(), secret],
             "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",

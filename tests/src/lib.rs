@@ -413,8 +413,7 @@ impl TestApp {
 
     /// Starts a scheduler scanning every 100 ms.
     pub fn start_scheduler(&self) -> WorkerHandle {
-        let mut config: flow_workers::scheduler::SchedulerConfig =
-            flow_common::config::from_env();
+        let mut config: flow_workers::scheduler::SchedulerConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.interval_ms = 100;
         WorkerHandle::spawn(move |shutdown| flow_workers::scheduler::run(config, shutdown))

@@ -58,7 +58,8 @@ async fn progress_moves_an_assignment_through_started_and_completed_with_one_eve
     assert!(
         progress_list
             .iter()
-            .all(|module| module["status"] == json!("completed") && module["completedAt"].is_string())
+            .all(|module| module["status"] == json!("completed")
+                && module["completedAt"].is_string())
     );
     assert_eq!(
         app.events_of(&id).await,
@@ -81,7 +82,13 @@ async fn completing_every_module_at_once_starts_and_completes_in_order() {
     let id = app
         .assign_persisted(&org, &flow, "bob@example.com", json!({}))
         .await;
-    let at = (chrono::Utc::now() - chrono::Duration::seconds(5)).to_rfc3339();
+    let assigned = app.get(&org, &format!("/v1/assignments/{id}")).await;
+    let assigned_at = chrono::DateTime::parse_from_rfc3339(
+        assigned.body["assignedAt"].as_str().expect("assignedAt"),
+    )
+    .expect("timestamp");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let at = (assigned_at + chrono::Duration::milliseconds(10)).to_rfc3339();
     let response = app
         .post(
             &org,
@@ -118,7 +125,11 @@ async fn progress_errors_are_404_400_and_409_with_the_error_body() {
         .await;
 
     let cases = [
-        (json!({ "status": "completed" }), 400, "moduleId is required"),
+        (
+            json!({ "status": "completed" }),
+            400,
+            "moduleId is required",
+        ),
         (json!({ "moduleId": modules[0] }), 400, "status is required"),
         (
             json!({ "moduleId": modules[0], "status": "done" }),
@@ -160,7 +171,10 @@ async fn progress_errors_are_404_400_and_409_with_the_error_body() {
     }
     let body = json!({ "moduleId": modules[0], "status": "completed" });
     for path in [
-        format!("/v1/assignments/{}/progress", flow_common::ids::AssignmentId::new()),
+        format!(
+            "/v1/assignments/{}/progress",
+            flow_common::ids::AssignmentId::new()
+        ),
         "/v1/assignments/nonsense/progress".to_owned(),
     ] {
         let response = app.post(&org, &path, &body).await;
@@ -202,7 +216,11 @@ async fn each_transition_emits_one_event_across_duplicates_and_a_killed_worker()
     }
     // Stop the worker, queue every update twice (a client retrying), then start a worker, kill it
     // while it works through them, and start another: redelivered commands apply once.
-    app.assign_worker.take().expect("worker").stop().expect("stop");
+    app.assign_worker
+        .take()
+        .expect("worker")
+        .stop()
+        .expect("stop");
     for id in &ids {
         for module in &modules {
             for _ in 0..2 {
@@ -236,14 +254,31 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
     app.create_users(&org, &email_refs).await;
     let flow = app.create_flow(&org, "Due soon", &[5, 5]).await;
     let modules = app.module_ids(&org, &flow).await;
-    let due = (chrono::Utc::now() + chrono::Duration::seconds(3)).to_rfc3339();
-    let mut ids = Vec::new();
-    for email in &emails {
-        ids.push(
-            app.assign_persisted(&org, &flow, email, json!({ "dueDate": due }))
-                .await,
-        );
-    }
+    let due = (chrono::Utc::now() + chrono::Duration::seconds(4)).to_rfc3339();
+    let bodies: Vec<serde_json::Value> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email, "dueDate": due }))
+        .collect();
+    let responses = futures::future::join_all(
+        bodies
+            .iter()
+            .map(|body| app.post(&org, "/v1/flows/assign", body)),
+    )
+    .await;
+    let ids: Vec<String> = responses
+        .iter()
+        .map(|response| {
+            assert_eq!(response.status, 200, "{:?}", response.body);
+            response.body["assignmentId"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    app.eventually(Duration::from_secs(10), "60 assignments", || async {
+        (app.assignment_count().await == 60).then_some(())
+    })
+    .await;
     // One of them is started before its due date: in-progress work becomes overdue too.
     assert_eq!(
         progress(&app, &org, &ids[0], &modules[0], "in_progress")
@@ -257,12 +292,18 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
         .await
         .expect("scan");
     assert_eq!(scanned, 0);
-    let wait = chrono::DateTime::parse_from_rfc3339(&due).expect("due") - chrono::Utc::now();
+    let wait = chrono::DateTime::parse_from_rfc3339(&due)
+        .expect("due")
+        .with_timezone(&chrono::Utc)
+        - chrono::Utc::now();
     tokio::time::sleep(wait.to_std().unwrap_or_default() + Duration::from_millis(200)).await;
 
     // Reports see them overdue at once (derived at read time), before any scan.
     let listed = app
-        .get(&org, &format!("/v1/assignments?flowId={flow}&status=overdue&limit=1000"))
+        .get(
+            &org,
+            &format!("/v1/assignments?flowId={flow}&status=overdue&limit=1000"),
+        )
         .await;
     assert_eq!(listed.body["data"].as_array().expect("data").len(), 60);
 
@@ -278,7 +319,10 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
             .expect("count");
     assert_eq!(overdue_events, 60);
     for id in &ids {
-        assert_eq!(app.events_of(id).await.last().map(String::as_str), Some("flow.overdue"));
+        assert_eq!(
+            app.events_of(id).await.last().map(String::as_str),
+            Some("flow.overdue")
+        );
     }
     let stored: Vec<String> = sqlx::query_scalar("SELECT DISTINCT status FROM assignments")
         .fetch_all(&app.db)
@@ -288,12 +332,22 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
 
     // An overdue assignment still completes (and emits flow.completed once).
     for module in &modules {
-        assert_eq!(progress(&app, &org, &ids[1], module, "completed").await.status, 202);
+        assert_eq!(
+            progress(&app, &org, &ids[1], module, "completed")
+                .await
+                .status,
+            202
+        );
     }
     app.wait_for_status(&org, &ids[1], "completed").await;
     assert_eq!(
         app.events_of(&ids[1]).await,
-        ["flow.assigned", "flow.overdue", "flow.started", "flow.completed"]
+        [
+            "flow.assigned",
+            "flow.overdue",
+            "flow.started",
+            "flow.completed"
+        ]
     );
 }
 
@@ -341,7 +395,12 @@ async fn the_assignment_list_filters_by_flow_email_and_status_and_pages_through_
     let finn_first = app
         .assign_persisted(&org, &first, "finn@example.com", json!({}))
         .await;
-    assert_eq!(progress(&app, &org, &finn_first, &modules[0], "completed").await.status, 202);
+    assert_eq!(
+        progress(&app, &org, &finn_first, &modules[0], "completed")
+            .await
+            .status,
+        202
+    );
     app.wait_for_status(&org, &finn_first, "completed").await;
 
     let ids = |response: flow_tests::TestResponse| -> Vec<String> {
@@ -355,25 +414,34 @@ async fn the_assignment_list_filters_by_flow_email_and_status_and_pages_through_
     };
     assert_eq!(
         ids(app.get(&org, "/v1/assignments").await),
-        [&erin_first, &erin_second, &finn_first]
-    );
-    assert_eq!(
-        ids(app.get(&org, &format!("/v1/assignments?flowId={first}")).await),
-        [&erin_first, &finn_first]
-    );
-    assert_eq!(
-        ids(app.get(&org, "/v1/assignments?userEmail=ERIN@example.com").await),
-        [&erin_first, &erin_second]
-    );
-    assert_eq!(
-        ids(app.get(&org, "/v1/assignments?status=completed").await),
-        [&finn_first]
+        [erin_first.as_str(), &erin_second, &finn_first]
     );
     assert_eq!(
         ids(app
-            .get(&org, &format!("/v1/assignments?flowId={first}&status=pending&userEmail=erin@example.com"))
+            .get(&org, &format!("/v1/assignments?flowId={first}"))
             .await),
-        [&erin_first]
+        [erin_first.as_str(), &finn_first]
+    );
+    assert_eq!(
+        ids(app
+            .get(&org, "/v1/assignments?userEmail=ERIN@example.com")
+            .await),
+        [erin_first.as_str(), &erin_second]
+    );
+    assert_eq!(
+        ids(app.get(&org, "/v1/assignments?status=completed").await),
+        [finn_first.as_str()]
+    );
+    assert_eq!(
+        ids(app
+            .get(
+                &org,
+                &format!(
+                    "/v1/assignments?flowId={first}&status=pending&userEmail=erin@example.com"
+                )
+            )
+            .await),
+        [erin_first.as_str()]
     );
     assert!(ids(app.get(&org, "/v1/assignments?flowId=flow_nope").await).is_empty());
     assert!(ids(app.get(&other, "/v1/assignments").await).is_empty());
@@ -393,13 +461,22 @@ async fn the_assignment_list_filters_by_flow_email_and_status_and_pages_through_
             break;
         }
     }
-    assert_eq!(seen, [&erin_first, &erin_second, &finn_first]);
+    assert_eq!(seen, [erin_first.as_str(), &erin_second, &finn_first]);
 
     for (path, message) in [
-        ("/v1/assignments?status=late", "status must be one of: pending, in_progress, completed, overdue"),
-        ("/v1/assignments?userEmail=nope", "userEmail must be a valid e-mail address"),
+        (
+            "/v1/assignments?status=late",
+            "status must be one of: pending, in_progress, completed, overdue",
+        ),
+        (
+            "/v1/assignments?userEmail=nope",
+            "userEmail must be a valid e-mail address",
+        ),
         ("/v1/assignments?cursor=zz", "cursor is not valid"),
-        ("/v1/assignments?limit=0", "limit must be between 1 and 1000"),
+        (
+            "/v1/assignments?limit=0",
+            "limit must be between 1 and 1000",
+        ),
     ] {
         let response = app.get(&org, path).await;
         assert_eq!(response.status, 400, "{path}");

@@ -19,7 +19,12 @@ async fn webhook_app() -> TestApp {
 }
 
 /// Creates an endpoint; returns its id and secret.
-async fn endpoint(app: &TestApp, org: &TestOrg, url: &str, events: Option<&[&str]>) -> (String, String) {
+async fn endpoint(
+    app: &TestApp,
+    org: &TestOrg,
+    url: &str,
+    events: Option<&[&str]>,
+) -> (String, String) {
     let mut body = json!({ "url": url, "description": "test receiver" });
     if let Some(events) = events {
         body["events"] = json!(events);
@@ -49,7 +54,12 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
     let body = br#"{"email":"test@example.com","username":"test_user"}"#;
     let expected = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
     assert_eq!(
-        flow_common::webhook::sign(secret, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1_649_367_553, body),
+        flow_common::webhook::sign(
+            secret,
+            "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
+            1_649_367_553,
+            body
+        ),
         expected
     );
     assert!(flow_common::webhook::verify(
@@ -67,15 +77,25 @@ async fn the_four_event_kinds_arrive_signed_and_verifiable() {
     let receiver = Receiver::start().await;
     let org = app.create_org(Tier::Standard).await;
     let (_, secret) = endpoint(&app, &org, &receiver.url("all"), None).await;
-    let (_, only_secret) =
-        endpoint(&app, &org, &receiver.url("completed-only"), Some(&["flow.completed"])).await;
+    let (_, only_secret) = endpoint(
+        &app,
+        &org,
+        &receiver.url("completed-only"),
+        Some(&["flow.completed"]),
+    )
+    .await;
     app.create_users(&org, &["alice@example.com", "bob@example.com"])
         .await;
     let flow = app.create_flow(&org, "Security Basics", &[30, 30]).await;
     let modules = app.module_ids(&org, &flow).await;
 
     let first = app
-        .assign_persisted(&org, &flow, "alice@example.com", json!({ "priority": "high" }))
+        .assign_persisted(
+            &org,
+            &flow,
+            "alice@example.com",
+            json!({ "priority": "high" }),
+        )
         .await;
     progress(&app, &org, &first, &modules[0], "in_progress").await;
     app.wait_for_status(&org, &first, "in_progress").await;
@@ -94,7 +114,10 @@ async fn the_four_event_kinds_arrive_signed_and_verifiable() {
         .map(|request| {
             let event = request.event();
             (
-                event["data"]["assignmentId"].as_str().expect("id").to_owned(),
+                event["data"]["assignmentId"]
+                    .as_str()
+                    .expect("id")
+                    .to_owned(),
                 event["type"].as_str().expect("type").to_owned(),
             )
         })
@@ -110,18 +133,36 @@ async fn the_four_event_kinds_arrive_signed_and_verifiable() {
     expected.sort();
     assert_eq!(kinds, expected);
     for request in &received {
-        assert!(request.verifies_with(&secret), "signature of {:?}", request.event());
+        assert!(
+            request.verifies_with(&secret),
+            "signature of {:?}",
+            request.event()
+        );
         assert!(!request.verifies_with(&only_secret));
         assert_eq!(request.header("content-type"), "application/json");
         let event = request.event();
-        assert_eq!(request.header("webhook-id"), event["id"].as_str().expect("id"));
+        assert_eq!(
+            request.header("webhook-id"),
+            event["id"].as_str().expect("id")
+        );
         assert!(event["id"].as_str().expect("id").starts_with("evt_"));
-        let timestamp: i64 = request.header("webhook-timestamp").parse().expect("timestamp");
+        let timestamp: i64 = request
+            .header("webhook-timestamp")
+            .parse()
+            .expect("timestamp");
         assert!((chrono::Utc::now().timestamp() - timestamp).abs() < 60);
         let data = &event["data"];
         for field in [
-            "assignmentId", "flowId", "flowName", "assigneeEmail", "status", "assignedAt",
-            "dueDate", "startedAt", "completedAt", "priority",
+            "assignmentId",
+            "flowId",
+            "flowName",
+            "assigneeEmail",
+            "status",
+            "assignedAt",
+            "dueDate",
+            "startedAt",
+            "completedAt",
+            "priority",
         ] {
             assert!(data.get(field).is_some(), "{field} missing from {event}");
         }
@@ -164,20 +205,35 @@ async fn a_failing_receiver_gets_the_event_after_retries_with_the_same_webhook_i
         .await;
     let attempts = receiver.received("flaky");
     assert_eq!(
-        attempts.iter().map(|request| request.status).collect::<Vec<_>>(),
+        attempts
+            .iter()
+            .map(|request| request.status)
+            .collect::<Vec<_>>(),
         [500, 500, 500, 200]
     );
     let id = attempts[0].header("webhook-id").to_owned();
-    assert!(attempts.iter().all(|request| request.header("webhook-id") == id));
-    assert!(attempts.iter().all(|request| request.verifies_with(&secret)));
+    assert!(
+        attempts
+            .iter()
+            .all(|request| request.header("webhook-id") == id)
+    );
+    assert!(
+        attempts
+            .iter()
+            .all(|request| request.verifies_with(&secret))
+    );
 
     let deliveries = app
-        .eventually(Duration::from_secs(10), "the delivery to be recorded", || async {
-            let response = app
-                .get(&org, &format!("/v1/webhooks/{webhook}/deliveries"))
-                .await;
-            (response.body["data"][0]["status"] == json!("succeeded")).then_some(response.body)
-        })
+        .eventually(
+            Duration::from_secs(10),
+            "the delivery to be recorded",
+            || async {
+                let response = app
+                    .get(&org, &format!("/v1/webhooks/{webhook}/deliveries"))
+                    .await;
+                (response.body["data"][0]["status"] == json!("succeeded")).then_some(response.body)
+            },
+        )
         .await;
     let delivery = &deliveries["data"][0];
     assert_eq!(delivery["attempts"], json!(4));
@@ -210,7 +266,10 @@ async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
     let failed = app
         .eventually(Duration::from_secs(20), "the delivery to fail", || async {
             let response = app
-                .get(&org, &format!("/v1/webhooks/{webhook}/deliveries?status=failed"))
+                .get(
+                    &org,
+                    &format!("/v1/webhooks/{webhook}/deliveries?status=failed"),
+                )
                 .await;
             response.body["data"].get(0).cloned()
         })
@@ -223,7 +282,11 @@ async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
 
     let delivery_id = failed["deliveryId"].as_str().expect("id");
     let retried = app
-        .post(&org, &format!("/v1/webhooks/deliveries/{delivery_id}/retry"), &json!({}))
+        .post(
+            &org,
+            &format!("/v1/webhooks/deliveries/{delivery_id}/retry"),
+            &json!({}),
+        )
         .await;
     assert_eq!(retried.status, 202, "{:?}", retried.body);
     assert_eq!(retried.body["status"], json!("pending"));
@@ -232,7 +295,11 @@ async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
         .await;
     let other = app.create_org(Tier::Standard).await;
     let response = app
-        .post(&other, &format!("/v1/webhooks/deliveries/{delivery_id}/retry"), &json!({}))
+        .post(
+            &other,
+            &format!("/v1/webhooks/deliveries/{delivery_id}/retry"),
+            &json!({}),
+        )
         .await;
     assert_eq!(response.status, 404);
 }
@@ -250,10 +317,14 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
     app.assign_persisted(&org, &flow, "erin@example.com", json!({}))
         .await;
     let disabled = app
-        .eventually(Duration::from_secs(20), "the endpoint to be disabled", || async {
-            let response = app.get(&org, &format!("/v1/webhooks/{webhook}")).await;
-            (response.body["enabled"] == json!(false)).then_some(response.body)
-        })
+        .eventually(
+            Duration::from_secs(20),
+            "the endpoint to be disabled",
+            || async {
+                let response = app.get(&org, &format!("/v1/webhooks/{webhook}")).await;
+                (response.body["enabled"] == json!(false)).then_some(response.body)
+            },
+        )
         .await;
     assert_eq!(disabled["disabledReason"], json!("gone"));
     assert_eq!(receiver.received("gone").len(), 1, "a 410 is not retried");
@@ -304,7 +375,11 @@ async fn an_endpoint_that_never_answers_does_not_delay_another() {
     let delivered = receiver
         .wait_for_deliveries("healthy", 30, Duration::from_secs(15))
         .await;
-    let last = delivered.iter().map(|request| request.at).max().expect("deliveries");
+    let last = delivered
+        .iter()
+        .map(|request| request.at)
+        .max()
+        .expect("deliveries");
     // The stuck endpoint holds its own slots for the whole 5 s timeout of the test worker; the
     // healthy one got every event well before that.
     assert!(
@@ -322,7 +397,11 @@ async fn rotating_the_secret_signs_with_both_secrets_for_a_while() {
     let org = app.create_org(Tier::Standard).await;
     let (webhook, old_secret) = endpoint(&app, &org, &receiver.url("rotating"), None).await;
     let rotated = app
-        .post(&org, &format!("/v1/webhooks/{webhook}/rotate-secret"), &json!({}))
+        .post(
+            &org,
+            &format!("/v1/webhooks/{webhook}/rotate-secret"),
+            &json!({}),
+        )
         .await;
     assert_eq!(rotated.status, 200, "{:?}", rotated.body);
     let new_secret = rotated.body["secret"].as_str().expect("secret").to_owned();
@@ -336,10 +415,16 @@ async fn rotating_the_secret_signs_with_both_secrets_for_a_while() {
     let delivered = receiver
         .wait_for_deliveries("rotating", 1, Duration::from_secs(10))
         .await;
-    assert_eq!(delivered[0].header("webhook-signature").split(' ').count(), 2);
+    assert_eq!(
+        delivered[0].header("webhook-signature").split(' ').count(),
+        2
+    );
     assert!(delivered[0].verifies_with(&new_secret));
     assert!(delivered[0].verifies_with(&old_secret));
-    assert_eq!(delivered[0].header("webhook-id"), test.body["eventId"].as_str().expect("id"));
+    assert_eq!(
+        delivered[0].header("webhook-id"),
+        test.body["eventId"].as_str().expect("id")
+    );
 }
 
 #[tokio::test]
@@ -357,9 +442,15 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
     assert!(secret.starts_with("whsec_"));
     let fetched = app.get(&org, &format!("/v1/webhooks/{webhook}")).await;
     assert_eq!(fetched.status, 200);
-    assert_eq!(fetched.body["events"], json!(["flow.assigned", "flow.completed"]));
+    assert_eq!(
+        fetched.body["events"],
+        json!(["flow.assigned", "flow.completed"])
+    );
     assert_eq!(fetched.body["enabled"], json!(true));
-    assert!(fetched.body.get("secret").is_none(), "the secret is shown once");
+    assert!(
+        fetched.body.get("secret").is_none(),
+        "the secret is shown once"
+    );
     let listed = app.get(&org, "/v1/webhooks").await;
     assert_eq!(listed.body["data"].as_array().expect("data").len(), 1);
     assert!(listed.body["data"][0].get("secret").is_none());
@@ -383,9 +474,18 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
     for (method, path) in [
         (reqwest::Method::GET, format!("/v1/webhooks/{webhook}")),
         (reqwest::Method::DELETE, format!("/v1/webhooks/{webhook}")),
-        (reqwest::Method::GET, format!("/v1/webhooks/{webhook}/deliveries")),
-        (reqwest::Method::POST, format!("/v1/webhooks/{webhook}/test")),
-        (reqwest::Method::POST, format!("/v1/webhooks/{webhook}/rotate-secret")),
+        (
+            reqwest::Method::GET,
+            format!("/v1/webhooks/{webhook}/deliveries"),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/v1/webhooks/{webhook}/test"),
+        ),
+        (
+            reqwest::Method::POST,
+            format!("/v1/webhooks/{webhook}/rotate-secret"),
+        ),
         (reqwest::Method::GET, "/v1/webhooks/whe_nope".to_owned()),
     ] {
         let response = app
@@ -394,19 +494,27 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
         assert_eq!(response.status, 404, "{method} {path}");
         assert_eq!(response.body["error"], json!("not_found"));
     }
-    assert!(app.get(&other, "/v1/webhooks").await.body["data"]
-        .as_array()
-        .expect("data")
-        .is_empty());
+    assert!(
+        app.get(&other, "/v1/webhooks").await.body["data"]
+            .as_array()
+            .expect("data")
+            .is_empty()
+    );
 
     for (body, message) in [
         (json!({}), "url is required"),
-        (json!({ "url": "not a url" }), "url must be an absolute http(s) URL"),
+        (
+            json!({ "url": "not a url" }),
+            "url must be an absolute http(s) URL",
+        ),
         (
             json!({ "url": "https://example.com/x", "events": ["flow.deleted"] }),
             "events must contain only: flow.assigned, flow.started, flow.completed, flow.overdue",
         ),
-        (json!({ "url": "https://example.com/x", "secret": "mine" }), "unknown field: secret"),
+        (
+            json!({ "url": "https://example.com/x", "secret": "mine" }),
+            "unknown field: secret",
+        ),
     ] {
         let response = app.post(&org, "/v1/webhooks", &body).await;
         assert_eq!(response.status, 400, "{body}");
@@ -414,10 +522,21 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
     }
 
     let deleted = app
-        .request(reqwest::Method::DELETE, &format!("/v1/webhooks/{webhook}"), Some(&org.key), None, &[])
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/v1/webhooks/{webhook}"),
+            Some(&org.key),
+            None,
+            &[],
+        )
         .await;
     assert_eq!(deleted.status, 204);
-    assert_eq!(app.get(&org, &format!("/v1/webhooks/{webhook}")).await.status, 404);
+    assert_eq!(
+        app.get(&org, &format!("/v1/webhooks/{webhook}"))
+            .await
+            .status,
+        404
+    );
 }
 
 #[tokio::test]
@@ -449,12 +568,20 @@ async fn endpoints_on_internal_addresses_are_refused_under_the_production_policy
         );
     }
     let plain = app
-        .post(&org, "/v1/webhooks", &json!({ "url": "http://93.184.216.34/hook" }))
+        .post(
+            &org,
+            "/v1/webhooks",
+            &json!({ "url": "http://93.184.216.34/hook" }),
+        )
         .await;
     assert_eq!(plain.status, 400);
     assert_eq!(plain.body["message"], json!("url must use https"));
     let public = app
-        .post(&org, "/v1/webhooks", &json!({ "url": "https://93.184.216.34/hook" }))
+        .post(
+            &org,
+            "/v1/webhooks",
+            &json!({ "url": "https://93.184.216.34/hook" }),
+        )
         .await;
     assert_eq!(public.status, 201, "{:?}", public.body);
     let listed = app.get(&org, "/v1/webhooks").await;

@@ -347,7 +347,9 @@ pub async fn record_progress(
         Some(text) => {
             let at = parse_date_input("at", text, auth.zone, DayBound::Start)?;
             if at > now + PROGRESS_CLOCK_SKEW {
-                return Err(ApiError::InvalidRequest("at must not be in the future".into()));
+                return Err(ApiError::InvalidRequest(
+                    "at must not be in the future".into(),
+                ));
             }
             at
         }

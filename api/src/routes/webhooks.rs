@@ -156,9 +156,11 @@ fn parse_events(events: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiE
 
 fn parse_description(description: Option<String>) -> Result<Option<String>, ApiError> {
     match description {
-        Some(text) if text.chars().count() > MAX_DESCRIPTION_CHARS => Err(ApiError::InvalidRequest(
-            format!("description must be at most {MAX_DESCRIPTION_CHARS} characters"),
-        )),
+        Some(text) if text.chars().count() > MAX_DESCRIPTION_CHARS => {
+            Err(ApiError::InvalidRequest(format!(
+                "description must be at most {MAX_DESCRIPTION_CHARS} characters"
+            )))
+        }
         other => Ok(other),
     }
 }

@@ -14,7 +14,10 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
     }
     let ids: Vec<EventId> = events.iter().map(|event| event.id).collect();
     let orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
-    let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|event| event.event_type.as_str())
+        .collect();
     let assignments: Vec<AssignmentId> = events.iter().map(|event| event.assignment_id).collect();
     let bodies: Vec<&serde_json::Value> = events.iter().map(|event| &event.body).collect();
     sqlx::query(

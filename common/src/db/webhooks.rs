@@ -265,7 +265,10 @@ pub async fn fan_out(
     }
     let ids: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
     let orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
-    let types: Vec<&str> = events.iter().map(|event| event.event_type.as_str()).collect();
+    let types: Vec<&str> = events
+        .iter()
+        .map(|event| event.event_type.as_str())
+        .collect();
     let payloads: Vec<&serde_json::Value> = events.iter().map(|event| &event.payload).collect();
     let times: Vec<DateTime<Utc>> = events.iter().map(|event| event.event_at).collect();
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -416,7 +419,12 @@ pub async fn record_outcomes(
         .bind(attempted.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
         .bind(attempted.iter().map(|o| o.status_code).collect::<Vec<_>>())
         .bind(attempted.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
-        .bind(attempted.iter().map(|o| o.error.as_deref()).collect::<Vec<_>>())
+        .bind(
+            attempted
+                .iter()
+                .map(|o| o.error.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .bind(
             attempted
                 .iter()
@@ -457,7 +465,12 @@ pub async fn record_outcomes(
     .bind(&attempts)
     .bind(&next_times)
     .bind(outcomes.iter().map(|o| o.status_code).collect::<Vec<_>>())
-    .bind(outcomes.iter().map(|o| o.error.as_deref()).collect::<Vec<_>>())
+    .bind(
+        outcomes
+            .iter()
+            .map(|o| o.error.as_deref())
+            .collect::<Vec<_>>(),
+    )
     .bind(outcomes.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
     .execute(&mut *connection)
     .await?;

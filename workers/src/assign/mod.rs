@@ -83,7 +83,12 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
     let handler = AssignHandler::new(pool, &config.core);
     let (assigned, progressed) = tokio::join!(
         consumer::run(&config.core, settings, Arc::new(handler), shutdown.clone()),
-        consumer::run(&config.core, progress_settings, Arc::new(progress), shutdown),
+        consumer::run(
+            &config.core,
+            progress_settings,
+            Arc::new(progress),
+            shutdown
+        ),
     );
     assigned.and(progressed)
 }

@@ -123,7 +123,10 @@ impl BatchHandler for ProgressHandler {
                             consumer::dead_letter(
                                 ROLE,
                                 delivery,
-                                &format!("progress of {} cannot be applied: {error}", command.assignment_id),
+                                &format!(
+                                    "progress of {} cannot be applied: {error}",
+                                    command.assignment_id
+                                ),
                             )
                             .await?;
                         }
@@ -160,5 +163,6 @@ fn record(
             tracing::debug!(assignment_id = %command.assignment_id, event = event.as_str(), "transition");
         }
     }
-    metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE).record(elapsed.as_secs_f64());
+    metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE)
+        .record(elapsed.as_secs_f64());
 }

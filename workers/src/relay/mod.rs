@@ -75,7 +75,12 @@ pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Re
             }
             Err(error) => {
                 let delay = delays.next().unwrap_or(Duration::from_secs(10));
-                tracing::warn!(role = ROLE, error = format!("{error:#}"), ?delay, "relay failed; retrying");
+                tracing::warn!(
+                    role = ROLE,
+                    error = format!("{error:#}"),
+                    ?delay,
+                    "relay failed; retrying"
+                );
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     () = tokio::time::sleep(delay) => {}
@@ -148,8 +153,14 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         .iter()
         .map(|event| serde_json::to_vec(&event.payload))
         .collect::<Result<_, _>>()?;
-    let ids: Vec<String> = events.iter().map(|event| event.event_id.to_string()).collect();
-    let orgs: Vec<String> = events.iter().map(|event| event.org_id.to_string()).collect();
+    let ids: Vec<String> = events
+        .iter()
+        .map(|event| event.event_id.to_string())
+        .collect();
+    let orgs: Vec<String> = events
+        .iter()
+        .map(|event| event.org_id.to_string())
+        .collect();
     let publishes = events.iter().enumerate().map(|(index, event)| {
         let headers = [(ORG_HEADER, orgs[index].as_str())];
         let exchange = exchange.as_str();

@@ -54,15 +54,29 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
     .await
     .context("connecting to Postgres")?;
     let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
-    let publisher = Publisher::new(&config.core.amqp_url, ROLE, topology, 2, Duration::from_secs(10));
+    let publisher = Publisher::new(
+        &config.core.amqp_url,
+        ROLE,
+        topology,
+        2,
+        Duration::from_secs(10),
+    );
     tracing::info!(role = ROLE, interval_ms = config.interval_ms, "scheduling");
     let interval = Duration::from_millis(config.interval_ms.max(10));
     while !shutdown.is_cancelled() {
         if let Err(error) = scan_overdue(&pool, config.overdue_batch_size).await {
-            tracing::warn!(role = ROLE, error = format!("{error:#}"), "overdue scan failed; retrying next round");
+            tracing::warn!(
+                role = ROLE,
+                error = format!("{error:#}"),
+                "overdue scan failed; retrying next round"
+            );
         }
         if let Err(error) = run_schedules(&pool, &publisher, config.schedule_batch_size).await {
-            tracing::warn!(role = ROLE, error = format!("{error:#}"), "schedules failed; retrying next round");
+            tracing::warn!(
+                role = ROLE,
+                error = format!("{error:#}"),
+                "schedules failed; retrying next round"
+            );
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -155,7 +169,10 @@ fn occurrence_command(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> 
 /// The index and time of the next occurrence after `now`; occurrences missed while no scheduler
 /// ran are skipped (one assignment for the latest, not one per missed period). `None`: the series
 /// is over.
-fn next_occurrence(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> (i32, Option<DateTime<Utc>>) {
+fn next_occurrence(
+    schedule: &schedules::DueSchedule,
+    now: DateTime<Utc>,
+) -> (i32, Option<DateTime<Utc>>) {
     let recurrence: Recurrence = schedule.recurrence.parse().unwrap_or(Recurrence::None);
     let zone = schedule.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
     let mut index = schedule.occurrence.saturating_add(1);

@@ -62,7 +62,10 @@ impl Dispatcher {
     }
 
     fn slot(&self, endpoint: WebhookEndpointId) -> Arc<Slot> {
-        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         slots
             .entry(endpoint)
             .or_insert_with(|| {
@@ -115,7 +118,10 @@ impl Dispatcher {
 
     /// Endpoints whose queue is full (the poller does not claim for them), forgetting idle ones.
     pub fn saturated(&self) -> Vec<WebhookEndpointId> {
-        let mut slots = self.slots.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut slots = self
+            .slots
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         slots.retain(|_, slot| {
             Arc::strong_count(slot) > 1 || slot.queued.load(Ordering::Acquire) > 0
         });
@@ -148,7 +154,9 @@ fn record_metrics(outcome: &AttemptOutcome, delivery: &ClaimedDelivery) {
     metrics::histogram!("flow_webhook_attempt_seconds")
         .record(f64::from(outcome.latency_ms) / 1_000.0);
     if outcome.next == NextStep::Succeeded {
-        let lag = (outcome.attempted_at - delivery.event_at).num_milliseconds().max(0);
+        let lag = (outcome.attempted_at - delivery.event_at)
+            .num_milliseconds()
+            .max(0);
         metrics::histogram!("flow_webhook_delivery_lag_seconds").record(lag as f64 / 1_000.0);
     }
 }

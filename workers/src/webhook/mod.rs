@@ -316,7 +316,9 @@ async fn poll(
         let wait = async {
             match listener.as_mut() {
                 Some(active) => {
-                    if let Ok(Err(error)) = tokio::time::timeout(config.poll_interval, active.recv()).await {
+                    if let Ok(Err(error)) =
+                        tokio::time::timeout(config.poll_interval, active.recv()).await
+                    {
                         tracing::warn!(%error, "webhook notifications lost; reconnecting");
                         listener = None;
                     }

@@ -104,12 +104,15 @@ impl Sender {
     /// The next attempt by the schedule (later when the endpoint asked for it, within the cap),
     /// or failed when the schedule is used up.
     fn after_failure(&self, attempt: i32, retry_after: Option<Duration>) -> NextStep {
-        let number = usize::try_from(attempt).unwrap_or(usize::MAX).saturating_add(1);
+        let number = usize::try_from(attempt)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
         match self.schedule.delay_before(number) {
             None => NextStep::Failed,
             Some(delay) => {
                 let delay = delay.max(retry_after.unwrap_or_default().min(self.retry_after_cap));
-                let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(24));
+                let delay =
+                    chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::hours(24));
                 NextStep::RetryAt(Utc::now() + delay)
             }
         }
@@ -198,9 +201,8 @@ impl Resolve for GuardedResolver {
         let policy = self.policy;
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let permitted: Vec<SocketAddr> = resolved
                 .into_iter()
                 .filter(|address| policy.permits(address.ip()))
