@@ -14,7 +14,9 @@ use flow_common::amqp::{self, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
-use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicRejectOptions};
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicRejectOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -208,4 +210,63 @@ pub async fn dead_letter(role: &str, delivery: &Delivery, reason: &str) -> lapin
         .reject(BasicRejectOptions { requeue: false })
         .await
         .map(|_| ())
+}
+
+/// Acks every delivery; the acks are pipelined rather than awaited one by one.
+pub async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
+    futures::future::try_join_all(
+        deliveries
+            .iter()
+            .map(|delivery| delivery.ack(BasicAckOptions::default())),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Returns every delivery to the queue.
+pub async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
+    futures::future::try_join_all(deliveries.iter().map(|delivery| {
+        delivery.nack(BasicNackOptions {
+            requeue: true,
+            multiple: false,
+        })
+    }))
+    .await?;
+    Ok(())
+}
+
+/// Runs `attempt` until it succeeds, fails in a way `is_transient` says no retry can fix, or
+/// `shutdown` comes; waits with jittered exponential backoff in between (Postgres restarting,
+/// deadlocks between workers). `what` names the work in the logs.
+pub async fn retry_transient<T, E, Fut>(
+    what: &str,
+    shutdown: &CancellationToken,
+    is_transient: impl Fn(&E) -> bool,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(20))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        let error = match attempt().await {
+            Ok(value) => return Ok(value),
+            Err(error) => error,
+        };
+        if !is_transient(&error) || shutdown.is_cancelled() {
+            return Err(error);
+        }
+        let delay = delays.next().unwrap_or(Duration::from_secs(5));
+        tracing::warn!(%error, ?delay, what, "transient database error; retrying");
+        tokio::select! {
+            () = shutdown.cancelled() => return Err(error),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
 }

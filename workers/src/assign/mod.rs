@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::amqp::{
     DEAD_LETTER_REASON_HEADER, ORIGIN_QUEUE_HEADER, Outgoing, Publisher, QueueKind, Topology,
 };
@@ -24,7 +23,7 @@ use lapin::options::{BasicAckOptions, BasicNackOptions};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, BatchHandler, ConsumerSettings};
+use crate::consumer::{self, BatchHandler, ConsumerSettings, ack_all, nack_all};
 
 const ROLE: &str = "assign-worker";
 
@@ -292,27 +291,10 @@ impl AssignHandler {
         commands: &[AssignCommand],
         shutdown: &CancellationToken,
     ) -> Result<assignments::BatchOutcome, ApplyError> {
-        let mut delays = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(5))
-            .with_jitter()
-            .without_max_times()
-            .build();
-        loop {
-            let error = match self.apply(commands).await {
-                Ok(outcome) => return Ok(outcome),
-                Err(error) => error,
-            };
-            if !error.is_transient() || shutdown.is_cancelled() {
-                return Err(error);
-            }
-            let delay = delays.next().unwrap_or(Duration::from_secs(5));
-            tracing::warn!(%error, ?delay, count = commands.len(), "transient database error; retrying batch");
-            tokio::select! {
-                () = shutdown.cancelled() => return Err(error),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
+        consumer::retry_transient("assign batch", shutdown, ApplyError::is_transient, || {
+            self.apply(commands)
+        })
+        .await
     }
 
     async fn apply(
@@ -343,27 +325,4 @@ fn record(outcome: assignments::BatchOutcome, elapsed: Duration, size: usize) {
         elapsed_ms = elapsed.as_millis() as u64,
         "batch committed"
     );
-}
-
-/// Acks every delivery; the acks are pipelined rather than awaited one by one.
-pub(crate) async fn ack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
-    futures::future::try_join_all(
-        deliveries
-            .iter()
-            .map(|delivery| delivery.ack(BasicAckOptions::default())),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Returns every delivery to the queue.
-pub(crate) async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
-    futures::future::try_join_all(deliveries.iter().map(|delivery| {
-        delivery.nack(BasicNackOptions {
-            requeue: true,
-            multiple: false,
-        })
-    }))
-    .await?;
-    Ok(())
 }

@@ -4,7 +4,6 @@
 
 use std::time::{Duration, Instant};
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::db::lifecycle::{self, ProgressOutcome};
 use flow_common::events::EventType;
 use flow_common::messages::ProgressCommand;
@@ -12,8 +11,7 @@ use lapin::message::Delivery;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use super::{ack_all, nack_all};
-use crate::consumer::{self, BatchHandler};
+use crate::consumer::{self, BatchHandler, ack_all, nack_all};
 
 const ROLE: &str = "progress-worker";
 
@@ -48,27 +46,13 @@ impl ProgressHandler {
         commands: &[&ProgressCommand],
         shutdown: &CancellationToken,
     ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
-        let mut delays = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(20))
-            .with_max_delay(Duration::from_secs(5))
-            .with_jitter()
-            .without_max_times()
-            .build();
-        loop {
-            let error = match self.apply(commands).await {
-                Ok(outcomes) => return Ok(outcomes),
-                Err(error) => error,
-            };
-            if !flow_common::db::is_transient(&error) || shutdown.is_cancelled() {
-                return Err(error);
-            }
-            let delay = delays.next().unwrap_or(Duration::from_secs(5));
-            tracing::warn!(%error, ?delay, count = commands.len(), "transient database error; retrying progress batch");
-            tokio::select! {
-                () = shutdown.cancelled() => return Err(error),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
+        consumer::retry_transient(
+            "progress batch",
+            shutdown,
+            flow_common::db::is_transient,
+            || self.apply(commands),
+        )
+        .await
     }
 }
 

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::{DateTime, Utc};
 use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
@@ -34,8 +33,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::assign::{ack_all, nack_all};
-use crate::consumer::{self, BatchHandler, ConsumerSettings};
+use crate::consumer::{self, BatchHandler, ConsumerSettings, ack_all, nack_all};
 use dispatch::{Dispatcher, Limits};
 use sender::Sender;
 
@@ -214,38 +212,19 @@ impl BatchHandler for EventsHandler {
 }
 
 impl EventsHandler {
+    /// Fans events out in one transaction, retrying transient failures until shutdown.
     async fn fan_out(
         &self,
         events: &[IncomingEvent],
         shutdown: &CancellationToken,
     ) -> Result<Vec<webhooks::ClaimedDelivery>, sqlx::Error> {
-        let mut delays = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(5))
-            .with_jitter()
-            .without_max_times()
-            .build();
-        loop {
-            let attempt = async {
-                let mut transaction = self.pool.begin().await?;
-                let claimed = webhooks::fan_out(&mut transaction, events, self.lease).await?;
-                transaction.commit().await?;
-                Ok::<_, sqlx::Error>(claimed)
-            };
-            let error = match attempt.await {
-                Ok(claimed) => return Ok(claimed),
-                Err(error) => error,
-            };
-            if !database::is_transient(&error) || shutdown.is_cancelled() {
-                return Err(error);
-            }
-            let delay = delays.next().unwrap_or(Duration::from_secs(5));
-            tracing::warn!(%error, ?delay, "transient database error; retrying fan-out");
-            tokio::select! {
-                () = shutdown.cancelled() => return Err(error),
-                () = tokio::time::sleep(delay) => {}
-            }
-        }
+        consumer::retry_transient("fan-out", shutdown, database::is_transient, || async {
+            let mut transaction = self.pool.begin().await?;
+            let claimed = webhooks::fan_out(&mut transaction, events, self.lease).await?;
+            transaction.commit().await?;
+            Ok(claimed)
+        })
+        .await
     }
 }
 
