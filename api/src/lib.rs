@@ -74,6 +74,10 @@ pub struct ApiConfig {
     /// Which webhook endpoint addresses are accepted.
     #[command(flatten)]
     pub webhook_policy: flow_common::webhook::AddressPolicy,
+
+    /// Encryption of webhook secrets at rest.
+    #[command(flatten)]
+    pub webhook_secrets: flow_common::webhook::SecretVault,
 }
 
 /// Everything handlers share. Cheap to clone.
@@ -141,6 +145,11 @@ pub async fn build_state(
     config: ApiConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<AppState> {
+    config
+        .webhook_secrets
+        .check()
+        .map_err(anyhow::Error::msg)
+        .context("checking WEBHOOK_SECRET_KEY")?;
     let db = flow_common::db::connect_with_retry(
         &config.core.database_url,
         config.core.database_max_connections,

@@ -68,6 +68,93 @@ fn constant_time_eq(left: &[u8], right: &[u8]) -> bool {
             == 0
 }
 
+/// Encrypts endpoint secrets at rest when a master key is configured (AES-256-GCM, a random
+/// nonce per secret). Stored secrets then read `enc:v1:<base64 nonce+ciphertext>`; secrets stored
+/// in plain text before a key was configured still read as they are.
+#[derive(Clone, clap::Args)]
+pub struct SecretVault {
+    /// Master key for webhook secrets at rest: base64 of 32 random bytes (`openssl rand -base64
+    /// 32`). The API and every webhook-worker need the same key.
+    #[arg(
+        long = "webhook-secret-key",
+        env = "WEBHOOK_SECRET_KEY",
+        hide_env_values = true
+    )]
+    pub master_key: Option<String>,
+}
+
+impl std::fmt::Debug for SecretVault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretVault")
+            .field("master_key", &self.master_key.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+/// Prefix of a secret encrypted at rest.
+const SEALED_PREFIX: &str = "enc:v1:";
+
+impl SecretVault {
+    fn cipher(&self) -> Result<Option<aes_gcm::Aes256Gcm>, String> {
+        use aes_gcm::KeyInit as _;
+        let Some(key) = self.master_key.as_deref().filter(|key| !key.is_empty()) else {
+            return Ok(None);
+        };
+        let bytes = BASE64
+            .decode(key.trim())
+            .map_err(|_| "WEBHOOK_SECRET_KEY must be base64".to_owned())?;
+        aes_gcm::Aes256Gcm::new_from_slice(&bytes)
+            .map(Some)
+            .map_err(|_| "WEBHOOK_SECRET_KEY must be 32 bytes".to_owned())
+    }
+
+    /// Fails at start-up on a malformed key rather than at the first secret.
+    pub fn check(&self) -> Result<(), String> {
+        self.cipher().map(|_| ())
+    }
+
+    /// The form to store: sealed when a key is configured, else as it is.
+    pub fn seal(&self, secret: &str) -> Result<String, String> {
+        use aes_gcm::aead::Aead as _;
+        let Some(cipher) = self.cipher()? else {
+            return Ok(secret.to_owned());
+        };
+        let nonce: [u8; 12] = rand::random();
+        let mut sealed = nonce.to_vec();
+        sealed.extend(
+            cipher
+                .encrypt(&aes_gcm::Nonce::from(nonce), secret.as_bytes())
+                .map_err(|_| "could not encrypt the secret".to_owned())?,
+        );
+        Ok(format!("{SEALED_PREFIX}{}", BASE64.encode(sealed)))
+    }
+
+    /// The secret from its stored form.
+    pub fn open(&self, stored: &str) -> Result<String, String> {
+        use aes_gcm::aead::Aead as _;
+        let Some(encoded) = stored.strip_prefix(SEALED_PREFIX) else {
+            return Ok(stored.to_owned());
+        };
+        let cipher = self.cipher()?.ok_or_else(|| {
+            "the secret is encrypted but WEBHOOK_SECRET_KEY is not configured".to_owned()
+        })?;
+        let sealed = BASE64
+            .decode(encoded)
+            .map_err(|_| "the stored secret is corrupt".to_owned())?;
+        if sealed.len() < 12 {
+            return Err("the stored secret is corrupt".into());
+        }
+        let (nonce, ciphertext) = sealed.split_at(12);
+        let nonce: [u8; 12] = nonce
+            .try_into()
+            .map_err(|_| "the stored secret is corrupt")?;
+        let plain = cipher
+            .decrypt(&aes_gcm::Nonce::from(nonce), ciphertext)
+            .map_err(|_| "the secret cannot be decrypted with WEBHOOK_SECRET_KEY".to_owned())?;
+        String::from_utf8(plain).map_err(|_| "the stored secret is corrupt".to_owned())
+    }
+}
+
 /// Which endpoint addresses are acceptable.
 #[derive(Debug, Clone, Copy, clap::Args)]
 pub struct AddressPolicy {
@@ -298,6 +385,37 @@ mod tests {
         assert!(secret.starts_with(SECRET_PREFIX));
         assert_eq!(secret_key(&secret).len(), 32);
         assert_ne!(secret, generate_secret());
+    }
+
+    #[test]
+    fn secrets_are_sealed_with_the_master_key_and_opened_again() {
+        let key = BASE64.encode([7u8; 32]);
+        let vault = SecretVault {
+            master_key: Some(key),
+        };
+        let secret = generate_secret();
+        let sealed = vault.seal(&secret).unwrap();
+        assert!(sealed.starts_with(SEALED_PREFIX));
+        assert!(!sealed.contains(&secret[SECRET_PREFIX.len()..]));
+        assert_ne!(
+            sealed,
+            vault.seal(&secret).unwrap(),
+            "a fresh nonce each time"
+        );
+        assert_eq!(vault.open(&sealed).unwrap(), secret);
+        // Secrets stored before the key was configured still read.
+        assert_eq!(vault.open(&secret).unwrap(), secret);
+        let other = SecretVault {
+            master_key: Some(BASE64.encode([8u8; 32])),
+        };
+        assert!(other.open(&sealed).is_err());
+        let none = SecretVault { master_key: None };
+        assert_eq!(none.seal(&secret).unwrap(), secret);
+        assert!(none.open(&sealed).is_err());
+        let short = SecretVault {
+            master_key: Some(BASE64.encode([1u8; 16])),
+        };
+        assert!(short.check().is_err());
     }
 
     #[test]

@@ -224,6 +224,8 @@ pub struct TestOptions {
     /// Refuse webhook endpoints on loopback and private addresses, and plain http (production
     /// policy); tests that deliver to a local receiver need it off.
     pub strict_webhook_policy: bool,
+    /// Master key encrypting webhook secrets at rest (API and webhook-worker).
+    pub webhook_secret_key: Option<String>,
 }
 
 impl Default for TestOptions {
@@ -234,6 +236,7 @@ impl Default for TestOptions {
             webhooks: false,
             scheduler: false,
             strict_webhook_policy: false,
+            webhook_secret_key: None,
         }
     }
 }
@@ -245,7 +248,7 @@ pub const TEST_RETRY_SCHEDULE: &str = "0s,300ms,300ms,300ms,300ms";
 async fn start_api(
     core: &CoreConfig,
     amqp_url: Option<&str>,
-    strict_webhook_policy: bool,
+    options: &TestOptions,
     shutdown: &CancellationToken,
 ) -> (SocketAddr, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -263,8 +266,11 @@ async fn start_api(
     api_config.publish_channels = 2;
     api_config.lookup_concurrency = 2;
     api_config.webhook_policy = flow_common::webhook::AddressPolicy {
-        allow_private: !strict_webhook_policy,
-        allow_http: !strict_webhook_policy,
+        allow_private: !options.strict_webhook_policy,
+        allow_http: !options.strict_webhook_policy,
+    };
+    api_config.webhook_secrets = flow_common::webhook::SecretVault {
+        master_key: options.webhook_secret_key.clone(),
     };
     let state = flow_api::build_state(api_config, shutdown.clone())
         .await
@@ -295,6 +301,7 @@ pub struct TestApp {
     pub webhook_worker: Option<WorkerHandle>,
     /// The scheduler, when started.
     pub scheduler: Option<WorkerHandle>,
+    options: TestOptions,
 }
 
 /// An organization and one of its API keys.
@@ -342,13 +349,8 @@ impl TestApp {
             delivery_limit: 5,
         };
         let shutdown = CancellationToken::new();
-        let (address, base_url) = start_api(
-            &core,
-            options.api_amqp_url.as_deref(),
-            options.strict_webhook_policy,
-            &shutdown,
-        )
-        .await;
+        let (address, base_url) =
+            start_api(&core, options.api_amqp_url.as_deref(), &options, &shutdown).await;
         let db = PgPool::connect(&core.database_url)
             .await
             .expect("test pool");
@@ -367,6 +369,7 @@ impl TestApp {
             relay: None,
             webhook_worker: None,
             scheduler: None,
+            options: options.clone(),
         };
         if options.assign_worker {
             app.assign_worker = Some(app.start_assign_worker());
@@ -404,6 +407,9 @@ impl TestApp {
             allow_private: true,
             allow_http: true,
         };
+        config.secrets = flow_common::webhook::SecretVault {
+            master_key: self.options.webhook_secret_key.clone(),
+        };
         config.retry_schedule = TEST_RETRY_SCHEDULE.parse().expect("schedule");
         config.poll_interval = Duration::from_millis(100);
         config.timeout = Duration::from_secs(5);
@@ -421,7 +427,9 @@ impl TestApp {
 
     /// Starts another API replica on the same database and broker; returns its base URL.
     pub async fn start_api_replica(&self) -> String {
-        start_api(&self.core, None, false, &self.shutdown).await.1
+        start_api(&self.core, None, &self.options, &self.shutdown)
+            .await
+            .1
     }
 
     /// Starts another assign-worker.

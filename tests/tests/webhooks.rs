@@ -587,3 +587,55 @@ async fn endpoints_on_internal_addresses_are_refused_under_the_production_policy
     let listed = app.get(&org, "/v1/webhooks").await;
     assert_eq!(listed.body["data"].as_array().expect("data").len(), 1);
 }
+
+#[tokio::test]
+async fn secrets_are_encrypted_at_rest_when_a_master_key_is_configured() {
+    use base64::Engine;
+    let key = base64::engine::general_purpose::STANDARD.encode([42u8; 32]);
+    let app = TestApp::spawn_with(TestOptions {
+        webhooks: true,
+        webhook_secret_key: Some(key),
+        ..TestOptions::default()
+    })
+    .await;
+    let receiver = Receiver::start().await;
+    let org = app.create_org(Tier::Standard).await;
+    let (webhook, secret) = endpoint(&app, &org, &receiver.url("sealed"), None).await;
+    let stored: String = sqlx::query_scalar("SELECT secret FROM webhook_endpoints")
+        .fetch_one(&app.db)
+        .await
+        .expect("stored secret");
+    assert!(stored.starts_with("enc:v1:"), "{stored}");
+    assert!(!stored.contains(secret.trim_start_matches("whsec_")));
+
+    let test = app
+        .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+        .await;
+    assert_eq!(test.status, 202);
+    let delivered = receiver
+        .wait_for_deliveries("sealed", 1, Duration::from_secs(10))
+        .await;
+    assert!(delivered[0].verifies_with(&secret));
+
+    let rotated = app
+        .post(
+            &org,
+            &format!("/v1/webhooks/{webhook}/rotate-secret"),
+            &json!({}),
+        )
+        .await;
+    let new_secret = rotated.body["secret"].as_str().expect("secret").to_owned();
+    let (current, previous): (String, Option<String>) =
+        sqlx::query_as("SELECT secret, previous_secret FROM webhook_endpoints")
+            .fetch_one(&app.db)
+            .await
+            .expect("stored secrets");
+    assert!(current.starts_with("enc:v1:") && previous.is_some_and(|p| p.starts_with("enc:v1:")));
+    app.post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+        .await;
+    let delivered = receiver
+        .wait_for_deliveries("sealed", 2, Duration::from_secs(10))
+        .await;
+    assert!(delivered[1].verifies_with(&new_secret));
+    assert!(delivered[1].verifies_with(&secret));
+}

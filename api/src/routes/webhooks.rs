@@ -172,6 +172,15 @@ async fn parse_url(state: &AppState, text: &str) -> Result<String, ApiError> {
         .map_err(ApiError::InvalidRequest)
 }
 
+/// The secret as stored: encrypted when a master key is configured.
+fn seal(state: &AppState, secret: &str) -> Result<String, ApiError> {
+    state
+        .config
+        .webhook_secrets
+        .seal(secret)
+        .map_err(|error| ApiError::Internal(anyhow::anyhow!(error)))
+}
+
 fn endpoint_id(text: &str) -> Result<WebhookEndpointId, ApiError> {
     WebhookEndpointId::parse(text).ok_or_else(|| ApiError::not_found("webhook endpoint"))
 }
@@ -202,6 +211,7 @@ pub async fn create_endpoint(
     let description = parse_description(request.description)?;
     let url = parse_url(&state, &url_text).await?;
     let secret = generate_secret();
+    let stored = seal(&state, &secret)?;
     let mut transaction = state.db.begin().await?;
     let endpoint = webhooks::create(
         &mut transaction,
@@ -210,7 +220,7 @@ pub async fn create_endpoint(
             url,
             description,
             events,
-            secret: secret.clone(),
+            secret: stored,
         },
     )
     .await?
@@ -369,7 +379,7 @@ pub async fn rotate_secret(
         &state.db,
         auth.org_id(),
         endpoint_id(&id)?,
-        &secret,
+        &seal(&state, &secret)?,
         ROTATION_OVERLAP,
     )
     .await?

@@ -26,7 +26,7 @@ use flow_common::db::webhooks::{self, IncomingEvent};
 use flow_common::db::{self as database};
 use flow_common::events::ORG_HEADER;
 use flow_common::ids::{EventId, OrgId};
-use flow_common::webhook::{AddressPolicy, RetrySchedule, parse_duration};
+use flow_common::webhook::{AddressPolicy, RetrySchedule, SecretVault, parse_duration};
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;
@@ -49,6 +49,10 @@ pub struct WebhookWorkerConfig {
     /// Which endpoint addresses may be connected to.
     #[command(flatten)]
     pub policy: AddressPolicy,
+
+    /// Encryption of endpoint secrets at rest.
+    #[command(flatten)]
+    pub secrets: SecretVault,
 
     /// Delays before each attempt, comma-separated (units ms, s, m, h, d).
     #[arg(
@@ -112,8 +116,14 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
     )
     .await
     .context("connecting to Postgres")?;
+    config
+        .secrets
+        .check()
+        .map_err(anyhow::Error::msg)
+        .context("checking WEBHOOK_SECRET_KEY")?;
     let sender = Sender::new(
         config.policy,
+        config.secrets.clone(),
         config.retry_schedule.clone(),
         config.connect_timeout,
         config.timeout,

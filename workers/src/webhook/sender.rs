@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use flow_common::db::webhooks::{AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
-use flow_common::webhook::{AddressPolicy, RetrySchedule, parse_endpoint_url, signature_header};
+use flow_common::webhook::{
+    AddressPolicy, RetrySchedule, SecretVault, parse_endpoint_url, signature_header,
+};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 
@@ -22,6 +24,7 @@ pub struct Sender {
     policy: AddressPolicy,
     schedule: RetrySchedule,
     retry_after_cap: Duration,
+    vault: SecretVault,
 }
 
 /// How the endpoint answered.
@@ -32,9 +35,10 @@ struct Answer {
 }
 
 impl Sender {
-    /// A sender with the given policy, retry schedule and timeouts.
+    /// A sender with the given policy, secret vault, retry schedule and timeouts.
     pub fn new(
         policy: AddressPolicy,
+        vault: SecretVault,
         schedule: RetrySchedule,
         connect_timeout: Duration,
         timeout: Duration,
@@ -53,6 +57,7 @@ impl Sender {
             policy,
             schedule,
             retry_after_cap,
+            vault,
         })
     }
 
@@ -122,9 +127,11 @@ impl Sender {
         let url = parse_endpoint_url(&delivery.url, self.policy)?;
         let body = serde_json::to_vec(&delivery.payload).map_err(|error| error.to_string())?;
         let message_id = delivery.event_id.to_string();
-        let secrets: Vec<&str> = std::iter::once(delivery.secret.as_str())
+        let secrets: Vec<String> = std::iter::once(delivery.secret.as_str())
             .chain(delivery.previous_secret.as_deref())
-            .collect();
+            .map(|stored| self.vault.open(stored))
+            .collect::<Result<_, _>>()?;
+        let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         let signature = signature_header(&secrets, &message_id, timestamp, &body);
         let response = self
             .client
