@@ -311,8 +311,11 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
     receiver.set("gone", Behaviour::Status(410));
     let org = app.create_org(Tier::Standard).await;
     let (webhook, _) = endpoint(&app, &org, &receiver.url("gone"), None).await;
-    app.create_users(&org, &["erin@example.com", "finn@example.com"])
-        .await;
+    app.create_users(
+        &org,
+        &["erin@example.com", "finn@example.com", "gina@example.com"],
+    )
+    .await;
     let flow = app.create_flow(&org, "Flow", &[5]).await;
     app.assign_persisted(&org, &flow, "erin@example.com", json!({}))
         .await;
@@ -329,12 +332,21 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
     assert_eq!(disabled["disabledReason"], json!("gone"));
     assert_eq!(receiver.received("gone").len(), 1, "a 410 is not retried");
 
-    // A disabled endpoint gets nothing more; enabling it again resumes deliveries.
+    // A disabled endpoint gets no events; a test ping still goes out, so it can be checked.
     app.assign_persisted(&org, &flow, "finn@example.com", json!({}))
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(receiver.received("gone").len(), 1);
     receiver.set("gone", Behaviour::Succeed);
+    let ping = app
+        .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+        .await;
+    assert_eq!(ping.status, 202);
+    let pinged = receiver
+        .wait_for_deliveries("gone", 1, Duration::from_secs(10))
+        .await;
+    assert_eq!(pinged[0].event()["type"], json!("webhook.test"));
+    // Enabling it again resumes deliveries.
     let enabled = app
         .request(
             reqwest::Method::PATCH,
@@ -346,14 +358,13 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
         .await;
     assert_eq!(enabled.status, 200, "{:?}", enabled.body);
     assert_eq!(enabled.body["disabledReason"], Value::Null);
-    let test = app
-        .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+    app.assign_persisted(&org, &flow, "gina@example.com", json!({}))
         .await;
-    assert_eq!(test.status, 202);
     let delivered = receiver
-        .wait_for_deliveries("gone", 1, Duration::from_secs(10))
+        .wait_for_deliveries("gone", 2, Duration::from_secs(10))
         .await;
-    assert_eq!(delivered[0].event()["type"], json!("webhook.test"));
+    assert_eq!(delivered[1].event()["type"], json!("flow.assigned"));
+    assert_eq!(delivered[1].event()["data"]["assigneeEmail"], json!("gina@example.com"));
 }
 
 #[tokio::test]

@@ -299,7 +299,8 @@ pub async fn fan_out(
 }
 
 /// Claims up to `limit` deliveries that are due (a retry whose time has come, or a claim whose
-/// worker stopped renewing it) on enabled endpoints not in `skip`.
+/// worker stopped renewing it) on enabled endpoints not in `skip`; test pings go out to disabled
+/// endpoints too, so an endpoint can be checked before it is enabled again.
 pub async fn claim_due<'e>(
     executor: impl PgExecutor<'e>,
     limit: i64,
@@ -309,7 +310,8 @@ pub async fn claim_due<'e>(
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH due AS (
             SELECT d.id FROM webhook_deliveries d
-            JOIN webhook_endpoints e ON e.id = d.endpoint_id AND e.enabled
+            JOIN webhook_endpoints e ON e.id = d.endpoint_id
+                 AND (e.enabled OR d.event_type = 'webhook.test')
             WHERE ((d.status = 'pending' AND d.next_attempt_at <= now())
                    OR (d.status = 'delivering' AND d.lease_until < now()))
               AND NOT (d.endpoint_id = ANY ($3))
