@@ -364,7 +364,10 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
         .wait_for_deliveries("gone", 2, Duration::from_secs(10))
         .await;
     assert_eq!(delivered[1].event()["type"], json!("flow.assigned"));
-    assert_eq!(delivered[1].event()["data"]["assigneeEmail"], json!("gina@example.com"));
+    assert_eq!(
+        delivered[1].event()["data"]["assigneeEmail"],
+        json!("gina@example.com")
+    );
 }
 
 #[tokio::test]
