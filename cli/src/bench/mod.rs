@@ -3,6 +3,7 @@
 pub mod assign;
 pub mod broker;
 pub mod report;
+pub mod webhooks;
 
 use clap::Subcommand;
 use flow_common::config::CoreConfig;
@@ -16,6 +17,8 @@ pub enum BenchCommand {
     Broker(broker::BrokerBenchArgs),
     /// Report, weekly aggregate and exports of a flow with a million assignments.
     Report(report::ReportBenchArgs),
+    /// Deliver lifecycle events to local webhook endpoints: deliveries/s and commit-to-delivery latency.
+    Webhooks(webhooks::WebhookBenchArgs),
 }
 
 /// `flowctl bench ...`.
@@ -24,5 +27,6 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Assign(args) => assign::run(core, args).await,
         BenchCommand::Broker(args) => broker::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
+        BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
     }
 }

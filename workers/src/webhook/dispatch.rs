@@ -1,10 +1,11 @@
 //! Runs attempts concurrently without letting one endpoint hold up the others: each endpoint has
-//! its own small pool of in-flight requests and a bounded queue in memory; deliveries beyond that
-//! queue go back to Postgres (deferred) and are claimed again later, so a slow or dead endpoint
-//! costs its own slots and nothing else. Outcomes are written by one recorder in batches.
+//! its own small pool of in-flight requests and a bounded queue in memory (large while it answers,
+//! small once an attempt failed); deliveries beyond that queue go back to Postgres (deferred) and
+//! are claimed again later, so a slow or dead endpoint costs its own slots and nothing else.
+//! Outcomes are written by one recorder in batches.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,13 +26,27 @@ pub struct Limits {
     pub concurrency: usize,
     /// Requests in flight to one endpoint.
     pub endpoint_concurrency: usize,
-    /// Deliveries of one endpoint held in memory (in flight or waiting for a slot).
+    /// Deliveries of one healthy endpoint held in memory (in flight or waiting for a slot).
     pub endpoint_queue: usize,
+    /// Deliveries of an endpoint whose last attempt failed held in memory: a dead or hanging
+    /// endpoint keeps little in memory, and its backlog waits in Postgres.
+    pub failing_endpoint_queue: usize,
 }
 
 struct Slot {
     permits: Semaphore,
     queued: AtomicUsize,
+    failing: AtomicBool,
+}
+
+impl Slot {
+    fn capacity(&self, limits: &Limits) -> usize {
+        if self.failing.load(Ordering::Acquire) {
+            limits.failing_endpoint_queue.min(limits.endpoint_queue)
+        } else {
+            limits.endpoint_queue
+        }
+    }
 }
 
 /// Hands claimed deliveries to attempt tasks.
@@ -72,6 +87,7 @@ impl Dispatcher {
                 Arc::new(Slot {
                     permits: Semaphore::new(self.limits.endpoint_concurrency.max(1)),
                     queued: AtomicUsize::new(0),
+                    failing: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -81,7 +97,7 @@ impl Dispatcher {
     pub fn dispatch(self: &Arc<Self>, deliveries: Vec<ClaimedDelivery>) {
         for delivery in deliveries {
             let slot = self.slot(delivery.endpoint_id);
-            if slot.queued.fetch_add(1, Ordering::AcqRel) >= self.limits.endpoint_queue {
+            if slot.queued.fetch_add(1, Ordering::AcqRel) >= slot.capacity(&self.limits) {
                 slot.queued.fetch_sub(1, Ordering::AcqRel);
                 self.defer(&delivery);
                 continue;
@@ -93,6 +109,10 @@ impl Dispatcher {
                     let _global = dispatcher.global.acquire().await;
                     dispatcher.sender.attempt(&delivery).await
                 };
+                slot.failing.store(
+                    outcome.verdict != EndpointVerdict::Healthy,
+                    Ordering::Release,
+                );
                 slot.queued.fetch_sub(1, Ordering::AcqRel);
                 record_metrics(&outcome, &delivery);
                 drop(dispatcher.outcomes.send(outcome));
@@ -127,7 +147,7 @@ impl Dispatcher {
         });
         slots
             .iter()
-            .filter(|(_, slot)| slot.queued.load(Ordering::Acquire) >= self.limits.endpoint_queue)
+            .filter(|(_, slot)| slot.queued.load(Ordering::Acquire) >= slot.capacity(&self.limits))
             .map(|(id, _)| *id)
             .collect()
     }

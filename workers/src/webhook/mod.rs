@@ -86,9 +86,14 @@ pub struct WebhookWorkerConfig {
     #[arg(long, env = "WEBHOOK_ENDPOINT_CONCURRENCY", default_value_t = 16)]
     pub endpoint_concurrency: usize,
 
-    /// Deliveries of one endpoint held in memory; more wait in Postgres.
-    #[arg(long, env = "WEBHOOK_ENDPOINT_QUEUE", default_value_t = 256)]
+    /// Deliveries of one answering endpoint held in memory; more wait in Postgres.
+    #[arg(long, env = "WEBHOOK_ENDPOINT_QUEUE", default_value_t = 2_048)]
     pub endpoint_queue: usize,
+
+    /// Deliveries held in memory for an endpoint whose last attempt failed (it may hang for the
+    /// whole timeout); more wait in Postgres.
+    #[arg(long, env = "WEBHOOK_FAILING_ENDPOINT_QUEUE", default_value_t = 64)]
+    pub failing_endpoint_queue: usize,
 
     /// How long a claimed delivery stays with this worker before another may take it.
     #[arg(long, env = "WEBHOOK_LEASE", default_value = "10m", value_parser = parse_duration)]
@@ -136,6 +141,7 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
             concurrency: config.concurrency,
             endpoint_concurrency: config.endpoint_concurrency,
             endpoint_queue: config.endpoint_queue,
+            failing_endpoint_queue: config.failing_endpoint_queue,
         },
         outcomes,
     );
