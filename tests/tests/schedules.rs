@@ -87,14 +87,12 @@ async fn a_monthly_schedule_from_january_31_lands_on_month_ends_without_drifting
         .as_str()
         .expect("current assignment")
         .to_owned();
+    // currentAssignmentId is set when the assignment is persisted.
     let assigned = app
-        .eventually(Duration::from_secs(10), "the assignment", || async {
-            let response = app
-                .get(&org, &format!("/v1/assignments/{assignment}"))
-                .await;
-            (response.status == 200).then_some(response.body)
-        })
+        .get(&org, &format!("/v1/assignments/{assignment}"))
         .await;
+    assert_eq!(assigned.status, 200, "{:?}", assigned.body);
+    let assigned = assigned.body;
     assert_eq!(assigned["scheduleId"], json!(schedule));
     assert_eq!(assigned["priority"], json!("high"));
     assert_eq!(assigned["notes"], json!("Every month"));
@@ -149,14 +147,12 @@ async fn a_one_off_schedule_assigns_once_with_its_due_date_and_then_stops() {
         .as_str()
         .expect("assignment")
         .to_owned();
+    // currentAssignmentId is set when the assignment is persisted.
     let assigned = app
-        .eventually(Duration::from_secs(10), "the assignment", || async {
-            let response = app
-                .get(&org, &format!("/v1/assignments/{assignment}"))
-                .await;
-            (response.status == 200).then_some(response.body)
-        })
+        .get(&org, &format!("/v1/assignments/{assignment}"))
         .await;
+    assert_eq!(assigned.status, 200, "{:?}", assigned.body);
+    let assigned = assigned.body;
     let due = chrono::DateTime::parse_from_rfc3339(assigned["dueDate"].as_str().expect("due"))
         .expect("due date");
     let scheduled = chrono::DateTime::parse_from_rfc3339(done["scheduledAt"].as_str().expect("at"))

@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::{schedules, users};
-use flow_common::domain::{DayBound, Email, Notes, Priority, parse_date_input};
+use flow_common::domain::{DayBound, parse_date_input};
 use flow_common::ids::{AssignmentId, FlowId, ScheduleId};
 use flow_common::recurrence::Recurrence;
 use serde::{Deserialize, Serialize};
@@ -15,6 +15,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::assign::{AssignInput, AssignRequest};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth};
@@ -137,11 +138,18 @@ pub async fn create_schedule(
     ApiJson(request): ApiJson<ScheduleRequest>,
 ) -> Result<(StatusCode, RateInfo, Json<ScheduleView>), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
-    let flow_text = request.flow_id.unwrap_or_default();
-    if flow_text.trim().is_empty() {
-        return Err(ApiError::InvalidRequest("flowId is required".into()));
-    }
-    let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))?;
+    // The fields a schedule shares with an assign request are validated the same way.
+    let input = AssignInput::parse(
+        AssignRequest {
+            flow_id: request.flow_id,
+            user_email: request.user_email,
+            due_date: None,
+            priority: request.priority,
+            notes: request.notes,
+        },
+        auth.zone,
+        Utc::now(),
+    )?;
     let scheduled_at = parse_date_input(
         "scheduledAt",
         request
@@ -162,19 +170,12 @@ pub async fn create_schedule(
             "dueInDays must be between 1 and {MAX_DUE_IN_DAYS}"
         )));
     }
-    let priority = match request.priority.as_deref() {
-        None => Priority::default(),
-        Some(text) => Priority::parse_field("priority", text)?,
-    };
-    let notes = request
-        .notes
-        .map(|notes| Notes::parse("notes", notes).map(Notes::into_inner))
-        .transpose()?;
-    let flow = match FlowId::parse(flow_text.trim()) {
+    let flow = match input.flow_id {
         Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
         None => None,
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
+    let email = input.email;
     let user = users::find_by_email(&state.db, auth.org_id(), &email)
         .await?
         .ok_or_else(|| {
@@ -190,8 +191,8 @@ pub async fn create_schedule(
             scheduled_at,
             recurrence,
             due_in_days: request.due_in_days,
-            priority,
-            notes,
+            priority: input.priority,
+            notes: input.notes,
         },
     )
     .await?;
