@@ -48,6 +48,35 @@ async fn progress(app: &TestApp, org: &TestOrg, assignment: &str, module: &str, 
     assert_eq!(response.status, 202, "{:?}", response.body);
 }
 
+/// An organization with one endpoint at `path` of the receiver (answering as `behaviour`), the
+/// users `emails` and a one-module flow.
+struct OneEndpoint {
+    org: TestOrg,
+    webhook: String,
+    secret: String,
+    flow: String,
+}
+
+async fn one_endpoint(
+    app: &TestApp,
+    receiver: &Receiver,
+    path: &str,
+    behaviour: Behaviour,
+    emails: &[&str],
+) -> OneEndpoint {
+    receiver.set(path, behaviour);
+    let org = app.create_org(Tier::Standard).await;
+    let (webhook, secret) = endpoint(app, &org, &receiver.url(path), None).await;
+    app.create_users(&org, emails).await;
+    let flow = app.create_flow(&org, "Flow", &[5]).await;
+    OneEndpoint {
+        org,
+        webhook,
+        secret,
+        flow,
+    }
+}
+
 #[test]
 fn signatures_verify_against_the_standard_webhooks_test_vector() {
     let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
@@ -192,11 +221,19 @@ async fn the_four_event_kinds_arrive_signed_and_verifiable() {
 async fn a_failing_receiver_gets_the_event_after_retries_with_the_same_webhook_id() {
     let app = webhook_app().await;
     let receiver = Receiver::start().await;
-    receiver.set("flaky", Behaviour::FailTimes(3));
-    let org = app.create_org(Tier::Standard).await;
-    let (webhook, secret) = endpoint(&app, &org, &receiver.url("flaky"), None).await;
-    app.create_users(&org, &["carol@example.com"]).await;
-    let flow = app.create_flow(&org, "Flow", &[5]).await;
+    let OneEndpoint {
+        org,
+        webhook,
+        secret,
+        flow,
+    } = one_endpoint(
+        &app,
+        &receiver,
+        "flaky",
+        Behaviour::FailTimes(3),
+        &["carol@example.com"],
+    )
+    .await;
     app.assign_persisted(&org, &flow, "carol@example.com", json!({}))
         .await;
 
@@ -256,11 +293,16 @@ async fn a_failing_receiver_gets_the_event_after_retries_with_the_same_webhook_i
 async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
     let app = webhook_app().await;
     let receiver = Receiver::start().await;
-    receiver.set("down", Behaviour::FailTimes(5));
-    let org = app.create_org(Tier::Standard).await;
-    let (webhook, _) = endpoint(&app, &org, &receiver.url("down"), None).await;
-    app.create_users(&org, &["dan@example.com"]).await;
-    let flow = app.create_flow(&org, "Flow", &[5]).await;
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(
+        &app,
+        &receiver,
+        "down",
+        Behaviour::FailTimes(5),
+        &["dan@example.com"],
+    )
+    .await;
     app.assign_persisted(&org, &flow, "dan@example.com", json!({}))
         .await;
     let failed = app
@@ -308,15 +350,16 @@ async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
 async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
     let app = webhook_app().await;
     let receiver = Receiver::start().await;
-    receiver.set("gone", Behaviour::Status(410));
-    let org = app.create_org(Tier::Standard).await;
-    let (webhook, _) = endpoint(&app, &org, &receiver.url("gone"), None).await;
-    app.create_users(
-        &org,
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(
+        &app,
+        &receiver,
+        "gone",
+        Behaviour::Status(410),
         &["erin@example.com", "finn@example.com", "gina@example.com"],
     )
     .await;
-    let flow = app.create_flow(&org, "Flow", &[5]).await;
     app.assign_persisted(&org, &flow, "erin@example.com", json!({}))
         .await;
     let disabled = app
