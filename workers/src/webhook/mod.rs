@@ -247,16 +247,18 @@ impl EventsHandler {
 /// Reads an event message: the body is what customers receive; the organization travels in a
 /// header.
 fn decode_event(delivery: &Delivery) -> Result<IncomingEvent, String> {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        id: String,
-        #[serde(rename = "type")]
-        kind: String,
-        timestamp: DateTime<Utc>,
-    }
-    let body: Body = serde_json::from_slice(&delivery.data)
+    let payload: serde_json::Value = serde_json::from_slice(&delivery.data)
         .map_err(|error| format!("malformed event: {error}"))?;
-    let event_id = EventId::parse(&body.id).ok_or("malformed event: bad id")?;
+    let field = |name: &str| {
+        payload[name]
+            .as_str()
+            .ok_or_else(|| format!("malformed event: no {name}"))
+    };
+    let event_id = EventId::parse(field("id")?).ok_or("malformed event: bad id")?;
+    let event_type = field("type")?.to_owned();
+    let event_at = DateTime::parse_from_rfc3339(field("timestamp")?)
+        .map_err(|_| "malformed event: bad timestamp")?
+        .with_timezone(&Utc);
     let org_id = delivery
         .properties
         .headers()
@@ -266,14 +268,12 @@ fn decode_event(delivery: &Delivery) -> Result<IncomingEvent, String> {
             _ => None,
         })
         .ok_or("event without its organization header")?;
-    let payload: serde_json::Value =
-        serde_json::from_slice(&delivery.data).map_err(|error| error.to_string())?;
     Ok(IncomingEvent {
         event_id,
         org_id,
-        event_type: body.kind,
+        event_type,
         payload,
-        event_at: body.timestamp,
+        event_at,
     })
 }
 
