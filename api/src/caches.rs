@@ -3,9 +3,12 @@
 //! copies the moment a key is revoked or an organization or flow changes; a short time-to-live
 //! bounds staleness should a notification be missed.
 
+use std::hash::Hash;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
 use flow_common::ids::{FlowId, KeyId, OrgId};
 use moka::sync::Cache;
@@ -17,11 +20,72 @@ use tokio_util::sync::CancellationToken;
 use crate::error::ApiError;
 use crate::extract::Caller;
 
+/// A cache whose invalidations also reach loads that are under way: a value read from Postgres
+/// before an invalidation is not cached after it. Without this, a key looked up just before its
+/// revocation committed would be cached after the revocation notice dropped the cache, and stay
+/// valid on that replica for the whole time-to-live.
+#[derive(Clone)]
+pub struct EpochCache<K, V> {
+    cache: Cache<K, V>,
+    /// Incremented by every invalidation.
+    epoch: Arc<AtomicU64>,
+}
+
+impl<K, V> EpochCache<K, V>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// An empty cache of at most `capacity` entries, each kept at most `time_to_live`.
+    pub fn new(capacity: u64, time_to_live: Duration) -> Self {
+        Self {
+            cache: Cache::builder()
+                .max_capacity(capacity)
+                .time_to_live(time_to_live)
+                .build(),
+            epoch: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The cached value.
+    pub fn get(&self, key: &K) -> Option<V> {
+        self.cache.get(key)
+    }
+
+    /// The current epoch: take it before starting to load a value, and hand it to
+    /// [`EpochCache::insert_loaded`].
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Caches a value loaded since `epoch`, unless an invalidation came in the meantime (the
+    /// value may predate it).
+    pub fn insert_loaded(&self, epoch: u64, key: K, value: V) {
+        if self.epoch() != epoch {
+            return;
+        }
+        self.cache.insert(key.clone(), value);
+        // An invalidation between the check and the insert has already cleared the cache, so it
+        // would miss this entry: check again and take it back out.
+        if self.epoch() != epoch {
+            self.cache.invalidate(&key);
+        }
+    }
+
+    /// Drops every entry, and every load under way.
+    pub fn invalidate_all(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.cache.invalidate_all();
+    }
+}
+
 /// The API's caches.
 #[derive(Clone)]
 pub struct Caches {
-    keys: Cache<[u8; 32], Option<Arc<Caller>>>,
-    flows: Cache<FlowId, Arc<FlowSummary>>,
+    keys: EpochCache<[u8; 32], Option<Arc<Caller>>>,
+    /// When rolled keys stop working: a cached key is refused from then on.
+    key_expiries: Cache<KeyId, DateTime<Utc>>,
+    flows: EpochCache<FlowId, Arc<FlowSummary>>,
     touched: Cache<KeyId, ()>,
     touch_queue: mpsc::Sender<KeyId>,
 }
@@ -30,13 +94,12 @@ impl Caches {
     /// Empty caches; `touch_queue` receives key ids to mark as used.
     pub fn new(touch_queue: mpsc::Sender<KeyId>) -> Self {
         Self {
-            keys: Cache::builder()
+            keys: EpochCache::new(100_000, Duration::from_secs(60)),
+            flows: EpochCache::new(100_000, Duration::from_secs(600)),
+            // Outlives the key entry it guards.
+            key_expiries: Cache::builder()
                 .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(60))
-                .build(),
-            flows: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(Duration::from_secs(600))
+                .time_to_live(Duration::from_secs(120))
                 .build(),
             touched: Cache::builder()
                 .max_capacity(100_000)
@@ -59,14 +122,28 @@ impl Caches {
         let caller = match self.keys.get(&hash) {
             Some(cached) => cached,
             None => {
-                let found = keys::authenticate(pool, &hash).await?.map(|(key_id, org)| {
-                    let zone = org.zone();
-                    Arc::new(Caller { key_id, org, zone })
-                });
-                self.keys.insert(hash, found.clone());
+                let epoch = self.keys.epoch();
+                let found = keys::authenticate(pool, &hash)
+                    .await?
+                    .map(|(key_id, org, expiry)| {
+                        if let Some(expiry) = expiry {
+                            self.key_expiries.insert(key_id, expiry);
+                        }
+                        let zone = org.zone();
+                        Arc::new(Caller { key_id, org, zone })
+                    });
+                self.keys.insert_loaded(epoch, hash, found.clone());
                 found
             }
         };
+        if let Some(caller) = &caller
+            && self
+                .key_expiries
+                .get(&caller.key_id)
+                .is_some_and(|expiry| expiry <= Utc::now())
+        {
+            return Ok(None);
+        }
         if let Some(caller) = &caller
             && self.touched.get(&caller.key_id).is_none()
         {
@@ -87,14 +164,17 @@ impl Caches {
     ) -> Result<Option<Arc<FlowSummary>>, ApiError> {
         let flow = match self.flows.get(&flow_id) {
             Some(flow) => flow,
-            None => match db::flows::summary(pool, flow_id).await? {
-                Some(flow) => {
-                    let flow = Arc::new(flow);
-                    self.flows.insert(flow_id, flow.clone());
-                    flow
+            None => {
+                let epoch = self.flows.epoch();
+                match db::flows::summary(pool, flow_id).await? {
+                    Some(flow) => {
+                        let flow = Arc::new(flow);
+                        self.flows.insert_loaded(epoch, flow_id, flow.clone());
+                        flow
+                    }
+                    None => return Ok(None),
                 }
-                None => return Ok(None),
-            },
+            }
         };
         Ok((flow.org_id == org_id).then_some(flow))
     }
@@ -165,5 +245,29 @@ pub async fn record_key_use(
         }
         batch.clear();
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_that_started_before_an_invalidation_is_not_cached() {
+        let cache: EpochCache<&str, bool> = EpochCache::new(10, Duration::from_secs(60));
+        // A request misses the cache and starts reading the key from Postgres...
+        let epoch = cache.epoch();
+        // ...the key is revoked and the notification drops the cache...
+        cache.invalidate_all();
+        // ...and the read, which saw the key still valid, finishes.
+        cache.insert_loaded(epoch, "key", true);
+        assert_eq!(cache.get(&"key"), None);
+        // The next load starts after the revocation and is cached.
+        let epoch = cache.epoch();
+        cache.insert_loaded(epoch, "key", false);
+        assert_eq!(cache.get(&"key"), Some(false));
+        // An invalidation drops what was cached.
+        cache.invalidate_all();
+        assert_eq!(cache.get(&"key"), None);
     }
 }

@@ -42,6 +42,9 @@ pub enum ApiError {
     /// 409 `conflict`.
     #[error("{0}")]
     Conflict(String),
+    /// 409 `conflict` with `Retry-After`: the assignment was accepted and is not persisted yet.
+    #[error("the assignment is accepted and not persisted yet; retry shortly")]
+    NotYet,
     /// 410 `gone`.
     #[error("{0}")]
     Gone(String),
@@ -82,7 +85,7 @@ impl ApiError {
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::Conflict(_) | Self::NotYet => StatusCode::CONFLICT,
             Self::Gone(_) => StatusCode::GONE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -99,7 +102,7 @@ impl ApiError {
             Self::Unauthorized(_) => "unauthorized",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
-            Self::Conflict(_) => "conflict",
+            Self::Conflict(_) | Self::NotYet => "conflict",
             Self::Gone(_) => "gone",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
@@ -149,7 +152,7 @@ impl IntoResponse for ApiError {
             Self::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
             }
-            Self::Unavailable(_) => {
+            Self::Unavailable(_) | Self::NotYet => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
@@ -169,9 +172,29 @@ impl From<sqlx::Error> for ApiError {
         if flow_common::db::is_transient(&error) {
             tracing::warn!(%error, "database unavailable");
             Self::Unavailable("the database is unavailable; retry shortly".into())
+        } else if let Some(code) = data_exception(&error) {
+            // Validation should have refused the value first; this is the net under it, so the
+            // caller gets a 400 and operators a log line saying which check is missing.
+            tracing::warn!(%code, %error, "Postgres refused a value of the request");
+            Self::InvalidRequest(
+                "a value in the request is out of range or not valid text; check dates, numbers and text fields"
+                    .into(),
+            )
         } else {
             Self::Internal(anyhow::Error::new(error).context("database query failed"))
         }
+    }
+}
+
+/// The SQLSTATE of a Postgres data exception (class 22: a value out of range, badly encoded or
+/// of the wrong form), which a request's own values caused.
+fn data_exception(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(database) => database
+            .code()
+            .filter(|code| code.starts_with("22"))
+            .map(|code| code.into_owned()),
+        _ => None,
     }
 }
 
@@ -184,6 +207,71 @@ impl From<PublishError> for ApiError {
             other => Self::Unavailable(format!(
                 "the request could not be queued durably ({other}); nothing was accepted, retry shortly"
             )),
+        }
+    }
+}
+
+/// Adds to every operation of the OpenAPI document the error responses that the shared machinery
+/// (extractors, middleware) can give it, so that the document lists every status a caller can get
+/// without each handler repeating them: 401 everywhere, 400 where there is a body or a query
+/// string, 413 and 415 where there is a body, 503 everywhere (Postgres or RabbitMQ unreachable).
+pub struct CommonResponses;
+
+impl utoipa::Modify for CommonResponses {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::path::ParameterIn;
+        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+
+        let error_response = |description: &str| {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        ContentBuilder::new()
+                            .schema(Some(Ref::from_schema_name("ErrorBody")))
+                            .build(),
+                    )
+                    .build(),
+            )
+        };
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [
+                &mut item.get,
+                &mut item.post,
+                &mut item.put,
+                &mut item.patch,
+                &mut item.delete,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let has_body = operation.request_body.is_some();
+                let has_query = operation.parameters.iter().flatten().any(|parameter| {
+                    matches!(parameter, RefOr::T(parameter) if parameter.parameter_in == ParameterIn::Query)
+                });
+                let mut responses = vec![
+                    ("401", "Missing or invalid API key"),
+                    (
+                        "503",
+                        "Postgres or RabbitMQ unreachable; nothing was accepted, retry",
+                    ),
+                ];
+                if has_body || has_query {
+                    responses.push(("400", "Invalid request"));
+                }
+                if has_body {
+                    responses.push(("413", "Request body over 1 MiB"));
+                    responses.push(("415", "Content-Type is not application/json"));
+                }
+                for (status, description) in responses {
+                    operation
+                        .responses
+                        .responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| error_response(description));
+                }
+            }
         }
     }
 }

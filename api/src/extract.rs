@@ -1,9 +1,10 @@
-//! Extractors whose rejections are the service's own errors: JSON bodies, the caller's
-//! organization (Bearer key), and the request id.
+//! Extractors whose rejections are the service's own errors: JSON bodies, query strings, path
+//! parameters, the caller's organization (Bearer key), and the request id.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
@@ -45,6 +46,42 @@ where
                 }
             })?;
         parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// Query-string parameters: a value of the wrong type (`?limit=abc`) is a 400 with the error body
+/// naming the parameter, not axum's plain-text rejection.
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct ApiQuery<T>(pub T);
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> Self {
+        let text = rejection.body_text();
+        let detail = text
+            .strip_prefix("Failed to deserialize query string: ")
+            .unwrap_or(&text);
+        ApiError::InvalidRequest(format!("invalid query string: {detail}"))
+    }
+}
+
+/// Path parameters with the error body on rejection. Every path parameter is an id, and an id
+/// that cannot even be decoded (bad percent-encoding) is one that does not exist: 404.
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Path), rejection(ApiError))]
+pub struct ApiPath<T>(pub T);
+
+impl From<PathRejection> for ApiError {
+    fn from(rejection: PathRejection) -> Self {
+        match rejection {
+            PathRejection::FailedToDeserializePathParams(_) => {
+                ApiError::NotFound("not found: the path could not be decoded".into())
+            }
+            other => ApiError::Internal(anyhow::anyhow!(
+                "path parameters missing: {}",
+                other.body_text()
+            )),
+        }
     }
 }
 

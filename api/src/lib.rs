@@ -3,6 +3,7 @@
 //! queues) for the workers.
 
 pub mod caches;
+pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod lookup;
@@ -20,6 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::export_store::{ExportStore, ExportStoreConfig};
+use flow_common::ids::AssignmentIdSigner;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio::net::TcpListener;
@@ -78,6 +80,10 @@ pub struct ApiConfig {
     /// Encryption of webhook secrets at rest.
     #[command(flatten)]
     pub webhook_secrets: flow_common::webhook::SecretVault,
+
+    /// Dashboard sessions.
+    #[command(flatten)]
+    pub dashboard: dashboard::DashboardConfig,
 }
 
 /// Everything handlers share. Cheap to clone.
@@ -101,6 +107,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Export files.
     pub export_store: ExportStore,
+    /// Mints the ids of assignments requested without an `X-Request-ID`, and recognises them.
+    pub assignment_ids: AssignmentIdSigner,
 }
 
 impl AppState {
@@ -157,6 +165,11 @@ pub async fn build_state(
     )
     .await
     .context("connecting to Postgres")?;
+    let assignment_ids = AssignmentIdSigner::new(
+        flow_common::db::secrets::get_or_create(&db, flow_common::db::secrets::ASSIGNMENT_IDS)
+            .await
+            .context("reading the assignment id key")?,
+    );
     let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
     let publisher = Publisher::new(
         &config.core.amqp_url,
@@ -207,6 +220,7 @@ pub async fn build_state(
         config: Arc::new(config),
         metrics: flow_common::telemetry::metrics_handle(),
         export_store,
+        assignment_ids,
     })
 }
 
@@ -219,8 +233,12 @@ pub fn router(state: AppState) -> Router {
         .paths
         .paths
         .retain(|path, _| path.starts_with("/v1/"));
+    // After the merge: the handlers' operations only exist from here on.
+    utoipa::Modify::modify(&error::CommonResponses, &mut openapi);
     let openapi = Arc::new(openapi);
+    let dashboard = dashboard::router(&state);
     api_routes
+        .nest("/dashboard", dashboard)
         .route(
             "/v1/openapi.json",
             axum::routing::get(move || {
@@ -248,10 +266,14 @@ pub async fn serve(
     let publisher = state.publisher.clone();
     let app = router(state);
     tracing::info!(address = %listener.local_addr()?, "flow-api listening");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await
-        .context("serving HTTP")?;
+    // The peer address is what the dashboard throttles sign-in attempts by.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown.cancelled_owned())
+    .await
+    .context("serving HTTP")?;
     publisher.close().await;
     Ok(())
 }

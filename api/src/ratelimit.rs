@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponseParts, ResponseParts};
+use flow_common::db::orgs::Tier;
 use flow_common::db::rate_limits;
 use flow_common::ids::OrgId;
 use moka::sync::Cache;
@@ -33,6 +34,11 @@ pub enum Operation {
     Assign,
     /// `POST /v1/flows/report`.
     Report,
+    /// Requests the service sends to a customer's endpoint on demand: test pings
+    /// (`POST /v1/webhooks/{id}/test`) and manual retries
+    /// (`POST /v1/webhooks/deliveries/{id}/retry`), limited so the service cannot be used to aim
+    /// traffic at third parties.
+    WebhookSend,
 }
 
 impl Operation {
@@ -41,6 +47,7 @@ impl Operation {
         match self {
             Self::Assign => "assign",
             Self::Report => "report",
+            Self::WebhookSend => "webhook_send",
         }
     }
 
@@ -49,6 +56,10 @@ impl Operation {
         match self {
             Self::Assign => caller.org.assign_limit(),
             Self::Report => caller.org.report_limit(),
+            Self::WebhookSend => match caller.org.tier() {
+                Tier::Standard => 60,
+                Tier::Enterprise => 600,
+            },
         }
     }
 }

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::Subcommand;
 use flow_common::config::CoreConfig;
+use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
-use flow_common::domain::{Email, parse_timezone};
+use flow_common::domain::{Email, TextRule, parse_timezone};
 use flow_common::ids::{KeyId, OrgId};
 use serde::Deserialize;
 use sqlx::PgPool;
@@ -161,24 +162,35 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<()> {
     let pool = pool(core).await?;
     match command {
         KeyCommand::Create { org, name } => {
-            let (key, secret) = db::keys::create(&pool, parse_org(&org)?, &name).await?;
+            let org = parse_org(&org)?;
+            let (key, secret) = db::keys::create(&pool, org, &name).await?;
+            db::audit::record(
+                &pool,
+                org,
+                Actor::Flowctl,
+                "key.created",
+                &key.id.to_string(),
+                &name,
+            )
+            .await?;
             eprintln!("key {} created; the secret below is shown once:", key.id);
             println!("{secret}");
         }
         KeyCommand::Revoke { key } => {
             let id =
                 KeyId::parse(&key).with_context(|| format!("{key} is not a key id (key_…)"))?;
-            if !db::keys::revoke(&pool, id).await? {
+            if !db::keys::revoke(&pool, None, id, Actor::Flowctl).await? {
                 bail!("no active key {key}");
             }
             println!("revoked {key}");
         }
         KeyCommand::List { org } => {
             for key in db::keys::list(&pool, parse_org(&org)?).await? {
-                let state = if key.revoked_at.is_some() {
-                    "revoked"
-                } else {
-                    "active"
+                let state = match key.expires_at {
+                    _ if key.revoked_at.is_some() => "revoked".to_owned(),
+                    Some(at) if at <= chrono::Utc::now() => "expired".to_owned(),
+                    Some(at) => format!("expires {}", flow_common::domain::format_timestamp(at)),
+                    None => "active".to_owned(),
                 };
                 println!("{}\t{}…\t{state}\t{}", key.id, key.prefix, key.name);
             }
@@ -215,12 +227,15 @@ pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<(
     let mut users = Vec::new();
     for (line, row) in reader.deserialize::<UserRow>().enumerate() {
         let row = row.with_context(|| format!("{} row {}", file.display(), line + 2))?;
-        let email = Email::parse("email", &row.email)
-            .map_err(|invalid| anyhow::anyhow!("{} row {}: {invalid}", file.display(), line + 2))?;
-        users.push(NewUser {
-            email,
-            name: row.name.filter(|name| !name.trim().is_empty()),
-        });
+        let invalid = |invalid| anyhow::anyhow!("{} row {}: {invalid}", file.display(), line + 2);
+        let email = Email::parse("email", &row.email).map_err(invalid)?;
+        let name = row
+            .name
+            .map(|name| TextRule::NAME.parse("name", &name))
+            .transpose()
+            .map_err(invalid)?
+            .filter(|name| !name.is_empty());
+        users.push(NewUser { email, name });
     }
     let pool = pool(core).await?;
     let mut created = 0;
@@ -292,13 +307,32 @@ pub async fn flows(core: &CoreConfig, command: FlowsCommand) -> anyhow::Result<(
     if flow.modules.is_empty() {
         bail!("a flow needs at least one module");
     }
+    // The same rules as POST /v1/flows, so nothing the API would refuse gets in this way.
+    let invalid = |invalid| anyhow::anyhow!("{}: {invalid}", file.display());
+    let name = TextRule::NAME.parse("name", &flow.name).map_err(invalid)?;
+    if name.is_empty() {
+        bail!("{}: name is required", file.display());
+    }
+    let description = flow
+        .description
+        .as_deref()
+        .map(|text| TextRule::DESCRIPTION.parse("description", text))
+        .transpose()
+        .map_err(invalid)?
+        .filter(|text| !text.is_empty());
+    let mut modules = flow.modules();
+    for (index, module) in modules.iter_mut().enumerate() {
+        module.name = TextRule::NAME
+            .parse(&format!("modules[{index}].name"), &module.name)
+            .map_err(invalid)?;
+    }
     let pool = pool(core).await?;
     let (created, modules) = db::flows::create(
         &pool,
         parse_org(&org)?,
-        &flow.name,
-        flow.description.as_deref(),
-        &flow.modules(),
+        &name,
+        description.as_deref(),
+        &modules,
     )
     .await?;
     println!(

@@ -1,4 +1,5 @@
-//! Demo data: an organization with 1,000 users and three flows, and a key to try the API with.
+//! Demo data: an organization with 1,000 users and three flows, a key to try the API with, and a
+//! dashboard admin with a one-time sign-in link.
 
 use clap::Args;
 use flow_common::config::CoreConfig;
@@ -110,6 +111,50 @@ pub async fn create(
     })
 }
 
+/// E-mail of the demo's dashboard admin.
+pub const DEMO_ADMIN_EMAIL: &str = "admin@demo.example.com";
+
+/// Creates the demo's dashboard admin and its one-time sign-in link. The e-mail is
+/// [`DEMO_ADMIN_EMAIL`], or a variant of it when an earlier demo took it (an e-mail names one
+/// account across organizations).
+pub async fn create_admin(
+    pool: &sqlx::PgPool,
+    demo: &Demo,
+    base_url: &str,
+) -> anyhow::Result<crate::accounts::Invitation> {
+    let taken = flow_common::db::accounts::find_by_email(
+        pool,
+        &Email::parse("email", DEMO_ADMIN_EMAIL).map_err(|error| anyhow::anyhow!(error))?,
+    )
+    .await?
+    .is_some();
+    let email = if taken {
+        let id = demo.org_id.0.simple().to_string();
+        format!("admin+{}@demo.example.com", &id[id.len() - 8..])
+    } else {
+        DEMO_ADMIN_EMAIL.to_owned()
+    };
+    crate::accounts::create(
+        pool,
+        demo.org_id,
+        &email,
+        flow_common::db::accounts::Role::Admin,
+        base_url,
+    )
+    .await
+}
+
+/// Prints where the dashboard is and the admin's sign-in link.
+pub fn print_dashboard(admin: &crate::accounts::Invitation, base_url: &str) {
+    println!();
+    println!("Dashboard: {}/dashboard", base_url.trim_end_matches('/'));
+    println!(
+        "Sign in as {} with this one-time link (valid 24 hours), where you set a password:",
+        admin.email
+    );
+    println!("  {}", admin.link);
+}
+
 /// Prints the demo and a working curl command.
 pub fn print(demo: &Demo, base_url: &str) {
     println!("Demo organization: {}", demo.org_id);
@@ -133,6 +178,8 @@ pub async fn run(core: &CoreConfig, args: DemoArgs) -> anyhow::Result<()> {
     let pool = crate::admin::pool(core).await?;
     db::migrate(&pool).await?;
     let demo = create(&pool, args.users, "Demo Org", None).await?;
+    let admin = create_admin(&pool, &demo, &args.base_url).await?;
     print(&demo, &args.base_url);
+    print_dashboard(&admin, &args.base_url);
     Ok(())
 }

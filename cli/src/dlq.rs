@@ -1,92 +1,94 @@
-//! Dead letters: list them, replay them to the queue they died in.
+//! Dead letters: list them, replay them to the queue they died in. The dead-letter recorder (in
+//! the assign-worker) moves them from the dead-letter queue into Postgres with their reason; a
+//! replay publishes each back to its queue with a confirm and only then marks it replayed, so an
+//! interrupted replay sends a message at most once more (the workers apply a command once).
 
 use anyhow::Context;
 use clap::Subcommand;
 use flow_common::amqp::{self, Topology};
 use flow_common::config::CoreConfig;
-use lapin::options::{BasicAckOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::FieldTable;
+use flow_common::db::{self, dead_letters};
+use lapin::BasicProperties;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 
 /// Dead-letter commands.
 #[derive(Subcommand)]
 pub enum DlqCommand {
-    /// Show up to `limit` dead-lettered messages (they stay in the queue).
+    /// Show up to `limit` dead letters waiting for an operator, oldest first, with their reason.
     List {
         /// Most messages to show.
         #[arg(long, default_value_t = 20)]
-        limit: usize,
+        limit: i64,
     },
-    /// Publish up to `limit` dead-lettered messages again to the queue they died in.
+    /// Publish up to `limit` dead letters again to the queue they died in.
     Replay {
         /// Most messages to replay.
         #[arg(long, default_value_t = 1_000)]
-        limit: usize,
+        limit: i64,
     },
 }
 
 /// `flowctl dlq ...`.
 pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
-    let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
-    let connection = amqp::connect(&core.amqp_url, "flowctl")
+    let pool = db::connect(&core.database_url, 2)
         .await
-        .context("connecting to RabbitMQ")?;
-    let channel = connection.create_channel().await?;
-    topology.declare(&channel).await?;
-    let queue = topology.queue(amqp::QueueKind::DeadLetters);
+        .context("connecting to Postgres")?;
     match command {
         DlqCommand::List { limit } => {
-            let mut shown = 0;
-            while shown < limit {
-                let Some(message) = channel
-                    .basic_get(queue.clone().into(), BasicGetOptions::default())
-                    .await?
-                else {
-                    break;
-                };
-                shown += 1;
+            let letters = dead_letters::pending(&pool, 0, limit).await?;
+            for letter in &letters {
+                let body = String::from_utf8_lossy(&letter.payload);
+                let body: String = body.chars().take(500).collect();
                 println!(
-                    "{}\tfrom {}\t{}",
-                    message
-                        .delivery
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .map(ToString::to_string)
-                        .unwrap_or_default(),
-                    amqp::dead_letter_origin(&message.delivery.properties)
-                        .unwrap_or_else(|| "?".into()),
-                    String::from_utf8_lossy(&message.delivery.data)
+                    "#{}\t{}\tfrom {}\t{}\t{}\n\t{}",
+                    letter.id,
+                    flow_common::domain::format_timestamp(letter.dead_lettered_at),
+                    letter.origin_queue.as_deref().unwrap_or("?"),
+                    letter.message_id.as_deref().unwrap_or("-"),
+                    letter.reason,
+                    body
                 );
             }
-            println!("{shown} message(s) shown; they remain in {queue}");
+            let waiting = dead_letters::pending_count(&pool).await?;
+            println!("{} shown, {waiting} waiting in all", letters.len());
         }
         DlqCommand::Replay { limit } => {
-            let publisher = connection.create_channel().await?;
-            publisher
+            let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
+            let connection = amqp::connect(&core.amqp_url, "flowctl")
+                .await
+                .context("connecting to RabbitMQ")?;
+            let channel = connection.create_channel().await?;
+            topology.declare(&channel).await?;
+            channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
+            let letters = dead_letters::pending(&pool, 0, limit).await?;
             let mut replayed = 0;
-            while replayed < limit {
-                let Some(message) = channel
-                    .basic_get(queue.clone().into(), BasicGetOptions::default())
-                    .await?
-                else {
-                    break;
+            for letter in &letters {
+                let Some(origin) = letter.origin_queue.as_deref() else {
+                    println!("#{}: no origin queue recorded; left as is", letter.id);
+                    continue;
                 };
-                let origin = amqp::dead_letter_origin(&message.delivery.properties)
-                    .with_context(|| "dead letter without an origin queue header")?;
-                let mut properties = message.delivery.properties.clone();
-                properties = properties.with_headers(FieldTable::default());
-                // Publishing to the default exchange with the queue's name routes straight to it.
-                let confirm = publisher
+                let mut properties = BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_content_type("application/json".into())
+                    .with_app_id("flowctl".into());
+                if let Some(id) = &letter.message_id {
+                    properties = properties.with_message_id(id.as_str().into());
+                }
+                if let Some(kind) = &letter.kind {
+                    properties = properties.with_type(kind.as_str().into());
+                }
+                // The default exchange routes by queue name, straight to the origin queue.
+                let confirm = channel
                     .basic_publish(
                         "".into(),
-                        origin.clone().into(),
+                        origin.into(),
                         BasicPublishOptions {
                             mandatory: true,
                             ..Default::default()
                         },
-                        &message.delivery.data,
+                        &letter.payload,
                         properties,
                     )
                     .await?
@@ -94,12 +96,15 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
                 if !confirm.is_ack() || confirm.take_message().is_some() {
                     anyhow::bail!("the broker did not accept the replayed message for {origin}");
                 }
-                message.delivery.ack(BasicAckOptions::default()).await?;
+                let mut transaction = pool.begin().await?;
+                dead_letters::mark_replayed(&mut transaction, letter.id).await?;
+                transaction.commit().await?;
                 replayed += 1;
             }
+            drop(connection.close(200, "done".into()).await);
             println!("{replayed} message(s) replayed");
         }
     }
-    drop(connection.close(200, "done".into()).await);
+    pool.close().await;
     Ok(())
 }

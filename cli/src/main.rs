@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use flow_common::config::CoreConfig;
-use flowctl::{admin, bench, demo, dlq, up};
+use flowctl::{accounts, admin, bench, demo, dlq, up};
 
 #[derive(Parser)]
 #[command(name = "flowctl", about = "Operate a Flow deployment", version)]
@@ -23,6 +23,9 @@ enum Command {
     /// API keys.
     #[command(subcommand)]
     Key(admin::KeyCommand),
+    /// Dashboard accounts: create one (prints its sign-in link), or a new link.
+    #[command(subcommand)]
+    Admin(accounts::AdminCommand),
     /// Users.
     #[command(subcommand)]
     Users(admin::UsersCommand),
@@ -54,6 +57,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => admin::migrate(&cli.core).await,
         Command::Org(command) => admin::org(&cli.core, command).await,
         Command::Key(command) => admin::key(&cli.core, command).await,
+        Command::Admin(command) => accounts::run(&cli.core, command).await,
         Command::Users(command) => admin::users(&cli.core, command).await,
         Command::Flows(command) => admin::flows(&cli.core, command).await,
         Command::Demo(args) => demo::run(&cli.core, args).await,

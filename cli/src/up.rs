@@ -9,7 +9,8 @@ use tokio::task::JoinSet;
 /// Options of `flowctl up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
-    /// Also create a demo organization and print its API key and a curl command.
+    /// Also create a demo organization and print its API key, a curl command, the dashboard's
+    /// address and its admin's sign-in link.
     #[arg(long)]
     pub demo: bool,
     /// Listen here instead of `API_BIND`.
@@ -126,8 +127,10 @@ pub async fn run_until(
     if args.demo {
         let pool = crate::admin::pool(&core).await?;
         let demo = crate::demo::create(&pool, 1_000, "Demo Org", None).await?;
+        let admin = crate::demo::create_admin(&pool, &demo, &base_url).await?;
         println!();
         crate::demo::print(&demo, &base_url);
+        crate::demo::print_dashboard(&admin, &base_url);
         println!();
     }
     if args.only.is_empty() {

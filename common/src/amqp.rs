@@ -52,6 +52,9 @@ impl QueueKind {
     }
 }
 
+/// How many times `DELIVERY_LIMIT` RabbitMQ's own delivery limit is.
+pub const BROKER_DELIVERY_LIMIT_FACTOR: u32 = 50;
+
 /// Names of every exchange and queue under one prefix.
 #[derive(Debug, Clone)]
 pub struct Topology {
@@ -66,6 +69,18 @@ impl Topology {
             prefix: prefix.into(),
             delivery_limit,
         }
+    }
+
+    /// RabbitMQ's own delivery limit on every work queue: only a backstop. Workers dead-letter a
+    /// message after `delivery_limit` starts that never finished (counted in Postgres); RabbitMQ
+    /// also counts deliveries that were only prefetched when a connection dropped, so its limit is
+    /// set far above, where only a message nothing could count (Postgres down for good) reaches it.
+    pub fn broker_delivery_limit(&self) -> i32 {
+        i32::try_from(
+            self.delivery_limit
+                .saturating_mul(BROKER_DELIVERY_LIMIT_FACTOR),
+        )
+        .unwrap_or(i32::MAX)
     }
 
     /// The name prefix.
@@ -137,7 +152,7 @@ impl Topology {
                 );
                 arguments.insert(
                     "x-delivery-limit".into(),
-                    AMQPValue::LongInt(i32::try_from(self.delivery_limit).unwrap_or(i32::MAX)),
+                    AMQPValue::LongInt(self.broker_delivery_limit()),
                 );
             }
             channel

@@ -31,7 +31,9 @@ pub struct CoreConfig {
     #[arg(long, env = "QUEUE_PREFIX", default_value = "flow")]
     pub queue_prefix: String,
 
-    /// How often RabbitMQ may hand a message to consumers before it is dead-lettered.
+    /// How many times a worker may start a redelivered message and die (or panic) before the
+    /// message is dead-lettered. Redeliveries after a dropped connection do not count. RabbitMQ's
+    /// own limit is set 50 times higher, as a backstop.
     #[arg(long, env = "DELIVERY_LIMIT", default_value_t = 10)]
     pub delivery_limit: u32,
 }

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use chrono::{DateTime, Days, NaiveDate, NaiveTime, TimeZone, Utc};
+use chrono::{DateTime, Datelike, Days, NaiveDate, NaiveTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::Serialize;
 
@@ -19,8 +19,64 @@ impl Invalid {
     }
 }
 
-/// Longest notes text accepted on an assignment, in characters.
+/// Longest notes text accepted on an assignment or schedule, in characters.
 pub const MAX_NOTES_CHARS: usize = 2_000;
+
+/// The rules of one kind of free-text field: how long it may be and whether line breaks belong
+/// in it. Every free-text input goes through [`TextRule::parse`], so none can carry a NUL (which
+/// Postgres cannot store) or run past what its column and indexes hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TextRule {
+    /// Longest accepted text, in characters, after trimming.
+    pub max_chars: usize,
+    /// Whether line breaks and tabs are allowed (descriptions, notes); names are one line.
+    pub multiline: bool,
+}
+
+impl TextRule {
+    /// Names: user, flow and module names. One line, at most 200 characters.
+    pub const NAME: Self = Self {
+        max_chars: 200,
+        multiline: false,
+    };
+    /// Descriptions of flows. Line breaks allowed, at most 2,000 characters.
+    pub const DESCRIPTION: Self = Self {
+        max_chars: 2_000,
+        multiline: true,
+    };
+    /// Notes for the assignee. Line breaks allowed, at most [`MAX_NOTES_CHARS`] characters.
+    pub const NOTES: Self = Self {
+        max_chars: MAX_NOTES_CHARS,
+        multiline: true,
+    };
+
+    /// Validates the text of field `field`: trims surrounding whitespace, refuses control
+    /// characters (except line breaks and tabs where [`TextRule::multiline`] allows them) and text
+    /// longer than [`TextRule::max_chars`]. An empty result is the caller's to accept or refuse.
+    pub fn parse(self, field: &str, text: &str) -> Result<String, Invalid> {
+        let text = text.trim();
+        let allowed = |character: char| self.multiline && matches!(character, '\n' | '\r' | '\t');
+        if text.chars().any(|character| {
+            (character.is_control() && !allowed(character))
+                // Line and paragraph separators break a one-line name as a newline would.
+                || (!self.multiline && matches!(character, '\u{2028}' | '\u{2029}'))
+        }) {
+            return Err(Invalid(format!(
+                "{field} must not contain control characters{}",
+                if self.multiline {
+                    " other than line breaks and tabs"
+                } else {
+                    " or line breaks"
+                }
+            )));
+        }
+        let max = self.max_chars;
+        if text.chars().count() > max {
+            return Err(Invalid(format!("{field} must be at most {max} characters")));
+        }
+        Ok(text.to_owned())
+    }
+}
 
 /// A syntactically valid e-mail address, trimmed. Matching is case-insensitive: see
 /// [`Email::normalized`].
@@ -86,7 +142,7 @@ macro_rules! string_enum {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
         pub enum $name {
-            $($(#[$vdoc])* #[serde(rename = $text)] $variant),+
+            $($(#[$vdoc])* #[serde(rename = $text)] #[schema(rename = $text)] $variant),+
         }
 
         impl $name {
@@ -187,22 +243,14 @@ string_enum!(
     }
 );
 
-/// Notes for the assignee, at most [`MAX_NOTES_CHARS`] characters.
+/// Notes for the assignee, validated by [`TextRule::NOTES`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notes(String);
 
 impl Notes {
     /// Validates the notes of field `field`.
     pub fn parse(field: &str, text: String) -> Result<Self, Invalid> {
-        if text.chars().count() > MAX_NOTES_CHARS {
-            return Err(Invalid(format!(
-                "{field} must be at most {MAX_NOTES_CHARS} characters"
-            )));
-        }
-        if text.chars().any(|c| c == '\0') {
-            return Err(Invalid(format!("{field} must not contain NUL characters")));
-        }
-        Ok(Self(text))
+        TextRule::NOTES.parse(field, &text).map(Self)
     }
 
     /// The text.
@@ -229,8 +277,19 @@ pub enum DayBound {
     End,
 }
 
+/// Earliest year a date input may name.
+pub const MIN_YEAR: i32 = 1;
+/// Latest year a date input may name. Together with [`MIN_YEAR`] this keeps every date inside
+/// what Postgres, RFC 3339 and the export formats all represent.
+pub const MAX_YEAR: i32 = 9_999;
+
+/// Whether `year` is one a date input may name ([`MIN_YEAR`] to [`MAX_YEAR`]).
+pub fn year_in_range(year: i32) -> bool {
+    (MIN_YEAR..=MAX_YEAR).contains(&year)
+}
+
 /// Parses a date input: an RFC 3339 timestamp, or a plain `YYYY-MM-DD` taken in `zone` at
-/// `bound` of that day.
+/// `bound` of that day. The year, as written, must be within [`MIN_YEAR`] and [`MAX_YEAR`].
 pub fn parse_date_input(
     field: &str,
     text: &str,
@@ -238,7 +297,15 @@ pub fn parse_date_input(
     bound: DayBound,
 ) -> Result<DateTime<Utc>, Invalid> {
     let text = text.trim();
+    let out_of_range = || {
+        Invalid(format!(
+            "{field} must be a date between the years {MIN_YEAR:04} and {MAX_YEAR}"
+        ))
+    };
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        if !year_in_range(at.year()) {
+            return Err(out_of_range());
+        }
         return Ok(at.with_timezone(&Utc));
     }
     let invalid = || {
@@ -247,6 +314,9 @@ pub fn parse_date_input(
         ))
     };
     let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").map_err(|_| invalid())?;
+    if !year_in_range(date.year()) {
+        return Err(out_of_range());
+    }
     let local = match bound {
         DayBound::Start => date.and_time(NaiveTime::MIN),
         DayBound::End => date
@@ -268,11 +338,24 @@ pub fn local_to_utc(zone: Tz, local: chrono::NaiveDateTime) -> Option<DateTime<U
     match zone.from_local_datetime(&local) {
         chrono::LocalResult::Single(at) => Some(at.with_timezone(&Utc)),
         chrono::LocalResult::Ambiguous(earliest, _) => Some(earliest.with_timezone(&Utc)),
-        chrono::LocalResult::None => (1..=180).find_map(|minutes| {
-            zone.from_local_datetime(&(local + chrono::Duration::minutes(minutes)))
-                .earliest()
-                .map(|at| at.with_timezone(&Utc))
-        }),
+        chrono::LocalResult::None => (1..=180)
+            .find_map(|minutes| {
+                zone.from_local_datetime(&(local + chrono::Duration::minutes(minutes)))
+                    .earliest()
+                    .map(|at| at.with_timezone(&Utc))
+            })
+            .or_else(|| {
+                // A gap longer than three hours (a zone that skipped a whole day, as Samoa did in
+                // 2011): read the time with the offset in force before the gap, which lands just
+                // after it.
+                let before = zone
+                    .offset_from_utc_datetime(&(local - chrono::Duration::days(2)))
+                    .fix();
+                before
+                    .from_local_datetime(&local)
+                    .single()
+                    .map(|at| at.with_timezone(&Utc))
+            }),
     }
 }
 
@@ -359,6 +442,106 @@ mod tests {
             parse_date_input("dueDate", "2026-12-01T10:00:00+02:00", paris, DayBound::End).unwrap();
         assert_eq!(format_timestamp(exact), "2026-12-01T08:00:00.000Z");
         assert!(parse_date_input("dueDate", "01/12/2026", paris, DayBound::End).is_err());
+    }
+
+    #[test]
+    fn date_inputs_outside_years_1_to_9999_are_refused_naming_the_field() {
+        let out_of_range = "startDate must be a date between the years 0001 and 9999";
+        for text in [
+            "-5000-01-01",
+            "0000-12-31",
+            "+10000-01-01",
+            "10000-01-01",
+            "262143-12-31",
+            "0000-01-01T00:00:00Z",
+        ] {
+            let error = parse_date_input("startDate", text, Tz::UTC, DayBound::Start);
+            assert!(error.is_err(), "{text} accepted");
+            if let Err(Invalid(message)) = error
+                && !message.contains("ISO 8601")
+            {
+                assert_eq!(message, out_of_range, "{text}");
+            }
+        }
+        assert_eq!(
+            parse_date_input("startDate", "-5000-01-01", Tz::UTC, DayBound::Start)
+                .unwrap_err()
+                .0,
+            out_of_range
+        );
+        // The extremes themselves are fine, in any zone.
+        let kiritimati: Tz = "Pacific/Kiritimati".parse().unwrap();
+        let honolulu: Tz = "Pacific/Honolulu".parse().unwrap();
+        for zone in [Tz::UTC, kiritimati, honolulu] {
+            for bound in [DayBound::Start, DayBound::End] {
+                assert!(parse_date_input("dueDate", "0001-01-01", zone, bound).is_ok());
+                assert!(parse_date_input("dueDate", "9999-12-31", zone, bound).is_ok());
+            }
+        }
+        assert!(
+            parse_date_input("at", "9999-12-31T23:59:59-12:00", Tz::UTC, DayBound::Start).is_ok()
+        );
+    }
+
+    #[test]
+    fn local_times_in_a_skipped_day_land_just_after_the_gap() {
+        // Samoa skipped 30 December 2011, moving from UTC-10 to UTC+14.
+        let apia: Tz = "Pacific/Apia".parse().unwrap();
+        let skipped = NaiveDate::from_ymd_opt(2011, 12, 30)
+            .unwrap()
+            .and_hms_opt(9, 0, 0)
+            .unwrap();
+        let at = local_to_utc(apia, skipped).unwrap();
+        assert_eq!(format_timestamp(at), "2011-12-30T19:00:00.000Z");
+        // 10:00 on the 31st, the first local time after that instant's 09:00, is later.
+        let next = local_to_utc(apia, skipped + chrono::Duration::days(1)).unwrap();
+        assert!(next >= at);
+    }
+
+    #[test]
+    fn free_text_is_trimmed_bounded_and_free_of_control_characters() {
+        assert_eq!(TextRule::NAME.parse("name", "  Alice  ").unwrap(), "Alice");
+        assert_eq!(
+            TextRule::NAME
+                .parse("modules[2].name", "a\0b")
+                .unwrap_err()
+                .0,
+            "modules[2].name must not contain control characters or line breaks"
+        );
+        for bad in ["a\nb", "a\u{7}b", "a\u{85}b", "a\u{2028}b", "tab\there"] {
+            assert!(
+                TextRule::NAME.parse("name", bad).is_err(),
+                "{bad:?} accepted"
+            );
+        }
+        let long = "é".repeat(201);
+        assert_eq!(
+            TextRule::NAME.parse("name", &long).unwrap_err().0,
+            "name must be at most 200 characters"
+        );
+        assert!(TextRule::NAME.parse("name", &long[2..]).is_ok());
+        assert_eq!(
+            TextRule::DESCRIPTION
+                .parse("description", "line one\r\n\tline two")
+                .unwrap(),
+            "line one\r\n\tline two"
+        );
+        assert_eq!(
+            TextRule::DESCRIPTION
+                .parse("description", "nul \0 here")
+                .unwrap_err()
+                .0,
+            "description must not contain control characters other than line breaks and tabs"
+        );
+        assert!(
+            TextRule::DESCRIPTION
+                .parse("description", &"x".repeat(2_001))
+                .is_err()
+        );
+        assert_eq!(
+            Notes::parse("notes", "x".repeat(2_001)).unwrap_err().0,
+            "notes must be at most 2000 characters"
+        );
     }
 
     #[test]

@@ -137,35 +137,122 @@ define_id!(
     /// The delivery of one event to one webhook endpoint.
     DeliveryId, "dlv"
 );
+define_id!(
+    /// A dashboard account (a person who signs in to the dashboard).
+    AccountId, "acc"
+);
+
+/// A UUIDv8 whose bits are the SHA-256 of `domain` and `parts`: the same inputs always give the
+/// same id, and it cannot collide with a generated UUIDv7.
+fn derived_uuid(domain: &[u8], parts: &[&[u8]]) -> Uuid {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    hasher.update(domain);
+    hasher.update([0u8]);
+    for part in parts {
+        hasher.update(part);
+    }
+    let digest = hasher.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    Uuid::new_v8(bytes)
+}
 
 impl AssignmentId {
     /// The id an idempotent request gets: derived from the organization and the caller's
     /// `X-Request-ID`, so a retry (to any API replica) yields the same id without coordination.
-    /// A UUIDv8 whose bits come from SHA-256, so it cannot collide with generated UUIDv7 ids.
     pub fn for_request(org: OrgId, request_id: &str) -> Self {
-        use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        hasher.update(b"flow.assign.request\0");
-        hasher.update(org.0.as_bytes());
-        hasher.update(request_id.as_bytes());
-        let digest = hasher.finalize();
-        let mut bytes = [0u8; 16];
-        bytes.copy_from_slice(&digest[..16]);
-        Self(Uuid::new_v8(bytes))
+        Self(derived_uuid(
+            b"flow.assign.request",
+            &[org.0.as_bytes(), request_id.as_bytes()],
+        ))
     }
 
     /// The id of occurrence `occurrence` of a schedule: the same each time the scheduler tries
     /// it, so a retry after a crash cannot create a second assignment.
     pub fn for_schedule(schedule: ScheduleId, occurrence: i32) -> Self {
-        use sha2::{Digest, Sha256};
-        let mut hasher = Sha256::new();
-        hasher.update(b"flow.schedule.occurrence\0");
-        hasher.update(schedule.0.as_bytes());
-        hasher.update(occurrence.to_le_bytes());
-        let digest = hasher.finalize();
-        let mut bytes = [0u8; 16];
-        bytes.copy_from_slice(&digest[..16]);
-        Self(Uuid::new_v8(bytes))
+        Self(derived_uuid(
+            b"flow.schedule.occurrence",
+            &[schedule.0.as_bytes(), &occurrence.to_le_bytes()],
+        ))
+    }
+}
+
+impl EventId {
+    /// The id of the event of type `event_type` about an assignment. Each transition happens at
+    /// most once per assignment, so deriving the id from both makes a second write of the same
+    /// event (a redelivered command, a duplicate in a batch, a retried scan) collide with the
+    /// first on the outbox's unique key instead of emitting a second event. An assignment made by
+    /// a schedule occurrence has an id derived from that occurrence, so its events are too.
+    pub fn for_transition(assignment: AssignmentId, event_type: &str) -> Self {
+        Self(derived_uuid(
+            b"flow.event",
+            &[assignment.0.as_bytes(), event_type.as_bytes()],
+        ))
+    }
+}
+
+/// Mints the assignment ids the API hands out for requests without an `X-Request-ID`, and
+/// recognises them later. Such an id is answered before the worker persists it; reading it in
+/// between must say "accepted, not persisted yet" rather than "not found", without the API having
+/// written anything. So the id carries a MAC: a UUIDv7 (time, then 50 random bits) whose last 24
+/// bits are an HMAC-SHA256 of the organization and the rest of the id under a key every replica
+/// shares (kept in Postgres). A random string passes the check once in 16 million tries, and then
+/// only reads as "accepted".
+#[derive(Clone)]
+pub struct AssignmentIdSigner {
+    key: [u8; 32],
+}
+
+impl fmt::Debug for AssignmentIdSigner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("AssignmentIdSigner(..)")
+    }
+}
+
+impl AssignmentIdSigner {
+    /// Length of the MAC at the end of a minted id, in bytes.
+    const MAC_BYTES: usize = 3;
+
+    /// A signer with `key` (32 bytes shared by every API replica).
+    pub fn new(key: [u8; 32]) -> Self {
+        Self { key }
+    }
+
+    /// A new id for an assignment of `org`, minted at `now`.
+    pub fn mint(&self, org: OrgId, now: chrono::DateTime<chrono::Utc>) -> AssignmentId {
+        let mut bytes: [u8; 16] = rand::random();
+        let millis = u64::try_from(now.timestamp_millis()).unwrap_or(0);
+        bytes[..6].copy_from_slice(&millis.to_be_bytes()[2..]);
+        bytes[6] = 0x70 | (bytes[6] & 0x0f);
+        bytes[8] = 0x80 | (bytes[8] & 0x3f);
+        let mac = self.mac(org, &bytes[..16 - Self::MAC_BYTES]);
+        bytes[16 - Self::MAC_BYTES..].copy_from_slice(&mac);
+        AssignmentId(Uuid::from_bytes(bytes))
+    }
+
+    /// True when `id` was minted by [`AssignmentIdSigner::mint`] for `org` under this key.
+    pub fn minted(&self, org: OrgId, id: AssignmentId) -> bool {
+        let bytes = id.0.as_bytes();
+        if id.0.get_version_num() != 7 {
+            return false;
+        }
+        let mac = self.mac(org, &bytes[..16 - Self::MAC_BYTES]);
+        // Not secret: a forged id only reads as "accepted" within the forger's own organization.
+        mac == bytes[16 - Self::MAC_BYTES..]
+    }
+
+    fn mac(&self, org: OrgId, body: &[u8]) -> [u8; Self::MAC_BYTES] {
+        use hmac::{Hmac, KeyInit, Mac};
+        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&self.key)
+            .expect("HMAC takes keys of any length");
+        mac.update(b"flow.assignment-id\0");
+        mac.update(org.0.as_bytes());
+        mac.update(body);
+        let digest = mac.finalize().into_bytes();
+        let mut out = [0u8; Self::MAC_BYTES];
+        out.copy_from_slice(&digest[..Self::MAC_BYTES]);
+        out
     }
 }
 
@@ -194,5 +281,42 @@ mod tests {
         assert_ne!(first, AssignmentId::for_request(org, "req-2"));
         assert_ne!(first, AssignmentId::for_request(OrgId::new(), "req-1"));
         assert_eq!(first.0.get_version_num(), 8);
+    }
+
+    #[test]
+    fn event_ids_are_one_per_assignment_and_type() {
+        let assignment = AssignmentId::new();
+        let assigned = EventId::for_transition(assignment, "flow.assigned");
+        assert_eq!(
+            assigned,
+            EventId::for_transition(assignment, "flow.assigned")
+        );
+        assert_ne!(
+            assigned,
+            EventId::for_transition(assignment, "flow.started")
+        );
+        assert_ne!(
+            assigned,
+            EventId::for_transition(AssignmentId::new(), "flow.assigned")
+        );
+    }
+
+    #[test]
+    fn minted_ids_are_recognised_only_for_their_organization_and_key() {
+        let org = OrgId::new();
+        let signer = AssignmentIdSigner::new([7; 32]);
+        let now = chrono::Utc::now();
+        let id = signer.mint(org, now);
+        assert_eq!(id.0.get_version_num(), 7);
+        assert_eq!(id.0.get_variant(), uuid::Variant::RFC4122);
+        assert!(signer.minted(org, id));
+        assert!(!signer.minted(OrgId::new(), id));
+        assert!(!AssignmentIdSigner::new([8; 32]).minted(org, id));
+        assert!(!signer.minted(org, AssignmentId::new()));
+        assert!(!signer.minted(org, AssignmentId::for_request(org, "r")));
+        // Time-ordered like any UUIDv7, and distinct.
+        let later = signer.mint(org, now + chrono::Duration::milliseconds(1));
+        assert!(later.0 > id.0);
+        assert_ne!(signer.mint(org, now), signer.mint(org, now));
     }
 }

@@ -299,14 +299,16 @@ pub fn encode_keyset(at: DateTime<Utc>, id: &uuid::Uuid) -> String {
     hex::encode(bytes)
 }
 
-/// Parses [`encode_keyset`]'s output; `None` for anything else.
+/// Parses [`encode_keyset`]'s output; `None` for anything else, including a crafted cursor
+/// whose time is outside the years a date input may name (Postgres could not compare it).
 pub fn decode_keyset(text: &str) -> Option<(DateTime<Utc>, uuid::Uuid)> {
     let bytes = hex::decode(text).ok()?;
     if bytes.len() != 24 {
         return None;
     }
     let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
-    let at = DateTime::<Utc>::from_timestamp_micros(micros)?;
+    let at = DateTime::<Utc>::from_timestamp_micros(micros)
+        .filter(|at| crate::domain::year_in_range(at.year()))?;
     let id = uuid::Uuid::from_slice(&bytes[8..]).ok()?;
     Some((at, id))
 }
@@ -430,6 +432,11 @@ mod tests {
         assert_eq!(PageCursor::decode("zz"), None);
         assert_eq!(PageCursor::decode(""), None);
         assert_eq!(PageCursor::decode(&"0".repeat(46)), None);
+        // Well-formed, but at a time Postgres cannot hold (about 290,000 years BC / AD).
+        for micros in [i64::MIN, i64::MAX, -8_000_000_000_000_000_000] {
+            let crafted = format!("{}{}", hex::encode(micros.to_be_bytes()), "00".repeat(16));
+            assert_eq!(PageCursor::decode(&crafted), None, "{micros}");
+        }
     }
 
     #[test]

@@ -176,7 +176,8 @@ impl AddressPolicy {
 }
 
 /// True for addresses on the public internet: not loopback, private, link-local (cloud metadata
-/// lives there), shared (CGNAT), unspecified, multicast, broadcast, documentation or reserved.
+/// lives there), shared (CGNAT), unspecified, multicast, broadcast, documentation or reserved,
+/// and not an IPv6 form that reaches IPv4 or internal networks through a translator or tunnel.
 pub fn is_public(address: IpAddr) -> bool {
     match address {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -201,6 +202,8 @@ fn is_public_v4(address: Ipv4Addr) -> bool {
         || (a == 100 && (64..128).contains(&b))
         // IETF protocol assignments (RFC 6890).
         || (a == 192 && b == 0 && c == 0)
+        // 6to4 relay anycast (RFC 7526): a relay forwards to whatever IPv6 address it is given.
+        || (a == 192 && b == 88 && c == 99)
         // Benchmarking (RFC 2544).
         || (a == 198 && (18..20).contains(&b))
         // Reserved (240/4).
@@ -208,17 +211,36 @@ fn is_public_v4(address: Ipv4Addr) -> bool {
 }
 
 fn is_public_v6(address: Ipv6Addr) -> bool {
-    let first = address.segments()[0];
+    let segments = address.segments();
+    let in_prefix = |prefix: [u16; 8], length: u32| {
+        let bits = u128::from(address);
+        let prefix = u128::from(Ipv6Addr::from(prefix));
+        let mask = u128::MAX.checked_shl(128 - length).unwrap_or(0);
+        bits & mask == prefix & mask
+    };
+    // Whole prefixes are refused, not only those whose embedded IPv4 address is internal: a
+    // translator or tunnel relay on the path decides where the packet ends up, not us.
     !(address.is_loopback()
         || address.is_unspecified()
         || address.is_multicast()
         || address.is_unique_local()
         || address.is_unicast_link_local()
+        // IPv4-compatible (::/96, deprecated) and IPv4-translated (::ffff:0:0/96, RFC 2765).
+        || segments[..6] == [0; 6]
+        || segments[..6] == [0, 0, 0, 0, 0xffff, 0]
+        // NAT64: the well-known prefix (64:ff9b::/96, RFC 6052) and the local-use one
+        // (64:ff9b:1::/48, RFC 8215), both inside 64:ff9b::/32.
+        || in_prefix([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 32)
+        // Discard-only (100::/64, RFC 6666).
+        || in_prefix([0x100, 0, 0, 0, 0, 0, 0, 0], 64)
+        // IETF protocol assignments (2001::/23): Teredo (2001::/32), benchmarking, ORCHID.
+        || in_prefix([0x2001, 0, 0, 0, 0, 0, 0, 0], 23)
         // Documentation (2001:db8::/32).
-        || (first == 0x2001 && address.segments()[1] == 0x0db8)
-        // NAT64 and IPv4-compatible forms can reach IPv4 internals.
-        || (first == 0x0064 && address.segments()[1] == 0xff9b)
-        || (address.segments()[..6].iter().all(|segment| *segment == 0)))
+        || in_prefix([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0], 32)
+        // 6to4 (2002::/16, RFC 3056): the IPv4 address inside may be anything.
+        || in_prefix([0x2002, 0, 0, 0, 0, 0, 0, 0], 16)
+        // Site-local (fec0::/10, deprecated but still routed inside some networks).
+        || in_prefix([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10))
 }
 
 /// Longest accepted endpoint URL.
@@ -281,6 +303,22 @@ pub async fn check_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url
         }
     }
     Ok(url)
+}
+
+/// Bytes of a response body kept with an attempt, and the most kept of an attempt's error text.
+pub const STORED_TEXT_BYTES: usize = 1_024;
+
+/// `text` as Postgres can store it in a `text` column: without NUL characters (which Postgres
+/// refuses), cut to at most `max_bytes` bytes on a character boundary, so it stays valid UTF-8.
+pub fn storable_text(text: &str, max_bytes: usize) -> String {
+    let mut stored = String::with_capacity(text.len().min(max_bytes));
+    for character in text.chars().filter(|character| *character != '\0') {
+        if stored.len() + character.len_utf8() > max_bytes {
+            break;
+        }
+        stored.push(character);
+    }
+    stored
 }
 
 /// Delays before each attempt of a delivery: the first is usually zero (immediately).
@@ -446,6 +484,74 @@ mod tests {
             allow_http: true,
         };
         assert!(open.permits("127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn ipv6_forms_that_tunnel_or_translate_to_other_networks_are_not_public() {
+        for refused in [
+            // 6to4, with a public and with an internal IPv4 address inside.
+            "2002:5db8:d822::1",
+            "2002:7f00:1::1",
+            "2002:a9fe:a9fe::",
+            // Teredo.
+            "2001::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            // Benchmarking, inside the IETF protocol assignments.
+            "2001:2::1",
+            // NAT64, well-known and local-use prefixes.
+            "64:ff9b::7f00:1",
+            "64:ff9b::5db8:d822",
+            "64:ff9b:1::a9fe:a9fe",
+            "64:ff9b:1:ffff::1",
+            // Site-local.
+            "fec0::1",
+            "feff:ffff::1",
+            // IPv4-translated and IPv4-compatible forms.
+            "::ffff:0:7f00:1",
+            "::7f00:1",
+            "::5db8:d822",
+            // Discard-only and documentation.
+            "100::1",
+            "2001:db8::1",
+        ] {
+            let address: IpAddr = refused.parse().unwrap();
+            assert!(!is_public(address), "{refused}");
+            let strict = AddressPolicy {
+                allow_private: false,
+                allow_http: false,
+            };
+            assert!(!strict.permits(address), "{refused}");
+            assert_eq!(
+                parse_endpoint_url(&format!("https://[{refused}]/hook"), strict).unwrap_err(),
+                REFUSED_ADDRESS,
+                "{refused}"
+            );
+        }
+        // IPv4-mapped addresses are judged by the IPv4 address they carry.
+        assert!(!is_public("::ffff:10.0.0.1".parse().unwrap()));
+        assert!(is_public("::ffff:93.184.216.34".parse().unwrap()));
+        assert!(!is_public("192.88.99.1".parse().unwrap()));
+        // Neighbours of the refused prefixes stay public.
+        for public in [
+            "2001:200::1",
+            "2003::1",
+            "64:ff9c::1",
+            "2a00:1450:4001::200e",
+        ] {
+            assert!(is_public(public.parse().unwrap()), "{public}");
+        }
+    }
+
+    #[test]
+    fn stored_text_has_no_nul_and_is_cut_on_a_character_boundary() {
+        assert_eq!(storable_text("ok\0done\0", 1_024), "okdone");
+        assert_eq!(storable_text("plain", 1_024), "plain");
+        // Two-byte characters: 1,024 bytes hold 512 of them, never half of one.
+        let accented = "é".repeat(600);
+        let stored = storable_text(&format!("\0{accented}"), 1_023);
+        assert_eq!(stored, "é".repeat(511));
+        assert_eq!(storable_text(&accented, STORED_TEXT_BYTES).len(), 1_024);
+        assert_eq!(storable_text("\0\0", 10), "");
     }
 
     #[test]

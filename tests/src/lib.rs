@@ -3,6 +3,8 @@
 //! test, so tests run in parallel. Workers run on their own runtime so a test can kill one the way
 //! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
 
+pub mod audit;
+pub mod dashboard;
 pub mod proxy;
 pub mod receiver;
 pub mod reports;
@@ -42,6 +44,20 @@ fn url_for_database(name: &str) -> String {
         .rsplit_once('/')
         .map_or(address.as_str(), |(server, _)| server);
     format!("{server}/{name}{query}")
+}
+
+/// The `host:port` of a service URL (`scheme://user@host:port/...`), for a proxy to forward to.
+fn service_address(url: &str, default_port: u16) -> SocketAddr {
+    let parsed = url::Url::parse(url).expect("service URL");
+    let host = parsed.host_str().unwrap_or("127.0.0.1");
+    let host = if host == "localhost" {
+        "127.0.0.1"
+    } else {
+        host
+    };
+    format!("{host}:{}", parsed.port().unwrap_or(default_port))
+        .parse()
+        .expect("a numeric service address")
 }
 
 /// A fresh, migrated database for one test.
@@ -226,6 +242,14 @@ pub struct TestOptions {
     pub strict_webhook_policy: bool,
     /// Master key encrypting webhook secrets at rest (API and webhook-worker).
     pub webhook_secret_key: Option<String>,
+    /// Route every component's RabbitMQ connections through a proxy the test can cut
+    /// ([`TestApp::rabbit_proxy`]).
+    pub rabbit_proxy: bool,
+    /// Route every component's Postgres connections through a proxy the test can cut
+    /// ([`TestApp::postgres_proxy`]); the test's own pool [`TestApp::db`] connects directly.
+    pub postgres_proxy: bool,
+    /// Dashboard session lifetimes (default: the service's defaults).
+    pub dashboard: Option<flow_api::dashboard::DashboardConfig>,
 }
 
 impl Default for TestOptions {
@@ -237,6 +261,9 @@ impl Default for TestOptions {
             scheduler: false,
             strict_webhook_policy: false,
             webhook_secret_key: None,
+            rabbit_proxy: false,
+            postgres_proxy: false,
+            dashboard: None,
         }
     }
 }
@@ -272,6 +299,9 @@ async fn start_api(
     api_config.webhook_secrets = flow_common::webhook::SecretVault {
         master_key: options.webhook_secret_key.clone(),
     };
+    if let Some(dashboard) = &options.dashboard {
+        api_config.dashboard = dashboard.clone();
+    }
     let state = flow_api::build_state(api_config, shutdown.clone())
         .await
         .expect("api state");
@@ -301,6 +331,10 @@ pub struct TestApp {
     pub webhook_worker: Option<WorkerHandle>,
     /// The scheduler, when started.
     pub scheduler: Option<WorkerHandle>,
+    /// The proxy in front of RabbitMQ, with [`TestOptions::rabbit_proxy`].
+    pub rabbit_proxy: Option<proxy::Proxy>,
+    /// The proxy in front of Postgres, with [`TestOptions::postgres_proxy`].
+    pub postgres_proxy: Option<proxy::Proxy>,
     options: TestOptions,
 }
 
@@ -341,19 +375,31 @@ impl TestApp {
     pub async fn spawn_with(options: TestOptions) -> Self {
         flow_common::telemetry::init();
         let (database_url, db_name) = fresh_database().await.expect("fresh test database");
+        let db = PgPool::connect(&database_url).await.expect("test pool");
+        let rabbit_proxy = match options.rabbit_proxy {
+            true => Some(proxy::Proxy::start(service_address(&amqp_url(), 5672)).await),
+            false => None,
+        };
+        let postgres_proxy = match options.postgres_proxy {
+            true => Some(proxy::Proxy::start(service_address(&database_url, 5432)).await),
+            false => None,
+        };
         let core = CoreConfig {
-            database_url,
+            database_url: match &postgres_proxy {
+                Some(proxy) => format!("postgres://postgres@{}/{db_name}", proxy.address),
+                None => database_url,
+            },
             database_max_connections: 6,
-            amqp_url: amqp_url(),
+            amqp_url: match &rabbit_proxy {
+                Some(proxy) => format!("amqp://guest:guest@{}/%2f", proxy.address),
+                None => amqp_url(),
+            },
             queue_prefix: unique_prefix(),
             delivery_limit: 5,
         };
         let shutdown = CancellationToken::new();
         let (address, base_url) =
             start_api(&core, options.api_amqp_url.as_deref(), &options, &shutdown).await;
-        let db = PgPool::connect(&core.database_url)
-            .await
-            .expect("test pool");
         let mut app = Self {
             base_url,
             address,
@@ -369,6 +415,8 @@ impl TestApp {
             relay: None,
             webhook_worker: None,
             scheduler: None,
+            rabbit_proxy,
+            postgres_proxy,
             options: options.clone(),
         };
         if options.assign_worker {
@@ -400,6 +448,15 @@ impl TestApp {
     /// Starts a webhook-worker that may deliver to local receivers, with
     /// [`TEST_RETRY_SCHEDULE`] and short timeouts.
     pub fn start_webhook_worker(&self) -> WorkerHandle {
+        self.start_webhook_worker_with(|_| {})
+    }
+
+    /// Starts a webhook-worker like [`TestApp::start_webhook_worker`], with the settings changed
+    /// by `tune`.
+    pub fn start_webhook_worker_with(
+        &self,
+        tune: impl FnOnce(&mut flow_workers::webhook::WebhookWorkerConfig),
+    ) -> WorkerHandle {
         let mut config: flow_workers::webhook::WebhookWorkerConfig =
             flow_common::config::from_env();
         config.core = self.core.clone();
@@ -414,6 +471,7 @@ impl TestApp {
         config.poll_interval = Duration::from_millis(100);
         config.timeout = Duration::from_secs(5);
         config.endpoint_concurrency = 4;
+        tune(&mut config);
         WorkerHandle::spawn(move |shutdown| flow_workers::webhook::run(config, shutdown))
     }
 
@@ -434,11 +492,20 @@ impl TestApp {
 
     /// Starts another assign-worker.
     pub fn start_assign_worker(&self) -> WorkerHandle {
+        self.start_assign_worker_with(|_| {})
+    }
+
+    /// Starts another assign-worker with the test settings changed by `tune`.
+    pub fn start_assign_worker_with(
+        &self,
+        tune: impl FnOnce(&mut flow_workers::assign::AssignWorkerConfig),
+    ) -> WorkerHandle {
         let mut config: flow_workers::assign::AssignWorkerConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.prefetch = 500;
         config.batch_size = 200;
         config.concurrency = 2;
+        tune(&mut config);
         WorkerHandle::spawn(move |shutdown| flow_workers::assign::run(config, shutdown))
     }
 
@@ -607,32 +674,64 @@ impl TestApp {
         drop(connection.close(200, "ok".into()).await);
     }
 
-    /// Waits for the next message of the dead-letter queue and takes it.
-    pub async fn next_dead_letter(&self) -> lapin::message::BasicGetMessage {
+    /// Waits until `count` dead letters are recorded in Postgres (by the dead-letter recorder of
+    /// the assign-worker) and returns them, oldest first.
+    pub async fn dead_letters(
+        &self,
+        count: usize,
+    ) -> Vec<flow_common::db::dead_letters::DeadLetter> {
+        self.eventually(
+            Duration::from_secs(15),
+            &format!("{count} recorded dead letter(s)"),
+            || async {
+                let letters = flow_common::db::dead_letters::pending(&self.db, 0, 1_000)
+                    .await
+                    .expect("dead letters");
+                (letters.len() >= count).then_some(letters)
+            },
+        )
+        .await
+    }
+
+    /// Publishes many raw messages to the commands exchange on one channel, confirms awaited
+    /// together; each payload goes with its `message-id`.
+    pub async fn publish_raw_many(
+        &self,
+        routing_key: &str,
+        kind: &str,
+        messages: &[(String, Vec<u8>)],
+    ) {
         let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
             .await
             .expect("amqp");
         let channel = connection.create_channel().await.expect("channel");
-        let queue = self
-            .topology()
-            .queue(flow_common::amqp::QueueKind::DeadLetters);
-        let message = self
-            .eventually(
-                Duration::from_secs(10),
-                "a message in the dead-letter queue",
-                || async {
-                    channel
-                        .basic_get(
-                            queue.clone().into(),
-                            lapin::options::BasicGetOptions { no_ack: true },
-                        )
-                        .await
-                        .expect("basic.get")
-                },
-            )
-            .await;
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .expect("confirm mode");
+        let exchange = self.topology().commands_exchange();
+        let mut confirms = Vec::with_capacity(messages.len());
+        for (message_id, payload) in messages {
+            confirms.push(
+                channel
+                    .basic_publish(
+                        exchange.as_str().into(),
+                        routing_key.into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        payload,
+                        lapin::BasicProperties::default()
+                            .with_delivery_mode(2)
+                            .with_message_id(message_id.as_str().into())
+                            .with_type(kind.into()),
+                    )
+                    .await
+                    .expect("publish"),
+            );
+        }
+        for confirm in futures::future::join_all(confirms).await {
+            assert!(confirm.expect("confirm").is_ack());
+        }
         drop(connection.close(200, "ok".into()).await);
-        message
     }
 
     /// GET with the org's key.

@@ -1,5 +1,6 @@
 //! A local HTTP server playing the customer's webhook endpoints: it records every request and
-//! answers per path as the test tells it (succeed, fail a few times, answer a status, or hang).
+//! answers per path as the test tells it (succeed, fail a few times, answer a status or a body,
+//! answer slowly, wait for the test to open a gate, or hang).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -9,6 +10,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +24,12 @@ pub enum Behaviour {
     FailTimes(usize),
     /// Always this status.
     Status(u16),
+    /// Always this status with this body.
+    Body(u16, &'static [u8]),
+    /// 200 after this many milliseconds.
+    Delay(u64),
+    /// 200 with this body once the test calls [`Receiver::open_gate`] (at once after that).
+    Gated(&'static [u8]),
     /// Never answers (until the test ends).
     Hang,
 }
@@ -69,11 +77,11 @@ impl Received {
     }
 }
 
-#[derive(Default)]
 struct Shared {
     behaviours: Mutex<HashMap<String, Behaviour>>,
     calls: Mutex<HashMap<String, usize>>,
     received: Mutex<Vec<Received>>,
+    gate: tokio::sync::watch::Sender<bool>,
 }
 
 /// The receiver.
@@ -87,7 +95,12 @@ pub struct Receiver {
 impl Receiver {
     /// Starts a receiver on an ephemeral port.
     pub async fn start() -> Self {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            behaviours: Mutex::default(),
+            calls: Mutex::default(),
+            received: Mutex::default(),
+            gate: tokio::sync::watch::Sender::new(false),
+        });
         let app = Router::new()
             .route("/hooks/{*path}", post(receive))
             .with_state(shared.clone());
@@ -125,6 +138,11 @@ impl Receiver {
             .insert(path.to_owned(), behaviour);
     }
 
+    /// Lets every request of a [`Behaviour::Gated`] path be answered, waiting or to come.
+    pub fn open_gate(&self) {
+        self.shared.gate.send_replace(true);
+    }
+
     /// Every request `path` received so far, in order.
     pub fn received(&self, path: &str) -> Vec<Received> {
         self.shared
@@ -143,6 +161,28 @@ impl Receiver {
             .into_iter()
             .filter(|request| (200..300).contains(&request.status))
             .collect()
+    }
+
+    /// Waits until `path` has received `count` requests (answered or not); returns them.
+    pub async fn wait_for_requests(
+        &self,
+        path: &str,
+        count: usize,
+        timeout: Duration,
+    ) -> Vec<Received> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let received = self.received(path);
+            if received.len() >= count {
+                return received;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{path} got {} of {count} requests within {timeout:?}",
+                received.len()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 
     /// Waits until `path` has answered `count` requests with a 2xx; returns them.
@@ -179,7 +219,7 @@ async fn receive(
     Path(path): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> StatusCode {
+) -> Response {
     let at = tokio::time::Instant::now();
     let behaviour = shared
         .behaviours
@@ -194,29 +234,42 @@ async fn receive(
         *count += 1;
         *count
     };
-    let status = match behaviour {
-        Behaviour::Succeed => 200,
-        Behaviour::FailTimes(failures) if call <= failures => 500,
-        Behaviour::FailTimes(_) => 200,
-        Behaviour::Status(status) => status,
+    let record = |status: u16| {
+        shared.received.lock().expect("lock").push(Received {
+            path: path.clone(),
+            headers: headers.clone(),
+            body: body.clone(),
+            status,
+            at,
+        });
+    };
+    let (status, answer): (u16, &'static [u8]) = match behaviour {
+        Behaviour::Succeed => (200, b""),
+        Behaviour::FailTimes(failures) if call <= failures => (500, b""),
+        Behaviour::FailTimes(_) => (200, b""),
+        Behaviour::Status(status) => (status, b""),
+        Behaviour::Body(status, answer) => (status, answer),
+        Behaviour::Delay(millis) => {
+            tokio::time::sleep(Duration::from_millis(millis)).await;
+            (200, b"")
+        }
+        Behaviour::Gated(answer) => {
+            // Recorded on arrival, so a test can act while the request is in flight.
+            record(200);
+            let mut gate = shared.gate.subscribe();
+            drop(gate.wait_for(|open| *open).await);
+            return (StatusCode::OK, answer).into_response();
+        }
         Behaviour::Hang => {
-            shared.received.lock().expect("lock").push(Received {
-                path,
-                headers,
-                body,
-                status: 0,
-                at,
-            });
+            record(0);
             tokio::time::sleep(Duration::from_secs(3_600)).await;
-            return StatusCode::OK;
+            return StatusCode::OK.into_response();
         }
     };
-    shared.received.lock().expect("lock").push(Received {
-        path,
-        headers,
-        body,
-        status,
-        at,
-    });
-    StatusCode::from_u16(status).unwrap_or(StatusCode::OK)
+    record(status);
+    (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::OK),
+        answer,
+    )
+        .into_response()
 }

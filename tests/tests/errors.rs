@@ -83,9 +83,14 @@ async fn assign_without_key_or_with_malformed_unknown_or_revoked_key_is_401_unau
             .await
             .unwrap();
     assert!(
-        flow_common::db::keys::revoke(&app.db, key_id)
-            .await
-            .unwrap()
+        flow_common::db::keys::revoke(
+            &app.db,
+            None,
+            key_id,
+            flow_common::db::audit::Actor::Flowctl
+        )
+        .await
+        .unwrap()
     );
     // Revocation reaches the API's cache through Postgres notifications.
     app.eventually(

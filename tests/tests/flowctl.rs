@@ -206,6 +206,17 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
         .await
         .unwrap();
     assert_eq!(users, 1_000);
+    // Beside the API key, `up --demo` prints a dashboard admin's one-time sign-in link.
+    let live_links: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM dashboard_accounts a JOIN dashboard_sign_in_links l ON l.account_id = a.id
+         WHERE a.org_id = $1 AND a.role = 'admin' AND a.email = 'admin@demo.example.com'
+           AND l.used_at IS NULL AND l.expires_at > now() + interval '23 hours'",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(live_links, 1);
     let (_, key) = flow_common::db::keys::create(&pool, org_id, "test")
         .await
         .unwrap();

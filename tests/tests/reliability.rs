@@ -9,7 +9,6 @@ use flow_common::amqp::QueueKind;
 use flow_common::db::orgs::Tier;
 use flow_tests::proxy::Proxy;
 use flow_tests::{TestApp, TestOptions};
-use lapin::options::{BasicGetOptions, BasicNackOptions};
 use serde_json::json;
 
 #[tokio::test]
@@ -183,85 +182,22 @@ async fn every_accepted_id_is_persisted_exactly_once_when_the_worker_is_killed_m
 }
 
 #[tokio::test]
-async fn undecodable_commands_go_to_the_dead_letter_queue() {
+async fn undecodable_commands_are_dead_lettered_and_recorded_with_their_reason() {
     let app = TestApp::spawn().await;
     app.publish_raw("assign", "assign", b"{\"version\": 99}")
         .await;
-    let dead = app.next_dead_letter().await;
-    assert_eq!(dead.delivery.data, b"{\"version\": 99}");
+    let dead = app.dead_letters(1).await;
+    assert_eq!(dead[0].payload, b"{\"version\": 99}");
     assert_eq!(
-        flow_common::amqp::dead_letter_origin(&dead.delivery.properties).as_deref(),
+        dead[0].origin_queue.as_deref(),
         Some(app.topology().queue(QueueKind::Assign).as_str())
     );
-    assert_eq!(app.assignment_count().await, 0);
-}
-
-#[tokio::test]
-async fn a_message_redelivered_past_the_delivery_limit_is_dead_lettered() {
-    // No worker: this test plays a consumer that keeps failing on the message.
-    let app = TestApp::spawn_with(TestOptions {
-        assign_worker: false,
-        ..TestOptions::default()
-    })
-    .await;
-    let org = app.create_org(Tier::Enterprise).await;
-    app.create_users(&org, &["x@example.com"]).await;
-    let flow = app.create_flow(&org, "F", &[5]).await;
-    let response = app
-        .post(
-            &org,
-            "/v1/flows/assign",
-            &json!({ "flowId": flow, "userEmail": "x@example.com" }),
-        )
-        .await;
-    assert_eq!(response.status, 200);
-    let topology = app.topology();
-    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
-        .await
-        .unwrap();
-    let channel = connection.create_channel().await.unwrap();
-    let mut deliveries = 0;
-    while let Some(message) = channel
-        .basic_get(
-            topology.queue(QueueKind::Assign).into(),
-            BasicGetOptions::default(),
-        )
-        .await
-        .unwrap()
-    {
-        deliveries += 1;
-        message
-            .delivery
-            .nack(BasicNackOptions {
-                requeue: true,
-                multiple: false,
-            })
-            .await
-            .unwrap();
-        assert!(deliveries <= 10, "the delivery limit never kicked in");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(deliveries, app.core.delivery_limit as usize + 1);
-    let dead = app
-        .eventually(
-            Duration::from_secs(10),
-            "the message in the dead-letter queue",
-            || async {
-                channel
-                    .basic_get(
-                        topology.queue(QueueKind::DeadLetters).into(),
-                        BasicGetOptions { no_ack: true },
-                    )
-                    .await
-                    .unwrap()
-            },
-        )
-        .await;
-    let command = flow_common::messages::AssignCommand::decode(&dead.delivery.data).unwrap();
-    assert_eq!(
-        command.assignment_id.to_string(),
-        response.body["assignmentId"].as_str().unwrap()
+    assert!(
+        dead[0].reason.starts_with("malformed message"),
+        "the reason says what is wrong: {}",
+        dead[0].reason
     );
+    assert_eq!(app.assignment_count().await, 0);
 }
 
 #[tokio::test]
@@ -304,13 +240,33 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
     )
     .await;
     let topology = app.topology();
-    let dead = app.next_dead_letter().await;
-    let dead_command = flow_common::messages::AssignCommand::decode(&dead.delivery.data).unwrap();
+    let dead = app.dead_letters(1).await;
+    assert_eq!(dead.len(), 1, "only the poison command is dead-lettered");
+    let dead_command = flow_common::messages::AssignCommand::decode(&dead[0].payload).unwrap();
     assert_eq!(dead_command, poison);
     assert_eq!(
-        flow_common::amqp::dead_letter_origin(&dead.delivery.properties).as_deref(),
+        dead[0].origin_queue.as_deref(),
         Some(topology.queue(QueueKind::Assign).as_str()),
         "marked with its origin so it can be replayed"
+    );
+    assert!(
+        dead[0].reason.contains("does not exist"),
+        "{}",
+        dead[0].reason
+    );
+    // The id handed out for the poison command now reads as failed, with the reason.
+    let failed = app
+        .get(&org, &format!("/v1/assignments/{}", poison.assignment_id))
+        .await;
+    assert_eq!(failed.status, 200, "{:?}", failed.body);
+    assert_eq!(failed.body["status"], json!("failed"));
+    assert!(
+        failed.body["failureReason"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist"),
+        "{:?}",
+        failed.body
     );
     let stored: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM assignments")
         .fetch_all(&app.db)

@@ -209,6 +209,29 @@ async fn schedule_errors_and_deletion() {
             400,
             "scheduledAt must be an ISO 8601 date (YYYY-MM-DD) or RFC 3339 timestamp",
         ),
+        (
+            with("scheduledAt", json!("-0001-01-01")),
+            400,
+            "scheduledAt must be a date between the years 0001 and 9999",
+        ),
+        (
+            with("scheduledAt", json!("10000-01-01T00:00:00Z")),
+            400,
+            "scheduledAt must be an ISO 8601 date (YYYY-MM-DD) or RFC 3339 timestamp",
+        ),
+        (
+            with("scheduledAt", json!("0001-01-01T09:00:00Z")),
+            400,
+            "scheduledAt must not be more than one year in the past",
+        ),
+        (
+            with(
+                "scheduledAt",
+                json!((Utc::now() - chrono::Duration::days(367)).to_rfc3339()),
+            ),
+            400,
+            "scheduledAt must not be more than one year in the past",
+        ),
         (with("flowId", json!("flow_nope")), 404, "flow not found"),
         (
             with("userEmail", json!("nobody@example.com")),
@@ -219,6 +242,24 @@ async fn schedule_errors_and_deletion() {
         let response = app.post(&org, "/v1/flows/schedule", &body).await;
         assert_eq!(response.status, status, "{body}: {:?}", response.body);
         assert_eq!(response.body["message"], json!(message), "{body}");
+    }
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM schedules")
+            .fetch_one(&app.db)
+            .await
+            .expect("count"),
+        0,
+        "refused schedules write nothing"
+    );
+    // The bounds themselves are accepted: up to a year ago, and the last day of the year 9999.
+    for at in [
+        (Utc::now() - chrono::Duration::days(365)).to_rfc3339(),
+        "9999-12-31".to_owned(),
+    ] {
+        let response = app
+            .post(&org, "/v1/flows/schedule", &with("scheduledAt", json!(at)))
+            .await;
+        assert_eq!(response.status, 201, "{at}: {:?}", response.body);
     }
     // Another organization's flow is one that does not exist.
     let response = app.post(&other, "/v1/flows/schedule", &valid).await;
@@ -288,4 +329,68 @@ async fn two_schedulers_assign_each_occurrence_once() {
         .await
         .expect("next times");
     assert!(future);
+}
+
+#[tokio::test]
+async fn a_daily_schedule_anchored_in_the_year_1_is_assigned_at_once_with_the_next_occurrence_tomorrow()
+ {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, &["dora@example.com"]).await;
+    let flow = app.create_flow(&org, "Daily drill", &[5]).await;
+    let created = app
+        .post(
+            &org,
+            "/v1/flows/schedule",
+            &json!({ "flowId": flow, "userEmail": "dora@example.com", "scheduledAt": "2099-01-01", "recurrence": "daily" }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let schedule = created.body["scheduleId"].as_str().expect("id").to_owned();
+    // A series anchored at 09:00 on 1 January of the year 1 (the API no longer accepts one, but
+    // rows written before the bound may hold one): about 740,000 daily occurrences have passed.
+    let anchor = Utc
+        .with_ymd_and_hms(1, 1, 1, 9, 0, 0)
+        .single()
+        .expect("anchor");
+    sqlx::query("UPDATE schedules SET anchor_at = $1, scheduled_at = $1")
+        .bind(anchor)
+        .execute(&app.db)
+        .await
+        .expect("anchor in year 1");
+    let _scheduler = app.start_scheduler();
+    let advanced = app
+        .eventually(
+            Duration::from_secs(10),
+            "the schedule to advance",
+            || async {
+                let response = app.get(&org, &format!("/v1/schedules/{schedule}")).await;
+                (response.body["occurrences"] != json!(0)
+                    && response.body["currentAssignmentId"].is_string())
+                .then_some(response.body)
+            },
+        )
+        .await;
+    // The next occurrence is the first 09:00 UTC after now, and its index counts every day since
+    // the anchor.
+    let now = Utc::now();
+    let today = Utc
+        .with_ymd_and_hms(now.year(), now.month(), now.day(), 9, 0, 0)
+        .single()
+        .expect("today");
+    let scheduled_at = chrono::DateTime::parse_from_rfc3339(
+        advanced["scheduledAt"].as_str().expect("scheduledAt"),
+    )
+    .expect("timestamp")
+    .with_timezone(&Utc);
+    assert!(
+        scheduled_at == today || scheduled_at == today + chrono::Duration::days(1),
+        "{scheduled_at}"
+    );
+    assert!(scheduled_at > now - chrono::Duration::seconds(15));
+    assert_eq!(
+        advanced["occurrences"],
+        json!((scheduled_at - anchor).num_days())
+    );
+    assert_eq!(app.assignment_count().await, 1);
 }

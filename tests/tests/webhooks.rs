@@ -1,12 +1,19 @@
 //! Webhook endpoints and delivery: the four event kinds reach a local receiver signed per
 //! Standard Webhooks, retried on failure with the same id, disabled on 410, isolated from slow
-//! endpoints, and endpoints on internal addresses are refused.
+//! endpoints, and endpoints on internal addresses are refused. Bad endpoints cost only
+//! themselves: a response Postgres cannot store as it is, an endpoint deleted mid-flight, a
+//! stale claim, or a queue draining slower than the lease; test pings and retries are limited.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
+use flow_common::db::webhooks::{
+    self as webhook_rows, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep,
+};
+use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_tests::receiver::{Behaviour, Receiver};
-use flow_tests::{TestApp, TestOptions, TestOrg};
+use flow_tests::{TEST_RETRY_SCHEDULE, TestApp, TestOptions, TestOrg, WorkerHandle};
 use serde_json::{Value, json};
 
 async fn webhook_app() -> TestApp {
@@ -615,6 +622,12 @@ async fn endpoints_on_internal_addresses_are_refused_under_the_production_policy
         "https://[::1]/hook",
         "https://[fd00:ec2::254]/hook",
         "https://0.0.0.0/hook",
+        // 6to4, Teredo, local-use NAT64 and site-local: they reach other networks through a
+        // relay or translator, whatever the IPv4 address inside.
+        "https://[2002:5db8:d822::1]/hook",
+        "https://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/hook",
+        "https://[64:ff9b:1::a9fe:a9fe]/hook",
+        "https://[fec0::1]/hook",
     ] {
         let response = app.post(&org, "/v1/webhooks", &json!({ "url": url })).await;
         assert_eq!(response.status, 400, "{url}: {:?}", response.body);
@@ -695,4 +708,642 @@ async fn secrets_are_encrypted_at_rest_when_a_master_key_is_configured() {
         .await;
     assert!(delivered[1].verifies_with(&new_secret));
     assert!(delivered[1].verifies_with(&secret));
+}
+
+/// An app whose webhook-worker(s) the test starts itself (see [`webhook_worker`]), with the relay.
+async fn app_with_relay() -> TestApp {
+    let mut app = TestApp::spawn().await;
+    app.relay = Some(app.start_relay());
+    app
+}
+
+/// A webhook-worker delivering to local receivers with [`TEST_RETRY_SCHEDULE`], a 1 s attempt
+/// timeout and the given lease and per-endpoint concurrency.
+fn webhook_worker(app: &TestApp, lease: Duration, endpoint_concurrency: usize) -> WorkerHandle {
+    let mut config: flow_workers::webhook::WebhookWorkerConfig = flow_common::config::from_env();
+    config.core = app.core.clone();
+    config.policy = flow_common::webhook::AddressPolicy {
+        allow_private: true,
+        allow_http: true,
+    };
+    config.retry_schedule = TEST_RETRY_SCHEDULE.parse().expect("schedule");
+    config.poll_interval = Duration::from_millis(100);
+    config.timeout = Duration::from_secs(1);
+    config.lease = lease;
+    config.endpoint_concurrency = endpoint_concurrency;
+    WorkerHandle::spawn(move |shutdown| flow_workers::webhook::run(config, shutdown))
+}
+
+/// Status and attempt count of every delivery to `endpoint`.
+async fn deliveries_of(app: &TestApp, endpoint: &str) -> Vec<(String, i32)> {
+    let id = WebhookEndpointId::parse(endpoint).expect("endpoint id");
+    sqlx::query_as("SELECT status, attempts FROM webhook_deliveries WHERE endpoint_id = $1")
+        .bind(id)
+        .fetch_all(&app.db)
+        .await
+        .expect("deliveries")
+}
+
+/// Waits until every delivery to each of `endpoints` has succeeded after exactly one attempt.
+async fn wait_until_succeeded_once(app: &TestApp, endpoints: &[String]) {
+    for endpoint in endpoints {
+        app.eventually(
+            Duration::from_secs(10),
+            &format!("the delivery to {endpoint} to be recorded"),
+            || async {
+                let rows = deliveries_of(app, endpoint).await;
+                (rows == [("succeeded".to_owned(), 1)]).then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// What an endpoint answers: text with NUL bytes, then more than 1 KiB of two-byte characters,
+/// cut by the 1 KiB bound in the middle of one.
+static NUL_BODY: LazyLock<Vec<u8>> =
+    LazyLock::new(|| format!("accepted\0 with\0NUL bytes!! {}", "é".repeat(600)).into_bytes());
+
+#[tokio::test]
+async fn a_response_with_nul_bytes_is_recorded_stripped_with_the_other_outcomes_of_its_batch() {
+    let mut app = app_with_relay().await;
+    let lease = Duration::from_secs(3);
+    app.webhook_worker = Some(webhook_worker(&app, lease, 4));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await;
+    let org = app.create_org(Tier::Standard).await;
+    // Every endpoint holds its request until the gate opens, so the outcomes reach the recorder
+    // together, in one batch.
+    let paths = ["nul", "other-1", "other-2", "other-3", "other-4", "other-5"];
+    let mut endpoints = Vec::new();
+    for path in paths {
+        let answer = if path == "nul" {
+            NUL_BODY.as_slice()
+        } else {
+            b"ok".as_slice()
+        };
+        receiver.set(path, Behaviour::Gated(answer));
+        endpoints.push(endpoint(&app, &org, &receiver.url(path), None).await.0);
+    }
+    app.create_users(&org, &["hana@example.com"]).await;
+    let flow = app.create_flow(&org, "Flow", &[5]).await;
+    app.assign_persisted(&org, &flow, "hana@example.com", json!({}))
+        .await;
+    for path in paths {
+        receiver
+            .wait_for_requests(path, 1, Duration::from_secs(10))
+            .await;
+    }
+    receiver.open_gate();
+
+    wait_until_succeeded_once(&app, &endpoints).await;
+    let deliveries = app
+        .get(&org, &format!("/v1/webhooks/{}/deliveries", endpoints[0]))
+        .await;
+    let excerpt = deliveries.body["data"][0]["attemptLog"][0]["responseExcerpt"]
+        .as_str()
+        .expect("excerpt")
+        .to_owned();
+    let stripped = String::from_utf8(NUL_BODY.clone())
+        .expect("UTF-8")
+        .replace('\0', "");
+    assert!(!excerpt.contains('\0'));
+    assert!(
+        excerpt.starts_with("accepted withNUL bytes!! éé"),
+        "{excerpt}"
+    );
+    assert!(stripped.starts_with(&excerpt));
+    assert!(
+        excerpt.len() <= 1_024 && excerpt.len() > 1_000,
+        "{} bytes",
+        excerpt.len()
+    );
+    // Nothing is sent again once the lease has passed: every outcome was recorded.
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
+    for path in paths {
+        assert_eq!(receiver.received(path).len(), 1, "{path}");
+    }
+    wait_until_succeeded_once(&app, &endpoints).await;
+}
+
+#[tokio::test]
+async fn an_endpoint_deleted_while_its_attempt_is_in_flight_costs_only_its_own_outcome() {
+    let mut app = app_with_relay().await;
+    let lease = Duration::from_secs(3);
+    app.webhook_worker = Some(webhook_worker(&app, lease, 4));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await;
+    let org = app.create_org(Tier::Standard).await;
+    let paths = ["deleted", "kept-1", "kept-2", "kept-3"];
+    let mut endpoints = Vec::new();
+    for path in paths {
+        receiver.set(path, Behaviour::Gated(b"ok"));
+        endpoints.push(endpoint(&app, &org, &receiver.url(path), None).await.0);
+    }
+    app.create_users(&org, &["ivan@example.com"]).await;
+    let flow = app.create_flow(&org, "Flow", &[5]).await;
+    app.assign_persisted(&org, &flow, "ivan@example.com", json!({}))
+        .await;
+    for path in paths {
+        receiver
+            .wait_for_requests(path, 1, Duration::from_secs(10))
+            .await;
+    }
+    let deleted = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/v1/webhooks/{}", endpoints[0]),
+            Some(&org.key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(deleted.status, 204);
+    receiver.open_gate();
+
+    wait_until_succeeded_once(&app, &endpoints[1..]).await;
+    assert!(deliveries_of(&app, &endpoints[0]).await.is_empty());
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
+    for path in paths {
+        assert_eq!(receiver.received(path).len(), 1, "{path}");
+    }
+    wait_until_succeeded_once(&app, &endpoints[1..]).await;
+}
+
+#[tokio::test]
+async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_others_do() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (deleted, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/deleted", None).await;
+    let (kept, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/kept", None).await;
+    let deleted = WebhookEndpointId::parse(&deleted).expect("id");
+    let kept = WebhookEndpointId::parse(&kept).expect("id");
+
+    // The deletion holds its lock until it commits, while the fan-out reads the endpoint.
+    let mut deletion = app.db.begin().await.expect("transaction");
+    assert!(
+        webhook_rows::delete(&mut *deletion, org.id, deleted)
+            .await
+            .expect("delete")
+    );
+    let event = webhook_rows::IncomingEvent {
+        event_id: EventId::new(),
+        org_id: org.id,
+        event_type: "flow.assigned".into(),
+        payload: json!({ "type": "flow.assigned" }),
+        event_at: chrono::Utc::now(),
+    };
+    let pool = app.db.clone();
+    let fan_out = tokio::spawn(async move {
+        let mut transaction = pool.begin().await?;
+        let claimed = webhook_rows::fan_out(
+            &mut transaction,
+            &[event],
+            Duration::from_secs(60),
+            uuid::Uuid::new_v4(),
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok::<_, sqlx::Error>(claimed)
+    });
+    app.eventually(
+        Duration::from_secs(10),
+        "the fan-out to wait for the deletion's lock",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&app.db)
+            .await
+            .expect("activity");
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    deletion.commit().await.expect("commit");
+    let claimed = fan_out.await.expect("task").expect("the fan-out succeeds");
+    assert_eq!(
+        claimed
+            .iter()
+            .map(|delivery| delivery.endpoint_id)
+            .collect::<Vec<_>>(),
+        [kept]
+    );
+}
+
+/// An outcome of `claim`'s attempt.
+fn outcome(claim: &ClaimedDelivery, next: NextStep, status_code: i32) -> AttemptOutcome {
+    AttemptOutcome {
+        delivery_id: claim.id,
+        endpoint_id: claim.endpoint_id,
+        claim_token: claim.claim_token,
+        attempt: claim.attempts + 1,
+        attempted_at: chrono::Utc::now(),
+        status_code: Some(status_code),
+        latency_ms: 5,
+        error: (status_code >= 300).then(|| format!("endpoint answered {status_code}")),
+        response_excerpt: None,
+        next,
+        verdict: if status_code < 300 {
+            EndpointVerdict::Healthy
+        } else {
+            EndpointVerdict::Failing
+        },
+    }
+}
+
+async fn record(app: &TestApp, outcomes: &[AttemptOutcome]) -> Vec<DeliveryId> {
+    let mut transaction = app.db.begin().await.expect("transaction");
+    let recorded =
+        webhook_rows::record_outcomes(&mut transaction, outcomes, Duration::from_secs(5 * 86_400))
+            .await
+            .expect("record");
+    transaction.commit().await.expect("commit");
+    recorded.stale
+}
+
+/// Claims due deliveries with a lease of `lease`.
+async fn claim(app: &TestApp, lease: Duration) -> Vec<ClaimedDelivery> {
+    webhook_rows::claim_due(&app.db, 10, lease, &[])
+        .await
+        .expect("claim")
+}
+
+/// (status, attempts, attempt rows as (number, status code)) of a delivery.
+async fn delivery_state(app: &TestApp, id: DeliveryId) -> (String, i32, Vec<(i32, Option<i32>)>) {
+    let (status, attempts): (String, i32) =
+        sqlx::query_as("SELECT status, attempts FROM webhook_deliveries WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .expect("delivery");
+    let log = sqlx::query_as(
+        "SELECT attempt, status_code FROM webhook_attempts WHERE delivery_id = $1 ORDER BY attempt",
+    )
+    .bind(id)
+    .fetch_all(&app.db)
+    .await
+    .expect("attempts");
+    (status, attempts, log)
+}
+
+#[tokio::test]
+async fn a_stale_claim_cannot_overwrite_the_outcome_of_the_claim_that_took_it_over() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (webhook, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/fenced", None).await;
+    let ping = app
+        .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+        .await;
+    assert_eq!(ping.status, 202, "{:?}", ping.body);
+    let id = DeliveryId::parse(ping.body["deliveryId"].as_str().expect("id")).expect("id");
+
+    // Worker A claims it with a lease that ends at once; worker B takes it over.
+    let first = claim(&app, Duration::from_millis(1)).await;
+    assert_eq!(first.len(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = claim(&app, Duration::from_secs(600)).await;
+    assert_eq!(second.len(), 1);
+    let (stale, current) = (&first[0], &second[0]);
+    assert_eq!((stale.id, current.id), (id, id));
+    assert_ne!(stale.claim_token, current.claim_token);
+    assert!(
+        claim(&app, Duration::from_secs(600)).await.is_empty(),
+        "B's lease holds"
+    );
+
+    // A can no longer renew its lease; B can.
+    let renewed = |claim: &ClaimedDelivery| (claim.id, claim.claim_token);
+    assert!(
+        webhook_rows::renew_leases(&app.db, &[renewed(stale)], Duration::from_secs(600))
+            .await
+            .expect("renew")
+            .is_empty()
+    );
+    assert_eq!(
+        webhook_rows::renew_leases(&app.db, &[renewed(current)], Duration::from_secs(600))
+            .await
+            .expect("renew"),
+        [renewed(current)]
+    );
+
+    // B succeeds; A's late failure (or deferral) changes nothing, before or after B's success.
+    assert_eq!(
+        record(&app, &[outcome(stale, NextStep::Failed, 500)]).await,
+        [id]
+    );
+    assert!(
+        record(&app, &[outcome(current, NextStep::Succeeded, 200)])
+            .await
+            .is_empty()
+    );
+    let deferral = AttemptOutcome {
+        next: NextStep::Deferred(chrono::Utc::now()),
+        verdict: EndpointVerdict::Unchanged,
+        ..outcome(stale, NextStep::Failed, 500)
+    };
+    let retry_later = outcome(
+        stale,
+        NextStep::RetryAt(chrono::Utc::now() + chrono::Duration::seconds(5)),
+        503,
+    );
+    assert_eq!(record(&app, &[retry_later, deferral]).await, [id, id]);
+    // B's outcome arriving twice is recorded once.
+    assert_eq!(
+        record(&app, &[outcome(current, NextStep::Succeeded, 200)]).await,
+        [id]
+    );
+    assert_eq!(
+        delivery_state(&app, id).await,
+        ("succeeded".to_owned(), 1, vec![(1, Some(200))])
+    );
+    let endpoint_view = app.get(&org, &format!("/v1/webhooks/{webhook}")).await;
+    assert_eq!(
+        endpoint_view.body["failingSince"],
+        Value::Null,
+        "a stale failure does not count against the endpoint"
+    );
+    // A delivered event is not moved back, not even by a manual retry.
+    let retried = app
+        .post(
+            &org,
+            &format!("/v1/webhooks/deliveries/{id}/retry"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(retried.status, 409, "{:?}", retried.body);
+    assert_eq!(retried.body["error"], json!("conflict"));
+    assert!(claim(&app, Duration::from_millis(1)).await.is_empty());
+    assert_eq!(delivery_state(&app, id).await.0, "succeeded");
+
+    // The other order: a stale success arriving first does not count either.
+    let ping = app
+        .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+        .await;
+    let id = DeliveryId::parse(ping.body["deliveryId"].as_str().expect("id")).expect("id");
+    let first = claim(&app, Duration::from_millis(1)).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = claim(&app, Duration::from_secs(600)).await;
+    assert_eq!(
+        record(&app, &[outcome(&first[0], NextStep::Succeeded, 200)]).await,
+        [id]
+    );
+    assert_eq!(delivery_state(&app, id).await.0, "delivering");
+    assert!(
+        record(&app, &[outcome(&second[0], NextStep::Failed, 500)])
+            .await
+            .is_empty()
+    );
+    assert_eq!(
+        delivery_state(&app, id).await,
+        ("failed".to_owned(), 1, vec![(1, Some(500))])
+    );
+}
+
+#[tokio::test]
+async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
+    let mut app = app_with_relay().await;
+    // Two workers, each sending one request at a time to an endpoint that takes 250 ms: 24
+    // deliveries take about 3 s to drain, longer than the 2 s lease.
+    let lease = Duration::from_secs(2);
+    app.webhook_worker = Some(webhook_worker(&app, lease, 1));
+    let _second_worker = webhook_worker(&app, lease, 1);
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 2)
+        .await;
+    let receiver = Receiver::start().await;
+    let emails: Vec<String> = (0..24).map(|i| format!("slow{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(&app, &receiver, "slow", Behaviour::Delay(250), &refs).await;
+    let items: Vec<Value> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect();
+    let bulk = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": items }),
+        )
+        .await;
+    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
+    assert_eq!(bulk.body["succeeded"], json!(24));
+
+    receiver
+        .wait_for_deliveries("slow", 24, Duration::from_secs(20))
+        .await;
+    // Past another lease: a delivery taken over by the other worker would have arrived again.
+    tokio::time::sleep(lease + Duration::from_secs(1)).await;
+    let received = receiver.received("slow");
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (received.len(), ids.len()),
+        (24, 24),
+        "every event exactly once"
+    );
+    let rows = deliveries_of(&app, &webhook).await;
+    assert_eq!(rows.len(), 24);
+    assert!(
+        rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test]
+async fn test_pings_and_manual_retries_beyond_the_limit_get_429() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (webhook, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/limited", None).await;
+    let ping_path = format!("/v1/webhooks/{webhook}/test");
+
+    // 60 a minute, refilled smoothly: a burst gets about 60 through, then 429.
+    let first = app.post(&org, &ping_path, &json!({})).await;
+    assert_eq!(first.status, 202, "{:?}", first.body);
+    assert_eq!(first.header("ratelimit-limit"), Some("60"));
+    let delivery = first.body["deliveryId"].as_str().expect("id").to_owned();
+    let retry_path = format!("/v1/webhooks/deliveries/{delivery}/retry");
+    let mut accepted = 1;
+    let limited = loop {
+        // Alternate pings and retries: they share one allowance.
+        let path = if accepted % 2 == 0 {
+            &ping_path
+        } else {
+            &retry_path
+        };
+        let response = app.post(&org, path, &json!({})).await;
+        if response.status != 202 {
+            break response;
+        }
+        accepted += 1;
+        assert!(accepted <= 120, "no limit after {accepted} requests");
+    };
+    assert!(accepted >= 60, "limited after {accepted}");
+    assert_eq!(limited.status, 429, "{:?}", limited.body);
+    assert_eq!(limited.body["error"], json!("rate_limit_exceeded"));
+    assert!(
+        limited.body["message"]
+            .as_str()
+            .expect("message")
+            .contains("webhook_send")
+    );
+    assert!(limited.body["retry_after"].as_u64().expect("retry_after") >= 1);
+    assert!(
+        limited
+            .header("retry-after")
+            .and_then(|value| value.parse::<u64>().ok())
+            .is_some_and(|seconds| seconds >= 1)
+    );
+    assert_eq!(limited.header("ratelimit-remaining"), Some("0"));
+    for path in [&ping_path, &retry_path] {
+        let response = app.post(&org, path, &json!({})).await;
+        assert_eq!(response.status, 429, "{path}");
+    }
+    // The allowance is the organization's: another organization is not limited.
+    let other = app.create_org(Tier::Standard).await;
+    let (other_webhook, _) = endpoint(&app, &other, "http://127.0.0.1:9/hooks/other", None).await;
+    let response = app
+        .post(
+            &other,
+            &format!("/v1/webhooks/{other_webhook}/test"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(response.status, 202);
+}
+
+#[tokio::test]
+async fn an_outcome_postgres_refuses_costs_only_itself_and_the_rest_of_its_batch_is_recorded() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (webhook, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/batch", None).await;
+    for _ in 0..3 {
+        let ping = app
+            .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+            .await;
+        assert_eq!(ping.status, 202, "{:?}", ping.body);
+    }
+    let claimed = claim(&app, Duration::from_secs(600)).await;
+    assert_eq!(claimed.len(), 3);
+    // A time Postgres cannot store: nothing the sender produces today, standing for whatever
+    // next makes one outcome unwritable.
+    let poison = AttemptOutcome {
+        attempted_at: chrono::DateTime::from_timestamp(-6_000_000_000_000, 0).expect("time"),
+        ..outcome(&claimed[1], NextStep::Succeeded, 200)
+    };
+    let (outcomes, recorded) = tokio::sync::mpsc::unbounded_channel();
+    for outcome in [
+        outcome(&claimed[0], NextStep::Succeeded, 200),
+        poison,
+        outcome(&claimed[2], NextStep::Succeeded, 200),
+    ] {
+        outcomes.send(outcome).expect("recorder listening");
+    }
+    drop(outcomes);
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        flow_workers::webhook::dispatch::record_outcomes(
+            app.db.clone(),
+            recorded,
+            Duration::from_secs(5 * 86_400),
+        ),
+    )
+    .await
+    .expect("the recorder finishes");
+    for (index, expected) in [
+        ("succeeded", 1, vec![(1, Some(200))]),
+        ("delivering", 0, vec![]),
+        ("succeeded", 1, vec![(1, Some(200))]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (status, attempts, log) = expected;
+        assert_eq!(
+            delivery_state(&app, claimed[index].id).await,
+            (status.to_owned(), attempts, log),
+            "delivery {index}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_fan_out_retried_after_a_lost_commit_answer_gets_its_own_deliveries_back() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    endpoint(&app, &org, "http://127.0.0.1:9/hooks/a", None).await;
+    endpoint(&app, &org, "http://127.0.0.1:9/hooks/b", None).await;
+    let event = webhook_rows::IncomingEvent {
+        event_id: EventId::new(),
+        org_id: org.id,
+        event_type: "flow.assigned".into(),
+        payload: json!({ "type": "flow.assigned" }),
+        event_at: chrono::Utc::now(),
+    };
+    let fan_out = |token: uuid::Uuid| {
+        let pool = app.db.clone();
+        let event = event.clone();
+        async move {
+            let mut transaction = pool.begin().await.expect("transaction");
+            let claimed = webhook_rows::fan_out(
+                &mut transaction,
+                &[event.clone(), event],
+                Duration::from_secs(600),
+                token,
+            )
+            .await
+            .expect("fan-out");
+            transaction.commit().await.expect("commit");
+            claimed
+        }
+    };
+    // The first try committed, but its answer never reached the worker.
+    let token = uuid::Uuid::new_v4();
+    let first = fan_out(token).await;
+    assert_eq!(
+        first.len(),
+        2,
+        "one delivery per endpoint, the repeated event once"
+    );
+    // Its retry, under the same token, gets the same deliveries back to send.
+    let mut retried: Vec<_> = fan_out(token).await.iter().map(|d| d.id).collect();
+    let mut original: Vec<_> = first.iter().map(|d| d.id).collect();
+    retried.sort();
+    original.sort();
+    assert_eq!(retried, original);
+    // A redelivery of the event to another worker creates and claims nothing.
+    assert!(fan_out(uuid::Uuid::new_v4()).await.is_empty());
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2);
 }

@@ -3,6 +3,12 @@
 //! number of batches in flight, and on shutdown stop consuming, finish in-flight batches, close.
 //! Handlers ack only after their work is committed, so a crash loses nothing: unacked deliveries
 //! go back to the queue.
+//!
+//! Poison messages: a message whose handling keeps killing the worker is dead-lettered after
+//! `DELIVERY_LIMIT` starts that never finished, counted in Postgres (`message_attempts`) for
+//! redelivered messages only. RabbitMQ's own delivery count is only a distant backstop, because it
+//! also rises when a connection drops with messages merely prefetched, which says nothing about the
+//! messages. Dead letters carry their origin queue and the reason in headers.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,12 +18,16 @@ use anyhow::Context;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::amqp::{self, QueueKind, Topology};
 use flow_common::config::CoreConfig;
+use flow_common::db::message_attempts;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicRejectOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicPublishOptions, ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel};
+use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -31,36 +41,262 @@ pub struct ConsumerSettings {
     pub queue: QueueKind,
     /// Unacknowledged deliveries the broker may hand over at once.
     pub prefetch: u16,
-    /// Largest batch handed to the handler.
+    /// Largest batch handed to the handler, in messages.
     pub batch_size: usize,
+    /// Largest batch handed to the handler, in bytes of message bodies (a batch holds at least one
+    /// message): bounds batches of messages that carry many items each.
+    pub batch_bytes: usize,
     /// Batches processed at the same time.
     pub concurrency: usize,
 }
 
-/// Processes a batch of deliveries; must ack, reject or nack each one.
+/// Processes a batch of deliveries; must ack, dead-letter or nack each one.
 pub trait BatchHandler: Send + Sync + 'static {
     /// Handles `deliveries`. An error means the connection is unusable: the loop reconnects
     /// (unacked deliveries return to the queue).
     fn handle(
         &self,
         deliveries: Vec<Delivery>,
-        shutdown: CancellationToken,
+        context: BatchContext,
     ) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
-/// Consumes until `shutdown`, reconnecting with backoff when the broker connection fails.
+/// What a handler gets beside its deliveries.
+#[derive(Clone)]
+pub struct BatchContext {
+    /// Cancelled when the worker is asked to stop.
+    pub shutdown: CancellationToken,
+    /// Sends messages that can never be handled to the dead-letter queue.
+    pub dead_letters: DeadLetters,
+}
+
+/// Sends messages to the dead-letter exchange with their origin queue and the reason, over a
+/// confirm-mode channel of the consumer's connection. Cheap to clone.
+#[derive(Clone)]
+pub struct DeadLetters {
+    channel: Channel,
+    exchange: String,
+    origin_queue: String,
+    routing_key: &'static str,
+    role: &'static str,
+}
+
+impl DeadLetters {
+    async fn open(
+        connection: &lapin::Connection,
+        topology: &Topology,
+        settings: &ConsumerSettings,
+    ) -> lapin::Result<Self> {
+        let channel = connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(Self {
+            channel,
+            exchange: topology.dead_letter_exchange(),
+            origin_queue: topology.queue(settings.queue),
+            routing_key: settings.queue.suffix(),
+            role: settings.role,
+        })
+    }
+
+    /// Dead-letters `delivery` (a copy with the reason goes to the dead-letter exchange, then the
+    /// original is acked), logging why.
+    pub async fn send(&self, delivery: &Delivery, reason: &str) -> anyhow::Result<()> {
+        tracing::error!(
+            role = self.role,
+            message_id = ?delivery.properties.message_id(),
+            delivery_count = delivery_count(delivery),
+            reason,
+            "message sent to the dead-letter queue"
+        );
+        self.publish(&delivery.data, delivery.properties.clone(), reason)
+            .await?;
+        delivery.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    }
+
+    /// Dead-letters one part of a message (a command or an event of a batch) as a message of its
+    /// own, with `headers`.
+    pub async fn send_part(
+        &self,
+        payload: &[u8],
+        message_id: &str,
+        kind: &str,
+        headers: &[(&str, &str)],
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        tracing::error!(
+            role = self.role,
+            message_id,
+            reason,
+            "part of a message sent to the dead-letter queue"
+        );
+        let mut table = FieldTable::default();
+        for (name, value) in headers {
+            table.insert((*name).into(), AMQPValue::LongString((*value).into()));
+        }
+        let properties = BasicProperties::default()
+            .with_delivery_mode(2)
+            .with_content_type("application/json".into())
+            .with_message_id(message_id.into())
+            .with_type(kind.into())
+            .with_headers(table);
+        self.publish(payload, properties, reason).await
+    }
+
+    async fn publish(
+        &self,
+        payload: &[u8],
+        properties: BasicProperties,
+        reason: &str,
+    ) -> anyhow::Result<()> {
+        metrics::counter!("flow_worker_messages_total", "worker" => self.role, "outcome" => "dead_lettered")
+            .increment(1);
+        let mut headers = properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            amqp::ORIGIN_QUEUE_HEADER.into(),
+            AMQPValue::LongString(self.origin_queue.clone().into()),
+        );
+        headers.insert(
+            amqp::DEAD_LETTER_REASON_HEADER.into(),
+            AMQPValue::LongString(reason.into()),
+        );
+        let confirm = self
+            .channel
+            .basic_publish(
+                self.exchange.clone().into(),
+                self.routing_key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                payload,
+                properties.with_delivery_mode(2).with_headers(headers),
+            )
+            .await?
+            .await?;
+        if !confirm.is_ack() || confirm.take_message().is_some() {
+            anyhow::bail!("the broker did not take the dead letter");
+        }
+        Ok(())
+    }
+}
+
+/// Counts starts of redelivered messages (see the module documentation).
+#[derive(Clone)]
+struct Ledger {
+    pool: PgPool,
+    queue: String,
+    limit: u32,
+}
+
+impl Ledger {
+    /// The key a message is counted under: its `message-id`, else a hash of its body.
+    fn key(delivery: &Delivery) -> String {
+        match delivery.properties.message_id() {
+            Some(id) => id.to_string(),
+            None => {
+                use sha2::{Digest, Sha256};
+                hex::encode(Sha256::digest(&delivery.data))
+            }
+        }
+    }
+
+    /// Counts a start of every redelivered delivery and dead-letters those started more than
+    /// `limit` times before without finishing; returns the deliveries to handle and the keys
+    /// counted. If Postgres cannot count, the batch is handled uncounted.
+    async fn start(
+        &self,
+        batch: Vec<Delivery>,
+        dead_letters: &DeadLetters,
+    ) -> anyhow::Result<(Vec<Delivery>, Vec<String>)> {
+        let keys: Vec<String> = batch
+            .iter()
+            .filter(|delivery| delivery.redelivered)
+            .map(Self::key)
+            .collect();
+        if keys.is_empty() {
+            return Ok((batch, keys));
+        }
+        let counts = match message_attempts::start(&self.pool, &self.queue, &keys).await {
+            Ok(counts) => counts,
+            Err(error) => {
+                tracing::warn!(%error, queue = %self.queue, "cannot count message starts; handling uncounted");
+                return Ok((batch, Vec::new()));
+            }
+        };
+        let mut kept = Vec::with_capacity(batch.len());
+        let mut poisoned = Vec::new();
+        for delivery in batch {
+            let starts = delivery
+                .redelivered
+                .then(|| counts.get(&Self::key(&delivery)).copied())
+                .flatten()
+                .unwrap_or(0);
+            if u32::try_from(starts).unwrap_or(0) > self.limit {
+                let reason = format!(
+                    "handled {} times without finishing: the worker died or panicked each time",
+                    starts - 1
+                );
+                dead_letters.send(&delivery, &reason).await?;
+                poisoned.push(Self::key(&delivery));
+            } else {
+                kept.push(delivery);
+            }
+        }
+        if !poisoned.is_empty() {
+            self.finish(&poisoned).await;
+        }
+        Ok((kept, keys))
+    }
+
+    /// Forgets the counts of `keys`: their handling came to an end.
+    async fn finish(&self, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        if let Err(error) = message_attempts::finish(&self.pool, &self.queue, keys).await {
+            tracing::warn!(%error, queue = %self.queue, "cannot clear message start counts");
+        }
+    }
+}
+
+/// Consumes until `shutdown`, reconnecting with backoff when the broker connection fails. `pool`
+/// counts the starts of redelivered messages.
 pub async fn run<H: BatchHandler>(
     core: &CoreConfig,
     settings: ConsumerSettings,
     handler: Arc<H>,
+    pool: PgPool,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
+    let ledger = Ledger {
+        pool,
+        queue: topology.queue(settings.queue),
+        limit: core.delivery_limit,
+    };
     let mut backoff = reconnect_backoff();
     while !shutdown.is_cancelled() {
-        match consume(core, &topology, &settings, handler.clone(), &shutdown).await {
+        let mut consumed = false;
+        match consume(
+            core,
+            &topology,
+            &settings,
+            handler.clone(),
+            &ledger,
+            &mut consumed,
+            &shutdown,
+        )
+        .await
+        {
             Ok(()) => break,
             Err(error) => {
+                if consumed {
+                    // The connection worked: the next outage starts from the shortest delay.
+                    backoff = reconnect_backoff();
+                }
                 let delay = backoff.next().unwrap_or(Duration::from_secs(10));
                 tracing::warn!(
                     role = settings.role,
@@ -93,6 +329,8 @@ async fn consume<H: BatchHandler>(
     topology: &Topology,
     settings: &ConsumerSettings,
     handler: Arc<H>,
+    ledger: &Ledger,
+    consumed: &mut bool,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     let connection = amqp::connect(&core.amqp_url, settings.role)
@@ -104,6 +342,7 @@ async fn consume<H: BatchHandler>(
         .await
         .context("declaring the topology")?;
     drop(setup.close(200, "topology declared".into()).await);
+    let dead_letters = DeadLetters::open(&connection, topology, settings).await?;
     let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
     let queue = topology.queue(settings.queue);
     let mut consumer = channel
@@ -116,6 +355,7 @@ async fn consume<H: BatchHandler>(
         .await
         .with_context(|| format!("consuming {queue}"))?;
     tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
+    *consumed = true;
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     let outcome: anyhow::Result<()> = 'consume: loop {
@@ -133,18 +373,35 @@ async fn consume<H: BatchHandler>(
             Some(Err(error)) => break Err(anyhow::Error::new(error).context("consumer failed")),
             None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
         };
+        let mut bytes = first.data.len();
         let mut batch = vec![first];
-        while batch.len() < settings.batch_size {
+        while batch.len() < settings.batch_size && bytes < settings.batch_bytes {
             match consumer.next().now_or_never() {
-                Some(Some(Ok(delivery))) => batch.push(delivery),
+                Some(Some(Ok(delivery))) => {
+                    bytes += delivery.data.len();
+                    batch.push(delivery);
+                }
                 _ => break,
             }
         }
         let handler = handler.clone();
-        let shutdown = shutdown.clone();
+        let ledger = ledger.clone();
+        let context = BatchContext {
+            shutdown: shutdown.clone(),
+            dead_letters: dead_letters.clone(),
+        };
         in_flight.spawn(async move {
             let _permit = permit;
-            handler.handle(batch, shutdown).await
+            let (batch, started) = ledger.start(batch, &context.dead_letters).await?;
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let handled = handler.handle(batch, context).await;
+            // Reached whether or not the acks went through: the work itself ended (a dropped
+            // connection is not the message's fault). A panic or a killed worker never gets
+            // here, and that is what the count is for.
+            ledger.finish(&started).await;
+            handled
         });
         while let Some(done) = in_flight.try_join_next() {
             if let Err(error) = flatten(done) {
@@ -193,23 +450,6 @@ pub fn delivery_count(delivery: &Delivery) -> i64 {
             _ => None,
         })
         .unwrap_or(0)
-}
-
-/// Sends a delivery straight to the dead-letter queue (it can never succeed), logging why.
-pub async fn dead_letter(role: &str, delivery: &Delivery, reason: &str) -> lapin::Result<()> {
-    tracing::error!(
-        role,
-        message_id = ?delivery.properties.message_id(),
-        delivery_count = delivery_count(delivery),
-        reason,
-        "message sent to the dead-letter queue"
-    );
-    metrics::counter!("flow_worker_messages_total", "worker" => role.to_owned(), "outcome" => "dead_lettered")
-        .increment(1);
-    delivery
-        .reject(BasicRejectOptions { requeue: false })
-        .await
-        .map(|_| ())
 }
 
 /// Acks every delivery; the acks are pipelined rather than awaited one by one.

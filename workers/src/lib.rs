@@ -3,6 +3,7 @@
 
 pub mod assign;
 pub mod consumer;
+pub mod dead_letters;
 pub mod relay;
 pub mod report;
 pub mod scheduler;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_common::db::assignments::{ExistingAssignment, LookupKey};
+use flow_common::db::assignments::{ExistingAssignment, LookupKey, RequestKey};
 use flow_common::db::flows::FlowSummary;
 use flow_common::domain::{DayBound, Email, Notes, Priority, parse_date_input};
 use flow_common::duration::humanize_minutes;
@@ -106,6 +106,32 @@ pub struct AssignInput {
 }
 
 impl AssignInput {
+    /// SHA-256 of what this request asks for once validated (flow, assignee, due date, priority,
+    /// notes): two requests under one `X-Request-ID` are the same request when these are equal.
+    pub fn fingerprint(&self, flow_id: FlowId, email_normalized: &str) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut hasher = Sha256::new();
+        hasher.update(b"flow.assign.fingerprint.v1\0");
+        hasher.update(flow_id.0.as_bytes());
+        for field in [
+            Some(email_normalized.to_owned()),
+            self.due_at.map(|due| due.timestamp_micros().to_string()),
+            Some(self.priority.as_str().to_owned()),
+            self.notes.clone(),
+        ] {
+            // Length-prefixed, so no two different field lists hash the same bytes.
+            match field {
+                Some(text) => {
+                    hasher.update([1]);
+                    hasher.update((text.len() as u64).to_le_bytes());
+                    hasher.update(text.as_bytes());
+                }
+                None => hasher.update([0]),
+            }
+        }
+        hasher.finalize().into()
+    }
+
     /// Validates a request; plain dates are read in `zone`.
     pub fn parse(
         request: AssignRequest,
@@ -322,6 +348,12 @@ pub async fn assign_bulk(
 
 /// Assigns one validated request: resolves the flow (cached) and the user, answers with an
 /// earlier result when there is one, else publishes the command and waits for the confirm.
+///
+/// With an `X-Request-ID`, the request first claims its key in Postgres (batched into the same
+/// lookup round trip) with a fingerprint of the whole request: every request with that key, on
+/// any replica, persisted yet or not, gets the first one's answer, or 409 when it asks for
+/// something else. Until the command is persisted, a retry publishes it again (the worker applies
+/// it once), so a 503 on the first attempt costs nothing.
 pub async fn assign_one(
     state: &AppState,
     caller: &Caller,
@@ -335,39 +367,36 @@ pub async fn assign_one(
         None => None,
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
-    let requested_id = request_id.map(|id| AssignmentId::for_request(org_id, id));
-    let found = state
-        .lookup
-        .resolve(LookupKey {
-            org_id,
-            flow_id: flow.id,
-            email_normalized: input.email.normalized(),
-            request_assignment_id: requested_id,
-        })
-        .await?;
+    let email_normalized = input.email.normalized();
+    let request = request_id.map(|id| RequestKey {
+        assignment_id: AssignmentId::for_request(org_id, id),
+        fingerprint: input.fingerprint(flow.id, &email_normalized),
+        assigned_at: now,
+    });
+    let key = LookupKey {
+        org_id,
+        flow_id: flow.id,
+        email_normalized,
+        request: request.clone(),
+    };
+    let mut found = state.lookup.resolve(key.clone()).await?;
+    // A key repeated within one lookup batch by a request whose assignee does not exist leaves the
+    // others without a claim: the next batch settles it.
+    for _ in 0..3 {
+        if request.is_none() || found.user.is_none() || found.claim.is_some() {
+            break;
+        }
+        found = state.lookup.resolve(key.clone()).await?;
+    }
     let (user_id, email) = found.user.ok_or_else(|| {
         ApiError::NotFound(format!(
             "user {} not found in this organization",
             input.email
         ))
     })?;
-    if let Some(earlier) = found.by_request {
-        if earlier.flow_id != flow.id || earlier.user_id != user_id {
-            return Err(ApiError::Conflict(
-                "X-Request-ID was already used for a different assignment".into(),
-            ));
-        }
-        return Ok(response(
-            earlier.answer_id,
-            earlier.assigned_at,
-            &email,
-            &flow,
-            true,
-        ));
-    }
     let command = AssignCommand {
         version: ASSIGN_COMMAND_VERSION,
-        assignment_id: requested_id.unwrap_or_default(),
+        assignment_id: AssignmentId::default(),
         existing_assignment_id: None,
         org_id,
         flow_id: flow.id,
@@ -381,24 +410,55 @@ pub async fn assign_one(
         request_id: request_id.map(str::to_owned),
         schedule_id: None,
     };
-    if let Some(active) = found.active {
-        // Nothing to create. With a request id, record it as answered by the existing assignment
-        // so a retry answers the same even after that assignment completes.
-        if requested_id.is_some() {
-            publish(
-                state,
-                &AssignCommand {
-                    existing_assignment_id: Some(active.assignment_id),
-                    ..command
-                },
-                request_id,
-            )
-            .await?;
+    if let Some(request) = request {
+        let claim = found.claim.ok_or_else(|| {
+            ApiError::Unavailable("a concurrent request holds this X-Request-ID; retry".into())
+        })?;
+        if claim.fingerprint != request.fingerprint {
+            return Err(request_id_conflict());
         }
+        let created = claim.answer_id == request.assignment_id;
+        if let Some(earlier) = found.by_request {
+            // Persisted. Keys claimed before fingerprints existed are checked on flow and user.
+            if earlier.flow_id != flow.id || earlier.user_id != user_id {
+                return Err(request_id_conflict());
+            }
+            return Ok(response(
+                earlier.answer_id,
+                earlier.assigned_at,
+                &email,
+                &flow,
+                !created,
+            ));
+        }
+        let command = AssignCommand {
+            assignment_id: request.assignment_id,
+            existing_assignment_id: (!created).then_some(claim.answer_id),
+            assigned_at: claim.assigned_at,
+            ..command
+        };
+        publish(state, &command, request_id).await?;
+        return Ok(response(
+            claim.answer_id,
+            claim.assigned_at,
+            &email,
+            &flow,
+            !created,
+        ));
+    }
+    if let Some(active) = found.active {
         return Ok(existing_response(&active, &email, &flow));
     }
+    let command = AssignCommand {
+        assignment_id: state.assignment_ids.mint(org_id, now),
+        ..command
+    };
     publish(state, &command, request_id).await?;
     Ok(response(command.assignment_id, now, &email, &flow, false))
+}
+
+fn request_id_conflict() -> ApiError {
+    ApiError::Conflict("X-Request-ID was already used for a different request".into())
 }
 
 fn existing_response(

@@ -4,15 +4,19 @@
 //! assign-worker through the progress queue).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{Outgoing, QueueKind};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
+use flow_common::db::dead_letters::{self, AssignmentFailure};
 use flow_common::db::lifecycle;
 use flow_common::domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
-use flow_common::ids::{AssignmentId, FlowId, ModuleId, ScheduleId, UserId};
-use flow_common::messages::{PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand};
+use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_common::messages::{
+    AssignCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
+};
 use flow_common::report::PageCursor;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -22,7 +26,7 @@ use utoipa_axum::routes;
 use super::pagination::{Page, PageQuery};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth, RequestId};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -46,8 +50,9 @@ pub struct AssignmentView {
     pub user_id: UserId,
     /// Assignee e-mail.
     pub assignee_email: String,
-    /// pending, in_progress, completed or overdue (overdue as soon as the due date passes).
-    pub status: AssignmentStatus,
+    /// pending, in_progress, completed or overdue (overdue as soon as the due date passes); `failed`
+    /// only for an id whose command could not be persisted.
+    pub status: AssignmentState,
     /// low, medium or high.
     pub priority: String,
     /// Notes for the assignee.
@@ -74,6 +79,16 @@ pub struct AssignmentView {
     pub total_modules: i64,
     /// The schedule that created it, if any.
     pub schedule_id: Option<ScheduleId>,
+    /// Why the assignment could not be persisted (status `failed` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure_reason: Option<String>,
+    /// When it failed (status `failed` only).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_common::domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub failed_at: Option<DateTime<Utc>>,
     /// Modules started or completed, in flow order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub module_progress: Option<Vec<ModuleProgressView>>,
@@ -87,7 +102,7 @@ impl AssignmentView {
         now: DateTime<Utc>,
     ) -> Self {
         Self {
-            status: record.status(now),
+            status: record.status(now).into(),
             assignment_id: record.id,
             flow_id: record.flow_id,
             flow_name: record.flow_name,
@@ -102,7 +117,37 @@ impl AssignmentView {
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
+            failure_reason: None,
+            failed_at: None,
             module_progress,
+        }
+    }
+}
+
+/// The status an assignment reads with: its lifecycle status, or `failed` for an id whose command
+/// could not be persisted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AssignmentState {
+    /// Not started.
+    Pending,
+    /// Started.
+    InProgress,
+    /// Every module completed.
+    Completed,
+    /// Past its due date and not completed.
+    Overdue,
+    /// Its command was dead-lettered (see `failureReason`).
+    Failed,
+}
+
+impl From<AssignmentStatus> for AssignmentState {
+    fn from(status: AssignmentStatus) -> Self {
+        match status {
+            AssignmentStatus::Pending => Self::Pending,
+            AssignmentStatus::InProgress => Self::InProgress,
+            AssignmentStatus::Completed => Self::Completed,
+            AssignmentStatus::Overdue => Self::Overdue,
         }
     }
 }
@@ -150,14 +195,60 @@ impl From<ModuleProgressRecord> for ModuleProgressView {
     }
 }
 
+/// An assignment id that was answered with a 200 but is not persisted yet.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentAccepted {
+    /// Identifier.
+    pub assignment_id: AssignmentId,
+    /// Always `accepted`: durably queued, to be persisted by the assign-worker.
+    #[schema(example = "accepted")]
+    pub status: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// What an assignment id of an organization stands for now.
+enum Resolution {
+    /// Persisted (or an alias of a persisted assignment).
+    Persisted(Box<AssignmentRecord>),
+    /// Its command was dead-lettered: it will not be persisted unless an operator replays it.
+    Failed(AssignmentFailure),
+    /// Handed out with a 200 and not persisted yet.
+    Accepted,
+    /// Not an id of this organization.
+    Unknown,
+}
+
+/// Resolves `id` for `org`: persisted first, then a recorded failure, then an id this service
+/// answered (minted ids carry a MAC; ids of `X-Request-ID` requests have a claimed key).
+async fn resolve(state: &AppState, org: OrgId, id: AssignmentId) -> Result<Resolution, ApiError> {
+    if let Some(record) = assignments::get(&state.db, org, id).await? {
+        return Ok(Resolution::Persisted(Box::new(record)));
+    }
+    if let Some(failure) = dead_letters::assignment_failure(&state.db, org, id).await? {
+        return Ok(Resolution::Failed(failure));
+    }
+    if state.assignment_ids.minted(org, id) || assignments::claimed(&state.db, org, id).await? {
+        return Ok(Resolution::Accepted);
+    }
+    Ok(Resolution::Unknown)
+}
+
 /// Get an assignment.
+///
+/// An id answered by assign is never unknown: until the assign-worker persists it the answer is
+/// 202 with `Retry-After`; if its command could not be persisted (dead-lettered), the assignment
+/// reads with status `failed` and the reason.
 #[utoipa::path(
     get,
     path = "/v1/assignments/{id}",
     tag = "assignments",
     params(("id" = String, Path, description = "Assignment id (asg_…)")),
     responses(
-        (status = 200, description = "The assignment with module progress", body = AssignmentView),
+        (status = 200, description = "The assignment with module progress (status `failed` with `failureReason` when its command could not be persisted)", body = AssignmentView),
+        (status = 202, description = "Accepted and not persisted yet; retry after `Retry-After` seconds", body = AssignmentAccepted,
+            headers(("Retry-After" = u64, description = "Seconds to wait before reading again"))),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such assignment in this organization", body = ErrorBody),
     )
@@ -165,19 +256,71 @@ impl From<ModuleProgressRecord> for ModuleProgressView {
 pub async fn get_assignment(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
-) -> Result<Json<AssignmentView>, ApiError> {
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, ApiError> {
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
-    let record = assignments::get(&state.db, auth.org_id(), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("assignment"))?;
-    let progress = assignments::module_progress(&state.db, &[record.id]).await?;
-    let progress = progress.into_iter().map(ModuleProgressView::from).collect();
-    Ok(Json(AssignmentView::new(
-        record,
-        Some(progress),
-        Utc::now(),
-    )))
+    match resolve(&state, auth.org_id(), id).await? {
+        Resolution::Persisted(record) => {
+            let progress = assignments::module_progress(&state.db, &[record.id]).await?;
+            let progress = progress.into_iter().map(ModuleProgressView::from).collect();
+            Ok(Json(AssignmentView::new(*record, Some(progress), Utc::now())).into_response())
+        }
+        Resolution::Failed(failure) => {
+            let view = AssignmentView::failed(&state, auth.org_id(), id, failure).await?;
+            Ok(Json(view).into_response())
+        }
+        Resolution::Accepted => Ok((
+            StatusCode::ACCEPTED,
+            [(header::RETRY_AFTER, "1")],
+            Json(AssignmentAccepted {
+                assignment_id: id,
+                status: "accepted",
+                message: "the assignment is durably queued and not persisted yet; retry shortly"
+                    .into(),
+            }),
+        )
+            .into_response()),
+        Resolution::Unknown => Err(ApiError::not_found("assignment")),
+    }
+}
+
+impl AssignmentView {
+    /// The view of an id whose command was dead-lettered, from the command itself.
+    async fn failed(
+        state: &AppState,
+        org: OrgId,
+        id: AssignmentId,
+        failure: AssignmentFailure,
+    ) -> Result<Self, ApiError> {
+        let command: AssignCommand = serde_json::from_value(failure.command).map_err(|error| {
+            ApiError::Internal(anyhow::Error::new(error).context("reading a failed command"))
+        })?;
+        let total_modules = state
+            .caches
+            .flow(&state.db, org, command.flow_id)
+            .await?
+            .map_or(0, |flow| flow.module_count);
+        Ok(Self {
+            assignment_id: id,
+            flow_id: command.flow_id,
+            flow_name: command.flow_name,
+            user_id: command.user_id,
+            assignee_email: command.assignee_email,
+            status: AssignmentState::Failed,
+            priority: command.priority.as_str().to_owned(),
+            notes: command.notes,
+            due_date: command.due_at,
+            assigned_at: command.assigned_at,
+            started_at: None,
+            completed_at: None,
+            completed_modules: 0,
+            total_modules,
+            schedule_id: command.schedule_id,
+            failure_reason: Some(failure.reason),
+            failed_at: Some(failure.failed_at),
+            module_progress: Some(Vec::new()),
+        })
+    }
 }
 
 /// Filters of `GET /v1/assignments`.
@@ -211,8 +354,8 @@ pub struct AssignmentFilter {
 pub async fn list_assignments(
     State(state): State<AppState>,
     auth: Auth,
-    Query(page): Query<PageQuery>,
-    Query(filter): Query<AssignmentFilter>,
+    ApiQuery(page): ApiQuery<PageQuery>,
+    ApiQuery(filter): ApiQuery<AssignmentFilter>,
 ) -> Result<Json<Page<AssignmentView>>, ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(PageCursor::decode)?;
@@ -319,7 +462,7 @@ const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such assignment, or module not in its flow", body = ErrorBody),
-        (status = 409, description = "The assignment is already completed", body = ErrorBody),
+        (status = 409, description = "The assignment is already completed, not persisted yet (with `Retry-After`), or could not be persisted", body = ErrorBody),
         (status = 503, description = "Could not be queued durably; nothing was accepted", body = ErrorBody),
     )
 )]
@@ -327,7 +470,7 @@ pub async fn record_progress(
     State(state): State<AppState>,
     auth: Auth,
     request_id: RequestId,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<ProgressRequest>,
 ) -> Result<(StatusCode, Json<ProgressAccepted>), ApiError> {
     let now = Utc::now();
@@ -355,9 +498,17 @@ pub async fn record_progress(
         }
     };
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
-    let record = assignments::get(&state.db, auth.org_id(), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("assignment"))?;
+    let record = match resolve(&state, auth.org_id(), id).await? {
+        Resolution::Persisted(record) => *record,
+        Resolution::Failed(failure) => {
+            return Err(ApiError::Conflict(format!(
+                "the assignment could not be persisted ({}); there is nothing to record progress on",
+                failure.reason
+            )));
+        }
+        Resolution::Accepted => return Err(ApiError::NotYet),
+        Resolution::Unknown => return Err(ApiError::not_found("assignment")),
+    };
     let module_id = ModuleId::parse(module_text.trim())
         .ok_or_else(|| ApiError::NotFound("module not found in the assignment's flow".into()))?;
     if !lifecycle::module_in_flow(&state.db, record.id, module_id).await? {

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
@@ -18,7 +18,7 @@ use utoipa_axum::routes;
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::Auth;
+use crate::extract::{ApiPath, Auth};
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;
@@ -28,13 +28,13 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new().routes(routes!(get_export))
 }
 
-/// An export that is not ready yet (202), or that failed (500).
+/// An export that is not ready yet (202).
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportState {
     /// Identifier.
     pub export_id: ExportId,
-    /// pending (waiting for a worker), running, or failed.
+    /// pending (waiting for a worker) or running.
     pub status: String,
     /// Percent of the rows written so far, 0 to 100.
     pub progress: f64,
@@ -61,18 +61,6 @@ impl From<&ExportRecord> for ExportState {
     }
 }
 
-/// The body of a failed export: the error body plus the export's state.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ExportFailure {
-    /// `internal_error`.
-    pub error: &'static str,
-    /// What went wrong, and what to do.
-    pub message: String,
-    /// The export.
-    #[serde(flatten)]
-    pub export: ExportState,
-}
-
 /// Download an export.
 ///
 /// 202 with `Retry-After` and the progress while the export is generated; 200 with the file once
@@ -92,13 +80,13 @@ pub struct ExportFailure {
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such export in this organization", body = ErrorBody),
         (status = 410, description = "The export has expired", body = ErrorBody),
-        (status = 500, description = "The export failed", body = ExportFailure),
+        (status = 500, description = "The export failed; request a new export", body = ErrorBody),
     )
 )]
 pub async fn get_export(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let id = ExportId::parse(&id).ok_or_else(|| ApiError::not_found("export"))?;
     let export = exports::get(&state.db, auth.org_id(), id)
@@ -120,11 +108,16 @@ pub async fn get_export(
             Ok(response)
         }
         ExportStatus::Failed => {
-            let reason = export.error.as_deref().unwrap_or("unknown error");
-            let body = ExportFailure {
+            // `error` is worded for the caller by the report-worker; the internal detail stays in
+            // the worker's log and the row's error_detail.
+            let reason = export
+                .error
+                .as_deref()
+                .unwrap_or("the export could not be generated");
+            let body = ErrorBody {
                 error: "internal_error",
                 message: format!("export {id} failed: {reason}; request a new export"),
-                export: ExportState::from(&export),
+                retry_after: None,
             };
             Ok((StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response())
         }

@@ -1,10 +1,11 @@
 //! Flows: create (with ordered modules), list, get.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
+use flow_common::domain::TextRule;
 use flow_common::duration::humanize_minutes;
 use flow_common::ids::{FlowId, ModuleId};
 use serde::{Deserialize, Serialize};
@@ -14,7 +15,7 @@ use utoipa_axum::routes;
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 
 /// Most modules in a flow.
@@ -31,13 +32,14 @@ pub fn router() -> OpenApiRouter<AppState> {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateFlowRequest {
-    /// Name.
-    #[schema(required = true, value_type = String, example = "Security Basics")]
+    /// Name: one line, at most 200 characters.
+    #[schema(required = true, value_type = String, max_length = 200, example = "Security Basics")]
     pub name: Option<String>,
-    /// Description.
+    /// Description: at most 2,000 characters.
+    #[schema(max_length = 2000)]
     pub description: Option<String>,
-    /// Ordered modules (at least one).
-    #[schema(required = true, value_type = Vec<ModuleInput>)]
+    /// Ordered modules (1 to 500).
+    #[schema(required = true, value_type = Vec<ModuleInput>, min_items = 1, max_items = 500)]
     pub modules: Option<Vec<ModuleInput>>,
 }
 
@@ -45,11 +47,11 @@ pub struct CreateFlowRequest {
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ModuleInput {
-    /// Name.
-    #[schema(required = true, value_type = String, example = "Phishing")]
+    /// Name: one line, at most 200 characters.
+    #[schema(required = true, value_type = String, max_length = 200, example = "Phishing")]
     pub name: Option<String>,
-    /// Estimated time to complete, in minutes (default 0).
-    #[schema(example = 30)]
+    /// Estimated time to complete, in minutes, 0 to 100,000 (default 0).
+    #[schema(example = 30, minimum = 0, maximum = 100000)]
     pub estimated_minutes: Option<i32>,
 }
 
@@ -148,15 +150,15 @@ pub async fn create_flow(
     auth: Auth,
     ApiJson(request): ApiJson<CreateFlowRequest>,
 ) -> Result<(StatusCode, Json<FlowView>), ApiError> {
-    let name = request.name.unwrap_or_default().trim().to_owned();
+    let name = TextRule::NAME.parse("name", request.name.as_deref().unwrap_or(""))?;
     if name.is_empty() {
         return Err(ApiError::InvalidRequest("name is required".into()));
     }
-    if name.chars().count() > 200 {
-        return Err(ApiError::InvalidRequest(
-            "name must be at most 200 characters".into(),
-        ));
-    }
+    let description = request
+        .description
+        .map(|text| TextRule::DESCRIPTION.parse("description", &text))
+        .transpose()?
+        .filter(|text| !text.is_empty());
     let modules = request.modules.unwrap_or_default();
     if modules.is_empty() || modules.len() > MAX_MODULES {
         return Err(ApiError::InvalidRequest(format!(
@@ -167,11 +169,10 @@ pub async fn create_flow(
         .into_iter()
         .enumerate()
         .map(|(index, module)| {
-            let name = module.name.unwrap_or_default().trim().to_owned();
+            let field = format!("modules[{index}].name");
+            let name = TextRule::NAME.parse(&field, module.name.as_deref().unwrap_or(""))?;
             if name.is_empty() {
-                return Err(ApiError::InvalidRequest(format!(
-                    "modules[{index}].name is required"
-                )));
+                return Err(ApiError::InvalidRequest(format!("{field} is required")));
             }
             let minutes = module.estimated_minutes.unwrap_or(0);
             if !(0..=100_000).contains(&minutes) {
@@ -189,7 +190,7 @@ pub async fn create_flow(
         &state.db,
         auth.org_id(),
         &name,
-        request.description.as_deref(),
+        description.as_deref(),
         &modules,
     )
     .await?;
@@ -210,7 +211,7 @@ pub async fn create_flow(
 pub async fn list_flows(
     State(state): State<AppState>,
     auth: Auth,
-    Query(page): Query<PageQuery>,
+    ApiQuery(page): ApiQuery<PageQuery>,
 ) -> Result<Json<Page<FlowView>>, ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(FlowId::parse)?;
@@ -238,7 +239,7 @@ pub async fn list_flows(
 pub async fn get_flow(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<FlowView>, ApiError> {
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
     let flow = flows::get(&state.db, auth.org_id(), id)

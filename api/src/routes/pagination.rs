@@ -15,6 +15,7 @@ pub const MAX_LIMIT: i64 = 1_000;
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Page size (1 to 1,000; default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
     /// The `nextCursor` of the previous page.
     pub cursor: Option<String>,

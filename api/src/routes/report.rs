@@ -80,6 +80,7 @@ pub struct ReportRequest {
     pub timezone: Option<String>,
     /// Assignments per page, 1 to 10,000 (default 1,000). Each started 1,000 counts as one report
     /// request for rate limiting.
+    #[schema(minimum = 1, maximum = 10000)]
     pub limit: Option<i64>,
     /// The `nextCursor` of the previous page.
     pub cursor: Option<String>,
@@ -230,9 +231,36 @@ pub struct ReportResponse {
     /// One row per period, first to last in range, empty periods included (when asked).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub aggregates: Option<Vec<AggregateView>>,
-    /// Where the export will be (when a format was asked).
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub export: Option<ExportResult>,
+    /// Identifier of the export (only when a format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_id: Option<ExportId>,
+    /// `{base_url}/v1/exports/<exportId>`: 202 while it is generated, then the file (only when a
+    /// format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub download_url: Option<String>,
+    /// When the download address expires, request time + 24 hours (only when a format was
+    /// asked).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `pending` at first; see `GET /v1/exports/{id}` (only when a format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_status: Option<String>,
+}
+
+impl ReportResponse {
+    /// Adds where the export will be. The fields sit beside the report's own rather than in a
+    /// nested object, as the contract shows them.
+    fn with_export(mut self, export: ExportResult) -> Self {
+        self.export_id = Some(export.export_id);
+        self.download_url = Some(export.download_url);
+        self.expires_at = Some(export.expires_at);
+        self.export_status = Some(export.export_status);
+        self
+    }
 }
 
 /// The range a report covers.
@@ -440,18 +468,15 @@ impl AggregateView {
 }
 
 /// Where an export will be downloaded.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 pub struct ExportResult {
     /// Identifier of the export.
     pub export_id: ExportId,
-    /// `{base_url}/v1/exports/<exportId>`: 202 while it is generated, then the file.
+    /// `{base_url}/v1/exports/<exportId>`.
     pub download_url: String,
-    /// When the download address expires (request time + 24 hours).
-    #[serde(serialize_with = "timestamp::serialize")]
-    #[schema(value_type = String, format = DateTime)]
+    /// When the download address expires.
     pub expires_at: DateTime<Utc>,
-    /// pending at first; see `GET /v1/exports/{id}`.
+    /// `pending` at first.
     pub export_status: String,
 }
 
@@ -494,7 +519,7 @@ pub async fn report(
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
     let parameters = input.parameters(flow.id);
-    let mut response = build(
+    let response = build(
         &state.db,
         &flow,
         &parameters,
@@ -526,7 +551,7 @@ pub async fn report(
             now,
         )
         .await?;
-        response.report.export = Some(export);
+        return Ok((rate, Json(response.report.with_export(export))));
     }
     Ok((rate, Json(response.report)))
 }
@@ -632,7 +657,10 @@ async fn build(
             assignments,
             next_cursor,
             aggregates,
-            export: None,
+            export_id: None,
+            download_url: None,
+            expires_at: None,
+            export_status: None,
         },
     })
 }

@@ -3,7 +3,7 @@
 //! path when it comes.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::{schedules, users};
@@ -18,11 +18,16 @@ use utoipa_axum::routes;
 use super::assign::{AssignInput, AssignRequest};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth};
+use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
 
 /// Largest `dueInDays`.
 pub const MAX_DUE_IN_DAYS: i32 = 3_650;
+
+/// How far in the past `scheduledAt` may be. A past time is assigned at once; further back than
+/// this it is almost certainly a mistake (a wrong year), and would only skip a long run of
+/// occurrences. The latest accepted is the end of the year 9999, like every date input.
+pub const MAX_SCHEDULED_AT_PAST: chrono::Duration = chrono::Duration::days(366);
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -42,17 +47,19 @@ pub struct ScheduleRequest {
     #[schema(required = true, value_type = String, example = "alice@example.com")]
     pub user_email: Option<String>,
     /// First occurrence: RFC 3339, or `YYYY-MM-DD` (start of that day in the organization's time
-    /// zone). A time in the past is assigned at once.
+    /// zone). A time in the past (at most one year ago) is assigned at once.
     #[schema(required = true, value_type = String, example = "2027-01-31T09:00:00Z")]
     pub scheduled_at: Option<String>,
     /// none (default), daily, weekly, monthly, quarterly or yearly.
     #[schema(example = "monthly")]
     pub recurrence: Option<String>,
     /// Each assignment is due this many days after its occurrence (1 to 3,650).
+    #[schema(minimum = 1, maximum = 3650)]
     pub due_in_days: Option<i32>,
     /// low, medium (default) or high.
     pub priority: Option<String>,
-    /// Notes of each assignment, at most 2,000 characters.
+    /// Notes of each assignment, at most 2,000 characters (line breaks allowed).
+    #[schema(max_length = 2000)]
     pub notes: Option<String>,
 }
 
@@ -159,6 +166,11 @@ pub async fn create_schedule(
         auth.zone,
         DayBound::Start,
     )?;
+    if scheduled_at < Utc::now() - MAX_SCHEDULED_AT_PAST {
+        return Err(ApiError::InvalidRequest(
+            "scheduledAt must not be more than one year in the past".into(),
+        ));
+    }
     let recurrence = match request.recurrence.as_deref() {
         None => Recurrence::None,
         Some(text) => Recurrence::parse_field("recurrence", text)?,
@@ -214,7 +226,7 @@ pub async fn create_schedule(
 pub async fn get_schedule(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     let record = schedules::get(&state.db, auth.org_id(), id)
@@ -238,7 +250,7 @@ pub async fn get_schedule(
 pub async fn delete_schedule(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     if schedules::delete(&state.db, auth.org_id(), id).await? {

@@ -1,11 +1,11 @@
 //! Users of an organization (assignees): upsert by e-mail, singly or in bulk, and list.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::users::{self, NewUser, User};
-use flow_common::domain::Email;
+use flow_common::domain::{Email, TextRule};
 use flow_common::ids::UserId;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth};
+use crate::extract::{ApiJson, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 
 /// Most users in one bulk upsert.
@@ -34,26 +34,23 @@ pub struct UserInput {
     /// E-mail address (unique in the organization, case-insensitive).
     #[schema(required = true, value_type = String, example = "alice@example.com")]
     pub email: Option<String>,
-    /// Display name.
+    /// Display name: one line, at most 200 characters.
+    #[schema(max_length = 200)]
     pub name: Option<String>,
 }
 
 impl UserInput {
-    fn parse(self, field: &str) -> Result<NewUser, ApiError> {
-        let email = Email::parse(field, self.email.as_deref().unwrap_or(""))?;
-        if self
+    /// Validates a user; `prefix` names where it sits in the request (`users[3].` in a bulk).
+    fn parse(self, prefix: &str) -> Result<NewUser, ApiError> {
+        let email = Email::parse(
+            &format!("{prefix}email"),
+            self.email.as_deref().unwrap_or(""),
+        )?;
+        let name = self
             .name
-            .as_ref()
-            .is_some_and(|name| name.chars().count() > 200)
-        {
-            return Err(ApiError::InvalidRequest(
-                "name must be at most 200 characters".into(),
-            ));
-        }
-        Ok(NewUser {
-            email,
-            name: self.name,
-        })
+            .map(|name| TextRule::NAME.parse(&format!("{prefix}name"), &name))
+            .transpose()?;
+        Ok(NewUser { email, name })
     }
 }
 
@@ -102,7 +99,7 @@ pub async fn upsert_user(
     auth: Auth,
     ApiJson(input): ApiJson<UserInput>,
 ) -> Result<(StatusCode, Json<UserView>), ApiError> {
-    let user = input.parse("email")?;
+    let user = input.parse("")?;
     let mut rows = users::upsert(&state.db, auth.org_id(), &[user]).await?;
     let user = rows
         .pop()
@@ -120,6 +117,7 @@ pub async fn upsert_user(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct BulkUsersRequest {
     /// Up to 1,000 users.
+    #[schema(min_items = 1, max_items = 1000)]
     pub users: Vec<UserInput>,
 }
 
@@ -161,7 +159,7 @@ pub async fn upsert_users(
         .users
         .into_iter()
         .enumerate()
-        .map(|(index, user)| user.parse(&format!("users[{index}].email")))
+        .map(|(index, user)| user.parse(&format!("users[{index}].")))
         .collect::<Result<Vec<_>, _>>()?;
     let rows = users::upsert(&state.db, auth.org_id(), &users).await?;
     let created = rows.iter().filter(|user| user.created).count();
@@ -195,8 +193,8 @@ pub struct UserFilter {
 pub async fn list_users(
     State(state): State<AppState>,
     auth: Auth,
-    Query(page): Query<PageQuery>,
-    Query(filter): Query<UserFilter>,
+    ApiQuery(page): ApiQuery<PageQuery>,
+    ApiQuery(filter): ApiQuery<UserFilter>,
 ) -> Result<Json<Page<UserView>>, ApiError> {
     if let Some(email) = filter.email {
         let email = Email::parse("email", &email)?;

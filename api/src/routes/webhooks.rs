@@ -5,10 +5,12 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_common::db::audit::{self, Actor};
 use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, RetryRefusal};
+use flow_common::domain::TextRule;
 use flow_common::events::{EventType, TEST_EVENT_TYPE, event_body};
 use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_common::report::{decode_keyset, encode_keyset};
@@ -22,7 +24,8 @@ use utoipa_axum::routes;
 use super::pagination::{Page, PageQuery};
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use crate::ratelimit::{Operation, RateInfo};
 
 /// How long a rotated-out secret keeps signing beside the new one.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
@@ -53,6 +56,7 @@ pub struct CreateEndpointRequest {
     /// flow.overdue.
     pub events: Option<Vec<String>>,
     /// Free text, at most 500 characters.
+    #[schema(max_length = 500)]
     pub description: Option<String>,
 }
 
@@ -64,7 +68,8 @@ pub struct UpdateEndpointRequest {
     pub url: Option<String>,
     /// New event filter (an empty list means all).
     pub events: Option<Vec<String>>,
-    /// New description (an empty string clears it).
+    /// New description, at most 500 characters (an empty string clears it).
+    #[schema(max_length = 500)]
     pub description: Option<String>,
     /// Enable or disable; enabling clears the reason it was disabled.
     pub enabled: Option<bool>,
@@ -155,14 +160,13 @@ fn parse_events(events: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiE
 }
 
 fn parse_description(description: Option<String>) -> Result<Option<String>, ApiError> {
-    match description {
-        Some(text) if text.chars().count() > MAX_DESCRIPTION_CHARS => {
-            Err(ApiError::InvalidRequest(format!(
-                "description must be at most {MAX_DESCRIPTION_CHARS} characters"
-            )))
-        }
-        other => Ok(other),
-    }
+    let rule = TextRule {
+        max_chars: MAX_DESCRIPTION_CHARS,
+        multiline: true,
+    };
+    Ok(description
+        .map(|text| rule.parse("description", &text))
+        .transpose()?)
 }
 
 async fn parse_url(state: &AppState, text: &str) -> Result<String, ApiError> {
@@ -208,7 +212,7 @@ pub async fn create_endpoint(
         .filter(|url| !url.trim().is_empty())
         .ok_or_else(|| ApiError::InvalidRequest("url is required".into()))?;
     let events = parse_events(request.events)?.unwrap_or_default();
-    let description = parse_description(request.description)?;
+    let description = parse_description(request.description)?.filter(|text| !text.is_empty());
     let url = parse_url(&state, &url_text).await?;
     let secret = generate_secret();
     let stored = seal(&state, &secret)?;
@@ -230,6 +234,15 @@ pub async fn create_endpoint(
             webhooks::MAX_ENDPOINTS_PER_ORG
         ))
     })?;
+    audit::record(
+        &mut *transaction,
+        auth.org_id(),
+        Actor::ApiKey(auth.key_id),
+        "webhook.created",
+        &endpoint.id.to_string(),
+        &endpoint.url,
+    )
+    .await?;
     transaction.commit().await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
     Ok((
@@ -255,7 +268,7 @@ pub async fn create_endpoint(
 pub async fn list_endpoints(
     State(state): State<AppState>,
     auth: Auth,
-    Query(page): Query<PageQuery>,
+    ApiQuery(page): ApiQuery<PageQuery>,
 ) -> Result<Json<Page<EndpointView>>, ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(WebhookEndpointId::parse)?;
@@ -283,7 +296,7 @@ pub async fn list_endpoints(
 pub async fn get_endpoint(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<EndpointView>, ApiError> {
     let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
         .await?
@@ -308,7 +321,7 @@ pub async fn get_endpoint(
 pub async fn update_endpoint(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<UpdateEndpointRequest>,
 ) -> Result<Json<EndpointView>, ApiError> {
     let events = parse_events(request.events)?;
@@ -327,6 +340,15 @@ pub async fn update_endpoint(
     let endpoint = webhooks::update(&state.db, auth.org_id(), endpoint_id(&id)?, &changes)
         .await?
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    audit::record(
+        &state.db,
+        auth.org_id(),
+        Actor::ApiKey(auth.key_id),
+        "webhook.updated",
+        &endpoint.id.to_string(),
+        &endpoint.url,
+    )
+    .await?;
     Ok(Json(endpoint.into()))
 }
 
@@ -345,9 +367,18 @@ pub async fn update_endpoint(
 pub async fn delete_endpoint(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
     if webhooks::delete(&state.db, auth.org_id(), endpoint_id(&id)?).await? {
+        audit::record(
+            &state.db,
+            auth.org_id(),
+            Actor::ApiKey(auth.key_id),
+            "webhook.deleted",
+            &id,
+            "",
+        )
+        .await?;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(ApiError::not_found("webhook endpoint"))
@@ -372,7 +403,7 @@ pub async fn delete_endpoint(
 pub async fn rotate_secret(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<EndpointWithSecret>, ApiError> {
     let secret = generate_secret();
     let endpoint = webhooks::rotate_secret(
@@ -384,6 +415,15 @@ pub async fn rotate_secret(
     )
     .await?
     .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    audit::record(
+        &state.db,
+        auth.org_id(),
+        Actor::ApiKey(auth.key_id),
+        "webhook.secret_rotated",
+        &endpoint.id.to_string(),
+        &endpoint.url,
+    )
+    .await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
     Ok(Json(EndpointWithSecret {
         endpoint: endpoint.into(),
@@ -403,6 +443,9 @@ pub struct TestQueued {
 
 /// Send a `webhook.test` event to the endpoint (even when it is disabled, so it can be checked
 /// before it is enabled again).
+///
+/// Test pings and manual retries share a per-organization limit (60 a minute, 600 for enterprise
+/// organizations).
 #[utoipa::path(
     post,
     path = "/v1/webhooks/{id}/test",
@@ -412,13 +455,18 @@ pub struct TestQueued {
         (status = 202, description = "Queued for delivery", body = TestQueued),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
+        (status = 429, description = "Too many test pings and retries", body = ErrorBody),
     )
 )]
 pub async fn send_test(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<TestQueued>), ApiError> {
+    ApiPath(id): ApiPath<String>,
+) -> Result<(StatusCode, RateInfo, Json<TestQueued>), ApiError> {
+    let rate = state
+        .limiter
+        .check(&auth, Operation::WebhookSend, 1)
+        .await?;
     let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
         .await?
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
@@ -439,6 +487,7 @@ pub async fn send_test(
     transaction.commit().await?;
     Ok((
         StatusCode::ACCEPTED,
+        rate,
         Json(TestQueued {
             delivery_id,
             event_id,
@@ -551,9 +600,9 @@ const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivering", "succeeded", "fai
 pub async fn list_deliveries(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
-    Query(page): Query<PageQuery>,
-    Query(filter): Query<DeliveryFilter>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(page): ApiQuery<PageQuery>,
+    ApiQuery(filter): ApiQuery<DeliveryFilter>,
 ) -> Result<Json<Page<DeliveryView>>, ApiError> {
     let limit = page.limit()?;
     let before = page.cursor(decode_keyset)?;
@@ -607,7 +656,9 @@ fn attempt_view(attempt: webhooks::AttemptRecord) -> AttemptView {
 /// Retry a delivery now.
 ///
 /// A failed delivery gets one more attempt; a pending one is brought forward. The event keeps
-/// its id, so the receiver can recognise it.
+/// its id, so the receiver can recognise it. A delivery that succeeded stays as it is. Manual
+/// retries and test pings share a per-organization limit (60 a minute, 600 for enterprise
+/// organizations).
 #[utoipa::path(
     post,
     path = "/v1/webhooks/deliveries/{id}/retry",
@@ -617,14 +668,19 @@ fn attempt_view(attempt: webhooks::AttemptRecord) -> AttemptView {
         (status = 202, description = "Queued for an attempt", body = DeliveryView),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such delivery in this organization", body = ErrorBody),
-        (status = 409, description = "An attempt is under way", body = ErrorBody),
+        (status = 409, description = "An attempt is under way, or the delivery succeeded already", body = ErrorBody),
+        (status = 429, description = "Too many test pings and retries", body = ErrorBody),
     )
 )]
 pub async fn retry_delivery(
     State(state): State<AppState>,
     auth: Auth,
-    Path(id): Path<String>,
-) -> Result<(StatusCode, Json<DeliveryView>), ApiError> {
+    ApiPath(id): ApiPath<String>,
+) -> Result<(StatusCode, RateInfo, Json<DeliveryView>), ApiError> {
+    let rate = state
+        .limiter
+        .check(&auth, Operation::WebhookSend, 1)
+        .await?;
     let id = DeliveryId::parse(&id).ok_or_else(|| ApiError::not_found("delivery"))?;
     let mut transaction = state.db.begin().await?;
     let record = match webhooks::retry(&mut transaction, auth.org_id(), id).await? {
@@ -635,11 +691,17 @@ pub async fn retry_delivery(
                 "an attempt of this delivery is under way; retry when it has finished".into(),
             ));
         }
+        Err(RetryRefusal::Succeeded) => {
+            return Err(ApiError::Conflict(
+                "this delivery succeeded already; it is not sent again".into(),
+            ));
+        }
     };
     transaction.commit().await?;
     let attempts = webhooks::attempts(&state.db, &[record.id]).await?;
     Ok((
         StatusCode::ACCEPTED,
+        rate,
         Json(DeliveryView::new(
             record,
             attempts.into_iter().map(attempt_view).collect(),

@@ -2,7 +2,10 @@
 
 pub mod assign;
 pub mod broker;
+pub mod plain;
+pub mod receiver;
 pub mod report;
+pub mod system;
 pub mod webhooks;
 
 use clap::Subcommand;
@@ -19,6 +22,9 @@ pub enum BenchCommand {
     Report(report::ReportBenchArgs),
     /// Deliver lifecycle events to local webhook endpoints: deliveries/s and commit-to-delivery latency.
     Webhooks(webhooks::WebhookBenchArgs),
+    /// The plain synchronous handler `bench assign` measures as its baseline (run by it).
+    #[command(hide = true)]
+    PlainServer(plain::PlainServerArgs),
 }
 
 /// `flowctl bench ...`.
@@ -28,5 +34,6 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Broker(args) => broker::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
+        BenchCommand::PlainServer(args) => plain::run(core, args).await,
     }
 }

@@ -9,25 +9,19 @@
 //! the whole outbox of the database: run it against a database no other relay is serving.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::routing::post;
 use chrono::{DateTime, Utc};
 use clap::Args;
 use flow_common::amqp::{QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{orgs, outbox, webhooks};
+
+use super::receiver::{Receiver, ReceiverLog, create_endpoints};
 use flow_common::domain::format_timestamp;
 use flow_common::events::{EventType, NewEvent, event_body};
 use flow_common::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
-use flow_common::webhook::SecretVault;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use sqlx::PgPool;
@@ -88,97 +82,6 @@ pub async fn run(core: &CoreConfig, args: WebhookBenchArgs) -> anyhow::Result<()
         drop(connection.close(200, "done".into()).await);
     }
     result
-}
-
-/// One delivery as the receiver saw it (the first arrival of each endpoint and event).
-struct Arrival {
-    event_id: String,
-    event_at: DateTime<Utc>,
-    arrived_at: DateTime<Utc>,
-    arrived: Instant,
-}
-
-/// What the receiver has recorded so far.
-#[derive(Default)]
-struct ReceiverLog {
-    arrivals: Vec<Arrival>,
-    seen: HashSet<(usize, String)>,
-    per_endpoint: Vec<u64>,
-    duplicates: u64,
-    signature_failures: u64,
-    malformed: u64,
-    unknown_endpoint: u64,
-}
-
-/// The in-process webhook receiver: the endpoints' secrets and the log of arrivals.
-struct Receiver {
-    secrets: Vec<String>,
-    log: Mutex<ReceiverLog>,
-}
-
-impl Receiver {
-    fn lock(&self) -> std::sync::MutexGuard<'_, ReceiverLog> {
-        self.log
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn unique(&self) -> usize {
-        self.lock().seen.len()
-    }
-}
-
-/// `POST /hook/{index}`: verifies the signature, records the arrival, answers 204 at once.
-async fn receive(
-    State(receiver): State<Arc<Receiver>>,
-    Path(index): Path<usize>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> StatusCode {
-    let arrived_at = Utc::now();
-    let arrived = Instant::now();
-    let Some(secret) = receiver.secrets.get(index) else {
-        receiver.lock().unknown_endpoint += 1;
-        return StatusCode::NOT_FOUND;
-    };
-    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
-    let message_id = header("webhook-id").unwrap_or_default().to_owned();
-    let signed = match (
-        header("webhook-signature"),
-        header("webhook-timestamp").and_then(|text| text.parse::<i64>().ok()),
-    ) {
-        (Some(signature), Some(timestamp)) => {
-            flow_common::webhook::verify(secret, signature, &message_id, timestamp, &body)
-        }
-        _ => false,
-    };
-    #[derive(serde::Deserialize)]
-    struct Event {
-        timestamp: DateTime<Utc>,
-    }
-    let event_at = serde_json::from_slice::<Event>(&body)
-        .ok()
-        .map(|event| event.timestamp);
-    let mut log = receiver.lock();
-    if !signed {
-        log.signature_failures += 1;
-    }
-    let Some(event_at) = event_at else {
-        log.malformed += 1;
-        return StatusCode::NO_CONTENT;
-    };
-    if !log.seen.insert((index, message_id.clone())) {
-        log.duplicates += 1;
-        return StatusCode::NO_CONTENT;
-    }
-    log.per_endpoint[index] += 1;
-    log.arrivals.push(Arrival {
-        event_id: message_id,
-        event_at,
-        arrived_at,
-        arrived,
-    });
-    StatusCode::NO_CONTENT
 }
 
 /// What the load generator did.
@@ -333,44 +236,6 @@ async fn generate(
 
 /// Creates the benchmark organization and its endpoints, pointing at the receiver; secrets are
 /// stored as the API stores them (sealed when `WEBHOOK_SECRET_KEY` is set).
-async fn create_endpoints(
-    pool: &PgPool,
-    secrets: &[String],
-    vault: &SecretVault,
-    receiver: SocketAddr,
-) -> anyhow::Result<(OrgId, Vec<WebhookEndpointId>)> {
-    let org = orgs::create(
-        pool,
-        &orgs::NewOrganization {
-            name: "Webhook benchmark".into(),
-            tier: orgs::Tier::Enterprise,
-            timezone: chrono_tz::Tz::UTC,
-            assign_limit_per_minute: None,
-            report_limit_per_minute: None,
-        },
-    )
-    .await?;
-    let mut endpoints = Vec::with_capacity(secrets.len());
-    for (index, secret) in secrets.iter().enumerate() {
-        let mut transaction = pool.begin().await?;
-        let endpoint = webhooks::create(
-            &mut transaction,
-            org.id,
-            &webhooks::NewEndpoint {
-                url: format!("http://{receiver}/hook/{index}"),
-                description: Some(format!("Benchmark receiver {index}")),
-                events: Vec::new(),
-                secret: vault.seal(secret).map_err(anyhow::Error::msg)?,
-            },
-        )
-        .await?
-        .context("the organization has too many endpoints")?;
-        transaction.commit().await?;
-        endpoints.push(endpoint.id);
-    }
-    Ok((org.id, endpoints))
-}
-
 /// Waits until the webhook-worker consumes its queue, so the warm-up does not start against an
 /// absent consumer.
 async fn wait_for_consumer(core: &CoreConfig) -> anyhow::Result<()> {
@@ -547,26 +412,8 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     let secrets: Vec<String> = (0..args.endpoints)
         .map(|_| flow_common::webhook::generate_secret())
         .collect();
-    let receiver = Arc::new(Receiver {
-        secrets: secrets.clone(),
-        log: Mutex::new(ReceiverLog {
-            per_endpoint: vec![0; args.endpoints],
-            ..ReceiverLog::default()
-        }),
-    });
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", args.port))
-        .await
-        .with_context(|| format!("binding the receiver to 127.0.0.1:{}", args.port))?;
-    let address = listener.local_addr()?;
-    let receiver_stop = CancellationToken::new();
-    let router = Router::new()
-        .route("/hook/{index}", post(receive))
-        .with_state(receiver.clone());
-    let server = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(receiver_stop.clone().cancelled_owned())
-            .into_future(),
-    );
+    let receiver = Receiver::new(secrets.clone());
+    let (address, receiver_stop, server) = receiver.serve(args.port).await?;
 
     let mut relay: flow_workers::relay::RelayConfig = flow_common::config::from_env();
     relay.core = core.clone();
@@ -584,7 +431,22 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
         core.queue_prefix
     );
     vacuum(core).await?;
-    let (org_id, endpoints) = create_endpoints(&pool, &secrets, &webhook.secrets, address).await?;
+    let org_id = orgs::create(
+        &pool,
+        &orgs::NewOrganization {
+            name: "Webhook benchmark".into(),
+            tier: orgs::Tier::Enterprise,
+            timezone: chrono_tz::Tz::UTC,
+            assign_limit_per_minute: None,
+            report_limit_per_minute: None,
+        },
+    )
+    .await?
+    .id;
+    let endpoints = create_endpoints(&pool, &secrets, &webhook.secrets, address, org_id, |_| {
+        Vec::new()
+    })
+    .await?;
 
     let workers_stop = CancellationToken::new();
     tracing::info!(
@@ -846,7 +708,7 @@ async fn report(
         "  attempt duration (HTTP, in ms) {}",
         percentiles(&stages.attempt)
     );
-    if let Some((rss, peak)) = super::assign::memory_mib(std::process::id()) {
+    if let Some((rss, peak)) = super::system::memory_mib(std::process::id()) {
         println!(
             "memory:          {rss:.0} MiB resident now, peak {peak:.0} MiB (the whole bench process: load generator, relay, webhook-worker and receiver)"
         );

@@ -32,6 +32,11 @@ pub enum ApplyError {
     /// Commands whose flow or user does not exist in their organization: they can never apply.
     #[error("the flow or user of {0:?} does not exist in the organization")]
     Orphans(Vec<AssignmentId>),
+    /// Commands whose id is already taken by an assignment of another flow, assignee or
+    /// organization (an id collision or a forged command): applying them would silently merge two
+    /// different requests, so they fail visibly instead.
+    #[error("the id of {0:?} already belongs to another assignment")]
+    Collisions(Vec<AssignmentId>),
     /// Concurrent changes kept some commands from settling; trying again later will.
     #[error("{0} assign commands did not settle against concurrent changes")]
     Unsettled(usize),
@@ -42,7 +47,7 @@ impl ApplyError {
     pub fn is_transient(&self) -> bool {
         match self {
             Self::Database(error) => super::is_transient(error),
-            Self::Orphans(_) => false,
+            Self::Orphans(_) | Self::Collisions(_) => false,
             Self::Unsettled(_) => true,
         }
     }
@@ -50,15 +55,25 @@ impl ApplyError {
 
 /// Applies assign commands inside `transaction`: inserts new assignments and their outbox events,
 /// and records every other handed-out id as an alias of the assignment it resolved to. Idempotent:
-/// applying the same commands again changes nothing.
+/// applying the same commands again changes nothing, and a command repeated within the batch (a
+/// retried request, a scheduler retry) is applied once.
 pub async fn apply_batch(
     connection: &mut PgConnection,
     commands: &[AssignCommand],
 ) -> Result<BatchOutcome, ApplyError> {
     let mut outcome = BatchOutcome::default();
+    let mut seen = HashSet::with_capacity(commands.len());
+    let mut unique = Vec::with_capacity(commands.len());
+    for command in commands {
+        if seen.insert(command.assignment_id) {
+            unique.push(command);
+        } else {
+            outcome.already_applied += 1;
+        }
+    }
     // Alias-only commands: the API answered with an existing assignment.
-    let (alias_only, creating): (Vec<&AssignCommand>, Vec<&AssignCommand>) = commands
-        .iter()
+    let (alias_only, creating): (Vec<&AssignCommand>, Vec<&AssignCommand>) = unique
+        .into_iter()
         .partition(|command| command.existing_assignment_id.is_some());
     if !alias_only.is_empty() {
         outcome.aliased += record_explicit_aliases(&mut *connection, &alias_only).await?;
@@ -79,6 +94,9 @@ pub async fn apply_batch(
         let settled = alias_to_active(&mut *connection, &pending).await?;
         if !settled.orphans.is_empty() {
             return Err(ApplyError::Orphans(settled.orphans));
+        }
+        if !settled.collisions.is_empty() {
+            return Err(ApplyError::Collisions(settled.collisions));
         }
         outcome.aliased += settled.aliased;
         outcome.already_applied += settled.applied;
@@ -109,7 +127,10 @@ async fn insert_new(
     let assigned: Vec<DateTime<Utc>> = commands.iter().map(|c| c.assigned_at).collect();
     let request_ids: Vec<Option<&str>> = commands.iter().map(|c| c.request_id.as_deref()).collect();
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
-    let event_ids: Vec<EventId> = commands.iter().map(|_| EventId::new()).collect();
+    let event_ids: Vec<EventId> = commands
+        .iter()
+        .map(|command| EventId::for_transition(command.assignment_id, EventType::Assigned.as_str()))
+        .collect();
     let payloads: Vec<serde_json::Value> = commands
         .iter()
         .zip(&event_ids)
@@ -141,6 +162,7 @@ async fn insert_new(
             INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload)
             SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload
             FROM input i JOIN inserted USING (id)
+            ON CONFLICT (event_id) DO NOTHING
          ), current_schedules AS (
             UPDATE schedules s SET current_assignment_id = i.id
             FROM input i JOIN inserted USING (id)
@@ -172,10 +194,12 @@ struct Settled {
     applied: u64,
     unresolved: HashSet<AssignmentId>,
     orphans: Vec<AssignmentId>,
+    collisions: Vec<AssignmentId>,
 }
 
-/// For commands that were not inserted: already applied ones are left alone; those whose flow or
-/// user is missing are orphans; the others are recorded as aliases of the active assignment of
+/// For commands that were not inserted: already applied ones are left alone; those whose id is
+/// taken by an assignment of another flow or assignee are collisions; those whose flow or user is
+/// missing are orphans; the others are recorded as aliases of the active assignment of
 /// the same flow and user, or stay unresolved (a concurrent change; another round settles them).
 async fn alias_to_active(
     connection: &mut PgConnection,
@@ -196,8 +220,15 @@ async fn alias_to_active(
                 AS t(id, org_id, flow_id, user_id)
          ), classified AS (
             SELECT i.*,
+                   EXISTS (SELECT 1 FROM assignments a
+                           WHERE a.id = i.id AND a.org_id = i.org_id
+                             AND a.flow_id = i.flow_id AND a.user_id = i.user_id)
+                   OR EXISTS (SELECT 1 FROM assignment_aliases x
+                              JOIN assignments a ON a.id = x.assignment_id
+                              WHERE x.alias_id = i.id AND x.org_id = i.org_id
+                                AND a.flow_id = i.flow_id AND a.user_id = i.user_id) AS applied,
                    EXISTS (SELECT 1 FROM assignments a WHERE a.id = i.id)
-                   OR EXISTS (SELECT 1 FROM assignment_aliases x WHERE x.alias_id = i.id) AS applied,
+                   OR EXISTS (SELECT 1 FROM assignment_aliases x WHERE x.alias_id = i.id) AS taken,
                    NOT EXISTS (SELECT 1 FROM flows f WHERE f.id = i.flow_id AND f.org_id = i.org_id)
                    OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = i.user_id AND u.org_id = i.org_id)
                        AS orphan,
@@ -209,12 +240,13 @@ async fn alias_to_active(
          ), aliased AS (
             INSERT INTO assignment_aliases (alias_id, assignment_id, org_id, returned_id)
             SELECT id, active_id, org_id, id FROM classified
-            WHERE NOT applied AND NOT orphan AND active_id IS NOT NULL
+            WHERE NOT taken AND NOT orphan AND active_id IS NOT NULL
             ON CONFLICT (alias_id) DO NOTHING
             RETURNING alias_id
          )
          SELECT c.id,
                 CASE WHEN c.applied THEN 'applied'
+                     WHEN c.taken THEN 'collision'
                      WHEN c.orphan THEN 'orphan'
                      WHEN c.active_id IS NOT NULL THEN 'aliased'
                      ELSE 'unresolved' END AS state
@@ -232,6 +264,7 @@ async fn alias_to_active(
             "applied" => settled.applied += 1,
             "aliased" => settled.aliased += 1,
             "orphan" => settled.orphans.push(row.id),
+            "collision" => settled.collisions.push(row.id),
             _ => {
                 settled.unresolved.insert(row.id);
             }
@@ -288,6 +321,17 @@ fn assigned_event(command: &AssignCommand, event_id: EventId) -> serde_json::Val
     )
 }
 
+/// The idempotency key of a request with an `X-Request-ID`, as the API claims it.
+#[derive(Debug, Clone)]
+pub struct RequestKey {
+    /// The assignment id derived from the organization and the `X-Request-ID`.
+    pub assignment_id: AssignmentId,
+    /// SHA-256 of the validated request; a different request under the same key is a conflict.
+    pub fingerprint: [u8; 32],
+    /// The time to answer with when this request is the first with its key.
+    pub assigned_at: DateTime<Utc>,
+}
+
 /// One item of the API's pre-publish lookup.
 #[derive(Debug, Clone)]
 pub struct LookupKey {
@@ -297,8 +341,8 @@ pub struct LookupKey {
     pub flow_id: FlowId,
     /// Normalized e-mail of the assignee.
     pub email_normalized: String,
-    /// Id derived from the caller's `X-Request-ID`, if any.
-    pub request_assignment_id: Option<AssignmentId>,
+    /// The request's idempotency key, when it has an `X-Request-ID`.
+    pub request: Option<RequestKey>,
 }
 
 /// An assignment that already answers a request.
@@ -316,28 +360,75 @@ pub struct ExistingAssignment {
     pub assigned_at: DateTime<Utc>,
 }
 
+/// The claim of an idempotency key, as first written by whichever request came first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestClaim {
+    /// Fingerprint of the request that claimed the key.
+    pub fingerprint: Vec<u8>,
+    /// The id every request with this key is answered with.
+    pub answer_id: AssignmentId,
+    /// The `assignedAt` every request with this key is answered with.
+    pub assigned_at: DateTime<Utc>,
+}
+
 /// What the lookup found for one key.
 #[derive(Debug, Clone, Default)]
 pub struct LookupResult {
     /// The assignee, when the e-mail exists in the organization: (id, e-mail as stored).
     pub user: Option<(UserId, String)>,
-    /// An earlier request with the same `X-Request-ID`, resolved.
+    /// An earlier request with the same `X-Request-ID`, persisted and resolved.
     pub by_request: Option<ExistingAssignment>,
+    /// The claim of the request's idempotency key (present when the request has one and the
+    /// assignee exists): this request's own claim when it came first, else the first one's.
+    pub claim: Option<RequestClaim>,
     /// The assignee's active assignment of this flow.
     pub active: Option<ExistingAssignment>,
 }
 
-/// Resolves many assign requests in one round trip: the user by e-mail, an earlier request with
-/// the same id, and an active assignment of the same flow. Results are in input order.
+/// Resolves many assign requests in one round trip: the user by e-mail, an earlier persisted
+/// request with the same id, an active assignment of the same flow, and — for requests with an
+/// `X-Request-ID` — claims the idempotency key or reads the claim that holds it (on any replica,
+/// whichever request's statement commits first wins). Results are in input order.
 pub async fn lookup<'e>(
     executor: impl PgExecutor<'e>,
     keys: &[LookupKey],
 ) -> Result<Vec<LookupResult>, sqlx::Error> {
+    // One statement may claim a key only once: a key repeated in the batch is sent once and its
+    // later occurrences copy the first one's answer.
+    let mut first_with_key: std::collections::HashMap<AssignmentId, usize> =
+        std::collections::HashMap::new();
+    let mut copies: Vec<(usize, usize)> = Vec::new();
+    let mut requests: Vec<Option<&RequestKey>> = Vec::with_capacity(keys.len());
+    for (index, key) in keys.iter().enumerate() {
+        match &key.request {
+            Some(request) => match first_with_key.entry(request.assignment_id) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    copies.push((index, *first.get()));
+                    requests.push(None);
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(index);
+                    requests.push(Some(request));
+                }
+            },
+            None => requests.push(None),
+        }
+    }
     let orgs: Vec<OrgId> = keys.iter().map(|k| k.org_id).collect();
     let flows: Vec<FlowId> = keys.iter().map(|k| k.flow_id).collect();
     let emails: Vec<&str> = keys.iter().map(|k| k.email_normalized.as_str()).collect();
-    let request_ids: Vec<Option<AssignmentId>> =
-        keys.iter().map(|k| k.request_assignment_id).collect();
+    let request_ids: Vec<Option<AssignmentId>> = requests
+        .iter()
+        .map(|request| request.map(|r| r.assignment_id))
+        .collect();
+    let fingerprints: Vec<Option<&[u8]>> = requests
+        .iter()
+        .map(|request| request.map(|r| r.fingerprint.as_slice()))
+        .collect();
+    let proposed: Vec<Option<DateTime<Utc>>> = requests
+        .iter()
+        .map(|request| request.map(|r| r.assigned_at))
+        .collect();
     #[derive(FromRow)]
     struct Row {
         ord: i64,
@@ -350,47 +441,75 @@ pub async fn lookup<'e>(
         request_assigned_at: Option<DateTime<Utc>>,
         active_id: Option<AssignmentId>,
         active_assigned_at: Option<DateTime<Utc>>,
+        claim_fingerprint: Option<Vec<u8>>,
+        claim_answer_id: Option<AssignmentId>,
+        claim_assigned_at: Option<DateTime<Utc>>,
     }
     let rows: Vec<Row> = sqlx::query_as(
-        "SELECT q.ord, u.id AS user_id, u.email AS user_email,
-                r.answer_id AS request_answer_id, r.id AS request_assignment_id,
-                r.flow_id AS request_flow_id, r.user_id AS request_user_id,
-                r.assigned_at AS request_assigned_at,
-                act.id AS active_id, act.assigned_at AS active_assigned_at
-         FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[])
-              WITH ORDINALITY AS q(org_id, flow_id, email, request_id, ord)
-         LEFT JOIN users u ON u.org_id = q.org_id AND u.email_normalized = q.email
-         LEFT JOIN LATERAL (
-            SELECT a.id AS answer_id, a.id, a.flow_id, a.user_id, a.assigned_at
-            FROM assignments a WHERE a.id = q.request_id AND a.org_id = q.org_id
-            UNION ALL
-            SELECT x.returned_id, a.id, a.flow_id, a.user_id, a.assigned_at
-            FROM assignment_aliases x JOIN assignments a ON a.id = x.assignment_id
-            WHERE x.alias_id = q.request_id AND x.org_id = q.org_id
-            LIMIT 1
-         ) r ON q.request_id IS NOT NULL
-         LEFT JOIN LATERAL (
-            SELECT a.id, a.assigned_at FROM assignments a
-            WHERE a.flow_id = q.flow_id AND a.user_id = u.id
-              AND a.status IN ('pending', 'in_progress', 'overdue')
-            LIMIT 1
-         ) act ON u.id IS NOT NULL
-         ORDER BY q.ord",
+        "WITH resolved AS (
+            SELECT q.ord, q.org_id, q.request_id, q.fingerprint, q.proposed_at,
+                   u.id AS user_id, u.email AS user_email,
+                   r.answer_id AS request_answer_id, r.id AS request_assignment_id,
+                   r.flow_id AS request_flow_id, r.user_id AS request_user_id,
+                   r.assigned_at AS request_assigned_at,
+                   act.id AS active_id, act.assigned_at AS active_assigned_at
+            FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::bytea[],
+                        $6::timestamptz[])
+                 WITH ORDINALITY AS q(org_id, flow_id, email, request_id, fingerprint,
+                                      proposed_at, ord)
+            LEFT JOIN users u ON u.org_id = q.org_id AND u.email_normalized = q.email
+            LEFT JOIN LATERAL (
+               SELECT a.id AS answer_id, a.id, a.flow_id, a.user_id, a.assigned_at
+               FROM assignments a WHERE a.id = q.request_id AND a.org_id = q.org_id
+               UNION ALL
+               SELECT x.returned_id, a.id, a.flow_id, a.user_id, a.assigned_at
+               FROM assignment_aliases x JOIN assignments a ON a.id = x.assignment_id
+               WHERE x.alias_id = q.request_id AND x.org_id = q.org_id
+               LIMIT 1
+            ) r ON q.request_id IS NOT NULL
+            LEFT JOIN LATERAL (
+               SELECT a.id, a.assigned_at FROM assignments a
+               WHERE a.flow_id = q.flow_id AND a.user_id = u.id
+                 AND a.status IN ('pending', 'in_progress', 'overdue')
+               LIMIT 1
+            ) act ON u.id IS NOT NULL
+         ), claimed AS (
+            -- The first request with a key writes its fingerprint and answer; any later one
+            -- (a retry, a duplicate on another replica) takes the row lock, waits for the first
+            -- to commit and reads what it wrote.
+            INSERT INTO request_claims (assignment_id, org_id, fingerprint, answer_id, assigned_at)
+            SELECT request_id, org_id, fingerprint,
+                   COALESCE(request_answer_id, active_id, request_id),
+                   COALESCE(request_assigned_at, active_assigned_at, proposed_at)
+            FROM resolved
+            WHERE request_id IS NOT NULL AND user_id IS NOT NULL
+            ON CONFLICT (assignment_id) DO UPDATE SET org_id = request_claims.org_id
+            RETURNING assignment_id, fingerprint, answer_id, assigned_at
+         )
+         SELECT r.ord, r.user_id, r.user_email, r.request_answer_id, r.request_assignment_id,
+                r.request_flow_id, r.request_user_id, r.request_assigned_at, r.active_id,
+                r.active_assigned_at, c.fingerprint AS claim_fingerprint,
+                c.answer_id AS claim_answer_id, c.assigned_at AS claim_assigned_at
+         FROM resolved r LEFT JOIN claimed c ON c.assignment_id = r.request_id
+         ORDER BY r.ord",
     )
     .bind(&orgs)
     .bind(&flows)
     .bind(&emails)
     .bind(&request_ids)
+    .bind(&fingerprints)
+    .bind(&proposed)
     .fetch_all(executor)
     .await?;
     let mut results = vec![LookupResult::default(); keys.len()];
     for row in rows {
-        let Some(slot) = usize::try_from(row.ord - 1)
+        let Some(index) = usize::try_from(row.ord - 1)
             .ok()
-            .and_then(|i| results.get_mut(i))
+            .filter(|index| *index < keys.len())
         else {
             continue;
         };
+        let slot = &mut results[index];
         slot.user = row.user_id.zip(row.user_email);
         if let (Some(answer_id), Some(assignment_id), Some(flow_id), Some(user_id), Some(at)) = (
             row.request_answer_id,
@@ -407,16 +526,36 @@ pub async fn lookup<'e>(
                 assigned_at: at,
             });
         }
+        if let (Some(fingerprint), Some(answer_id), Some(assigned_at)) = (
+            row.claim_fingerprint,
+            row.claim_answer_id,
+            row.claim_assigned_at,
+        ) {
+            slot.claim = Some(RequestClaim {
+                fingerprint,
+                answer_id,
+                assigned_at,
+            });
+        }
         if let (Some(id), Some(at), Some((user_id, _))) =
             (row.active_id, row.active_assigned_at, slot.user.as_ref())
         {
             slot.active = Some(ExistingAssignment {
                 answer_id: id,
                 assignment_id: id,
-                flow_id: keys[usize::try_from(row.ord - 1).unwrap_or_default()].flow_id,
+                flow_id: keys[index].flow_id,
                 user_id: *user_id,
                 assigned_at: at,
             });
+        }
+    }
+    for (index, first) in copies {
+        let copied = results[first].clone();
+        // The same key may come with another e-mail or flow: only what the key decides is
+        // copied; the assignee and the active assignment are this request's own.
+        if results[index].user.is_some() {
+            results[index].by_request = copied.by_request;
+            results[index].claim = copied.claim;
         }
     }
     Ok(results)
@@ -577,5 +716,21 @@ pub async fn list<'e>(
     .bind(after.map(|(_, id)| id))
     .bind(limit)
     .fetch_all(executor)
+    .await
+}
+
+/// True when `id` is the key of an `X-Request-ID` request of `org` that was claimed (answered or
+/// being answered), whether or not its assignment is persisted yet.
+pub async fn claimed<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: AssignmentId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM request_claims WHERE assignment_id = $1 AND org_id = $2)",
+    )
+    .bind(id)
+    .bind(org_id)
+    .fetch_one(executor)
     .await
 }

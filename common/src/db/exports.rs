@@ -79,7 +79,7 @@ pub struct ExportRecord {
     pub content_type: Option<String>,
     /// File size in bytes.
     pub size_bytes: Option<i64>,
-    /// Why it failed.
+    /// Why it failed, worded for the caller.
     pub error: Option<String>,
     /// The `X-Request-ID` of the request.
     pub request_id: Option<String>,
@@ -324,20 +324,24 @@ pub async fn complete<'e>(
     Ok(result.rows_affected() == 1)
 }
 
-/// Marks the export failed with a reason for the caller, if `worker_id` still holds it.
+/// Marks the export failed, if `worker_id` still holds it: `error` is the reason worded for the
+/// caller, `detail` the internal error chain kept for operators only.
 pub async fn fail<'e>(
     executor: impl PgExecutor<'e>,
     id: ExportId,
     worker_id: &str,
     error: &str,
+    detail: Option<&str>,
 ) -> Result<bool, sqlx::Error> {
     let result = sqlx::query(
-        "UPDATE exports SET status = 'failed', error = $3, finished_at = now(), lease_until = NULL
+        "UPDATE exports SET status = 'failed', error = $3, error_detail = $4, finished_at = now(),
+                lease_until = NULL
          WHERE id = $1 AND worker_id = $2 AND status = 'running'",
     )
     .bind(id)
     .bind(worker_id)
     .bind(error)
+    .bind(detail)
     .execute(executor)
     .await?;
     Ok(result.rows_affected() == 1)

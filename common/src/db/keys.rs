@@ -1,9 +1,13 @@
 //! API keys. The secret (`fsk_…`) is shown once; only its SHA-256 and a short prefix are kept.
+//! A key stops authenticating when it is revoked or, after a roll, when its expiry passes.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgExecutor, PgPool};
 
+use super::audit::{self, Actor};
 use super::orgs::Organization;
 use crate::ids::{KeyId, OrgId};
 
@@ -27,7 +31,12 @@ pub struct ApiKey {
     pub revoked_at: Option<DateTime<Utc>>,
     /// Last time it authenticated a request (updated at most once a minute).
     pub last_used_at: Option<DateTime<Utc>>,
+    /// When it stops working (set when the key is rolled).
+    pub expires_at: Option<DateTime<Utc>>,
 }
+
+const KEY_COLUMNS: &str =
+    "id, org_id, name, prefix, created_at, revoked_at, last_used_at, expires_at";
 
 /// SHA-256 of a presented secret: what is stored and looked up.
 pub fn hash_secret(secret: &str) -> [u8; 32] {
@@ -49,10 +58,10 @@ pub async fn create<'e>(
 ) -> Result<(ApiKey, String), sqlx::Error> {
     let secret = generate_secret();
     let prefix: String = secret.chars().take(KEY_PREFIX.len() + 8).collect();
-    let key: ApiKey = sqlx::query_as(
+    let key: ApiKey = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO api_keys (id, org_id, name, key_hash, prefix) VALUES ($1, $2, $3, $4, $5)
-         RETURNING id, org_id, name, prefix, created_at, revoked_at, last_used_at",
-    )
+         RETURNING {KEY_COLUMNS}"
+    )))
     .bind(KeyId::new())
     .bind(org_id)
     .bind(name)
@@ -63,19 +72,73 @@ pub async fn create<'e>(
     Ok((key, secret))
 }
 
-/// Revokes a key by id; API replicas drop cached keys at once. Returns whether a key was revoked.
-pub async fn revoke(pool: &PgPool, id: KeyId) -> Result<bool, sqlx::Error> {
+/// Revokes a key by id (only within `org_id` when given), records who did it, and makes API
+/// replicas drop cached keys at once. Returns whether a key was revoked.
+pub async fn revoke(
+    pool: &PgPool,
+    org_id: Option<OrgId>,
+    id: KeyId,
+    actor: Actor<'_>,
+) -> Result<bool, sqlx::Error> {
     let mut transaction = pool.begin().await?;
-    let revoked =
-        sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
-            .bind(id)
-            .execute(&mut *transaction)
-            .await?
-            .rows_affected()
-            > 0;
+    let revoked = sqlx::query(
+        "UPDATE api_keys SET revoked_at = now()
+         WHERE id = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR org_id = $2)",
+    )
+    .bind(id)
+    .bind(org_id)
+    .execute(&mut *transaction)
+    .await?
+    .rows_affected()
+        > 0;
+    if revoked {
+        audit::record_for_key(&mut *transaction, id, actor, "key.revoked").await?;
+    }
     super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
     transaction.commit().await?;
     Ok(revoked)
+}
+
+/// Rolls a working key of `org_id`: creates its replacement (same name) and lets the old key work
+/// for `overlap` more (never longer than it already would). Returns the new key and its secret;
+/// `None` when there is no such working key. Replicas drop cached keys at once.
+pub async fn roll(
+    pool: &PgPool,
+    org_id: OrgId,
+    id: KeyId,
+    overlap: Duration,
+    actor: Actor<'_>,
+) -> Result<Option<(ApiKey, String)>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let old: Option<ApiKey> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE api_keys SET expires_at = LEAST(COALESCE(expires_at, 'infinity'),
+                                                now() + $3 * interval '1 millisecond')
+         WHERE id = $1 AND org_id = $2 AND revoked_at IS NULL
+           AND (expires_at IS NULL OR expires_at > now())
+         RETURNING {KEY_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .bind(i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX))
+    .fetch_optional(&mut *transaction)
+    .await?;
+    let Some(old) = old else {
+        return Ok(None);
+    };
+    let (key, secret) = create(&mut *transaction, org_id, &old.name).await?;
+    let detail = format!("{} (replaced by {}…)", old.name, key.prefix);
+    audit::record(
+        &mut *transaction,
+        org_id,
+        actor,
+        "key.rolled",
+        &old.id.to_string(),
+        &detail,
+    )
+    .await?;
+    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
+    transaction.commit().await?;
+    Ok(Some((key, secret)))
 }
 
 /// Lists an organization's keys.
@@ -83,36 +146,40 @@ pub async fn list<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
 ) -> Result<Vec<ApiKey>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT id, org_id, name, prefix, created_at, revoked_at, last_used_at
-         FROM api_keys WHERE org_id = $1 ORDER BY created_at",
-    )
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at"
+    )))
     .bind(org_id)
     .fetch_all(executor)
     .await
 }
 
-/// The organization a valid (unrevoked) key belongs to.
+/// A key that authenticates: its id, organization, and expiry when it was rolled.
+pub type AuthenticatedKey = (KeyId, Organization, Option<DateTime<Utc>>);
+
+/// The organization a working key (not revoked, not expired) belongs to, and the key's expiry.
 pub async fn authenticate<'e>(
     executor: impl PgExecutor<'e>,
     hash: &[u8; 32],
-) -> Result<Option<(KeyId, Organization)>, sqlx::Error> {
+) -> Result<Option<AuthenticatedKey>, sqlx::Error> {
     #[derive(FromRow)]
     struct Row {
         key_id: KeyId,
+        key_expires_at: Option<DateTime<Utc>>,
         #[sqlx(flatten)]
         org: Organization,
     }
     let row: Option<Row> = sqlx::query_as(
-        "SELECT k.id AS key_id, o.id, o.name, o.tier, o.timezone, o.assign_limit_per_minute,
-                o.report_limit_per_minute, o.created_at
+        "SELECT k.id AS key_id, k.expires_at AS key_expires_at, o.id, o.name, o.tier, o.timezone,
+                o.assign_limit_per_minute, o.report_limit_per_minute, o.created_at
          FROM api_keys k JOIN organizations o ON o.id = k.org_id
-         WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
+         WHERE k.key_hash = $1 AND k.revoked_at IS NULL
+           AND (k.expires_at IS NULL OR k.expires_at > now())",
     )
     .bind(hash.as_slice())
     .fetch_optional(executor)
     .await?;
-    Ok(row.map(|row| (row.key_id, row.org)))
+    Ok(row.map(|row| (row.key_id, row.org, row.key_expires_at)))
 }
 
 /// Records that keys were used (batched by the API, at most once a minute per key).

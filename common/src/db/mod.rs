@@ -1,15 +1,22 @@
 //! Postgres access, one module per aggregate. Plain SQL close to the function that uses it.
 
+pub mod accounts;
 pub mod assignments;
+pub mod audit;
+pub mod dashboard;
+pub mod dead_letters;
 pub mod exports;
 pub mod flows;
 pub mod keys;
 pub mod lifecycle;
+pub mod message_attempts;
 pub mod orgs;
 pub mod outbox;
 pub mod rate_limits;
 pub mod reports;
 pub mod schedules;
+pub mod secrets;
+pub mod sessions;
 pub mod users;
 pub mod webhooks;
 

@@ -7,7 +7,9 @@ use sqlx::{FromRow, PgConnection, PgExecutor};
 use crate::events::NewEvent;
 use crate::ids::{AssignmentId, EventId, OrgId};
 
-/// Writes `events` (in the caller's transaction) and wakes the relays when it commits.
+/// Writes `events` (in the caller's transaction) and wakes the relays when it commits. An event
+/// whose id is already in the outbox is not written again: ids are derived from what the event is
+/// about, so a second write of the same transition is a no-op whatever path produced it.
 pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Result<(), sqlx::Error> {
     if events.is_empty() {
         return Ok(());
@@ -22,7 +24,8 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
     let bodies: Vec<&serde_json::Value> = events.iter().map(|event| &event.body).collect();
     sqlx::query(
         "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[])",
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[])
+         ON CONFLICT (event_id) DO NOTHING",
     )
     .bind(&ids)
     .bind(&orgs)

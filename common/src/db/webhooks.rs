@@ -5,8 +5,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::{FromRow, PgConnection, PgExecutor};
+use uuid::Uuid;
 
 use crate::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use crate::webhook::{STORED_TEXT_BYTES, storable_text};
 
 /// Most endpoints one organization may have.
 pub const MAX_ENDPOINTS_PER_ORG: i64 = 50;
@@ -246,20 +248,35 @@ pub struct ClaimedDelivery {
     pub secret: String,
     /// Previous secret while it still signs.
     pub previous_secret: Option<String>,
+    /// This claim's fencing token: writes about the delivery apply only while the row still
+    /// carries it (another worker that took the delivery over after the lease holds a new one).
+    pub claim_token: Uuid,
 }
 
 const CLAIMED_COLUMNS: &str = "d.id, d.org_id, d.endpoint_id, d.event_id, d.event_type, \
-    d.payload, d.attempts, d.event_at, e.url, e.secret, \
+    d.payload, d.attempts, d.event_at, d.claim_token, e.url, e.secret, \
     CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret";
 
 /// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
-/// type, already claimed by the caller for `lease`. Events seen before (redeliveries) create
-/// nothing: the caller gets only new deliveries.
+/// type, already claimed by the caller for `lease` under `claim_token`. Events seen before
+/// (redeliveries) create nothing: the caller gets only new deliveries — and the ones it claimed
+/// itself under the same token, so a retry after a commit whose answer was lost (the connection
+/// dropped during COMMIT) gets its deliveries back instead of leaving them claimed by nobody
+/// until the lease expires. An endpoint deleted meanwhile gets none (its row is locked against
+/// deletion before deliveries refer to it, so the foreign key cannot fail).
 pub async fn fan_out(
     connection: &mut PgConnection,
     events: &[IncomingEvent],
     lease: Duration,
+    claim_token: Uuid,
 ) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    // An event twice in one batch (published twice) is fanned out once: one statement may not
+    // touch a delivery row twice.
+    let mut seen = std::collections::HashSet::with_capacity(events.len());
+    let events: Vec<&IncomingEvent> = events
+        .iter()
+        .filter(|event| seen.insert(event.event_id))
+        .collect();
     if events.is_empty() {
         return Ok(Vec::new());
     }
@@ -275,15 +292,22 @@ pub async fn fan_out(
         "WITH input AS (
             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[])
                 AS t(event_id, org_id, event_type, payload, event_at)
+         ), endpoints AS (
+            SELECT e.id, e.org_id, e.events FROM webhook_endpoints e
+            WHERE e.org_id IN (SELECT DISTINCT org_id FROM input) AND e.enabled
+            ORDER BY e.id
+            FOR KEY SHARE
          ), inserted AS (
             INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
-                                            status, lease_until, event_at)
+                                            status, lease_until, claim_token, event_at)
             SELECT gen_random_uuid(), i.org_id, e.id, i.event_id, i.event_type, i.payload,
-                   'delivering', now() + $6 * interval '1 millisecond', i.event_at
+                   'delivering', now() + $6 * interval '1 millisecond', $7, i.event_at
             FROM input i
-            JOIN webhook_endpoints e ON e.org_id = i.org_id AND e.enabled
+            JOIN endpoints e ON e.org_id = i.org_id
                  AND (cardinality(e.events) = 0 OR i.event_type = ANY (e.events))
-            ON CONFLICT (endpoint_id, event_id) DO NOTHING
+            ON CONFLICT (endpoint_id, event_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
+            WHERE webhook_deliveries.claim_token = EXCLUDED.claim_token
+              AND webhook_deliveries.status = 'delivering'
             RETURNING *
          )
          SELECT {CLAIMED_COLUMNS} FROM inserted d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
@@ -294,12 +318,14 @@ pub async fn fan_out(
     .bind(&payloads)
     .bind(&times)
     .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+    .bind(claim_token)
     .fetch_all(&mut *connection)
     .await
 }
 
 /// Claims up to `limit` deliveries that are due (a retry whose time has come, or a claim whose
-/// worker stopped renewing it) on enabled endpoints not in `skip`; test pings go out to disabled
+/// worker stopped renewing it) on enabled endpoints not in `skip`, each with a new claim token
+/// (which fences off the previous holder of an expired lease); test pings go out to disabled
 /// endpoints too, so an endpoint can be checked before it is enabled again.
 pub async fn claim_due<'e>(
     executor: impl PgExecutor<'e>,
@@ -320,7 +346,8 @@ pub async fn claim_due<'e>(
             FOR UPDATE OF d SKIP LOCKED
          ), claimed AS (
             UPDATE webhook_deliveries d SET status = 'delivering',
-                   lease_until = now() + $2 * interval '1 millisecond'
+                   lease_until = now() + $2 * interval '1 millisecond',
+                   claim_token = gen_random_uuid()
             FROM due WHERE d.id = due.id
             RETURNING d.*
          )
@@ -329,6 +356,39 @@ pub async fn claim_due<'e>(
     .bind(limit)
     .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
     .bind(skip)
+    .fetch_all(executor)
+    .await
+}
+
+/// Extends the leases of deliveries the caller still holds (`held`: delivery and claim token) to
+/// `lease` from now; returns those renewed. A delivery missing from the answer is no longer the
+/// caller's: another worker took it over, or it was deleted; the caller must not attempt it.
+pub async fn renew_leases<'e>(
+    executor: impl PgExecutor<'e>,
+    held: &[(DeliveryId, Uuid)],
+    lease: Duration,
+) -> Result<Vec<(DeliveryId, Uuid)>, sqlx::Error> {
+    if held.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "WITH t AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[]) AS t(id, token)
+         ), held AS (
+            SELECT d.id FROM webhook_deliveries d
+            JOIN t ON t.id = d.id AND t.token = d.claim_token
+            WHERE d.status = 'delivering'
+            ORDER BY d.id
+            FOR NO KEY UPDATE OF d
+         )
+         UPDATE webhook_deliveries d SET lease_until = now() + $3 * interval '1 millisecond'
+         FROM t JOIN held ON held.id = t.id
+         WHERE d.id = t.id AND d.claim_token = t.token AND d.status = 'delivering'
+         RETURNING d.id, d.claim_token",
+    )
+    .bind(held.iter().map(|(id, _)| *id).collect::<Vec<_>>())
+    .bind(held.iter().map(|(_, token)| *token).collect::<Vec<_>>())
+    .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
     .fetch_all(executor)
     .await
 }
@@ -366,6 +426,9 @@ pub struct AttemptOutcome {
     pub delivery_id: DeliveryId,
     /// Its endpoint.
     pub endpoint_id: WebhookEndpointId,
+    /// The claim under which it was attempted (or deferred); the outcome is recorded only while
+    /// the delivery still carries it.
+    pub claim_token: Uuid,
     /// Attempt number (1-based); ignored for deferrals.
     pub attempt: i32,
     /// When it was sent.
@@ -393,46 +456,46 @@ pub struct DisabledEndpoint {
     pub disabled_reason: Option<String>,
 }
 
+/// What recording a batch of outcomes did.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded {
+    /// Outcomes not written because their delivery no longer exists (its endpoint was deleted)
+    /// or is no longer held under the outcome's claim (another worker took it over after the
+    /// lease, or the outcome was recorded already).
+    pub stale: Vec<DeliveryId>,
+    /// Endpoints disabled now.
+    pub disabled: Vec<DisabledEndpoint>,
+}
+
 /// Records outcomes in the caller's transaction: the attempts, the deliveries' next step, and the
 /// endpoints' health (a 410, or failures for longer than `disable_after`, disable an endpoint).
-/// Returns the endpoints disabled now.
+///
+/// Each outcome is fenced by its claim token: it applies only to a delivery that is still
+/// `delivering` under that token, so a stale outcome (its lease was taken over, or it was
+/// recorded already) and an outcome for a deleted delivery change nothing and are returned as
+/// stale. Texts are stored without NUL characters and within their bounds.
 pub async fn record_outcomes(
     connection: &mut PgConnection,
     outcomes: &[AttemptOutcome],
     disable_after: Duration,
-) -> Result<Vec<DisabledEndpoint>, sqlx::Error> {
+) -> Result<Recorded, sqlx::Error> {
     if outcomes.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Recorded::default());
     }
-    let attempted: Vec<&AttemptOutcome> = outcomes
+    // Endpoints first, in id order: an endpoint deletion locks the endpoint and then its
+    // deliveries, so taking them in the same order cannot deadlock with it.
+    let mut endpoints: Vec<WebhookEndpointId> = outcomes
         .iter()
-        .filter(|outcome| !matches!(outcome.next, NextStep::Deferred(_)))
+        .filter(|outcome| outcome.verdict != EndpointVerdict::Unchanged)
+        .map(|outcome| outcome.endpoint_id)
         .collect();
-    if !attempted.is_empty() {
+    endpoints.sort();
+    endpoints.dedup();
+    if !endpoints.is_empty() {
         sqlx::query(
-            "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
-                                           latency_ms, error, response_excerpt)
-             SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::int[],
-                                  $6::text[], $7::text[])
-             ON CONFLICT (delivery_id, attempt) DO NOTHING",
+            "SELECT id FROM webhook_endpoints WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
         )
-        .bind(attempted.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
-        .bind(attempted.iter().map(|o| o.attempt).collect::<Vec<_>>())
-        .bind(attempted.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
-        .bind(attempted.iter().map(|o| o.status_code).collect::<Vec<_>>())
-        .bind(attempted.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
-        .bind(
-            attempted
-                .iter()
-                .map(|o| o.error.as_deref())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            attempted
-                .iter()
-                .map(|o| o.response_excerpt.as_deref())
-                .collect::<Vec<_>>(),
-        )
+        .bind(&endpoints)
         .execute(&mut *connection)
         .await?;
     }
@@ -449,45 +512,95 @@ pub async fn record_outcomes(
         .iter()
         .map(|outcome| (!matches!(outcome.next, NextStep::Deferred(_))).then_some(outcome.attempt))
         .collect();
-    sqlx::query(
-        "UPDATE webhook_deliveries d SET
-            status = t.status,
-            attempts = COALESCE(t.attempt, d.attempts),
-            next_attempt_at = COALESCE(t.next_at, d.next_attempt_at),
-            lease_until = NULL,
-            last_status_code = CASE WHEN t.attempt IS NULL THEN d.last_status_code ELSE t.code END,
-            last_error = CASE WHEN t.attempt IS NULL THEN d.last_error ELSE t.error END,
-            delivered_at = CASE WHEN t.status = 'succeeded' THEN t.at ELSE d.delivered_at END
-         FROM UNNEST($1::uuid[], $2::text[], $3::int[], $4::timestamptz[], $5::int[], $6::text[],
-                     $7::timestamptz[]) AS t(id, status, attempt, next_at, code, error, at)
-         WHERE d.id = t.id",
+    let errors: Vec<Option<String>> = outcomes
+        .iter()
+        .map(|outcome| {
+            outcome
+                .error
+                .as_deref()
+                .map(|error| storable_text(error, STORED_TEXT_BYTES))
+        })
+        .collect();
+    let excerpts: Vec<Option<String>> = outcomes
+        .iter()
+        .map(|outcome| {
+            outcome
+                .response_excerpt
+                .as_deref()
+                .map(|excerpt| storable_text(excerpt, STORED_TEXT_BYTES))
+        })
+        .collect();
+    // The deliveries still held under the outcomes' claims are locked in id order (recorders of
+    // several workers cannot deadlock), moved to their next step with the claim cleared, and only
+    // they get their attempt rows: a deleted delivery is simply not there.
+    let written: Vec<(DeliveryId, Uuid)> = sqlx::query_as(
+        "WITH t AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::int[],
+                                 $5::timestamptz[], $6::int[], $7::text[], $8::timestamptz[],
+                                 $9::int[], $10::text[])
+                AS t(id, token, status, attempt, next_at, code, error, at, latency, excerpt)
+         ), held AS (
+            SELECT d.id FROM webhook_deliveries d
+            JOIN t ON t.id = d.id AND t.token = d.claim_token
+            WHERE d.status = 'delivering'
+            ORDER BY d.id
+            FOR NO KEY UPDATE OF d
+         ), updated AS (
+            UPDATE webhook_deliveries d SET
+                status = t.status,
+                attempts = COALESCE(t.attempt, d.attempts),
+                next_attempt_at = COALESCE(t.next_at, d.next_attempt_at),
+                lease_until = NULL,
+                claim_token = NULL,
+                last_status_code = CASE WHEN t.attempt IS NULL THEN d.last_status_code
+                                        ELSE t.code END,
+                last_error = CASE WHEN t.attempt IS NULL THEN d.last_error ELSE t.error END,
+                delivered_at = CASE WHEN t.status = 'succeeded' THEN t.at ELSE d.delivered_at END
+            FROM t JOIN held ON held.id = t.id
+            WHERE d.id = t.id AND d.claim_token = t.token AND d.status = 'delivering'
+            RETURNING d.id, t.token
+         ), attempts AS (
+            INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
+                                          latency_ms, error, response_excerpt)
+            SELECT t.id, t.attempt, t.at, t.code, t.latency, t.error, t.excerpt
+            FROM t JOIN updated ON updated.id = t.id AND updated.token = t.token
+            WHERE t.attempt IS NOT NULL
+            ON CONFLICT (delivery_id, attempt) DO NOTHING
+         )
+         SELECT id, token FROM updated",
     )
     .bind(outcomes.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.claim_token).collect::<Vec<_>>())
     .bind(&statuses)
     .bind(&attempts)
     .bind(&next_times)
     .bind(outcomes.iter().map(|o| o.status_code).collect::<Vec<_>>())
-    .bind(
-        outcomes
-            .iter()
-            .map(|o| o.error.as_deref())
-            .collect::<Vec<_>>(),
-    )
+    .bind(&errors)
     .bind(outcomes.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
-    .execute(&mut *connection)
+    .bind(outcomes.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
+    .bind(&excerpts)
+    .fetch_all(&mut *connection)
     .await?;
-    update_endpoint_health(connection, outcomes, disable_after).await
+    let written: std::collections::HashSet<(DeliveryId, Uuid)> = written.into_iter().collect();
+    let (current, stale): (Vec<&AttemptOutcome>, Vec<&AttemptOutcome>) = outcomes
+        .iter()
+        .partition(|outcome| written.contains(&(outcome.delivery_id, outcome.claim_token)));
+    let disabled = update_endpoint_health(connection, &current, disable_after).await?;
+    Ok(Recorded {
+        stale: stale.iter().map(|outcome| outcome.delivery_id).collect(),
+        disabled,
+    })
 }
 
 /// The latest verdict per endpoint decides its health; healthy endpoints are not written to.
 async fn update_endpoint_health(
     connection: &mut PgConnection,
-    outcomes: &[AttemptOutcome],
+    outcomes: &[&AttemptOutcome],
     disable_after: Duration,
 ) -> Result<Vec<DisabledEndpoint>, sqlx::Error> {
     let mut latest: std::collections::HashMap<WebhookEndpointId, &AttemptOutcome> =
         std::collections::HashMap::new();
-    for outcome in outcomes {
+    for outcome in outcomes.iter().copied() {
         if outcome.verdict == EndpointVerdict::Unchanged {
             continue;
         }
@@ -679,10 +792,13 @@ pub enum RetryRefusal {
     NotFound,
     /// An attempt is under way.
     InFlight,
+    /// It was delivered already; a delivery that succeeded is never moved back.
+    Succeeded,
 }
 
 /// Queues a delivery for one more attempt now (a failed delivery gets exactly one; a pending one
-/// is brought forward), and wakes the webhook-workers.
+/// is brought forward), and wakes the webhook-workers. A delivery under way or already delivered
+/// is refused.
 pub async fn retry(
     connection: &mut PgConnection,
     org_id: OrgId,
@@ -698,11 +814,12 @@ pub async fn retry(
     match status.as_deref() {
         None => return Ok(Err(RetryRefusal::NotFound)),
         Some("delivering") => return Ok(Err(RetryRefusal::InFlight)),
+        Some("succeeded") => return Ok(Err(RetryRefusal::Succeeded)),
         Some(_) => {}
     }
     let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "UPDATE webhook_deliveries d SET status = 'pending', next_attempt_at = now(),
-                lease_until = NULL
+                lease_until = NULL, claim_token = NULL
          WHERE d.id = $1 RETURNING {DELIVERY_COLUMNS}"
     )))
     .bind(id)

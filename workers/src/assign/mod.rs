@@ -11,9 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use flow_common::amqp::{
-    DEAD_LETTER_REASON_HEADER, ORIGIN_QUEUE_HEADER, Outgoing, Publisher, QueueKind, Topology,
-};
+use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db;
 use flow_common::db::assignments::{self, ApplyError};
@@ -23,7 +21,7 @@ use lapin::options::{BasicAckOptions, BasicNackOptions};
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, BatchHandler, ConsumerSettings, ack_all, nack_all};
+use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
 
 const ROLE: &str = "assign-worker";
 
@@ -34,8 +32,9 @@ pub struct AssignWorkerConfig {
     #[command(flatten)]
     pub core: CoreConfig,
 
-    /// Unacknowledged commands the broker may hand over at once.
-    #[arg(long, env = "ASSIGN_PREFETCH", default_value_t = 2_000)]
+    /// Unacknowledged messages the broker may hand over at once (a message carries up to
+    /// `PUBLISH_BATCH_MAX` commands).
+    #[arg(long, env = "ASSIGN_PREFETCH", default_value_t = 256)]
     pub prefetch: u16,
 
     /// Largest number of commands written in one transaction.
@@ -64,11 +63,14 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
     )
     .await
     .context("connecting to Postgres")?;
+    let batch_size = config.batch_size.max(1);
     let settings = ConsumerSettings {
         role: ROLE,
         queue: QueueKind::Assign,
         prefetch: config.prefetch,
-        batch_size: config.batch_size.max(1),
+        batch_size,
+        // About one transaction's worth of commands (an encoded command is a few hundred bytes).
+        batch_bytes: batch_size.saturating_mul(COMMAND_BYTES),
         concurrency: config.concurrency,
     };
     let progress_settings = ConsumerSettings {
@@ -76,55 +78,61 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         queue: QueueKind::Progress,
         prefetch: config.progress_prefetch,
         batch_size: config.progress_batch_size.max(1),
+        batch_bytes: usize::MAX,
         concurrency: 1,
     };
     let progress = progress::ProgressHandler::new(pool.clone());
-    let handler = AssignHandler::new(pool, &config.core);
-    let (assigned, progressed) = tokio::join!(
-        consumer::run(&config.core, settings, Arc::new(handler), shutdown.clone()),
+    let handler = AssignHandler::new(pool.clone(), batch_size);
+    let recorder = crate::dead_letters::Recorder::new(pool.clone(), &config.core);
+    let (assigned, progressed, recorded) = tokio::join!(
+        consumer::run(
+            &config.core,
+            settings,
+            Arc::new(handler),
+            pool.clone(),
+            shutdown.clone()
+        ),
         consumer::run(
             &config.core,
             progress_settings,
             Arc::new(progress),
+            pool.clone(),
+            shutdown.clone()
+        ),
+        consumer::run(
+            &config.core,
+            crate::dead_letters::settings(),
+            Arc::new(recorder),
+            pool,
             shutdown
         ),
     );
-    assigned.and(progressed)
+    assigned.and(progressed).and(recorded)
 }
+
+/// Typical size of an encoded assign command, to bound a batch of messages in bytes.
+const COMMAND_BYTES: usize = 450;
 
 /// Applies batches of assign commands.
 pub struct AssignHandler {
     pool: PgPool,
-    topology: Topology,
-    /// Sends single commands of a batch message to the dead-letter exchange.
-    dead_letters: Publisher,
+    /// Most commands written in one transaction.
+    batch_size: usize,
 }
 
 impl AssignHandler {
-    /// A handler writing to `pool`.
-    pub fn new(pool: PgPool, core: &CoreConfig) -> Self {
-        let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
-        let dead_letters = Publisher::new(
-            &core.amqp_url,
-            "assign-worker-dead-letters",
-            topology.clone(),
-            1,
-            Duration::from_secs(10),
-        );
+    /// A handler writing to `pool`, at most `batch_size` commands per transaction.
+    pub fn new(pool: PgPool, batch_size: usize) -> Self {
         Self {
             pool,
-            topology,
-            dead_letters,
+            batch_size: batch_size.max(1),
         }
     }
 }
 
 impl BatchHandler for AssignHandler {
-    async fn handle(
-        &self,
-        deliveries: Vec<Delivery>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
+        let shutdown = &context.shutdown;
         // Commands of every decodable delivery, each remembering the delivery it came in.
         let mut commands = Vec::with_capacity(deliveries.len());
         let mut owners = Vec::with_capacity(deliveries.len());
@@ -141,18 +149,33 @@ impl BatchHandler for AssignHandler {
                     commands.extend(batch);
                     decoded.push(delivery);
                 }
-                Err(error) => consumer::dead_letter(ROLE, &delivery, &error.to_string()).await?,
+                Err(error) => {
+                    context
+                        .dead_letters
+                        .send(&delivery, &error.to_string())
+                        .await?
+                }
             }
         }
         if commands.is_empty() {
             return ack_all(&decoded).await;
         }
-        let started = Instant::now();
-        match self.apply_with_retry(&commands, &shutdown).await {
-            Ok(outcome) => {
-                record(outcome, started.elapsed(), commands.len());
-                ack_all(&decoded).await
+        // At most `batch_size` commands per transaction: a few messages of a bulk request can
+        // carry thousands. Applying is idempotent, so if a later chunk fails, the fallback below
+        // re-applies the earlier ones as no-ops.
+        let mut applied = Ok(());
+        for chunk in commands.chunks(self.batch_size) {
+            let started = Instant::now();
+            match self.apply_with_retry(chunk, shutdown).await {
+                Ok(outcome) => record(outcome, started.elapsed(), chunk.len()),
+                Err(error) => {
+                    applied = Err(error);
+                    break;
+                }
             }
+        }
+        match applied {
+            Ok(()) => ack_all(&decoded).await,
             Err(error) if error.is_transient() => {
                 // Only reached on shutdown: give the messages back for another worker.
                 tracing::warn!(%error, count = decoded.len(), "returning commands to the queue");
@@ -160,7 +183,7 @@ impl BatchHandler for AssignHandler {
             }
             Err(error) => {
                 tracing::warn!(%error, count = commands.len(), "batch failed; applying commands one by one");
-                self.apply_one_by_one(&decoded, &commands, &owners, &shutdown)
+                self.apply_one_by_one(&decoded, &commands, &owners, &context)
                     .await
             }
         }
@@ -184,8 +207,9 @@ impl AssignHandler {
         deliveries: &[Delivery],
         commands: &[AssignCommand],
         owners: &[usize],
-        shutdown: &CancellationToken,
+        context: &BatchContext,
     ) -> anyhow::Result<()> {
+        let shutdown = &context.shutdown;
         let started = Instant::now();
         let mut results = Vec::with_capacity(commands.len());
         for command in commands {
@@ -238,47 +262,26 @@ impl AssignHandler {
                     delivery.ack(BasicAckOptions::default()).await?;
                 }
                 [(_, reason)] if mine.len() == 1 => {
-                    consumer::dead_letter(ROLE, delivery, reason).await?;
+                    context.dead_letters.send(delivery, reason).await?;
                 }
                 _ => {
                     for (command, reason) in &poisoned {
-                        self.dead_letter_command(command, reason).await?;
+                        let payload = serde_json::to_vec(command)?;
+                        context
+                            .dead_letters
+                            .send_part(
+                                &payload,
+                                &command.assignment_id.to_string(),
+                                ASSIGN_KIND,
+                                &[],
+                                reason,
+                            )
+                            .await?;
                     }
                     delivery.ack(BasicAckOptions::default()).await?;
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Publishes one command of a batch to the dead-letter exchange, marked with the queue it
-    /// came from so `flowctl dlq replay` can send it back.
-    async fn dead_letter_command(
-        &self,
-        command: &AssignCommand,
-        reason: &str,
-    ) -> anyhow::Result<()> {
-        tracing::error!(role = ROLE, assignment_id = %command.assignment_id, reason, "command sent to the dead-letter queue");
-        metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "dead_lettered")
-            .increment(1);
-        let payload = serde_json::to_vec(command)?;
-        let queue = self.topology.queue(QueueKind::Assign);
-        let message_id = command.assignment_id.to_string();
-        self.dead_letters
-            .publish(Outgoing {
-                exchange: &self.topology.dead_letter_exchange(),
-                routing_key: QueueKind::Assign.suffix(),
-                payload: &payload,
-                message_id: &message_id,
-                kind: ASSIGN_KIND,
-                request_id: command.request_id.as_deref(),
-                headers: &[
-                    (ORIGIN_QUEUE_HEADER, &queue),
-                    (DEAD_LETTER_REASON_HEADER, reason),
-                ],
-            })
-            .await
-            .context("publishing a dead letter")?;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use lapin::message::Delivery;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, BatchHandler, ack_all, nack_all};
+use crate::consumer::{self, BatchContext, BatchHandler, ack_all, nack_all};
 
 const ROLE: &str = "progress-worker";
 
@@ -57,16 +57,18 @@ impl ProgressHandler {
 }
 
 impl BatchHandler for ProgressHandler {
-    async fn handle(
-        &self,
-        deliveries: Vec<Delivery>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
+        let shutdown = &context.shutdown;
         let mut decoded = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
             match ProgressCommand::decode(&delivery.data) {
                 Ok(command) => decoded.push((delivery, command)),
-                Err(error) => consumer::dead_letter(ROLE, &delivery, &error.to_string()).await?,
+                Err(error) => {
+                    context
+                        .dead_letters
+                        .send(&delivery, &error.to_string())
+                        .await?
+                }
             }
         }
         if decoded.is_empty() {
@@ -77,7 +79,7 @@ impl BatchHandler for ProgressHandler {
         decoded.sort_by_key(|(_, command)| command.assignment_id);
         let commands: Vec<&ProgressCommand> = decoded.iter().map(|(_, command)| command).collect();
         let started = Instant::now();
-        match self.apply_with_retry(&commands, &shutdown).await {
+        match self.apply_with_retry(&commands, shutdown).await {
             Ok(outcomes) => {
                 record(&commands, &outcomes, started.elapsed());
                 let deliveries: Vec<Delivery> =
@@ -95,7 +97,7 @@ impl BatchHandler for ProgressHandler {
                 // ones that fail.
                 tracing::warn!(%error, count = decoded.len(), "progress batch failed; applying commands one by one");
                 for (delivery, command) in &decoded {
-                    match self.apply_with_retry(&[command], &shutdown).await {
+                    match self.apply_with_retry(&[command], shutdown).await {
                         Ok(outcomes) => {
                             record(&[command], &outcomes, started.elapsed());
                             ack_all(std::slice::from_ref(delivery)).await?;
@@ -104,15 +106,16 @@ impl BatchHandler for ProgressHandler {
                             nack_all(std::slice::from_ref(delivery)).await?;
                         }
                         Err(error) => {
-                            consumer::dead_letter(
-                                ROLE,
-                                delivery,
-                                &format!(
-                                    "progress of {} cannot be applied: {error}",
-                                    command.assignment_id
-                                ),
-                            )
-                            .await?;
+                            context
+                                .dead_letters
+                                .send(
+                                    delivery,
+                                    &format!(
+                                        "progress of {} cannot be applied: {error}",
+                                        command.assignment_id
+                                    ),
+                                )
+                                .await?;
                         }
                     }
                 }

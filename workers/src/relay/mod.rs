@@ -1,11 +1,13 @@
 //! The outbox relay: publishes the events that state changes wrote to the outbox to the
-//! `{prefix}.events` topic exchange (persistent, with publisher confirms) and marks them
+//! `{prefix}.events` topic exchange (persistent, with publisher confirms; the events of one claim
+//! go out as one message per event type, see `EventBatch`) and marks them
 //! published in the same transaction that locked them. Several relays share the outbox with
 //! `FOR UPDATE SKIP LOCKED`, so none publishes a row another is publishing. A relay that dies
 //! after the broker confirmed but before its commit leaves the rows unpublished: they go out again
 //! and consumers dedupe them by event id. Woken by `NOTIFY` when events are written, and by a
 //! timer in case a notification was missed.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -14,7 +16,10 @@ use chrono::Utc;
 use flow_common::amqp::{Outgoing, Publisher, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, outbox};
-use flow_common::events::{EVENT_KIND, ORG_HEADER};
+use flow_common::events::{
+    BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch,
+    MAX_EVENTS_PER_MESSAGE, ORG_HEADER,
+};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -147,33 +152,38 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         return Ok(0);
     }
     let started = Instant::now();
-    let topology = publisher.topology();
-    let exchange = topology.events_exchange();
-    let bodies: Vec<Vec<u8>> = events
-        .iter()
-        .map(|event| serde_json::to_vec(&event.payload))
+    let exchange = publisher.topology().events_exchange();
+    // One message per event type and chunk: routing keys stay the event types.
+    let mut by_type: BTreeMap<&str, Vec<&outbox::PendingEvent>> = BTreeMap::new();
+    for event in &events {
+        by_type.entry(&event.event_type).or_default().push(event);
+    }
+    let messages: Vec<(&str, Message)> = by_type
+        .into_iter()
+        .flat_map(|(event_type, events)| {
+            events
+                .chunks(MAX_EVENTS_PER_MESSAGE)
+                .map(|chunk| (event_type, Message::of(chunk)))
+                .collect::<Vec<_>>()
+        })
+        .map(|(event_type, message)| message.map(|message| (event_type, message)))
         .collect::<Result<_, _>>()?;
-    let ids: Vec<String> = events
-        .iter()
-        .map(|event| event.event_id.to_string())
-        .collect();
-    let orgs: Vec<String> = events
-        .iter()
-        .map(|event| event.org_id.to_string())
-        .collect();
-    let publishes = events.iter().enumerate().map(|(index, event)| {
-        let headers = [(ORG_HEADER, orgs[index].as_str())];
+    let publishes = messages.iter().map(|(event_type, message)| {
+        let headers: Vec<(&str, &str)> = message
+            .org
+            .as_deref()
+            .map(|org| (ORG_HEADER, org))
+            .into_iter()
+            .collect();
         let exchange = exchange.as_str();
-        let body = bodies[index].as_slice();
-        let id = ids[index].as_str();
         async move {
             publisher
                 .publish(Outgoing {
                     exchange,
-                    routing_key: &event.event_type,
-                    payload: body,
-                    message_id: id,
-                    kind: EVENT_KIND,
+                    routing_key: event_type,
+                    payload: &message.body,
+                    message_id: &message.id,
+                    kind: message.kind,
                     request_id: None,
                     headers: &headers,
                 })
@@ -199,6 +209,45 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         .record(started.elapsed().as_secs_f64());
     tracing::debug!(count = events.len(), max_lag_ms = lag, "events published");
     Ok(events.len())
+}
+
+/// One message of the events exchange: a lone event as itself, or a batch.
+struct Message {
+    id: String,
+    kind: &'static str,
+    body: Vec<u8>,
+    /// The organization header of a lone event.
+    org: Option<String>,
+}
+
+impl Message {
+    fn of(events: &[&outbox::PendingEvent]) -> serde_json::Result<Self> {
+        if let [event] = events {
+            return Ok(Self {
+                id: event.event_id.to_string(),
+                kind: EVENT_KIND,
+                body: serde_json::to_vec(&event.payload)?,
+                org: Some(event.org_id.to_string()),
+            });
+        }
+        let batch = EventBatch {
+            version: EVENT_BATCH_VERSION,
+            events: events
+                .iter()
+                .map(|event| BatchedEvent {
+                    org_id: event.org_id,
+                    event: event.payload.clone(),
+                })
+                .collect(),
+        };
+        Ok(Self {
+            // Stable across a retry of the same claim: a redelivered batch is the same message.
+            id: format!("events-{}-{}", events[0].event_id, events.len()),
+            kind: EVENT_BATCH_KIND,
+            body: serde_json::to_vec(&batch)?,
+            org: None,
+        })
+    }
 }
 
 async fn prune(pool: &PgPool, retention_hours: u64) {

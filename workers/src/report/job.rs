@@ -131,13 +131,22 @@ pub async fn run(
             "retry"
         }
         Err(error) => {
+            // The caller sees only a reason worded for them; the error chain (which may name
+            // internal paths, hosts or queries) stays in the log and the row's error_detail.
+            let detail = format!("{error:#}");
             let reason = match error.downcast_ref::<Permanent>() {
                 Some(permanent) => permanent.0.clone(),
-                None => format!("the export could not be generated ({error:#})"),
+                None => "the export could not be generated".to_owned(),
             };
-            tracing::error!(export_id = %export.id, error = format!("{error:#}"), "export failed");
-            if let Err(error) =
-                exports::fail(&context.pool, export.id, &context.worker_id, &reason).await
+            tracing::error!(export_id = %export.id, error = %detail, "export failed");
+            if let Err(error) = exports::fail(
+                &context.pool,
+                export.id,
+                &context.worker_id,
+                &reason,
+                Some(&detail),
+            )
+            .await
             {
                 tracing::warn!(export_id = %export.id, %error, "could not record a failed export");
             }

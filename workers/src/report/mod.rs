@@ -33,7 +33,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, BatchHandler, ConsumerSettings};
+use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings};
 
 const ROLE: &str = "report-worker";
 
@@ -105,15 +105,17 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
         let core = config.core.clone();
         let handler = Arc::new(WakeHandler { wake: wake.clone() });
         let shutdown = shutdown.clone();
+        let pool = context.pool.clone();
         tokio::spawn(async move {
             let settings = ConsumerSettings {
                 role: ROLE,
                 queue: QueueKind::Export,
                 prefetch: 50,
                 batch_size: 50,
+                batch_bytes: usize::MAX,
                 concurrency: 1,
             };
-            consumer::run(&core, settings, handler, shutdown).await
+            consumer::run(&core, settings, handler, pool, shutdown).await
         })
     };
     let sweeper = tokio::spawn(sweep_loop(
@@ -208,18 +210,19 @@ struct WakeHandler {
 }
 
 impl BatchHandler for WakeHandler {
-    async fn handle(
-        &self,
-        deliveries: Vec<Delivery>,
-        _shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
         for delivery in deliveries {
             match ExportCommand::decode(&delivery.data) {
                 Ok(command) => {
                     tracing::debug!(export_id = %command.export_id, "export requested");
                     delivery.ack(BasicAckOptions::default()).await?;
                 }
-                Err(error) => consumer::dead_letter(ROLE, &delivery, &error.to_string()).await?,
+                Err(error) => {
+                    context
+                        .dead_letters
+                        .send(&delivery, &error.to_string())
+                        .await?
+                }
             }
         }
         self.wake.notify_one();

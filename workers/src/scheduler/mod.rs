@@ -63,7 +63,16 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
     );
     tracing::info!(role = ROLE, interval_ms = config.interval_ms, "scheduling");
     let interval = Duration::from_millis(config.interval_ms.max(10));
+    let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {
+        if last_prune.elapsed() > Duration::from_secs(600) {
+            last_prune = std::time::Instant::now();
+            // Start counts of messages that were dead-lettered or purged since.
+            let before = Utc::now() - chrono::Duration::days(1);
+            if let Err(error) = db::message_attempts::prune(&pool, before).await {
+                tracing::warn!(role = ROLE, %error, "could not prune message start counts");
+            }
+        }
         if let Err(error) = scan_overdue(&pool, config.overdue_batch_size).await {
             tracing::warn!(
                 role = ROLE,
@@ -109,6 +118,12 @@ pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usiz
 }
 
 /// Assigns every due schedule occurrence, a batch per transaction; returns how many.
+///
+/// The commands of a batch are published together (their confirms awaited at once) and only the
+/// schedules whose command the broker confirmed advance; one that was not stays due and is tried
+/// again next round with the same id. A crash between the confirm and the commit publishes the
+/// occurrence again, which the assign-worker applies once (the id, and so the `flow.assigned` event
+/// id, is derived from the schedule and the occurrence).
 pub async fn run_schedules(
     pool: &PgPool,
     publisher: &Publisher,
@@ -119,11 +134,23 @@ pub async fn run_schedules(
         let now = Utc::now();
         let mut transaction = pool.begin().await?;
         let due = schedules::claim_due(&mut transaction, now, batch_size).await?;
-        for schedule in &due {
-            let command = occurrence_command(schedule, now);
-            publish(publisher, &command).await?;
+        let commands: Vec<AssignCommand> = due
+            .iter()
+            .map(|schedule| occurrence_command(schedule, now))
+            .collect();
+        let published =
+            futures::future::join_all(commands.iter().map(|command| publish(publisher, command)))
+                .await;
+        let mut advanced = 0;
+        let mut failure = None;
+        for ((schedule, command), result) in due.iter().zip(&commands).zip(published) {
+            if let Err(error) = result {
+                failure.get_or_insert(error);
+                continue;
+            }
             let (next_index, next_at) = next_occurrence(schedule, now);
             schedules::advance(&mut transaction, schedule.id, next_index, next_at).await?;
+            advanced += 1;
             tracing::info!(
                 role = ROLE,
                 schedule_id = %schedule.id,
@@ -133,12 +160,17 @@ pub async fn run_schedules(
                 "schedule occurrence assigned"
             );
         }
-        // Commands are confirmed before the schedules advance: a crash in between assigns the
-        // same occurrence again with the same id, which the assign-worker applies once.
         transaction.commit().await?;
-        total += due.len();
+        total += advanced;
         metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "scheduled")
-            .increment(due.len() as u64);
+            .increment(advanced as u64);
+        if let Some(error) = failure {
+            return Err(error.context(format!(
+                "{} of {} due occurrences not published; they stay due",
+                due.len() - advanced,
+                due.len()
+            )));
+        }
         if (due.len() as i64) < batch_size {
             return Ok(total);
         }
@@ -168,26 +200,27 @@ fn occurrence_command(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> 
 
 /// The index and time of the next occurrence after `now`; occurrences missed while no scheduler
 /// ran are skipped (one assignment for the latest, not one per missed period). `None`: the series
-/// is over.
+/// is over. Computed without stepping through the missed occurrences, so a series anchored long
+/// ago does not hold the claim transaction.
 fn next_occurrence(
     schedule: &schedules::DueSchedule,
     now: DateTime<Utc>,
 ) -> (i32, Option<DateTime<Utc>>) {
     let recurrence: Recurrence = schedule.recurrence.parse().unwrap_or(Recurrence::None);
     let zone = schedule.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
-    let mut index = schedule.occurrence.saturating_add(1);
-    loop {
-        let Some(at) = u32::try_from(index)
-            .ok()
-            .and_then(|n| recurrence.occurrence(schedule.anchor_at, n, zone))
-        else {
-            return (index, None);
-        };
-        if at > now {
-            return (index, Some(at));
-        }
-        tracing::warn!(role = ROLE, schedule_id = %schedule.id, skipped = %at, "skipping a missed occurrence");
-        index = index.saturating_add(1);
+    let from = u32::try_from(schedule.occurrence.saturating_add(1)).unwrap_or(0);
+    let (index, at) = recurrence.first_after(schedule.anchor_at, from, now, zone);
+    if index > from {
+        tracing::warn!(
+            role = ROLE,
+            schedule_id = %schedule.id,
+            skipped = index - from,
+            "skipping missed occurrences"
+        );
+    }
+    match i32::try_from(index) {
+        Ok(index) => (index, at),
+        Err(_) => (i32::MAX, None),
     }
 }
 

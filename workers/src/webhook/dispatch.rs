@@ -2,7 +2,12 @@
 //! its own small pool of in-flight requests and a bounded queue in memory (large while it answers,
 //! small once an attempt failed); deliveries beyond that queue go back to Postgres (deferred) and
 //! are claimed again later, so a slow or dead endpoint costs its own slots and nothing else.
-//! Outcomes are written by one recorder in batches.
+//!
+//! Every delivery held in memory keeps its lease: a renewer extends the leases of all of them
+//! (waiting or in flight) well before they end, so however slowly an endpoint's queue drains,
+//! no other worker takes its deliveries over and sends them a second time. A delivery whose
+//! lease could not be renewed in time (the database was unreachable, or another worker holds it
+//! now) is dropped from memory unsent. Outcomes are written by one recorder in batches.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -12,10 +17,13 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::Utc;
 use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
-use flow_common::ids::WebhookEndpointId;
+use flow_common::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use uuid::Uuid;
 
 use super::sender::Sender;
 
@@ -31,6 +39,21 @@ pub struct Limits {
     /// Deliveries of an endpoint whose last attempt failed held in memory: a dead or hanging
     /// endpoint keeps little in memory, and its backlog waits in Postgres.
     pub failing_endpoint_queue: usize,
+    /// Length of a claim; the renewer extends held deliveries' claims every quarter of it.
+    pub lease: Duration,
+    /// Longest an attempt takes: one starts only while its claim has at least this long left.
+    pub attempt_timeout: Duration,
+}
+
+/// Most leases renewed in one statement.
+const RENEW_CHUNK: usize = 5_000;
+
+/// A delivery held in memory under a claim.
+struct Held {
+    claim_token: Uuid,
+    /// Until when the claim is known to be ours (measured from before the statement that set
+    /// it, so never later than the lease in the database).
+    lease_until: Instant,
 }
 
 struct Slot {
@@ -55,6 +78,7 @@ pub struct Dispatcher {
     limits: Limits,
     global: Semaphore,
     slots: Mutex<HashMap<WebhookEndpointId, Arc<Slot>>>,
+    held: Mutex<HashMap<DeliveryId, Held>>,
     outcomes: mpsc::UnboundedSender<AttemptOutcome>,
     tasks: TaskTracker,
 }
@@ -71,6 +95,7 @@ impl Dispatcher {
             limits,
             global: Semaphore::new(limits.concurrency.max(1)),
             slots: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             outcomes,
             tasks: TaskTracker::new(),
         })
@@ -93,8 +118,15 @@ impl Dispatcher {
             .clone()
     }
 
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<DeliveryId, Held>> {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Starts an attempt for each delivery, or defers it when its endpoint's queue is full.
-    pub fn dispatch(self: &Arc<Self>, deliveries: Vec<ClaimedDelivery>) {
+    /// `claimed_at` is when the statement that claimed them started: their leases run from then.
+    pub fn dispatch(self: &Arc<Self>, deliveries: Vec<ClaimedDelivery>, claimed_at: Instant) {
         for delivery in deliveries {
             let slot = self.slot(delivery.endpoint_id);
             if slot.queued.fetch_add(1, Ordering::AcqRel) >= slot.capacity(&self.limits) {
@@ -102,21 +134,110 @@ impl Dispatcher {
                 self.defer(&delivery);
                 continue;
             }
+            self.held().insert(
+                delivery.id,
+                Held {
+                    claim_token: delivery.claim_token,
+                    lease_until: claimed_at + self.limits.lease,
+                },
+            );
             let dispatcher = self.clone();
             self.tasks.spawn(async move {
                 let outcome = {
                     let _endpoint = slot.permits.acquire().await;
                     let _global = dispatcher.global.acquire().await;
-                    dispatcher.sender.attempt(&delivery).await
+                    if dispatcher.may_attempt(&delivery) {
+                        Some(dispatcher.sender.attempt(&delivery).await)
+                    } else {
+                        None
+                    }
+                };
+                dispatcher.release(&delivery);
+                slot.queued.fetch_sub(1, Ordering::AcqRel);
+                let Some(outcome) = outcome else {
+                    metrics::counter!("flow_webhook_attempts_total", "result" => "lease_lost")
+                        .increment(1);
+                    tracing::warn!(
+                        delivery_id = %delivery.id,
+                        "webhook delivery dropped unsent: its lease could not be kept"
+                    );
+                    return;
                 };
                 slot.failing.store(
                     outcome.verdict != EndpointVerdict::Healthy,
                     Ordering::Release,
                 );
-                slot.queued.fetch_sub(1, Ordering::AcqRel);
                 record_metrics(&outcome, &delivery);
                 drop(dispatcher.outcomes.send(outcome));
             });
+        }
+    }
+
+    /// Whether the delivery is still held under its claim with time enough for a whole attempt
+    /// before the lease ends (so no other worker can take it over mid-attempt).
+    fn may_attempt(&self, delivery: &ClaimedDelivery) -> bool {
+        self.held().get(&delivery.id).is_some_and(|held| {
+            held.claim_token == delivery.claim_token
+                && held.lease_until > Instant::now() + self.limits.attempt_timeout
+        })
+    }
+
+    fn release(&self, delivery: &ClaimedDelivery) {
+        let mut held = self.held();
+        if held
+            .get(&delivery.id)
+            .is_some_and(|entry| entry.claim_token == delivery.claim_token)
+        {
+            held.remove(&delivery.id);
+        }
+    }
+
+    /// Renews the leases of every delivery held in memory every quarter of the lease, until
+    /// `stop`; deliveries another worker holds now (or that were deleted) are forgotten, so they
+    /// are not attempted.
+    pub async fn renew_leases(self: Arc<Self>, pool: PgPool, stop: CancellationToken) {
+        let every = (self.limits.lease / 4).max(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let held: Vec<(DeliveryId, Uuid)> = self
+                .held()
+                .iter()
+                .map(|(id, held)| (*id, held.claim_token))
+                .collect();
+            for chunk in held.chunks(RENEW_CHUNK) {
+                let started = Instant::now();
+                match webhooks::renew_leases(&pool, chunk, self.limits.lease).await {
+                    Ok(renewed) => self.renewed(chunk, &renewed, started + self.limits.lease),
+                    Err(error) => {
+                        tracing::warn!(%error, count = chunk.len(), "could not renew webhook leases");
+                    }
+                }
+            }
+        }
+    }
+
+    fn renewed(
+        &self,
+        asked: &[(DeliveryId, Uuid)],
+        renewed: &[(DeliveryId, Uuid)],
+        lease_until: Instant,
+    ) {
+        let renewed: std::collections::HashSet<&(DeliveryId, Uuid)> = renewed.iter().collect();
+        let mut held = self.held();
+        for claim in asked {
+            let (id, token) = claim;
+            let Some(entry) = held.get_mut(id).filter(|entry| entry.claim_token == *token) else {
+                continue;
+            };
+            if renewed.contains(claim) {
+                entry.lease_until = lease_until;
+            } else {
+                tracing::info!(delivery_id = %id, "webhook delivery no longer held by this worker");
+                held.remove(id);
+            }
         }
     }
 
@@ -125,6 +246,7 @@ impl Dispatcher {
         drop(self.outcomes.send(AttemptOutcome {
             delivery_id: delivery.id,
             endpoint_id: delivery.endpoint_id,
+            claim_token: delivery.claim_token,
             attempt: delivery.attempts,
             attempted_at: Utc::now(),
             status_code: None,
@@ -181,9 +303,12 @@ fn record_metrics(outcome: &AttemptOutcome, delivery: &ClaimedDelivery) {
     }
 }
 
-/// Writes outcomes in batches until every sender is gone. A batch that cannot be written is
-/// retried; the deliveries' leases keep them safe meanwhile (an unrecorded attempt is attempted
-/// again after its lease, which at-least-once delivery allows).
+/// Writes outcomes in batches until every sender is gone.
+///
+/// A batch that fails on a transient error (connection, deadlock) is retried with backoff; the
+/// deliveries' leases keep them safe meanwhile (an unrecorded attempt is attempted again after
+/// its lease, which at-least-once delivery allows). A batch that fails otherwise is written again
+/// one outcome at a time, so an outcome that cannot be stored costs only itself.
 pub async fn record_outcomes(
     pool: PgPool,
     mut outcomes: mpsc::UnboundedReceiver<AttemptOutcome>,
@@ -191,37 +316,82 @@ pub async fn record_outcomes(
 ) {
     let mut batch = Vec::with_capacity(1_000);
     while outcomes.recv_many(&mut batch, 1_000).await > 0 {
-        let mut delays = ExponentialBuilder::default()
-            .with_min_delay(Duration::from_millis(50))
-            .with_max_delay(Duration::from_secs(5))
-            .with_jitter()
-            .with_max_times(20)
-            .build();
-        loop {
-            match write(&pool, &batch, disable_after).await {
-                Ok(disabled) => {
-                    for endpoint in disabled {
-                        tracing::warn!(
-                            endpoint_id = %endpoint.id,
-                            reason = endpoint.disabled_reason.as_deref().unwrap_or(""),
-                            "webhook endpoint disabled"
-                        );
+        match write_retrying(&pool, &batch, disable_after).await {
+            Ok(()) => {}
+            Err(error) if flow_common::db::is_transient(&error) => {
+                tracing::error!(%error, count = batch.len(), "dropping attempt records; the deliveries will be attempted again when their lease ends");
+            }
+            Err(error) if batch.len() > 1 => {
+                tracing::warn!(%error, count = batch.len(), "could not record a batch of attempts; recording them one by one");
+                for outcome in &batch {
+                    if let Err(error) =
+                        write_retrying(&pool, std::slice::from_ref(outcome), disable_after).await
+                    {
+                        drop_outcome(outcome, &error);
                     }
-                    break;
                 }
-                Err(error) => match delays.next() {
-                    Some(delay) if flow_common::db::is_transient(&error) => {
-                        tracing::warn!(%error, ?delay, count = batch.len(), "could not record attempts; retrying");
-                        tokio::time::sleep(delay).await;
-                    }
-                    _ => {
-                        tracing::error!(%error, count = batch.len(), "dropping attempt records; the deliveries will be attempted again when their lease ends");
-                        break;
-                    }
-                },
+            }
+            Err(error) => {
+                for outcome in &batch {
+                    drop_outcome(outcome, &error);
+                }
             }
         }
         batch.clear();
+    }
+}
+
+fn drop_outcome(outcome: &AttemptOutcome, error: &sqlx::Error) {
+    metrics::counter!("flow_webhook_unrecorded_outcomes_total").increment(1);
+    tracing::error!(
+        %error,
+        delivery_id = %outcome.delivery_id,
+        endpoint_id = %outcome.endpoint_id,
+        "could not record a webhook attempt; the delivery will be attempted again when its lease ends"
+    );
+}
+
+/// Writes `batch` in one transaction, retrying transient errors with backoff.
+async fn write_retrying(
+    pool: &PgPool,
+    batch: &[AttemptOutcome],
+    disable_after: Duration,
+) -> Result<(), sqlx::Error> {
+    let mut delays = ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .with_max_times(20)
+        .build();
+    loop {
+        match write(pool, batch, disable_after).await {
+            Ok(recorded) => {
+                for endpoint in recorded.disabled {
+                    tracing::warn!(
+                        endpoint_id = %endpoint.id,
+                        reason = endpoint.disabled_reason.as_deref().unwrap_or(""),
+                        "webhook endpoint disabled"
+                    );
+                }
+                if !recorded.stale.is_empty() {
+                    metrics::counter!("flow_webhook_stale_outcomes_total")
+                        .increment(recorded.stale.len() as u64);
+                    tracing::info!(
+                        count = recorded.stale.len(),
+                        deliveries = ?recorded.stale,
+                        "attempts not recorded: their deliveries were deleted or are held by a newer claim"
+                    );
+                }
+                return Ok(());
+            }
+            Err(error) => match delays.next() {
+                Some(delay) if flow_common::db::is_transient(&error) => {
+                    tracing::warn!(%error, ?delay, count = batch.len(), "could not record attempts; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                _ => return Err(error),
+            },
+        }
     }
 }
 
@@ -229,9 +399,9 @@ async fn write(
     pool: &PgPool,
     batch: &[AttemptOutcome],
     disable_after: Duration,
-) -> Result<Vec<webhooks::DisabledEndpoint>, sqlx::Error> {
+) -> Result<webhooks::Recorded, sqlx::Error> {
     let mut transaction = pool.begin().await?;
-    let disabled = webhooks::record_outcomes(&mut transaction, batch, disable_after).await?;
+    let recorded = webhooks::record_outcomes(&mut transaction, batch, disable_after).await?;
     transaction.commit().await?;
-    Ok(disabled)
+    Ok(recorded)
 }

@@ -6,9 +6,11 @@
 //!    row per endpoint, created already claimed by this worker (a lease), in one transaction per
 //!    batch, acked after commit. A redelivered event creates no second delivery (unique per
 //!    endpoint and event id).
-//! 2. The dispatcher attempts the claimed deliveries at once, a bounded number per endpoint.
+//! 2. The dispatcher attempts the claimed deliveries at once, a bounded number per endpoint, and
+//!    renews the leases of those it holds until they are attempted.
 //! 3. A recorder writes each attempt and the delivery's next step: done, retry at a time from the
-//!    schedule, or failed; a 410, or days of failures, disable the endpoint.
+//!    schedule, or failed; a 410, or days of failures, disable the endpoint. Every write is fenced
+//!    by the claim's token, so a worker that lost its claim changes nothing.
 //! 4. A poller claims retries whose time has come, deliveries whose worker died (expired lease),
 //!    test pings and manual retries (woken by `NOTIFY`).
 
@@ -24,16 +26,19 @@ use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db::webhooks::{self, IncomingEvent};
 use flow_common::db::{self as database};
-use flow_common::events::ORG_HEADER;
+use flow_common::events::{
+    EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
+};
 use flow_common::ids::{EventId, OrgId};
 use flow_common::webhook::{AddressPolicy, RetrySchedule, SecretVault, parse_duration};
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::consumer::{self, BatchHandler, ConsumerSettings, ack_all, nack_all};
+use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
 use dispatch::{Dispatcher, Limits};
 use sender::Sender;
 
@@ -95,7 +100,8 @@ pub struct WebhookWorkerConfig {
     #[arg(long, env = "WEBHOOK_FAILING_ENDPOINT_QUEUE", default_value_t = 64)]
     pub failing_endpoint_queue: usize,
 
-    /// How long a claimed delivery stays with this worker before another may take it.
+    /// How long a claimed delivery stays with this worker before another may take it; renewed
+    /// while the delivery waits in memory. At least twice the attempt timeout.
     #[arg(long, env = "WEBHOOK_LEASE", default_value = "10m", value_parser = parse_duration)]
     pub lease: Duration,
 
@@ -114,6 +120,13 @@ pub struct WebhookWorkerConfig {
 
 /// Runs the worker until `shutdown`, then finishes the attempts under way and records them.
 pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+    // A lease renewed every quarter of its length leaves three quarters of it for an attempt.
+    anyhow::ensure!(
+        config.lease >= config.timeout.saturating_mul(2),
+        "WEBHOOK_LEASE ({:?}) must be at least twice WEBHOOK_TIMEOUT ({:?})",
+        config.lease,
+        config.timeout
+    );
     let pool = database::connect_with_retry(
         &config.core.database_url,
         config.core.database_max_connections,
@@ -142,8 +155,16 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
             endpoint_concurrency: config.endpoint_concurrency,
             endpoint_queue: config.endpoint_queue,
             failing_endpoint_queue: config.failing_endpoint_queue,
+            lease: config.lease,
+            attempt_timeout: config.timeout,
         },
         outcomes,
+    );
+    let renewing = CancellationToken::new();
+    let renewer = tokio::spawn(
+        dispatcher
+            .clone()
+            .renew_leases(pool.clone(), renewing.clone()),
     );
     let recorder = tokio::spawn(dispatch::record_outcomes(
         pool.clone(),
@@ -161,16 +182,19 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         queue: QueueKind::Webhooks,
         prefetch: config.prefetch,
         batch_size: config.batch_size.max(1),
+        batch_bytes: usize::MAX,
         concurrency: 2,
     };
     let handler = EventsHandler {
-        pool,
+        pool: pool.clone(),
         dispatcher: dispatcher.clone(),
         lease: config.lease,
     };
-    let consumed = consumer::run(&config.core, settings, Arc::new(handler), shutdown).await;
+    let consumed = consumer::run(&config.core, settings, Arc::new(handler), pool, shutdown).await;
     drop(poller.await);
     dispatcher.finish().await;
+    renewing.cancel();
+    drop(renewer.await);
     drop(dispatcher);
     drop(recorder.await);
     tracing::info!(role = ROLE, "webhook-worker stopped");
@@ -185,40 +209,48 @@ struct EventsHandler {
 }
 
 impl BatchHandler for EventsHandler {
-    async fn handle(
-        &self,
-        deliveries: Vec<Delivery>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
+        // The events of every decodable message, each remembering the message it came in.
         let mut events = Vec::with_capacity(deliveries.len());
-        let mut decoded = Vec::with_capacity(deliveries.len());
+        let mut owners = Vec::with_capacity(deliveries.len());
+        let mut messages = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
-            match decode_event(&delivery) {
-                Ok(event) => {
-                    events.push(event);
-                    decoded.push(delivery);
+            match decode_events(&delivery) {
+                Ok(decoded) => {
+                    owners.extend(std::iter::repeat_n(messages.len(), decoded.len()));
+                    events.extend(decoded);
+                    messages.push(delivery);
                 }
-                Err(reason) => consumer::dead_letter(ROLE, &delivery, &reason).await?,
+                Err(reason) => context.dead_letters.send(&delivery, &reason).await?,
             }
         }
         if events.is_empty() {
-            return Ok(());
+            return ack_all(&messages).await;
         }
-        match self.fan_out(&events, &shutdown).await {
-            Ok(claimed) => {
-                ack_all(&decoded).await?;
+        match self.fan_out(&events, &context.shutdown).await {
+            Ok((claimed, claimed_at)) => {
+                // The deliveries are committed and claimed by this worker: send them even if the
+                // ack below fails (a redelivered event then fans out to nothing new).
+                self.dispatcher.dispatch(claimed, claimed_at);
                 metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                     .increment(events.len() as u64);
-                self.dispatcher.dispatch(claimed);
-                Ok(())
+                ack_all(&messages).await
             }
             Err(error) if database::is_transient(&error) => {
-                tracing::warn!(%error, count = decoded.len(), "returning events to the queue");
-                nack_all(&decoded).await
+                tracing::warn!(%error, count = messages.len(), "returning events to the queue");
+                nack_all(&messages).await
+            }
+            Err(error) if events.len() > 1 => {
+                // One event that cannot be fanned out must not take the others with it.
+                tracing::warn!(%error, count = events.len(), "could not fan out a batch; fanning out one by one");
+                self.fan_out_one_by_one(&events, &owners, &messages, &context)
+                    .await
             }
             Err(error) => {
-                for delivery in &decoded {
-                    consumer::dead_letter(ROLE, delivery, &format!("cannot fan out: {error}"))
+                for delivery in &messages {
+                    context
+                        .dead_letters
+                        .send(delivery, &format!("cannot fan out: {error}"))
                         .await?;
                 }
                 Ok(())
@@ -228,27 +260,114 @@ impl BatchHandler for EventsHandler {
 }
 
 impl EventsHandler {
-    /// Fans events out in one transaction, retrying transient failures until shutdown.
+    /// Fans events out in one transaction, retrying transient failures until shutdown. Returns
+    /// the claimed deliveries and when the transaction that claimed them started.
     async fn fan_out(
         &self,
         events: &[IncomingEvent],
         shutdown: &CancellationToken,
-    ) -> Result<Vec<webhooks::ClaimedDelivery>, sqlx::Error> {
+    ) -> Result<(Vec<webhooks::ClaimedDelivery>, Instant), sqlx::Error> {
+        // One token for every try: a retry after a lost COMMIT answer reclaims its own rows.
+        let claim_token = uuid::Uuid::new_v4();
         consumer::retry_transient("fan-out", shutdown, database::is_transient, || async {
+            let started = Instant::now();
             let mut transaction = self.pool.begin().await?;
-            let claimed = webhooks::fan_out(&mut transaction, events, self.lease).await?;
+            let claimed =
+                webhooks::fan_out(&mut transaction, events, self.lease, claim_token).await?;
             transaction.commit().await?;
-            Ok(claimed)
+            Ok((claimed, started))
         })
         .await
     }
+
+    /// Fans each event out in its own transaction. A message whose events all went out (or were
+    /// dead-lettered on their own) is acked; one with a transient failure goes back to the queue
+    /// (its other events fan out to nothing new next time).
+    async fn fan_out_one_by_one(
+        &self,
+        events: &[IncomingEvent],
+        owners: &[usize],
+        messages: &[Delivery],
+        context: &BatchContext,
+    ) -> anyhow::Result<()> {
+        let mut returned = vec![false; messages.len()];
+        for (event, owner) in events.iter().zip(owners) {
+            match self
+                .fan_out(std::slice::from_ref(event), &context.shutdown)
+                .await
+            {
+                Ok((claimed, claimed_at)) => {
+                    self.dispatcher.dispatch(claimed, claimed_at);
+                    metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
+                        .increment(1);
+                }
+                Err(error) if database::is_transient(&error) => returned[*owner] = true,
+                Err(error) => {
+                    tracing::error!(%error, event_id = %event.event_id, "cannot fan out an event");
+                    let org = event.org_id.to_string();
+                    context
+                        .dead_letters
+                        .send_part(
+                            &serde_json::to_vec(&event.payload)?,
+                            &event.event_id.to_string(),
+                            EVENT_KIND,
+                            &[(ORG_HEADER, &org)],
+                            &format!("cannot fan out: {error}"),
+                        )
+                        .await?;
+                }
+            }
+        }
+        for (delivery, returned) in messages.iter().zip(returned) {
+            if returned {
+                nack_all(std::slice::from_ref(delivery)).await?;
+            } else {
+                ack_all(std::slice::from_ref(delivery)).await?;
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Reads an event message: the body is what customers receive; the organization travels in a
-/// header.
-fn decode_event(delivery: &Delivery) -> Result<IncomingEvent, String> {
+/// Reads an event message: a lone event (the body is what customers receive; the organization
+/// travels in a header) or an [`EventBatch`].
+fn decode_events(delivery: &Delivery) -> Result<Vec<IncomingEvent>, String> {
+    let kind = delivery
+        .properties
+        .kind()
+        .as_ref()
+        .map(|kind| kind.as_str());
+    if kind == Some(EVENT_BATCH_KIND) {
+        let batch: EventBatch = serde_json::from_slice(&delivery.data)
+            .map_err(|error| format!("malformed event batch: {error}"))?;
+        if batch.version != EVENT_BATCH_VERSION {
+            return Err(format!(
+                "unsupported event batch version {} (this build handles {EVENT_BATCH_VERSION})",
+                batch.version
+            ));
+        }
+        return batch
+            .events
+            .into_iter()
+            .map(|batched| incoming(batched.event, batched.org_id))
+            .collect();
+    }
     let payload: serde_json::Value = serde_json::from_slice(&delivery.data)
         .map_err(|error| format!("malformed event: {error}"))?;
+    let org_id = delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| match headers.inner().get(ORG_HEADER)? {
+            AMQPValue::LongString(text) => OrgId::parse(&text.to_string()),
+            _ => None,
+        })
+        .ok_or("event without its organization header")?;
+    Ok(vec![incoming(payload, org_id)?])
+}
+
+/// An event body of organization `org_id`, checked.
+fn incoming(payload: serde_json::Value, org_id: OrgId) -> Result<IncomingEvent, String> {
     let field = |name: &str| {
         payload[name]
             .as_str()
@@ -259,15 +378,6 @@ fn decode_event(delivery: &Delivery) -> Result<IncomingEvent, String> {
     let event_at = DateTime::parse_from_rfc3339(field("timestamp")?)
         .map_err(|_| "malformed event: bad timestamp")?
         .with_timezone(&Utc);
-    let org_id = delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|headers| match headers.inner().get(ORG_HEADER)? {
-            AMQPValue::LongString(text) => OrgId::parse(&text.to_string()),
-            _ => None,
-        })
-        .ok_or("event without its organization header")?;
     Ok(IncomingEvent {
         event_id,
         org_id,
@@ -294,13 +404,14 @@ async fn poll(
         let mut claimed_full = false;
         if dispatcher.in_flight() < memory_cap {
             let skip = dispatcher.saturated();
+            let claimed_at = Instant::now();
             match webhooks::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
                 Ok(claimed) => {
                     claimed_full = claimed.len() as i64 == CLAIM_BATCH;
                     if !claimed.is_empty() {
                         tracing::debug!(count = claimed.len(), "claimed due deliveries");
                     }
-                    dispatcher.dispatch(claimed);
+                    dispatcher.dispatch(claimed, claimed_at);
                 }
                 Err(error) => tracing::warn!(%error, "could not claim due deliveries"),
             }

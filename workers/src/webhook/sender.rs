@@ -1,7 +1,8 @@
 //! One delivery attempt: sign per Standard Webhooks v1, POST with bounded timeouts and no
 //! redirects, connect only to addresses the policy permits (the resolver drops the others, so a
 //! name that changes to an internal address after creation is still refused), and decide what
-//! follows from the answer.
+//! follows from the answer. Proxies configured in the environment (`HTTP_PROXY`, `HTTPS_PROXY`,
+//! `ALL_PROXY`) are ignored: a proxy resolves the name itself, past the guarded resolver.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,13 +11,11 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use flow_common::db::webhooks::{AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
 use flow_common::webhook::{
-    AddressPolicy, RetrySchedule, SecretVault, parse_endpoint_url, signature_header,
+    AddressPolicy, RetrySchedule, STORED_TEXT_BYTES, SecretVault, parse_endpoint_url,
+    signature_header, storable_text,
 };
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
-
-/// Bytes of a response body kept with an attempt.
-const EXCERPT_BYTES: usize = 1_024;
 
 /// Sends attempts.
 pub struct Sender {
@@ -48,6 +47,7 @@ impl Sender {
             .connect_timeout(connect_timeout)
             .timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
             .user_agent(concat!("Flow-Webhooks/", env!("CARGO_PKG_VERSION")))
             .dns_resolver(Arc::new(GuardedResolver { policy }))
             .pool_idle_timeout(Duration::from_secs(60))
@@ -71,6 +71,7 @@ impl Sender {
         let mut outcome = AttemptOutcome {
             delivery_id: delivery.id,
             endpoint_id: delivery.endpoint_id,
+            claim_token: delivery.claim_token,
             attempt,
             attempted_at,
             status_code: None,
@@ -167,17 +168,24 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// The first bytes of the body, as text.
+/// The first bytes of the body, as text Postgres can store: invalid UTF-8 replaced, NUL
+/// characters dropped, at most [`STORED_TEXT_BYTES`] bytes.
 async fn excerpt(mut response: reqwest::Response) -> String {
     let mut bytes = Vec::new();
-    while bytes.len() < EXCERPT_BYTES {
+    while bytes.len() < STORED_TEXT_BYTES {
         match response.chunk().await {
             Ok(Some(chunk)) => bytes.extend_from_slice(&chunk),
             _ => break,
         }
     }
-    bytes.truncate(EXCERPT_BYTES);
-    String::from_utf8_lossy(&bytes).into_owned()
+    bytes.truncate(STORED_TEXT_BYTES);
+    // A character cut in half by the bound is left out rather than shown as a replacement.
+    if let Err(error) = std::str::from_utf8(&bytes)
+        && error.error_len().is_none()
+    {
+        bytes.truncate(error.valid_up_to());
+    }
+    storable_text(&String::from_utf8_lossy(&bytes), STORED_TEXT_BYTES)
 }
 
 /// A transport error with its causes, for the attempt log.

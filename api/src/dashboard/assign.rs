@@ -1,0 +1,489 @@
+//! Assign: a form (flow, user, due date, priority, notes) and a CSV upload for bulk, both through
+//! the API's own path — [`AssignInput::parse`] and [`assign_one`], the assign rate limit, the
+//! queue and its guarantees — with a result per row for uploads. The form carries a request id
+//! drawn when it is shown, so submitting it twice assigns once.
+
+use std::collections::HashMap;
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Multipart, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+use chrono::Utc;
+use flow_common::db::flows::{self, FlowSummary};
+use flow_common::ids::FlowId;
+use futures::future::join_all;
+use serde::Deserialize;
+
+use super::auth::SignedIn;
+use super::view::{Layout, Section, flash};
+use super::{HtmlForm, PageError, PageResult};
+use crate::AppState;
+use crate::error::ApiError;
+use crate::ratelimit::Operation;
+use crate::routes::assign::{AssignInput, AssignRequest, MAX_BULK_ITEMS, assign_one};
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/assign", get(form_page).post(assign))
+        .route("/assign/upload", post(upload))
+}
+
+/// A flow to choose.
+pub struct FlowChoice {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Whether it is selected.
+    pub selected: bool,
+}
+
+/// Errors of the form, by field.
+#[derive(Debug, Default)]
+pub struct AssignErrors {
+    /// Of the flow.
+    pub flow: Option<String>,
+    /// Of the e-mail.
+    pub email: Option<String>,
+    /// Of the due date.
+    pub due_date: Option<String>,
+    /// Of the priority.
+    pub priority: Option<String>,
+    /// Of the notes.
+    pub notes: Option<String>,
+    /// Not about one field (rate limit, broker down).
+    pub general: Option<String>,
+}
+
+/// The form as typed.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct AssignForm {
+    /// Flow id.
+    #[serde(default)]
+    pub flow: String,
+    /// Assignee e-mail.
+    #[serde(default)]
+    pub email: String,
+    /// `YYYY-MM-DD`, optional.
+    #[serde(default)]
+    pub due_date: String,
+    /// low, medium or high.
+    #[serde(default)]
+    pub priority: String,
+    /// Notes.
+    #[serde(default)]
+    pub notes: String,
+    /// Drawn when the form was shown; makes resubmission idempotent.
+    #[serde(default)]
+    pub request_id: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/assign.html")]
+struct AssignPage {
+    layout: Layout,
+    flows: Vec<FlowChoice>,
+    form: AssignForm,
+    errors: AssignErrors,
+    priorities: Vec<(&'static str, &'static str)>,
+}
+
+const PRIORITIES: [(&str, &str); 3] = [("low", "Low"), ("medium", "Medium"), ("high", "High")];
+
+async fn org_flows(state: &AppState, account: &SignedIn) -> Result<Vec<FlowSummary>, PageError> {
+    let mut flows = flows::list(&state.db, account.org.id, None, 1_000).await?;
+    flows.sort_by_key(|flow| flow.name.to_lowercase());
+    Ok(flows)
+}
+
+async fn render(
+    state: &AppState,
+    account: &SignedIn,
+    mut form: AssignForm,
+    errors: AssignErrors,
+) -> Result<AssignPage, PageError> {
+    let flows = org_flows(state, account).await?;
+    if form.request_id.is_empty() {
+        form.request_id = format!("dashboard-{}", uuid::Uuid::new_v4().simple());
+    }
+    if form.priority.is_empty() {
+        form.priority = "medium".to_owned();
+    }
+    Ok(AssignPage {
+        layout: Layout::new(account, Section::Assign).await,
+        flows: flows
+            .iter()
+            .map(|flow| FlowChoice {
+                id: flow.id.to_string(),
+                name: flow.name.clone(),
+                selected: flow.id.to_string() == form.flow,
+            })
+            .collect(),
+        form,
+        errors,
+        priorities: PRIORITIES.to_vec(),
+    })
+}
+
+async fn form_page(State(state): State<AppState>, account: SignedIn) -> PageResult<AssignPage> {
+    render(
+        &state,
+        &account,
+        AssignForm::default(),
+        AssignErrors::default(),
+    )
+    .await
+}
+
+/// The API's field names as the form calls them.
+fn reword(message: &str) -> String {
+    message
+        .replace("userEmail", "E-mail")
+        .replace("dueDate", "Due date")
+        .replace("flowId", "Flow")
+        .replace("priority must", "Priority must")
+        .replace("notes must", "Notes must")
+}
+
+/// Puts an error of the assign path next to the field it is about.
+fn place(error: ApiError, errors: &mut AssignErrors) {
+    let message = reword(&error.body().message);
+    let slot = match &error {
+        ApiError::InvalidRequest(text) if text.starts_with("flowId") => &mut errors.flow,
+        ApiError::InvalidRequest(text) if text.starts_with("userEmail") => &mut errors.email,
+        ApiError::InvalidRequest(text) if text.starts_with("dueDate") => &mut errors.due_date,
+        ApiError::InvalidRequest(text) if text.starts_with("priority") => &mut errors.priority,
+        ApiError::InvalidRequest(text) if text.starts_with("notes") => &mut errors.notes,
+        ApiError::NotFound(text) if text.starts_with("flow") => &mut errors.flow,
+        ApiError::NotFound(_) => &mut errors.email,
+        ApiError::Internal(cause) => {
+            tracing::error!(error = format!("{cause:#}"), "dashboard assign failed");
+            &mut errors.general
+        }
+        _ => &mut errors.general,
+    };
+    *slot = Some(message);
+}
+
+fn request(form: &AssignForm) -> AssignRequest {
+    let optional = |text: &str| Some(text.trim().to_owned()).filter(|text| !text.is_empty());
+    AssignRequest {
+        flow_id: Some(form.flow.clone()),
+        user_email: Some(form.email.trim().to_owned()),
+        due_date: optional(&form.due_date),
+        priority: optional(&form.priority),
+        notes: Some(form.notes.clone()).filter(|notes| !notes.is_empty()),
+    }
+}
+
+async fn assign(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlForm(form): HtmlForm<AssignForm>,
+) -> PageResult {
+    account.require_admin()?;
+    let now = Utc::now();
+    let result = async {
+        state
+            .limiter
+            .check(&account.caller, Operation::Assign, 1)
+            .await?;
+        let input = AssignInput::parse(request(&form), account.zone(), now)?;
+        let request_id = Some(form.request_id.as_str()).filter(|id| {
+            !id.is_empty() && id.len() <= 200 && id.bytes().all(|byte| (0x20..0x7f).contains(&byte))
+        });
+        assign_one(&state, &account.caller, input, request_id, now).await
+    }
+    .await;
+    match result {
+        Ok(response) => {
+            flash(
+                &account.session,
+                "success",
+                format!("{} ({}).", response.message, response.assignment_id),
+            )
+            .await;
+            Ok(Redirect::to("/dashboard/assign").into_response())
+        }
+        Err(error) => {
+            let mut errors = AssignErrors::default();
+            let status = error.status();
+            place(error, &mut errors);
+            let page = render(&state, &account, form, errors).await?;
+            Ok((status, page).into_response())
+        }
+    }
+}
+
+/// The outcome of one uploaded row.
+pub struct RowResult {
+    /// Line in the file (the header is line 1).
+    pub line: usize,
+    /// Assignee.
+    pub email: String,
+    /// Flow, as named in the row or chosen in the form.
+    pub flow: String,
+    /// Whether it was assigned (or already was).
+    pub ok: bool,
+    /// What happened.
+    pub message: String,
+    /// The assignment, on success.
+    pub assignment_id: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/assign_results.html")]
+struct ResultsPage {
+    layout: Layout,
+    file_name: String,
+    rows: Vec<RowResult>,
+    succeeded: usize,
+    failed: usize,
+}
+
+/// One parsed row of an upload.
+#[derive(Debug)]
+struct UploadRow {
+    line: usize,
+    email: String,
+    flow: String,
+    due_date: String,
+    priority: String,
+    notes: String,
+}
+
+/// The line a CSV record starts on in `file`, as an editor counts them (the csv reader's own
+/// count skips blank lines).
+pub fn record_line(file: &[u8], position: Option<&csv::Position>) -> usize {
+    let mut offset = position
+        .and_then(|position| usize::try_from(position.byte()).ok())
+        .unwrap_or(0)
+        .min(file.len());
+    // The reader's position can sit before the blank lines it skipped.
+    while offset < file.len() && matches!(file[offset], b'\n' | b'\r') {
+        offset += 1;
+    }
+    file[..offset].iter().filter(|byte| **byte == b'\n').count() + 1
+}
+
+/// Reads the upload's CSV: a header row with `email` (or `userEmail`) and optionally `flow` (an id
+/// or a name; `flowId` too), `dueDate`, `priority`, `notes`.
+fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let headers = reader
+        .headers()
+        .map_err(|error| format!("The file is not CSV: {error}"))?
+        .clone();
+    let column = |names: &[&str]| {
+        headers.iter().position(|header| {
+            let key: String = header
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>()
+                .to_ascii_lowercase();
+            names.contains(&key.as_str())
+        })
+    };
+    let email = column(&["email", "useremail"]).ok_or(
+        "The file needs an `email` column (and optionally flow, dueDate, priority, notes).",
+    )?;
+    let flow = column(&["flow", "flowid", "flowname"]);
+    let due = column(&["duedate", "due"]);
+    let priority = column(&["priority"]);
+    let notes = column(&["notes", "note"]);
+    let mut rows = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|error| format!("The file is not valid CSV: {error}"))?;
+        let line = record_line(bytes, record.position());
+        if record.iter().all(str::is_empty) {
+            continue;
+        }
+        let cell = |position: Option<usize>| {
+            position
+                .and_then(|position| record.get(position))
+                .unwrap_or("")
+                .to_owned()
+        };
+        rows.push(UploadRow {
+            line,
+            email: cell(Some(email)),
+            flow: cell(flow),
+            due_date: cell(due),
+            priority: cell(priority),
+            notes: cell(notes),
+        });
+        if rows.len() > MAX_BULK_ITEMS {
+            return Err(format!(
+                "The file has more than {MAX_BULK_ITEMS} rows; split it into several uploads."
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return Err("The file has no rows under its header.".to_owned());
+    }
+    Ok(rows)
+}
+
+async fn upload(
+    State(state): State<AppState>,
+    account: SignedIn,
+    mut multipart: Multipart,
+) -> PageResult {
+    account.require_admin()?;
+    let mut file = None;
+    let mut file_name = String::new();
+    let mut default_flow = String::new();
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|error| PageError::bad_request(format!("The upload was cut short: {error}")))?
+    {
+        match field.name() {
+            Some("file") => {
+                file_name = field.file_name().unwrap_or("upload.csv").to_owned();
+                file = Some(field.bytes().await.map_err(|error| {
+                    PageError::bad_request(format!("The upload was cut short: {error}"))
+                })?);
+            }
+            Some("flow") => {
+                default_flow = field.text().await.unwrap_or_default();
+            }
+            _ => {}
+        }
+    }
+    let refuse = |message: String| async {
+        let errors = AssignErrors {
+            general: Some(message),
+            ..AssignErrors::default()
+        };
+        render(&state, &account, AssignForm::default(), errors)
+            .await
+            .map(|page| (StatusCode::BAD_REQUEST, page).into_response())
+    };
+    let Some(file) = file.filter(|file| !file.is_empty()) else {
+        return refuse("Choose a CSV file to upload.".to_owned()).await;
+    };
+    let rows = match parse_rows(&file) {
+        Ok(rows) => rows,
+        Err(message) => return refuse(message).await,
+    };
+    let flows = org_flows(&state, &account).await?;
+    let by_name: HashMap<String, &FlowSummary> = flows
+        .iter()
+        .map(|flow| (flow.name.to_lowercase(), flow))
+        .collect();
+    let by_id: HashMap<FlowId, &FlowSummary> = flows.iter().map(|flow| (flow.id, flow)).collect();
+    let resolve = |text: &str| -> (String, String) {
+        let text = if text.trim().is_empty() {
+            default_flow.trim()
+        } else {
+            text.trim()
+        };
+        match FlowId::parse(text)
+            .and_then(|id| by_id.get(&id))
+            .or_else(|| by_name.get(&text.to_lowercase()))
+        {
+            Some(flow) => (flow.id.to_string(), flow.name.clone()),
+            // Not an id or name of this organization: the assign path answers 404 for it.
+            None => (text.to_owned(), text.to_owned()),
+        }
+    };
+    let (granted, _, _) = state
+        .limiter
+        .check_up_to(
+            &account.caller,
+            Operation::Assign,
+            u32::try_from(rows.len()).unwrap_or(u32::MAX),
+        )
+        .await
+        .map_err(PageError::from)?;
+    let granted = usize::try_from(granted).unwrap_or(0);
+    let now = Utc::now();
+    let outcomes = rows.iter().enumerate().map(|(index, row)| {
+        let (flow_id, flow_name) = resolve(&row.flow);
+        let form = AssignForm {
+            flow: flow_id,
+            email: row.email.clone(),
+            due_date: row.due_date.clone(),
+            priority: row.priority.clone(),
+            notes: row.notes.clone(),
+            request_id: String::new(),
+        };
+        let state = &state;
+        let caller = &account.caller;
+        async move {
+            let outcome = if index >= granted {
+                Err(ApiError::InvalidRequest(
+                    "Not assigned: the organization's assign limit per minute is used up; upload this row again in a minute.".to_owned(),
+                ))
+            } else {
+                match AssignInput::parse(request(&form), caller.zone, now) {
+                    Ok(input) => assign_one(state, caller, input, None, now).await,
+                    Err(error) => Err(error),
+                }
+            };
+            match outcome {
+                Ok(response) => RowResult {
+                    line: row.line,
+                    email: row.email.clone(),
+                    flow: flow_name,
+                    ok: true,
+                    message: response.message,
+                    assignment_id: response.assignment_id.to_string(),
+                },
+                Err(error) => {
+                    if let ApiError::Internal(cause) = &error {
+                        tracing::error!(error = format!("{cause:#}"), "dashboard upload row failed");
+                    }
+                    RowResult {
+                        line: row.line,
+                        email: row.email.clone(),
+                        flow: flow_name,
+                        ok: false,
+                        message: reword(&error.body().message),
+                        assignment_id: String::new(),
+                    }
+                }
+            }
+        }
+    });
+    let results = join_all(outcomes).await;
+    let succeeded = results.iter().filter(|row| row.ok).count();
+    Ok(ResultsPage {
+        layout: Layout::new(&account, Section::Assign).await,
+        file_name,
+        failed: results.len() - succeeded,
+        succeeded,
+        rows: results,
+    }
+    .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upload_columns_are_found_by_name_whatever_their_spelling() {
+        let rows = parse_rows(
+            b"User Email,Flow,Due date,Priority,Notes\nalice@example.com,Security Basics,2030-01-31,high,Hi\n\nbob@example.com,,,,\n",
+        )
+        .unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].email, "alice@example.com");
+        assert_eq!(rows[0].flow, "Security Basics");
+        assert_eq!(rows[0].due_date, "2030-01-31");
+        assert_eq!(rows[0].priority, "high");
+        assert_eq!(rows[1].line, 4);
+        assert!(parse_rows(b"name\nAlice\n").unwrap_err().contains("email"));
+        assert!(parse_rows(b"email\n").unwrap_err().contains("no rows"));
+    }
+}

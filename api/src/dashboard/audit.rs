@@ -1,0 +1,108 @@
+//! Settings → Audit log: who generated, revoked or rolled keys, created, changed, rotated or
+//! deleted webhook endpoints, and invited people, from the dashboard, the API or `flowctl`.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use flow_common::db::audit;
+use serde::Deserialize;
+
+use super::auth::SignedIn;
+use super::view::{Layout, Section};
+use super::{HtmlQuery, PageResult};
+use crate::AppState;
+
+/// Events per page.
+const PAGE_SIZE: i64 = 50;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new().route("/settings/audit", get(list))
+}
+
+/// An event as the log shows it.
+pub struct EventRow {
+    /// When.
+    pub at: String,
+    /// Who.
+    pub actor: String,
+    /// Through what: Dashboard, API or flowctl.
+    pub via: &'static str,
+    /// What, in words.
+    pub action: String,
+    /// The id of what changed.
+    pub target: String,
+    /// Its name or address.
+    pub detail: String,
+}
+
+/// What an action code means.
+pub fn describe(action: &str) -> String {
+    match action {
+        "key.created" => "Generated an API key",
+        "key.revoked" => "Revoked an API key",
+        "key.rolled" => "Rolled an API key",
+        "webhook.created" => "Created a webhook endpoint",
+        "webhook.updated" => "Changed a webhook endpoint",
+        "webhook.secret_rotated" => "Rotated a webhook signing secret",
+        "webhook.deleted" => "Deleted a webhook endpoint",
+        "webhook.recovered" => "Recovered failed webhook deliveries",
+        "account.invited" => "Invited a person to the dashboard",
+        "account.link_issued" => "Issued a new sign-in link",
+        other => other,
+    }
+    .to_owned()
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/settings_audit.html")]
+struct AuditPage {
+    layout: Layout,
+    events: Vec<EventRow>,
+    next: Option<i64>,
+    paged: bool,
+}
+
+/// Query of the log.
+#[derive(Debug, Default, Deserialize)]
+pub struct AuditQuery {
+    /// Show events older than this one.
+    pub before: Option<i64>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlQuery(query): HtmlQuery<AuditQuery>,
+) -> PageResult<AuditPage> {
+    let layout = Layout::new(&account, Section::Settings).await;
+    let mut rows = audit::list(&state.db, account.org.id, query.before, PAGE_SIZE + 1).await?;
+    let next = if rows.len() > usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX) {
+        rows.truncate(usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX));
+        rows.last().map(|row| row.id)
+    } else {
+        None
+    };
+    Ok(AuditPage {
+        events: rows
+            .iter()
+            .map(|row| EventRow {
+                at: layout.time(&row.occurred_at),
+                actor: row.actor.clone(),
+                via: match row.actor_kind.as_str() {
+                    "account" => "Dashboard",
+                    "api_key" => "API",
+                    _ => "flowctl",
+                },
+                action: describe(&row.action),
+                target: row.target.clone(),
+                detail: row.detail.clone(),
+            })
+            .collect(),
+        layout,
+        next,
+        paged: query.before.is_some(),
+    })
+}

@@ -1,0 +1,534 @@
+//! Signing in and out, one-time sign-in links (where a person sets a password), and the
+//! extractors that give every page its signed-in account.
+//!
+//! Passwords are argon2id hashes. A session remembers the account and when it signed in: it ends
+//! after [`super::DashboardConfig::session_idle`] without a request (the store's expiry slides
+//! on each request) and [`super::DashboardConfig::session_max`] after sign-in whatever the
+//! activity. The session id changes at sign-in. Failed sign-ins are counted in Postgres per
+//! account e-mail and per client address, so guessing is throttled across replicas.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use argon2::Argon2;
+use argon2::password_hash::phc::PasswordHash;
+use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::connect_info::ConnectInfo;
+use axum::extract::{FromRequestParts, OptionalFromRequestParts, OriginalUri, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use chrono::Utc;
+use flow_common::db::accounts::{self, Account, FailureScope, Role};
+use flow_common::db::orgs::Organization;
+use flow_common::domain::Email;
+use flow_common::ids::{AccountId, KeyId};
+use serde::Deserialize;
+use tower_sessions::Session;
+use uuid::Uuid;
+
+use super::view::flash;
+use super::{HtmlForm, PageError, PageResult};
+use crate::AppState;
+use crate::extract::Caller;
+
+/// Session key of the signed-in account's id.
+const ACCOUNT_KEY: &str = "account";
+/// Session key of the sign-in time (Unix seconds).
+const SIGNED_IN_KEY: &str = "signed_in_at";
+
+/// Failed sign-ins of one e-mail within [`FAILURE_WINDOW`] before it is refused.
+pub const ACCOUNT_FAILURE_LIMIT: i64 = 5;
+/// Failed sign-ins from one address within [`FAILURE_WINDOW`] before it is refused.
+pub const ADDRESS_FAILURE_LIMIT: i64 = 20;
+/// How long failed sign-ins count.
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// Shortest password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 10;
+/// Longest password accepted (argon2 takes any length; this bounds the work per request).
+pub const MAX_PASSWORD_CHARS: usize = 200;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/sign-in", get(sign_in_page).post(sign_in))
+        .route("/sign-out", post(sign_out))
+        .route("/welcome/{token}", get(welcome_page).post(set_password))
+}
+
+/// The signed-in account of a page request, its organization, and the caller the API's
+/// functions take (the organization, without an API key).
+pub struct SignedIn {
+    /// The account.
+    pub account: Account,
+    /// Its organization.
+    pub org: Organization,
+    /// The organization as the API's assign, report and export functions take it.
+    pub caller: Arc<Caller>,
+    /// The session (for notices).
+    pub session: Session,
+}
+
+impl SignedIn {
+    /// Whether the account may change things.
+    pub fn is_admin(&self) -> bool {
+        self.account.role() == Role::Admin
+    }
+
+    /// The organization's time zone.
+    pub fn zone(&self) -> chrono_tz::Tz {
+        self.caller.zone
+    }
+
+    /// The account as an audit actor.
+    pub fn actor(&self) -> flow_common::db::audit::Actor<'_> {
+        flow_common::db::audit::Actor::Account(&self.account.email)
+    }
+
+    /// 403 for viewers, before any change.
+    pub fn require_admin(&self) -> Result<(), PageError> {
+        if self.is_admin() {
+            Ok(())
+        } else {
+            Err(PageError::viewer())
+        }
+    }
+}
+
+/// Why a request has no signed-in account: it is sent to the sign-in page.
+pub struct SignInRequired {
+    next: String,
+    expired: bool,
+    htmx: bool,
+}
+
+impl IntoResponse for SignInRequired {
+    fn into_response(self) -> Response {
+        let query = serde_html_form::to_string([("next", self.next.as_str())]).unwrap_or_default();
+        let mut target = format!("/dashboard/sign-in?{query}");
+        if self.expired {
+            target.push_str("&expired=1");
+        }
+        if self.htmx {
+            // htmx follows redirects inside the page; this makes it load the whole sign-in page.
+            let mut response = StatusCode::UNAUTHORIZED.into_response();
+            if let Ok(value) = HeaderValue::from_str(&target) {
+                response.headers_mut().insert("hx-redirect", value);
+            }
+            return response;
+        }
+        Redirect::to(&target).into_response()
+    }
+}
+
+/// Either the sign-in page (no session) or an error page.
+pub enum Rejection {
+    /// Not signed in, or the session ended.
+    SignIn(SignInRequired),
+    /// The session could not be read.
+    Failed(PageError),
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        match self {
+            Self::SignIn(required) => required.into_response(),
+            Self::Failed(error) => error.into_response(),
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for SignedIn {
+    type Rejection = Rejection;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Rejection> {
+        let session = Session::from_request_parts(parts, state)
+            .await
+            .map_err(|(_, message)| Rejection::Failed(PageError::internal(message)))?;
+        let next = if parts.method == axum::http::Method::GET {
+            // The router is nested: the original address still has its `/dashboard` prefix.
+            let uri = parts
+                .extensions
+                .get::<OriginalUri>()
+                .map_or(&parts.uri, |original| &original.0);
+            uri.path_and_query()
+                .map_or("/dashboard", |path| path.as_str())
+                .to_owned()
+        } else {
+            "/dashboard".to_owned()
+        };
+        let htmx = super::is_htmx(&parts.headers);
+        let required = |expired| {
+            Rejection::SignIn(SignInRequired {
+                next: next.clone(),
+                expired,
+                htmx,
+            })
+        };
+        let failed = |error: tower_sessions::session::Error| Rejection::Failed(error.into());
+        let account_id: Option<AccountId> = session
+            .get::<String>(ACCOUNT_KEY)
+            .await
+            .map_err(failed)?
+            .and_then(|text| AccountId::parse(&text));
+        let signed_in_at: Option<i64> = session.get(SIGNED_IN_KEY).await.map_err(failed)?;
+        let (Some(account_id), Some(signed_in_at)) = (account_id, signed_in_at) else {
+            return Err(required(false));
+        };
+        let max_age =
+            i64::try_from(state.config.dashboard.session_max.as_secs()).unwrap_or(i64::MAX);
+        if Utc::now().timestamp().saturating_sub(signed_in_at) >= max_age {
+            session.flush().await.map_err(failed)?;
+            return Err(required(true));
+        }
+        let Some(found) = accounts::session_account(&state.db, account_id)
+            .await
+            .map_err(|error| Rejection::Failed(error.into()))?
+        else {
+            session.flush().await.map_err(failed)?;
+            return Err(required(false));
+        };
+        let zone = found.org.zone();
+        Ok(Self {
+            caller: Arc::new(Caller {
+                // The dashboard acts for the organization, not through an API key.
+                key_id: KeyId(Uuid::nil()),
+                org: found.org.clone(),
+                zone,
+            }),
+            account: found.account,
+            org: found.org,
+            session,
+        })
+    }
+}
+
+impl OptionalFromRequestParts<AppState> for SignedIn {
+    type Rejection = PageError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Option<Self>, PageError> {
+        match <Self as FromRequestParts<AppState>>::from_request_parts(parts, state).await {
+            Ok(signed_in) => Ok(Some(signed_in)),
+            Err(Rejection::SignIn(_)) => Ok(None),
+            Err(Rejection::Failed(error)) => Err(error),
+        }
+    }
+}
+
+/// The client's address (for throttling); `unknown` when the server was not given it.
+fn client_address(parts_address: Option<&ConnectInfo<SocketAddr>>) -> String {
+    parts_address.map_or_else(|| "unknown".to_owned(), |info| info.0.ip().to_string())
+}
+
+/// Where to go after signing in: only a dashboard page of this service.
+fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(next)
+            if next.starts_with("/dashboard")
+                && !next.starts_with("//")
+                && !next.contains('\\')
+                && !next.starts_with("/dashboard/sign-") =>
+        {
+            next.to_owned()
+        }
+        _ => "/dashboard/flows".to_owned(),
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/sign_in.html")]
+struct SignInPage {
+    email: String,
+    next: String,
+    error: Option<String>,
+    notice: Option<&'static str>,
+}
+
+/// Query of the sign-in page.
+#[derive(Debug, Default, Deserialize)]
+pub struct SignInQuery {
+    /// The page to return to.
+    pub next: Option<String>,
+    /// Set when a session ended.
+    pub expired: Option<String>,
+    /// Set after signing out.
+    pub signed_out: Option<String>,
+}
+
+async fn sign_in_page(
+    signed_in: Option<SignedIn>,
+    super::HtmlQuery(query): super::HtmlQuery<SignInQuery>,
+) -> Response {
+    let next = safe_next(query.next.as_deref());
+    if signed_in.is_some() {
+        return Redirect::to(&next).into_response();
+    }
+    let notice = if query.expired.is_some() {
+        Some("Your session has ended. Sign in again to continue.")
+    } else if query.signed_out.is_some() {
+        Some("You have signed out.")
+    } else {
+        None
+    };
+    SignInPage {
+        email: String::new(),
+        next,
+        error: None,
+        notice,
+    }
+    .into_response()
+}
+
+/// The sign-in form.
+#[derive(Debug, Deserialize)]
+pub struct SignInForm {
+    /// E-mail.
+    #[serde(default)]
+    pub email: String,
+    /// Password.
+    #[serde(default)]
+    pub password: String,
+    /// The page to return to.
+    pub next: Option<String>,
+}
+
+async fn sign_in(
+    State(state): State<AppState>,
+    session: Session,
+    address: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    HtmlForm(form): HtmlForm<SignInForm>,
+) -> PageResult {
+    let next = safe_next(form.next.as_deref());
+    let refuse = |status: StatusCode, message: &str| {
+        (
+            status,
+            SignInPage {
+                email: form.email.clone(),
+                next: next.clone(),
+                error: Some(message.to_owned()),
+                notice: None,
+            },
+        )
+            .into_response()
+    };
+    let Ok(email) = Email::parse("email", form.email.trim()) else {
+        return Ok(refuse(
+            StatusCode::BAD_REQUEST,
+            "Enter the e-mail address of your dashboard account.",
+        ));
+    };
+    let address = client_address(address.as_ref().map(|extension| &extension.0));
+    let normalized = email.normalized();
+    for (scope, subject, limit) in [
+        (
+            FailureScope::Account,
+            normalized.as_str(),
+            ACCOUNT_FAILURE_LIMIT,
+        ),
+        (
+            FailureScope::Address,
+            address.as_str(),
+            ADDRESS_FAILURE_LIMIT,
+        ),
+    ] {
+        let (failures, clears_at) =
+            accounts::recent_failures(&state.db, scope, subject, FAILURE_WINDOW).await?;
+        if failures >= limit {
+            let minutes = clears_at
+                .map(|at| ((at - Utc::now()).num_seconds().max(1) + 59) / 60)
+                .unwrap_or(15);
+            let mut response = refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "Too many failed sign-ins. Wait {minutes} minute{} and try again, or ask an \
+                     admin for a new sign-in link.",
+                    if minutes == 1 { "" } else { "s" }
+                ),
+            );
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                HeaderValue::from(minutes * 60),
+            );
+            return Ok(response);
+        }
+    }
+    let credentials = accounts::credentials(&state.db, &email).await?;
+    let stored = credentials
+        .as_ref()
+        .and_then(|found| found.password_hash.clone());
+    let password = form.password.clone();
+    // Unknown accounts cost the same hashing work, so timing does not reveal which exist.
+    let verified =
+        tokio::task::spawn_blocking(move || verify_password(&password, stored.as_deref()))
+            .await
+            .map_err(PageError::internal)?;
+    let account = match (verified, credentials) {
+        (true, Some(found)) => found.account,
+        _ => {
+            accounts::record_failure(&state.db, &normalized, &address).await?;
+            return Ok(refuse(
+                StatusCode::UNAUTHORIZED,
+                "The e-mail or the password is not right.",
+            ));
+        }
+    };
+    accounts::clear_failures(&state.db, &normalized).await?;
+    start_session(&session, account.id).await?;
+    tracing::info!(account_id = %account.id, "dashboard sign-in");
+    Ok(Redirect::to(&next).into_response())
+}
+
+/// Signs `account` in on a fresh session id.
+async fn start_session(session: &Session, account: AccountId) -> Result<(), PageError> {
+    session.cycle_id().await?;
+    session.clear().await;
+    session.insert(ACCOUNT_KEY, account.to_string()).await?;
+    session
+        .insert(SIGNED_IN_KEY, Utc::now().timestamp())
+        .await?;
+    Ok(())
+}
+
+async fn sign_out(session: Session) -> PageResult {
+    session.flush().await?;
+    Ok(Redirect::to("/dashboard/sign-in?signed_out=1").into_response())
+}
+
+/// A PHC string of a throwaway password, to verify against when the account has none.
+static DECOY_HASH: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| hash_password("decoy password never used").unwrap_or_default());
+
+/// An argon2id hash (PHC string) of `password` with a random salt.
+pub fn hash_password(password: &str) -> Result<String, String> {
+    Argon2::default()
+        .hash_password(password.as_bytes())
+        .map(|hash| hash.to_string())
+        .map_err(|error| error.to_string())
+}
+
+/// Whether `password` matches `stored`; without a stored hash, the same work is done and the
+/// answer is no.
+pub fn verify_password(password: &str, stored: Option<&str>) -> bool {
+    let candidate = stored.unwrap_or(DECOY_HASH.as_str());
+    let Ok(parsed) = PasswordHash::new(candidate) else {
+        return false;
+    };
+    let matches = Argon2::default()
+        .verify_password(password.as_bytes(), &parsed)
+        .is_ok();
+    matches && stored.is_some()
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/welcome.html")]
+struct WelcomePage {
+    token: String,
+    email: String,
+    has_password: bool,
+    error: Option<String>,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/link_invalid.html")]
+struct LinkInvalidPage;
+
+fn link_invalid() -> Response {
+    (StatusCode::GONE, LinkInvalidPage).into_response()
+}
+
+async fn welcome_page(State(state): State<AppState>, Path(token): Path<String>) -> PageResult {
+    let Some(account) = accounts::link_account(&state.db, &token).await? else {
+        return Ok(link_invalid());
+    };
+    Ok(WelcomePage {
+        token,
+        email: account.email,
+        has_password: account.has_password,
+        error: None,
+    }
+    .into_response())
+}
+
+/// The set-password form.
+#[derive(Debug, Deserialize)]
+pub struct PasswordForm {
+    /// New password.
+    #[serde(default)]
+    pub password: String,
+    /// The same again.
+    #[serde(default)]
+    pub confirm: String,
+}
+
+/// What is wrong with a new password, if anything.
+pub fn password_problem(password: &str, confirm: &str) -> Option<String> {
+    let length = password.chars().count();
+    if length < MIN_PASSWORD_CHARS {
+        Some(format!(
+            "Use at least {MIN_PASSWORD_CHARS} characters (a few words make a good password)."
+        ))
+    } else if length > MAX_PASSWORD_CHARS {
+        Some(format!("Use at most {MAX_PASSWORD_CHARS} characters."))
+    } else if password != confirm {
+        Some("The two passwords are not the same.".to_owned())
+    } else {
+        None
+    }
+}
+
+async fn set_password(
+    State(state): State<AppState>,
+    session: Session,
+    Path(token): Path<String>,
+    HtmlForm(form): HtmlForm<PasswordForm>,
+) -> PageResult {
+    let Some(account) = accounts::link_account(&state.db, &token).await? else {
+        return Ok(link_invalid());
+    };
+    if let Some(problem) = password_problem(&form.password, &form.confirm) {
+        return Ok((
+            StatusCode::BAD_REQUEST,
+            WelcomePage {
+                token,
+                email: account.email,
+                has_password: account.has_password,
+                error: Some(problem),
+            },
+        )
+            .into_response());
+    }
+    let password = form.password;
+    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(PageError::internal)?
+        .map_err(PageError::internal)?;
+    let mut connection = state.db.acquire().await?;
+    let Some(account) = accounts::set_password_with_link(&mut connection, &token, &hash).await?
+    else {
+        // Used or expired meanwhile.
+        return Ok(link_invalid());
+    };
+    drop(connection);
+    accounts::clear_failures(&state.db, &account.email.to_lowercase()).await?;
+    start_session(&session, account.id).await?;
+    flash(
+        &session,
+        "success",
+        format!(
+            "Welcome! Your password is set; you are signed in as {}.",
+            account.email
+        ),
+    )
+    .await;
+    tracing::info!(account_id = %account.id, "dashboard password set");
+    Ok(Redirect::to("/dashboard/flows").into_response())
+}

@@ -1,0 +1,574 @@
+//! Flows: each flow with its assignments, completion rate and overdue count; a flow's page with
+//! the report's metrics, a completion-by-week chart, the assignments table (status tabs, search by
+//! e-mail, pages) and exports (CSV, Excel, PDF) that show their progress, then the download.
+//!
+//! Metrics, the weekly figures and exports come from the API's report operation itself
+//! ([`crate::routes::report::report`]) and downloads from its export operation, so the dashboard
+//! shows exactly what the API answers, and counts against the same report limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use chrono::Utc;
+use flow_common::db::dashboard::{self as queries, FlowCounts};
+use flow_common::db::exports::{self, ExportStatus};
+use flow_common::db::flows;
+use flow_common::domain::AssignmentStatus;
+use flow_common::ids::{ExportId, FlowId};
+use flow_common::report::{PageCursor, completion_rate};
+use serde::{Deserialize, Serialize};
+
+use super::auth::SignedIn;
+use super::chart::{self, Chart, Week};
+use super::view::{Layout, Section, count, label, percent};
+use super::{HtmlForm, HtmlQuery, PageError, PageResult};
+use crate::AppState;
+use crate::extract::{ApiJson, ApiPath, Auth, RequestId};
+use crate::routes::report::{AggregateRequest, ReportRequest, ReportResponse};
+
+/// Flows per page of the list.
+const FLOWS_PER_PAGE: i64 = 50;
+/// Assignments per page of a flow's table.
+const ASSIGNMENTS_PER_PAGE: i64 = 25;
+/// Weeks the chart shows.
+const CHART_WEEKS: usize = 12;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/flows", get(list))
+        .route("/flows/{id}", get(show))
+        .route("/flows/{id}/exports", post(request_export))
+        .route("/exports/{id}", get(export_status))
+        .route("/exports/{id}/download", get(download))
+}
+
+/// A flow as the list shows it.
+pub struct FlowRow {
+    /// Id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Modules.
+    pub modules: i64,
+    /// Assignments.
+    pub assignments: String,
+    /// Completion rate.
+    pub completion: String,
+    /// Completion rate as a number (for the bar).
+    pub completion_value: f64,
+    /// Overdue now.
+    pub overdue: String,
+    /// Whether any are overdue.
+    pub has_overdue: bool,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/flows.html")]
+struct ListPage {
+    layout: Layout,
+    flows: Vec<FlowRow>,
+    next: Option<String>,
+    paged: bool,
+}
+
+/// Query of the flow list.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    /// Show flows after this one.
+    pub after: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlQuery(query): HtmlQuery<ListQuery>,
+) -> PageResult<ListPage> {
+    let layout = Layout::new(&account, Section::Flows).await;
+    let after = query.after.as_deref().and_then(FlowId::parse);
+    let mut rows = flows::list(&state.db, account.org.id, after, FLOWS_PER_PAGE + 1).await?;
+    let page_size = usize::try_from(FLOWS_PER_PAGE).unwrap_or(usize::MAX);
+    let next = if rows.len() > page_size {
+        rows.truncate(page_size);
+        rows.last().map(|flow| flow.id.to_string())
+    } else {
+        None
+    };
+    let ids: Vec<FlowId> = rows.iter().map(|flow| flow.id).collect();
+    let counts: HashMap<FlowId, FlowCounts> =
+        queries::flow_counts(&state.db, account.org.id, &ids, Utc::now())
+            .await?
+            .into_iter()
+            .map(|counts| (counts.flow_id, counts))
+            .collect();
+    Ok(ListPage {
+        flows: rows
+            .iter()
+            .map(|flow| {
+                let counts = counts.get(&flow.id);
+                let total = counts.map_or(0, |counts| counts.total);
+                let completed = counts.map_or(0, |counts| counts.completed);
+                let overdue = counts.map_or(0, |counts| counts.overdue);
+                let rate = completion_rate(completed, total);
+                FlowRow {
+                    id: flow.id.to_string(),
+                    name: flow.name.clone(),
+                    modules: flow.module_count,
+                    assignments: count(total),
+                    completion: percent(rate),
+                    completion_value: rate,
+                    overdue: count(overdue),
+                    has_overdue: overdue > 0,
+                }
+            })
+            .collect(),
+        layout,
+        next,
+        paged: after.is_some(),
+    })
+}
+
+/// Query of a flow's page.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FlowQuery {
+    /// Status tab.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    /// Part of an assignee's e-mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+    /// Cursor of the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+/// A status tab.
+pub struct Tab {
+    /// Its address.
+    pub url: String,
+    /// Its label.
+    pub text: String,
+    /// Whether it is the current one.
+    pub current: bool,
+}
+
+/// An assignment in the table.
+pub struct AssignmentRow {
+    /// Id.
+    pub id: String,
+    /// Assignee.
+    pub email: String,
+    /// Status.
+    pub status: String,
+    /// Status in words.
+    pub status_text: String,
+    /// Modules completed of all.
+    pub progress: String,
+    /// Modules completed, in percent.
+    pub progress_value: i64,
+    /// Priority.
+    pub priority: String,
+    /// Assignment time.
+    pub assigned: String,
+    /// Due date.
+    pub due: String,
+    /// Completion time.
+    pub completed: String,
+}
+
+/// The report figures shown.
+pub struct MetricsView {
+    /// Assignments.
+    pub total: String,
+    /// Completed.
+    pub completed: String,
+    /// Completion rate.
+    pub rate: String,
+    /// In progress.
+    pub in_progress: String,
+    /// Pending.
+    pub pending: String,
+    /// Overdue.
+    pub overdue: String,
+    /// Mean time to complete, or a dash.
+    pub average: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/flow.html")]
+struct FlowPage {
+    layout: Layout,
+    id: String,
+    name: String,
+    modules: i64,
+    metrics: MetricsView,
+    chart: Chart,
+    tabs: Vec<Tab>,
+    status: String,
+    email: String,
+    email_error: Option<String>,
+    assignments: Vec<AssignmentRow>,
+    next_url: Option<String>,
+    first_url: Option<String>,
+    filtered: bool,
+}
+
+/// The API's report on a flow of the signed-in organization, with weekly figures.
+async fn report_on(
+    state: &AppState,
+    account: &SignedIn,
+    flow_id: FlowId,
+    format: Option<&str>,
+    status: Option<AssignmentStatus>,
+) -> Result<ReportResponse, PageError> {
+    let request = ReportRequest {
+        flow_id: Some(flow_id.to_string()),
+        aggregate: format.is_none().then(|| AggregateRequest {
+            by: Some("week".to_owned()),
+            metrics: Some(vec![
+                "total_assignments".to_owned(),
+                "completed_assignments".to_owned(),
+            ]),
+        }),
+        format: format.map(str::to_owned),
+        status: status.map(|status| status.as_str().to_owned()),
+        limit: Some(1),
+        ..ReportRequest::default()
+    };
+    let request_id = RequestId {
+        value: Arc::from(uuid::Uuid::now_v7().simple().to_string()),
+        from_caller: false,
+    };
+    let (_, axum::Json(report)) = crate::routes::report::report(
+        State(state.clone()),
+        Auth(account.caller.clone()),
+        request_id,
+        ApiJson(request),
+    )
+    .await?;
+    Ok(report)
+}
+
+fn flow_url(id: FlowId, query: &FlowQuery) -> String {
+    let query = serde_html_form::to_string(query).unwrap_or_default();
+    if query.is_empty() {
+        format!("/dashboard/flows/{id}#assignments")
+    } else {
+        format!("/dashboard/flows/{id}?{query}#assignments")
+    }
+}
+
+async fn show(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlQuery(query): HtmlQuery<FlowQuery>,
+) -> PageResult {
+    let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
+    let flow = state
+        .caches
+        .flow(&state.db, account.org.id, flow_id)
+        .await?
+        .ok_or_else(PageError::not_found)?;
+    let layout = Layout::new(&account, Section::Flows).await;
+    let report = report_on(&state, &account, flow.id, None, None).await?;
+    let status = query
+        .status
+        .as_deref()
+        .and_then(|text| text.parse::<AssignmentStatus>().ok());
+    let email = query
+        .email
+        .as_deref()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .map(str::to_owned);
+    let email_error = email
+        .as_ref()
+        .filter(|text| text.chars().count() > 320)
+        .map(|_| "Search with at most 320 characters.".to_owned());
+    let after = query.after.as_deref().and_then(PageCursor::decode);
+    let now = Utc::now();
+    let mut rows = if email_error.is_some() {
+        Vec::new()
+    } else {
+        queries::flow_assignments(
+            &state.db,
+            account.org.id,
+            flow.id,
+            email.as_deref(),
+            status,
+            after.map(|cursor| (cursor.assigned_at, cursor.id)),
+            ASSIGNMENTS_PER_PAGE + 1,
+            now,
+        )
+        .await?
+    };
+    let filters = FlowQuery {
+        status: status.map(|status| status.as_str().to_owned()),
+        email: email.clone(),
+        after: None,
+    };
+    let page_size = usize::try_from(ASSIGNMENTS_PER_PAGE).unwrap_or(usize::MAX);
+    let next_url = if rows.len() > page_size {
+        rows.truncate(page_size);
+        rows.last().map(|last| {
+            let cursor = PageCursor {
+                assigned_at: last.assigned_at,
+                id: last.id,
+            };
+            flow_url(
+                flow.id,
+                &FlowQuery {
+                    after: Some(cursor.encode()),
+                    ..filters.clone()
+                },
+            )
+        })
+    } else {
+        None
+    };
+    let tabs = std::iter::once(None)
+        .chain(AssignmentStatus::ALL.iter().copied().map(Some))
+        .map(|tab| Tab {
+            url: flow_url(
+                flow.id,
+                &FlowQuery {
+                    status: tab.map(|status| status.as_str().to_owned()),
+                    email: email.clone(),
+                    after: None,
+                },
+            ),
+            text: tab.map_or_else(|| "All".to_owned(), |status| label(status.as_str())),
+            current: tab == status,
+        })
+        .collect();
+    let weeks: Vec<Week> = report
+        .aggregates
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .rev()
+        .take(CHART_WEEKS)
+        .rev()
+        .map(|period| Week {
+            label: period.period.clone(),
+            total: period.total_assignments,
+            completed: period.completed_assignments.unwrap_or(0),
+        })
+        .collect();
+    let metrics = &report.metrics;
+    let page = FlowPage {
+        id: flow.id.to_string(),
+        name: flow.name.clone(),
+        modules: flow.module_count,
+        metrics: MetricsView {
+            total: count(metrics.total_assignments),
+            completed: count(metrics.completed_assignments),
+            rate: percent(metrics.completion_rate),
+            in_progress: count(metrics.in_progress_assignments),
+            pending: count(metrics.pending_assignments),
+            overdue: count(metrics.overdue_assignments),
+            average: metrics
+                .average_completion_time
+                .clone()
+                .unwrap_or_else(|| "–".to_owned()),
+        },
+        chart: chart::completion_by_week(&weeks),
+        tabs,
+        status: status
+            .map(|status| status.as_str().to_owned())
+            .unwrap_or_default(),
+        email: email.clone().unwrap_or_default(),
+        email_error,
+        assignments: rows
+            .iter()
+            .map(|row| {
+                let status = row.status(now);
+                AssignmentRow {
+                    id: row.id.to_string(),
+                    email: row.assignee_email.clone(),
+                    status: status.as_str().to_owned(),
+                    status_text: label(status.as_str()),
+                    progress: format!("{} / {}", row.completed_modules, row.total_modules),
+                    progress_value: if row.total_modules > 0 {
+                        row.completed_modules * 100 / row.total_modules
+                    } else {
+                        0
+                    },
+                    priority: label(&row.priority),
+                    assigned: layout.time(&row.assigned_at),
+                    due: layout.time_or(&row.due_at, "–"),
+                    completed: layout.time_or(&row.completed_at, "–"),
+                }
+            })
+            .collect(),
+        next_url,
+        first_url: after.map(|_| flow_url(flow.id, &filters)),
+        filtered: status.is_some() || email.is_some(),
+        layout,
+    };
+    let code = if page.email_error.is_some() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    Ok((code, page).into_response())
+}
+
+/// The export buttons' form.
+#[derive(Debug, Deserialize)]
+pub struct ExportForm {
+    /// csv, excel or pdf.
+    #[serde(default)]
+    pub format: String,
+    /// The status tab shown, to export the same rows.
+    pub status: Option<String>,
+}
+
+async fn request_export(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlForm(form): HtmlForm<ExportForm>,
+) -> PageResult {
+    let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
+    if !["csv", "excel", "pdf"].contains(&form.format.as_str()) {
+        return Err(PageError::bad_request("Choose CSV, Excel or PDF."));
+    }
+    let status = form
+        .status
+        .as_deref()
+        .filter(|text| !text.is_empty())
+        .map(|text| {
+            text.parse::<AssignmentStatus>()
+                .map_err(|_| PageError::bad_request("That status does not exist."))
+        })
+        .transpose()?;
+    let report = report_on(&state, &account, flow_id, Some(&form.format), status).await?;
+    let export_id = report
+        .export_id
+        .ok_or_else(|| PageError::internal("the report answered without its export"))?;
+    Ok(Redirect::to(&format!("/dashboard/exports/{export_id}")).into_response())
+}
+
+/// The state of an export as its panel shows it.
+pub struct ExportView {
+    /// Id.
+    pub id: String,
+    /// Flow id.
+    pub flow_id: String,
+    /// CSV, Excel or PDF.
+    pub format: String,
+    /// pending, running, ready, failed or expired.
+    pub status: String,
+    /// Percent done.
+    pub progress: String,
+    /// Percent done, 0 to 100.
+    pub progress_value: i64,
+    /// Rows written of the total.
+    pub rows: String,
+    /// Whether the panel should keep polling.
+    pub working: bool,
+    /// Why it failed.
+    pub error: String,
+    /// Until when it can be downloaded.
+    pub expires: String,
+    /// File name.
+    pub file_name: String,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/export.html")]
+struct ExportPage {
+    layout: Layout,
+    flow_name: String,
+    export: ExportView,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/export_panel.html")]
+struct ExportPanel {
+    export: ExportView,
+}
+
+async fn export_status(
+    State(state): State<AppState>,
+    account: SignedIn,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> PageResult {
+    let id = ExportId::parse(&id).ok_or_else(PageError::not_found)?;
+    let export = exports::get(&state.db, account.org.id, id)
+        .await?
+        .ok_or_else(PageError::not_found)?;
+    let layout = Layout::new(&account, Section::Flows).await;
+    let mut status = export.status();
+    if status != ExportStatus::Expired && export.expires_at <= Utc::now() {
+        status = ExportStatus::Expired;
+    }
+    let format = match export.format.as_str() {
+        "excel" => "Excel",
+        "pdf" => "PDF",
+        _ => "CSV",
+    };
+    let view = ExportView {
+        id: export.id.to_string(),
+        flow_id: export.flow_id.to_string(),
+        format: format.to_owned(),
+        status: status.as_str().to_owned(),
+        progress: percent(export.progress_percent()),
+        progress_value: export.progress_percent().round() as i64,
+        rows: match export.rows_total {
+            Some(total) => format!("{} of {} rows", count(export.rows_written), count(total)),
+            None => format!("{} rows", count(export.rows_written)),
+        },
+        working: matches!(status, ExportStatus::Pending | ExportStatus::Running),
+        error: export.error.clone().unwrap_or_default(),
+        expires: layout.time(&export.expires_at),
+        file_name: export.file_name.clone().unwrap_or_default(),
+    };
+    if super::is_htmx(&headers) {
+        return Ok(ExportPanel { export: view }.into_response());
+    }
+    let flow_name = flows::get(&state.db, account.org.id, export.flow_id)
+        .await?
+        .map(|flow| flow.name)
+        .unwrap_or_default();
+    Ok(ExportPage {
+        layout,
+        flow_name,
+        export: view,
+    }
+    .into_response())
+}
+
+async fn download(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult<Response> {
+    // The API's own download: 202 while generating, the file, 410 once expired.
+    let response = crate::routes::exports::get_export(
+        State(state.clone()),
+        Auth(account.caller.clone()),
+        ApiPath(id.clone()),
+    )
+    .await?;
+    match response.status() {
+        StatusCode::OK => Ok(response),
+        StatusCode::ACCEPTED => {
+            Ok(Redirect::to(&format!("/dashboard/exports/{id}")).into_response())
+        }
+        _ => Err(PageError::new(
+            response.status(),
+            "This export failed. Request a new export from the flow's page.",
+        )),
+    }
+}

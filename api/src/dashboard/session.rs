@@ -1,0 +1,92 @@
+//! The dashboard's session store: tower-sessions records kept in Postgres (`dashboard_sessions`),
+//! so every API replica sees the same sessions and a signed-out session is gone everywhere.
+
+use chrono::{DateTime, Utc};
+use flow_common::db::sessions;
+use sqlx::PgPool;
+use tower_sessions::cookie::time::OffsetDateTime;
+use tower_sessions::session::{Id, Record};
+use tower_sessions::session_store::{self, SessionStore};
+
+/// Sessions in Postgres.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+}
+
+impl PostgresStore {
+    /// A store on `pool`.
+    pub fn new(pool: PgPool) -> Self {
+        Self { pool }
+    }
+}
+
+fn backend(error: sqlx::Error) -> session_store::Error {
+    session_store::Error::Backend(error.to_string())
+}
+
+fn to_chrono(at: OffsetDateTime) -> DateTime<Utc> {
+    DateTime::from_timestamp(at.unix_timestamp(), at.nanosecond()).unwrap_or_else(Utc::now)
+}
+
+fn from_chrono(at: DateTime<Utc>) -> Result<OffsetDateTime, session_store::Error> {
+    OffsetDateTime::from_unix_timestamp(at.timestamp())
+        .map_err(|error| session_store::Error::Decode(error.to_string()))
+}
+
+fn encode(record: &Record) -> Result<serde_json::Value, session_store::Error> {
+    serde_json::to_value(&record.data)
+        .map_err(|error| session_store::Error::Encode(error.to_string()))
+}
+
+#[async_trait::async_trait]
+impl SessionStore for PostgresStore {
+    async fn create(&self, record: &mut Record) -> session_store::Result<()> {
+        let data = encode(record)?;
+        // A collision of 128 random bits is all but impossible; draw again rather than overwrite.
+        while !sessions::insert(
+            &self.pool,
+            &record.id.to_string(),
+            &data,
+            to_chrono(record.expiry_date),
+        )
+        .await
+        .map_err(backend)?
+        {
+            record.id = Id::default();
+        }
+        Ok(())
+    }
+
+    async fn save(&self, record: &Record) -> session_store::Result<()> {
+        sessions::save(
+            &self.pool,
+            &record.id.to_string(),
+            &encode(record)?,
+            to_chrono(record.expiry_date),
+        )
+        .await
+        .map_err(backend)
+    }
+
+    async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {
+        let Some((data, expires_at)) = sessions::load(&self.pool, &id.to_string())
+            .await
+            .map_err(backend)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Record {
+            id: *id,
+            data: serde_json::from_value(data)
+                .map_err(|error| session_store::Error::Decode(error.to_string()))?,
+            expiry_date: from_chrono(expires_at)?,
+        }))
+    }
+
+    async fn delete(&self, id: &Id) -> session_store::Result<()> {
+        sessions::delete(&self.pool, &id.to_string())
+            .await
+            .map_err(backend)
+    }
+}

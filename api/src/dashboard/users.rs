@@ -1,0 +1,313 @@
+//! Users: the organization's assignees, searched by e-mail or name, and a CSV import (`email`,
+//! optional `name`) that upserts the valid rows and reports each invalid one by line.
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Multipart, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use flow_common::db::dashboard as queries;
+use flow_common::db::users::{self, NewUser};
+use flow_common::domain::Email;
+use flow_common::ids::UserId;
+use serde::{Deserialize, Serialize};
+
+use super::auth::SignedIn;
+use super::view::{Layout, Section};
+use super::{HtmlQuery, PageError, PageResult};
+use crate::AppState;
+
+/// Users per page.
+const PAGE_SIZE: i64 = 50;
+/// Longest name accepted (as the API).
+const MAX_NAME_CHARS: usize = 200;
+/// Most rows of one import.
+pub const MAX_IMPORT_ROWS: usize = 50_000;
+/// Largest import file.
+pub const MAX_IMPORT_BYTES: usize = 8 * 1024 * 1024;
+/// Users written per statement.
+const CHUNK: usize = 1_000;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/users", get(list).post(import))
+        .layer(DefaultBodyLimit::max(MAX_IMPORT_BYTES))
+}
+
+/// A user in the list.
+pub struct UserRow {
+    /// E-mail.
+    pub email: String,
+    /// Name, or empty.
+    pub name: String,
+    /// Creation time.
+    pub created: String,
+}
+
+/// A row the import refused.
+pub struct ImportProblem {
+    /// Line in the file.
+    pub line: usize,
+    /// The e-mail as written.
+    pub email: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What an import did.
+pub struct ImportSummary {
+    /// The file.
+    pub file_name: String,
+    /// New users.
+    pub created: usize,
+    /// Users whose name was updated.
+    pub updated: usize,
+    /// Refused rows.
+    pub problems: Vec<ImportProblem>,
+}
+
+/// Query of the list.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct UsersQuery {
+    /// Part of an e-mail or name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<String>,
+    /// Cursor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/users.html")]
+struct UsersPage {
+    layout: Layout,
+    users: Vec<UserRow>,
+    search: String,
+    next_url: Option<String>,
+    first_url: Option<String>,
+    import: Option<ImportSummary>,
+    import_error: Option<String>,
+}
+
+async fn page(
+    state: &AppState,
+    account: &SignedIn,
+    query: UsersQuery,
+    import: Option<ImportSummary>,
+    import_error: Option<String>,
+) -> Result<UsersPage, PageError> {
+    let layout = Layout::new(account, Section::Users).await;
+    let search = query
+        .search
+        .as_deref()
+        .map(str::trim)
+        .filter(|text| !text.is_empty())
+        .map(|text| text.chars().take(320).collect::<String>());
+    let after = query.after.as_deref().and_then(UserId::parse);
+    let mut rows = queries::search_users(
+        &state.db,
+        account.org.id,
+        search.as_deref(),
+        after,
+        PAGE_SIZE + 1,
+    )
+    .await?;
+    let url = |after: Option<String>| {
+        let query = serde_html_form::to_string(UsersQuery {
+            search: search.clone(),
+            after,
+        })
+        .unwrap_or_default();
+        format!("/dashboard/users?{query}")
+    };
+    let page_size = usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX);
+    let next_url = if rows.len() > page_size {
+        rows.truncate(page_size);
+        rows.last().map(|user| url(Some(user.id.to_string())))
+    } else {
+        None
+    };
+    Ok(UsersPage {
+        users: rows
+            .iter()
+            .map(|user| UserRow {
+                email: user.email.clone(),
+                name: user.name.clone().unwrap_or_default(),
+                created: layout.time(&user.created_at),
+            })
+            .collect(),
+        layout,
+        first_url: after.map(|_| url(None)),
+        search: search.unwrap_or_default(),
+        next_url,
+        import,
+        import_error,
+    })
+}
+
+async fn list(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlQuery(query): HtmlQuery<UsersQuery>,
+) -> PageResult<UsersPage> {
+    page(&state, &account, query, None, None).await
+}
+
+/// Reads `email` and optional `name` columns; valid rows to upsert, and the problems of the rest.
+fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(bytes);
+    let headers = reader
+        .headers()
+        .map_err(|error| format!("The file is not CSV: {error}"))?
+        .clone();
+    let position = |name: &str| {
+        headers
+            .iter()
+            .position(|header| header.eq_ignore_ascii_case(name))
+    };
+    let email_column =
+        position("email").ok_or("The file needs an `email` column (and optionally `name`).")?;
+    let name_column = position("name");
+    let mut users = Vec::new();
+    let mut problems = Vec::new();
+    for record in reader.records() {
+        let record = match record {
+            Ok(record) => record,
+            Err(error) => {
+                problems.push(ImportProblem {
+                    line: super::assign::record_line(bytes, error.position()),
+                    email: String::new(),
+                    message: format!("Not valid CSV: {error}"),
+                });
+                continue;
+            }
+        };
+        let line = super::assign::record_line(bytes, record.position());
+        if record.iter().all(str::is_empty) {
+            continue;
+        }
+        if users.len() + problems.len() >= MAX_IMPORT_ROWS {
+            return Err(format!(
+                "The file has more than {MAX_IMPORT_ROWS} rows; split it into several imports."
+            ));
+        }
+        let email = record.get(email_column).unwrap_or("").to_owned();
+        let name = name_column
+            .and_then(|column| record.get(column))
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned);
+        if name
+            .as_ref()
+            .is_some_and(|name| name.chars().count() > MAX_NAME_CHARS)
+        {
+            problems.push(ImportProblem {
+                line,
+                email,
+                message: format!("The name is longer than {MAX_NAME_CHARS} characters."),
+            });
+            continue;
+        }
+        match Email::parse("email", &email) {
+            Ok(parsed) => users.push(NewUser {
+                email: parsed,
+                name,
+            }),
+            Err(invalid) => problems.push(ImportProblem {
+                line,
+                email,
+                message: format!("Not imported: {invalid}."),
+            }),
+        }
+    }
+    Ok((users, problems))
+}
+
+async fn import(
+    State(state): State<AppState>,
+    account: SignedIn,
+    mut multipart: Multipart,
+) -> PageResult {
+    account.require_admin()?;
+    let mut file = None;
+    let mut file_name = String::new();
+    while let Some(field) = multipart
+        .next_field()
+        .await
+        .map_err(|error| PageError::bad_request(format!("The upload was cut short: {error}")))?
+    {
+        if field.name() == Some("file") {
+            file_name = field.file_name().unwrap_or("users.csv").to_owned();
+            file = Some(field.bytes().await.map_err(|error| {
+                PageError::bad_request(format!("The upload was cut short: {error}"))
+            })?);
+        }
+    }
+    let parsed = match file.filter(|file| !file.is_empty()) {
+        None => Err("Choose a CSV file to import.".to_owned()),
+        Some(file) => parse_import(&file),
+    };
+    let (new_users, problems) = match parsed {
+        Ok(parsed) => parsed,
+        Err(message) => {
+            let page = page(&state, &account, UsersQuery::default(), None, Some(message)).await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
+    };
+    // A file naming one person twice counts them once; the last row's name wins, as in the API.
+    let mut seen = std::collections::HashMap::new();
+    let mut unique: Vec<NewUser> = Vec::with_capacity(new_users.len());
+    for user in new_users {
+        match seen.get(&user.email.normalized()) {
+            Some(&index) => unique[index] = user,
+            None => {
+                seen.insert(user.email.normalized(), unique.len());
+                unique.push(user);
+            }
+        }
+    }
+    let mut created = 0;
+    let mut updated = 0;
+    for chunk in unique.chunks(CHUNK) {
+        let rows = users::upsert(&state.db, account.org.id, chunk).await?;
+        let new = rows.iter().filter(|user| user.created).count();
+        created += new;
+        updated += rows.len() - new;
+    }
+    let summary = ImportSummary {
+        file_name,
+        created,
+        updated,
+        problems,
+    };
+    Ok(
+        page(&state, &account, UsersQuery::default(), Some(summary), None)
+            .await?
+            .into_response(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn import_keeps_valid_rows_and_names_the_lines_of_the_others() {
+        let (users, problems) = parse_import(
+            b"Email,Name\nalice@example.com,Alice\nnot-an-email,Bob\n,\ncarol@example.com,\n",
+        )
+        .unwrap();
+        assert_eq!(users.len(), 2);
+        assert_eq!(users[0].name.as_deref(), Some("Alice"));
+        assert_eq!(users[1].name, None);
+        assert_eq!(problems.len(), 1);
+        assert_eq!(problems[0].line, 3);
+        assert_eq!(problems[0].email, "not-an-email");
+        assert!(parse_import(b"name\nx\n").is_err());
+    }
+}

@@ -1,0 +1,182 @@
+//! What every page shows around its content (organization, account, navigation, a one-time
+//! notice), and the formatting of times and figures the pages share.
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use tower_sessions::Session;
+
+use super::auth::SignedIn;
+
+/// Session key of the notice shown once on the next page.
+const FLASH_KEY: &str = "flash";
+
+/// A sidebar section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Section {
+    /// Flows and their reports.
+    Flows,
+    /// Assign form and upload.
+    Assign,
+    /// Users.
+    Users,
+    /// Schedules.
+    Schedules,
+    /// Webhook endpoints and deliveries.
+    Webhooks,
+    /// API keys, team, audit trail.
+    Settings,
+}
+
+impl Section {
+    /// The name the navigation uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Flows => "flows",
+            Self::Assign => "assign",
+            Self::Users => "users",
+            Self::Schedules => "schedules",
+            Self::Webhooks => "webhooks",
+            Self::Settings => "settings",
+        }
+    }
+}
+
+/// A notice shown once at the top of the next page (after a redirect).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Flash {
+    /// `success`, `error` or `info` (a CSS class).
+    pub kind: String,
+    /// What happened.
+    pub text: String,
+}
+
+/// Stores a notice for the next page.
+pub async fn flash(session: &Session, kind: &str, text: impl Into<String>) {
+    let notice = Flash {
+        kind: kind.to_owned(),
+        text: text.into(),
+    };
+    if let Err(error) = session.insert(FLASH_KEY, notice).await {
+        tracing::warn!(%error, "could not store a dashboard notice");
+    }
+}
+
+/// The frame of a signed-in page.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Organization name.
+    pub org_name: String,
+    /// The account's e-mail.
+    pub email: String,
+    /// Whether the account may change things.
+    pub is_admin: bool,
+    /// `admin` or `viewer`.
+    pub role: String,
+    /// The current section.
+    pub section: Section,
+    /// A notice from the previous action.
+    pub flash: Option<Flash>,
+    /// The organization's time zone.
+    pub zone: Tz,
+}
+
+impl Layout {
+    /// The frame for `account` in `section`, taking any pending notice.
+    pub async fn new(account: &SignedIn, section: Section) -> Self {
+        let flash = account
+            .session
+            .remove::<Flash>(FLASH_KEY)
+            .await
+            .ok()
+            .flatten();
+        Self {
+            org_name: account.org.name.clone(),
+            email: account.account.email.clone(),
+            is_admin: account.is_admin(),
+            role: account.account.role.clone(),
+            section,
+            flash,
+            zone: account.zone(),
+        }
+    }
+
+    /// `current` for the navigation link of the current section, else nothing.
+    pub fn nav(&self, name: &str) -> &'static str {
+        if self.section.name() == name {
+            "current"
+        } else {
+            ""
+        }
+    }
+
+    /// A time in the organization's zone, to the minute.
+    pub fn time(&self, at: &DateTime<Utc>) -> String {
+        time_in(self.zone, *at)
+    }
+
+    /// Like [`Layout::time`], or `fallback` when there is none.
+    pub fn time_or(&self, at: &Option<DateTime<Utc>>, fallback: &str) -> String {
+        at.map_or_else(|| fallback.to_owned(), |at| time_in(self.zone, at))
+    }
+
+    /// The zone's abbreviation, e.g. `CET`, for column headers.
+    pub fn zone_name(&self) -> String {
+        self.zone.name().to_owned()
+    }
+}
+
+/// `2026-11-22 10:04` in `zone`.
+pub fn time_in(zone: Tz, at: DateTime<Utc>) -> String {
+    at.with_timezone(&zone).format("%Y-%m-%d %H:%M").to_string()
+}
+
+/// A percentage with one decimal and no trailing `.0`: `66.7%`, `100%`.
+pub fn percent(value: f64) -> String {
+    let text = format!("{value:.1}");
+    format!("{}%", text.strip_suffix(".0").unwrap_or(&text))
+}
+
+/// A count with thousands separators: `12,345`.
+pub fn count(value: i64) -> String {
+    let digits = value.unsigned_abs().to_string();
+    let mut grouped = String::with_capacity(digits.len() + digits.len() / 3);
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    if value < 0 {
+        format!("-{grouped}")
+    } else {
+        grouped
+    }
+}
+
+/// A status as people read it: `in_progress` → `In progress`.
+pub fn label(status: &str) -> String {
+    let text = status.replace('_', " ");
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_read_as_people_write_them() {
+        assert_eq!(percent(66.66), "66.7%");
+        assert_eq!(percent(100.0), "100%");
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_000), "1,000");
+        assert_eq!(count(1_234_567), "1,234,567");
+        assert_eq!(count(-1_500), "-1,500");
+        assert_eq!(label("in_progress"), "In progress");
+    }
+}

@@ -1,0 +1,216 @@
+//! What a benchmark needs from the machine: components started as their own processes (as in
+//! production), and the CPU and memory each process used, read from /proc.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use anyhow::Context;
+use flow_common::config::CoreConfig;
+use tokio::process::{Child, Command};
+
+/// Starts `flowctl up --only <component>` as a child process against `core`, its API (if any) on
+/// `port`, with `extra` environment variables.
+pub fn spawn_component(
+    component: &str,
+    port: u16,
+    core: &CoreConfig,
+    extra: &[(&str, &str)],
+) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("locating flowctl")?;
+    let mut command = Command::new(exe);
+    command
+        .args(["up", "--only", component])
+        .env("DATABASE_URL", &core.database_url)
+        .env("AMQP_URL", &core.amqp_url)
+        .env("QUEUE_PREFIX", &core.queue_prefix)
+        .env("API_BIND", format!("127.0.0.1:{port}"))
+        .env("PUBLIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .kill_on_drop(true);
+    for (name, value) in extra {
+        command.env(name, value);
+    }
+    command
+        .spawn()
+        .with_context(|| format!("starting {component}"))
+}
+
+/// Resident and peak memory of a process, in MiB, from /proc.
+pub fn memory_mib(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|line| line.starts_with(name))
+            .and_then(|line| line.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// CPU time (user + system) a process has used so far, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces: fields are counted after its closing parenthesis.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Processes whose command name is `name` (e.g. every `postgres` backend).
+fn pids_named(name: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == name)
+        })
+        .collect()
+}
+
+/// Busy and idle ticks of the whole machine.
+fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?;
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|value| value.parse().ok())
+        .collect();
+    let idle = values.get(3)? + values.get(4).copied().unwrap_or(0);
+    let total: u64 = values.iter().take(8).sum();
+    Some((total - idle, idle))
+}
+
+/// The processes a benchmark watches, by label: its own children, this process (the load
+/// generator), and the Postgres and RabbitMQ servers (every process of each).
+#[derive(Debug, Clone, Default)]
+pub struct Watched {
+    groups: BTreeMap<String, Vec<u32>>,
+    /// Servers, by label and process name: their processes are listed again at every sample
+    /// (Postgres starts a backend per connection), and their memory is not shown (their
+    /// processes share it, so a sum would overstate it).
+    servers: BTreeMap<String, &'static str>,
+}
+
+impl Watched {
+    /// Watches this process (as `load generator`), Postgres and RabbitMQ.
+    pub fn with_servers() -> Self {
+        let mut watched = Self::default();
+        watched.add("load generator (flowctl bench)", vec![std::process::id()]);
+        watched.servers.insert("postgres".into(), "postgres");
+        watched.servers.insert("rabbitmq".into(), "beam.smp");
+        watched
+    }
+
+    /// Watches `pids` under `label`.
+    pub fn add(&mut self, label: &str, pids: Vec<u32>) {
+        self.groups.insert(label.to_owned(), pids);
+    }
+
+    /// A reading of every group's CPU time and of the machine now.
+    pub fn sample(&self) -> Sample {
+        let servers = self
+            .servers
+            .iter()
+            .map(|(label, name)| (label.clone(), pids_named(name)));
+        Sample {
+            at: Instant::now(),
+            groups: self
+                .groups
+                .iter()
+                .map(|(label, pids)| (label.clone(), pids.clone()))
+                .chain(servers)
+                .map(|(label, pids)| (label, pids.iter().filter_map(|pid| cpu_ticks(*pid)).sum()))
+                .collect(),
+            machine: machine_ticks().unwrap_or_default(),
+        }
+    }
+
+    /// Peak resident memory of each group (MiB), summed over its processes.
+    pub fn peak_memory(&self) -> BTreeMap<String, f64> {
+        self.groups
+            .iter()
+            .map(|(label, pids)| {
+                (
+                    label.clone(),
+                    pids.iter()
+                        .filter_map(|pid| memory_mib(*pid).map(|(_, peak)| peak))
+                        .sum(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// CPU counters at one moment.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    at: Instant,
+    groups: BTreeMap<String, u64>,
+    machine: (u64, u64),
+}
+
+/// How the CPU was used between two samples.
+#[derive(Debug, Clone)]
+pub struct Usage {
+    /// Cores used by each group on average (1.0 = one core busy).
+    pub cores: BTreeMap<String, f64>,
+    /// Share of the machine's CPU time that was idle (0..1).
+    pub idle: f64,
+}
+
+impl Sample {
+    /// The usage from `self` to `later`.
+    pub fn usage_until(&self, later: &Sample) -> Usage {
+        // Linux reports CPU times in clock ticks of 1/100 s on every platform this runs on.
+        const TICKS_PER_SECOND: f64 = 100.0;
+        let seconds = later.at.duration_since(self.at).as_secs_f64().max(1e-3);
+        let cores = later
+            .groups
+            .iter()
+            .map(|(label, ticks)| {
+                let before = self.groups.get(label).copied().unwrap_or(0);
+                (
+                    label.clone(),
+                    ticks.saturating_sub(before) as f64 / TICKS_PER_SECOND / seconds,
+                )
+            })
+            .collect();
+        let busy = later.machine.0.saturating_sub(self.machine.0) as f64;
+        let idle = later.machine.1.saturating_sub(self.machine.1) as f64;
+        Usage {
+            cores,
+            idle: if busy + idle > 0.0 {
+                idle / (busy + idle)
+            } else {
+                0.0
+            },
+        }
+    }
+}
+
+impl Usage {
+    /// Prints one line per group, then the idle share.
+    pub fn print(&self, memory: &BTreeMap<String, f64>) {
+        for (label, cores) in &self.cores {
+            let memory = memory
+                .get(label)
+                .map(|mib| format!(", peak RSS {mib:.0} MiB"))
+                .unwrap_or_default();
+            println!("  {label:<34} {:>5.0}% of a core{memory}", cores * 100.0);
+        }
+        println!(
+            "  {:<34} {:>5.0}% of the machine",
+            "idle",
+            self.idle * 100.0
+        );
+    }
+}

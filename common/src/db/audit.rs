@@ -1,0 +1,140 @@
+//! The audit trail of an organization's control plane: who generated, revoked or rolled a key,
+//! who created, changed, rotated or deleted a webhook endpoint, who invited whom. Each change
+//! records itself with one call to [`record`] (or [`record_for_key`]), in the change's own
+//! transaction where it has one.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgExecutor};
+
+use crate::ids::{KeyId, OrgId};
+
+/// Who made a change.
+#[derive(Debug, Clone, Copy)]
+pub enum Actor<'a> {
+    /// A dashboard account, by e-mail.
+    Account(&'a str),
+    /// An API caller, by the key it used (recorded as the key's visible prefix).
+    ApiKey(KeyId),
+    /// An operator running `flowctl`.
+    Flowctl,
+}
+
+impl Actor<'_> {
+    fn kind(&self) -> &'static str {
+        match self {
+            Self::Account(_) => "account",
+            Self::ApiKey(_) => "api_key",
+            Self::Flowctl => "flowctl",
+        }
+    }
+
+    fn account(&self) -> Option<&str> {
+        match self {
+            Self::Account(email) => Some(email),
+            _ => None,
+        }
+    }
+
+    fn key(&self) -> Option<KeyId> {
+        match self {
+            Self::ApiKey(key) => Some(*key),
+            _ => None,
+        }
+    }
+}
+
+/// What the actor column holds, computed in SQL so an API key is named by its prefix without a
+/// lookup by the caller. Parameters: `$2` kind, `$3` account e-mail, `$4` key id.
+const ACTOR_SQL: &str = "CASE $2
+        WHEN 'account' THEN $3
+        WHEN 'api_key' THEN COALESCE((SELECT k.prefix || '…' FROM api_keys k WHERE k.id = $4),
+                                     'an API key')
+        ELSE 'flowctl' END";
+
+/// Records a change of `org_id`'s control plane: `action` (e.g. `key.revoked`) on `target` (an
+/// id), with a human `detail` (a name, a URL).
+pub async fn record<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    actor: Actor<'_>,
+    action: &str,
+    target: &str,
+    detail: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO audit_events (org_id, actor_kind, actor, action, target, detail)
+         VALUES ($1, $2, {ACTOR_SQL}, $5, $6, $7)"
+    )))
+    .bind(org_id)
+    .bind(actor.kind())
+    .bind(actor.account())
+    .bind(actor.key())
+    .bind(action)
+    .bind(target)
+    .bind(detail)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// Records a change of the API key `key_id` in its own organization (for callers that know the
+/// key but not its organization, such as `flowctl key revoke`). The detail is the key's name.
+pub async fn record_for_key<'e>(
+    executor: impl PgExecutor<'e>,
+    key_id: KeyId,
+    actor: Actor<'_>,
+    action: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO audit_events (org_id, actor_kind, actor, action, target, detail)
+         SELECT k.org_id, $2, {ACTOR_SQL}, $5, $6, k.name
+         FROM api_keys k WHERE k.id = $1"
+    )))
+    .bind(key_id)
+    .bind(actor.kind())
+    .bind(actor.account())
+    .bind(actor.key())
+    .bind(action)
+    .bind(key_id.to_string())
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// One recorded change.
+#[derive(Debug, Clone, FromRow)]
+pub struct AuditEvent {
+    /// Position in the trail (keyset cursor).
+    pub id: i64,
+    /// When it happened.
+    pub occurred_at: DateTime<Utc>,
+    /// `account`, `api_key` or `flowctl`.
+    pub actor_kind: String,
+    /// The account's e-mail, the key's prefix, or `flowctl`.
+    pub actor: String,
+    /// What was done, e.g. `webhook.secret_rotated`.
+    pub action: String,
+    /// The id of what changed.
+    pub target: String,
+    /// A human description of it.
+    pub detail: String,
+}
+
+/// An organization's trail, newest first, before the event `before` when given.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    before: Option<i64>,
+    limit: i64,
+) -> Result<Vec<AuditEvent>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, occurred_at, actor_kind, actor, action, target, detail FROM audit_events
+         WHERE org_id = $1 AND ($2::bigint IS NULL OR id < $2)
+         ORDER BY id DESC LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}

@@ -1,0 +1,351 @@
+//! Reads and bulk actions only the dashboard needs: webhook endpoint health, the searchable
+//! delivery log and "recover every failed delivery since T", per-flow counts, user search, the
+//! assignments of a flow searched by e-mail, and the list of schedules.
+
+use chrono::{DateTime, Utc};
+use sqlx::{FromRow, PgConnection, PgExecutor};
+
+use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
+use super::users::User;
+use super::webhooks::DeliveryRecord;
+use crate::domain::AssignmentStatus;
+use crate::ids::{
+    AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
+};
+
+/// An endpoint's health over the last 24 hours.
+#[derive(Debug, Clone, FromRow)]
+pub struct EndpointHealth {
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Attempts made in the last 24 hours.
+    pub attempts: i64,
+    /// Of those, answered 2xx.
+    pub succeeded: i64,
+    /// The latest failed attempt in the last 24 hours.
+    pub last_failure_at: Option<DateTime<Utc>>,
+    /// Its status code, when the endpoint answered.
+    pub last_failure_status: Option<i32>,
+    /// Its transport error, when it did not.
+    pub last_failure_error: Option<String>,
+}
+
+impl EndpointHealth {
+    /// Share of successful attempts in percent, one decimal; `None` without attempts.
+    pub fn success_rate(&self) -> Option<f64> {
+        (self.attempts > 0)
+            .then(|| (self.succeeded as f64 * 1000.0 / self.attempts as f64).round() / 10.0)
+    }
+}
+
+/// The 24-hour health of some endpoints of an organization (endpoints without attempts are
+/// absent). Attempts are reached through the deliveries of the last three days, which covers the
+/// whole retry schedule and keeps the read on the deliveries' endpoint index.
+pub async fn endpoint_health<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    endpoints: &[WebhookEndpointId],
+) -> Result<Vec<EndpointHealth>, sqlx::Error> {
+    sqlx::query_as(
+        "WITH recent AS (
+            SELECT d.endpoint_id, a.attempted_at, a.status_code, a.error,
+                   (a.status_code BETWEEN 200 AND 299) AS ok
+            FROM webhook_deliveries d JOIN webhook_attempts a ON a.delivery_id = d.id
+            WHERE d.org_id = $1 AND d.endpoint_id = ANY ($2)
+              AND d.created_at > now() - interval '3 days'
+              AND a.attempted_at > now() - interval '24 hours'
+         ), last_failure AS (
+            SELECT DISTINCT ON (endpoint_id) endpoint_id, attempted_at, status_code, error
+            FROM recent WHERE NOT COALESCE(ok, false)
+            ORDER BY endpoint_id, attempted_at DESC
+         )
+         SELECT r.endpoint_id, count(*) AS attempts,
+                count(*) FILTER (WHERE r.ok) AS succeeded,
+                f.attempted_at AS last_failure_at, f.status_code AS last_failure_status,
+                f.error AS last_failure_error
+         FROM recent r LEFT JOIN last_failure f ON f.endpoint_id = r.endpoint_id
+         GROUP BY r.endpoint_id, f.attempted_at, f.status_code, f.error",
+    )
+    .bind(org_id)
+    .bind(endpoints)
+    .fetch_all(executor)
+    .await
+}
+
+/// Filters of the delivery log; empty lists and `None` do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct DeliverySearch {
+    /// Any of these statuses (pending, delivering, succeeded, failed).
+    pub statuses: Vec<String>,
+    /// Any of these event types.
+    pub event_types: Vec<String>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub to: Option<DateTime<Utc>>,
+    /// The delivery of this event.
+    pub event_id: Option<EventId>,
+    /// This very delivery.
+    pub delivery_id: Option<DeliveryId>,
+    /// Deliveries of events about this assignment.
+    pub assignment_id: Option<AssignmentId>,
+}
+
+const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.event_type, d.payload, \
+    d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, \
+    d.delivered_at";
+
+/// A page of an endpoint's deliveries that pass `search`, newest first, before the
+/// `(created_at, id)` cursor.
+pub async fn search_deliveries<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    endpoint_id: WebhookEndpointId,
+    search: &DeliverySearch,
+    before: Option<(DateTime<Utc>, DeliveryId)>,
+    limit: i64,
+) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d
+         WHERE d.endpoint_id = $1 AND d.org_id = $2
+           AND (cardinality($3::text[]) = 0 OR d.status = ANY ($3))
+           AND (cardinality($4::text[]) = 0 OR d.event_type = ANY ($4))
+           AND ($5::timestamptz IS NULL OR d.created_at >= $5)
+           AND ($6::timestamptz IS NULL OR d.created_at < $6)
+           AND ($7::uuid IS NULL OR d.event_id = $7)
+           AND ($8::uuid IS NULL OR d.id = $8)
+           AND ($9::text IS NULL OR d.payload -> 'data' ->> 'assignmentId' = $9)
+           AND ($10::timestamptz IS NULL OR (d.created_at, d.id) < ($10, $11))
+         ORDER BY d.created_at DESC, d.id DESC
+         LIMIT $12"
+    )))
+    .bind(endpoint_id)
+    .bind(org_id)
+    .bind(&search.statuses)
+    .bind(&search.event_types)
+    .bind(search.from)
+    .bind(search.to)
+    .bind(search.event_id)
+    .bind(search.delivery_id)
+    .bind(search.assignment_id.map(|id| id.to_string()))
+    .bind(before.map(|(at, _)| at))
+    .bind(before.map(|(_, id)| id))
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// One delivery of an endpoint of the organization.
+pub async fn delivery<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    endpoint_id: WebhookEndpointId,
+    id: DeliveryId,
+) -> Result<Option<DeliveryRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d
+         WHERE d.id = $1 AND d.endpoint_id = $2 AND d.org_id = $3"
+    )))
+    .bind(id)
+    .bind(endpoint_id)
+    .bind(org_id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// How many deliveries of the endpoint failed (no attempts left) among those created since
+/// `since`.
+pub async fn count_failed_since<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    endpoint_id: WebhookEndpointId,
+    since: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_deliveries
+         WHERE endpoint_id = $1 AND org_id = $2 AND status = 'failed' AND created_at >= $3",
+    )
+    .bind(endpoint_id)
+    .bind(org_id)
+    .bind(since)
+    .fetch_one(executor)
+    .await
+}
+
+/// Queues every failed delivery of the endpoint created since `since` for one more attempt now
+/// (as a manual retry does for one) and wakes the webhook-workers. Returns how many.
+pub async fn recover_failed_since(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    endpoint_id: WebhookEndpointId,
+    since: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    let recovered = sqlx::query(
+        "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(),
+                lease_until = NULL
+         WHERE endpoint_id = $1 AND org_id = $2 AND status = 'failed' AND created_at >= $3",
+    )
+    .bind(endpoint_id)
+    .bind(org_id)
+    .bind(since)
+    .execute(&mut *connection)
+    .await?
+    .rows_affected();
+    if recovered > 0 {
+        super::notify(&mut *connection, super::WEBHOOK_CHANNEL, "").await?;
+    }
+    Ok(recovered)
+}
+
+/// Assignment counts of one flow as of a reading time.
+#[derive(Debug, Clone, Copy, FromRow)]
+pub struct FlowCounts {
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Every assignment.
+    pub total: i64,
+    /// Completed.
+    pub completed: i64,
+    /// Past due and not completed.
+    pub overdue: i64,
+}
+
+/// The counts of some flows of an organization (flows without assignments are absent), with
+/// overdue read at `now` as reports read it.
+pub async fn flow_counts<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    flows: &[FlowId],
+    now: DateTime<Utc>,
+) -> Result<Vec<FlowCounts>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT flow_id, count(*) AS total,
+                count(*) FILTER (WHERE status = 'completed') AS completed,
+                count(*) FILTER (WHERE status = 'overdue'
+                                    OR (status IN ('pending', 'in_progress') AND due_at <= $3))
+                    AS overdue
+         FROM assignments WHERE org_id = $1 AND flow_id = ANY ($2)
+         GROUP BY flow_id",
+    )
+    .bind(org_id)
+    .bind(flows)
+    .bind(now)
+    .fetch_all(executor)
+    .await
+}
+
+/// A page of an organization's users whose e-mail or name contains `query` (case-insensitive;
+/// every user without one), in id order after `after`.
+pub async fn search_users<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    query: Option<&str>,
+    after: Option<UserId>,
+    limit: i64,
+) -> Result<Vec<User>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, org_id, email, name, created_at FROM users
+         WHERE org_id = $1 AND ($2::uuid IS NULL OR id > $2)
+           AND ($3::text IS NULL
+                OR strpos(email_normalized, lower($3)) > 0
+                OR strpos(lower(COALESCE(name, '')), lower($3)) > 0)
+         ORDER BY id LIMIT $4",
+    )
+    .bind(org_id)
+    .bind(after)
+    .bind(query)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// A page of a flow's assignments in (`assignedAt`, id) order after the cursor: those whose
+/// assignee e-mail contains `email` (case-insensitive) and whose status at `now` is `status`,
+/// when given.
+#[allow(clippy::too_many_arguments)]
+pub async fn flow_assignments<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    flow_id: FlowId,
+    email: Option<&str>,
+    status: Option<AssignmentStatus>,
+    after: Option<(DateTime<Utc>, AssignmentId)>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<AssignmentRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RECORD_COLUMNS}
+         FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
+         WHERE a.org_id = $1 AND a.flow_id = $2
+           AND ($3::text IS NULL OR strpos(u.email_normalized, lower($3)) > 0)
+           AND ($4::text IS NULL OR (CASE WHEN a.status IN ('pending', 'in_progress')
+                                               AND a.due_at <= $5
+                                          THEN 'overdue' ELSE a.status END) = $4)
+           AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
+         ORDER BY a.assigned_at, a.id
+         LIMIT $8"
+    )))
+    .bind(org_id)
+    .bind(flow_id)
+    .bind(email)
+    .bind(status.map(AssignmentStatus::as_str))
+    .bind(now)
+    .bind(after.map(|(at, _)| at))
+    .bind(after.map(|(_, id)| id))
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// A schedule as the dashboard lists it.
+#[derive(Debug, Clone, FromRow)]
+pub struct ScheduleListing {
+    /// Id.
+    pub id: ScheduleId,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Flow name.
+    pub flow_name: String,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// Next (or only) occurrence.
+    pub scheduled_at: DateTime<Utc>,
+    /// none, daily, weekly, monthly, quarterly or yearly.
+    pub recurrence: String,
+    /// Occurrences assigned so far.
+    pub occurrence: i32,
+    /// Days from an occurrence to its due date.
+    pub due_in_days: Option<i32>,
+    /// Priority of the assignments.
+    pub priority: String,
+    /// False once a one-off schedule has run.
+    pub active: bool,
+    /// Status of the current occurrence (`pending` before the first).
+    pub status: String,
+}
+
+/// A page of an organization's live schedules, newest first, before `before`.
+pub async fn list_schedules<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    before: Option<ScheduleId>,
+    limit: i64,
+) -> Result<Vec<ScheduleListing>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email, s.scheduled_at,
+                s.recurrence, s.occurrence, s.due_in_days, s.priority, s.active,
+                COALESCE(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= now()
+                              THEN 'overdue' ELSE a.status END, 'pending') AS status
+         FROM schedules s
+         JOIN flows f ON f.id = s.flow_id
+         JOIN users u ON u.id = s.user_id
+         LEFT JOIN assignments a ON a.id = s.current_assignment_id
+         WHERE s.org_id = $1 AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.id < $2)
+         ORDER BY s.id DESC LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}

@@ -1,0 +1,69 @@
+//! Dashboard sessions, shared by every API replica: one row per session id with its data (JSON)
+//! and the instant it expires. Expired rows read as absent and are pruned as new sessions start.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgExecutor;
+
+/// Inserts a new session; false when the id is taken (the caller draws another).
+pub async fn insert<'e>(
+    executor: impl PgExecutor<'e>,
+    id: &str,
+    data: &serde_json::Value,
+    expires_at: DateTime<Utc>,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query(
+        "WITH pruned AS (
+            DELETE FROM dashboard_sessions
+            WHERE id IN (SELECT id FROM dashboard_sessions WHERE expires_at < now() LIMIT 100)
+         )
+         INSERT INTO dashboard_sessions (id, data, expires_at) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(id)
+    .bind(data)
+    .bind(expires_at)
+    .execute(executor)
+    .await
+    .map(|result| result.rows_affected() == 1)
+}
+
+/// Writes a session's data and expiry.
+pub async fn save<'e>(
+    executor: impl PgExecutor<'e>,
+    id: &str,
+    data: &serde_json::Value,
+    expires_at: DateTime<Utc>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO dashboard_sessions (id, data, expires_at) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, expires_at = EXCLUDED.expires_at",
+    )
+    .bind(id)
+    .bind(data)
+    .bind(expires_at)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// A live session's data and expiry.
+pub async fn load<'e>(
+    executor: impl PgExecutor<'e>,
+    id: &str,
+) -> Result<Option<(serde_json::Value, DateTime<Utc>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT data, expires_at FROM dashboard_sessions WHERE id = $1 AND expires_at > now()",
+    )
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// Deletes a session.
+pub async fn delete<'e>(executor: impl PgExecutor<'e>, id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM dashboard_sessions WHERE id = $1")
+        .bind(id)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
