@@ -8,6 +8,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
+use chrono::Utc;
 use flow_common::db::dashboard as queries;
 use flow_common::db::schedules;
 use flow_common::ids::ScheduleId;
@@ -78,7 +79,8 @@ async fn list(
     let layout = Layout::new(&account, Section::Schedules).await;
     let before = query.before.as_deref().and_then(ScheduleId::parse);
     let mut rows =
-        queries::list_schedules(&state.db, account.org.id, before, PAGE_SIZE + 1).await?;
+        queries::list_schedules(&state.db, account.org.id, before, PAGE_SIZE + 1, Utc::now())
+            .await?;
     let page_size = usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX);
     let next = if rows.len() > page_size {
         rows.truncate(page_size);

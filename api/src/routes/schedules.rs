@@ -229,7 +229,7 @@ pub async fn get_schedule(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<ScheduleView>, ApiError> {
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
-    let record = schedules::get(&state.db, auth.org_id(), id)
+    let record = schedules::get(&state.db, auth.org_id(), id, Utc::now())
         .await?
         .ok_or_else(|| ApiError::not_found("schedule"))?;
     Ok(Json(record.into()))

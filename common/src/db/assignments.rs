@@ -234,7 +234,7 @@ async fn alias_to_active(
                        AS orphan,
                    (SELECT a.id FROM assignments a
                     WHERE a.flow_id = i.flow_id AND a.user_id = i.user_id
-                      AND a.status IN ('pending', 'in_progress', 'overdue')
+                      AND flow_is_active(a.status)
                     LIMIT 1) AS active_id
             FROM input i
          ), aliased AS (
@@ -470,7 +470,7 @@ pub async fn lookup<'e>(
             LEFT JOIN LATERAL (
                SELECT a.id, a.assigned_at FROM assignments a
                WHERE a.flow_id = q.flow_id AND a.user_id = u.id
-                 AND a.status IN ('pending', 'in_progress', 'overdue')
+                 AND flow_is_active(a.status)
                LIMIT 1
             ) act ON u.id IS NOT NULL
          ), claimed AS (
@@ -700,9 +700,7 @@ pub async fn list<'e>(
          WHERE a.org_id = $1
            AND ($2::uuid IS NULL OR a.flow_id = $2)
            AND ($3::text IS NULL OR u.email_normalized = $3)
-           AND ($4::text IS NULL OR (CASE WHEN a.status IN ('pending', 'in_progress')
-                                               AND a.due_at <= $5
-                                          THEN 'overdue' ELSE a.status END) = $4)
+           AND ($4::text IS NULL OR flow_effective_status(a.status, a.due_at, $5) = $4)
            AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
          ORDER BY a.assigned_at, a.id
          LIMIT $8"

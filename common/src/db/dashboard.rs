@@ -221,8 +221,7 @@ pub async fn flow_counts<'e>(
     sqlx::query_as(
         "SELECT flow_id, count(*) AS total,
                 count(*) FILTER (WHERE status = 'completed') AS completed,
-                count(*) FILTER (WHERE status = 'overdue'
-                                    OR (status IN ('pending', 'in_progress') AND due_at <= $3))
+                count(*) FILTER (WHERE flow_effective_status(status, due_at, $3) = 'overdue')
                     AS overdue
          FROM assignments WHERE org_id = $1 AND flow_id = ANY ($2)
          GROUP BY flow_id",
@@ -278,9 +277,7 @@ pub async fn flow_assignments<'e>(
          FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
          WHERE a.org_id = $1 AND a.flow_id = $2
            AND ($3::text IS NULL OR strpos(u.email_normalized, lower($3)) > 0)
-           AND ($4::text IS NULL OR (CASE WHEN a.status IN ('pending', 'in_progress')
-                                               AND a.due_at <= $5
-                                          THEN 'overdue' ELSE a.status END) = $4)
+           AND ($4::text IS NULL OR flow_effective_status(a.status, a.due_at, $5) = $4)
            AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
          ORDER BY a.assigned_at, a.id
          LIMIT $8"
@@ -324,18 +321,19 @@ pub struct ScheduleListing {
     pub status: String,
 }
 
-/// A page of an organization's live schedules, newest first, before `before`.
+/// A page of an organization's live schedules, newest first, before `before`, with statuses
+/// read at `now`.
 pub async fn list_schedules<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     before: Option<ScheduleId>,
     limit: i64,
+    now: DateTime<Utc>,
 ) -> Result<Vec<ScheduleListing>, sqlx::Error> {
     sqlx::query_as(
         "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email, s.scheduled_at,
                 s.recurrence, s.occurrence, s.due_in_days, s.priority, s.active,
-                COALESCE(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= now()
-                              THEN 'overdue' ELSE a.status END, 'pending') AS status
+                COALESCE(flow_effective_status(a.status, a.due_at, $4), 'pending') AS status
          FROM schedules s
          JOIN flows f ON f.id = s.flow_id
          JOIN users u ON u.id = s.user_id
@@ -346,6 +344,7 @@ pub async fn list_schedules<'e>(
     .bind(org_id)
     .bind(before)
     .bind(limit)
+    .bind(now)
     .fetch_all(executor)
     .await
 }

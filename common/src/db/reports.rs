@@ -17,9 +17,8 @@ use crate::domain::{AssignmentStatus, Invalid};
 use crate::ids::{AssignmentId, FlowId, ScheduleId};
 use crate::report::{AggregateSpec, MAX_PERIODS, PageCursor, Period, ReportParameters};
 
-/// The status assignment `a` reports at `$4`.
-const EFFECTIVE_STATUS: &str = "(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= $4 \
-     THEN 'overdue' ELSE a.status END)";
+/// The status assignment `a` reports at `$4` (the one rule, migration 0070).
+const EFFECTIVE_STATUS: &str = "flow_effective_status(a.status, a.due_at, $4)";
 
 /// What the report is about: one flow, a range, a status filter, and the reading time.
 #[derive(Debug, Clone, Copy)]

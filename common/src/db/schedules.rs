@@ -66,8 +66,7 @@ pub struct ScheduleRecord {
 const RECORD_SQL: &str = "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email,
         s.scheduled_at, s.recurrence, s.occurrence, s.due_in_days, s.priority, s.notes, s.active,
         s.current_assignment_id, s.created_at,
-        COALESCE(CASE WHEN a.status IN ('pending', 'in_progress') AND a.due_at <= now()
-                      THEN 'overdue' ELSE a.status END, 'pending') AS status
+        COALESCE(flow_effective_status(a.status, a.due_at, $3), 'pending') AS status
      FROM schedules s
      JOIN flows f ON f.id = s.flow_id
      JOIN users u ON u.id = s.user_id
@@ -96,19 +95,21 @@ pub async fn create(
     .bind(&schedule.notes)
     .execute(&mut *connection)
     .await?;
-    let record = get(&mut *connection, schedule.org_id, id).await?;
+    let record = get(&mut *connection, schedule.org_id, id, Utc::now()).await?;
     record.ok_or(sqlx::Error::RowNotFound)
 }
 
-/// One live schedule of an organization.
+/// One live schedule of an organization, its status read at `now`.
 pub async fn get<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     id: ScheduleId,
+    now: DateTime<Utc>,
 ) -> Result<Option<ScheduleRecord>, sqlx::Error> {
     sqlx::query_as(RECORD_SQL)
         .bind(id)
         .bind(org_id)
+        .bind(now)
         .fetch_optional(executor)
         .await
 }
