@@ -275,6 +275,3 @@ impl utoipa::Modify for CommonResponses {
         }
     }
 }
-
-/// Result alias for handlers.
-pub type ApiResult<T> = Result<T, ApiError>;

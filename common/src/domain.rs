@@ -224,7 +224,7 @@ impl AssignmentStatus {
     ];
 
     /// The status to report at `now`: an active assignment past its due date is overdue even
-    /// before the scheduler has recorded it (design §2, guarantee 5).
+    /// before the scheduler has recorded it (README guarantee 5), so reports never lag the clock.
     pub fn effective(self, due_at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Self {
         match (self, due_at) {
             (Self::Pending | Self::InProgress, Some(due)) if due <= now => Self::Overdue,

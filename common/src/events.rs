@@ -1,4 +1,4 @@
-//! Lifecycle events (design §7): their types and the body every consumer receives, built from one
+//! Lifecycle events (README §Lifecycle and events): their types and the body every consumer receives, built from one
 //! snapshot of the assignment taken in the transaction that changed it.
 
 use chrono::{DateTime, Utc};

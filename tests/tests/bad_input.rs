@@ -1,4 +1,4 @@
-//! Bad input never reaches Postgres as a 500 (design §2, guarantee 7): dates outside the years
+//! Bad input never reaches Postgres as a 500 (README guarantee 7): dates outside the years
 //! 0001–9999 and crafted cursors, NUL bytes and over-long text in every free-text field, query
 //! strings and paths that do not decode, and a failed export, all answer the error body with a
 //! 4xx (or, for the export, a message without internal detail) and write nothing.

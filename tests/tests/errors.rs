@@ -1,4 +1,4 @@
-//! Every row of the seed's error table for assign, and the HTTP conventions of design §3: the
+//! Every row of the seed's error table for assign, and the HTTP conventions in the README's API section: the
 //! error body on every failure, nothing half-written.
 
 use flow_common::db::orgs::Tier;

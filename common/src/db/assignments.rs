@@ -298,7 +298,7 @@ async fn record_explicit_aliases(
     Ok(result.rows_affected())
 }
 
-/// The `flow.assigned` event body (design §7).
+/// The `flow.assigned` event body, as every consumer receives it.
 fn assigned_event(command: &AssignCommand, event_id: EventId) -> serde_json::Value {
     let snapshot = AssignmentSnapshot {
         id: command.assignment_id,

@@ -2,7 +2,7 @@
 //! pages of assignments, schedules, per-period aggregates, and the row stream exports write out.
 //!
 //! Every query reads statuses as they stand at `now`: an active assignment past its due date is
-//! `overdue` even before the scheduler records it (design §2, guarantee 5). The parameters are
+//! `overdue` even before the scheduler records it (README guarantee 5). The parameters are
 //! numbered the same way everywhere: `$1` flow, `$2` lower, `$3` upper, `$4` now, then `$5` the
 //! status filter (NULL for none) where the list is filtered. `assignments_report_idx` (migration 0020) covers the columns the
 //! metrics and aggregates read, so they are index-only scans.
