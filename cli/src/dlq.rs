@@ -91,7 +91,10 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outco
                 letters.push(summary);
             }
             let waiting = dead_letters::pending_count(&pool).await?;
-            text.push_str(&format!("{} shown, {waiting} waiting in all", letters.len()));
+            text.push_str(&format!(
+                "{} shown, {waiting} waiting in all",
+                letters.len()
+            ));
             Outcome::new(&LetterList { letters, waiting }, text)
         }
         DlqCommand::Replay { limit } => {

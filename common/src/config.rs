@@ -17,7 +17,12 @@ pub struct CoreConfig {
     pub database_url: String,
 
     /// Maximum Postgres connections this process opens.
-    #[arg(long, global = true, env = "DATABASE_MAX_CONNECTIONS", default_value_t = 16)]
+    #[arg(
+        long,
+        global = true,
+        env = "DATABASE_MAX_CONNECTIONS",
+        default_value_t = 16
+    )]
     pub database_max_connections: u32,
 
     /// RabbitMQ connection string.
