@@ -4,6 +4,7 @@
 
 pub mod caches;
 pub mod dashboard;
+pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod lookup;
@@ -242,11 +243,14 @@ pub fn router(state: AppState) -> Router {
         .retain(|path, _| path.starts_with("/v1/"));
     // After the merge: the handlers' operations only exist from here on.
     utoipa::Modify::modify(&error::CommonResponses, &mut openapi);
+    utoipa::Modify::modify(&docs::DocumentedHeaders, &mut openapi);
+    utoipa::Modify::modify(&docs::Webhooks, &mut openapi);
     let openapi = Arc::new(openapi);
     let dashboard = dashboard::router(&state);
     let request_timeout = state.config.request_timeout;
     api_routes
         .nest("/dashboard", dashboard)
+        .merge(docs::reference())
         .route(
             "/v1/openapi.json",
             axum::routing::get(move || {
