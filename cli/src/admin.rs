@@ -95,6 +95,10 @@ impl From<&orgs::Organization> for OrgSummary {
 #[derive(Subcommand)]
 pub enum OrgCommand {
     /// Create an organization.
+    #[command(after_help = "\
+Examples:
+  flowctl org create --name Acme --tier enterprise --timezone Europe/Paris
+  org=$(flowctl org create --name Acme --json | jq -r .id)")]
     Create {
         /// Display name.
         #[arg(long)]
@@ -186,6 +190,10 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
 #[derive(Subcommand)]
 pub enum KeyCommand {
     /// Create a key; the secret is printed once and never stored.
+    #[command(after_help = "\
+Examples:
+  flowctl key create org_… --name ci                   # the secret on stdout, a note on stderr
+  secret=$(flowctl key create org_… --name ci --json | jq -r .secret)")]
     Create {
         /// Organization id.
         org: String,
@@ -304,6 +312,10 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
 #[derive(Subcommand)]
 pub enum UsersCommand {
     /// Upsert users from a CSV file with an `email` column and an optional `name` column.
+    #[command(after_help = "\
+Examples:
+  flowctl users import org_… users.csv                 # a progress bar on a terminal
+  flowctl users import org_… users.csv --json          # {\"imported\": 1200, \"created\": 1150}")]
     Import {
         /// Organization id.
         org: String,
