@@ -254,7 +254,7 @@ impl utoipa::Modify for CommonResponses {
                     ("401", "Missing or invalid API key"),
                     (
                         "503",
-                        "Postgres or RabbitMQ unreachable; nothing was accepted, retry",
+                        "Postgres or RabbitMQ unreachable (nothing was accepted), or the request took longer than REQUEST_TIMEOUT; retry",
                     ),
                 ];
                 if has_body || has_query {

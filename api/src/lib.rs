@@ -4,6 +4,7 @@
 
 pub mod caches;
 pub mod dashboard;
+pub mod docs;
 pub mod error;
 pub mod extract;
 pub mod lookup;
@@ -64,6 +65,13 @@ pub struct ApiConfig {
     /// Batches of assign commands awaiting their confirm at once.
     #[arg(long, env = "PUBLISH_BATCHES_IN_FLIGHT", default_value_t = 8)]
     pub publish_batches_in_flight: usize,
+
+    /// Longest a request may take to produce its response; past it the API answers 503
+    /// `service_unavailable` (the work may or may not have been applied: retry, with the same
+    /// `X-Request-ID` for an assign). Bounds what a stuck dependency holds open, and what a
+    /// SIGTERM waits for.
+    #[arg(long, env = "REQUEST_TIMEOUT", default_value = "30s", value_parser = flow_common::webhook::parse_duration)]
+    pub request_timeout: Duration,
 
     /// Concurrent batched lookup queries.
     #[arg(long, env = "LOOKUP_CONCURRENCY", default_value_t = 1)]
@@ -235,10 +243,14 @@ pub fn router(state: AppState) -> Router {
         .retain(|path, _| path.starts_with("/v1/"));
     // After the merge: the handlers' operations only exist from here on.
     utoipa::Modify::modify(&error::CommonResponses, &mut openapi);
+    utoipa::Modify::modify(&docs::DocumentedHeaders, &mut openapi);
+    utoipa::Modify::modify(&docs::Webhooks, &mut openapi);
     let openapi = Arc::new(openapi);
     let dashboard = dashboard::router(&state);
+    let request_timeout = state.config.request_timeout;
     api_routes
         .nest("/dashboard", dashboard)
+        .merge(docs::reference())
         .route(
             "/v1/openapi.json",
             axum::routing::get(move || {
@@ -250,6 +262,20 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(DefaultBodyLimit::max(extract::MAX_BODY_BYTES))
+        // The time limit answers with the service's error body: the timeout's error becomes an
+        // `ApiError` (the only error a `Timeout` adds is its own `Elapsed`).
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    move |_: tower::BoxError| async move {
+                        ApiError::Unavailable(format!(
+                            "the request took longer than {} s; it may or may not have been applied: retry (with the same X-Request-ID for an assign)",
+                            request_timeout.as_secs_f64()
+                        ))
+                    },
+                ))
+                .layer(tower::timeout::TimeoutLayer::new(request_timeout)),
+        )
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             middleware::panic_response,
         ))

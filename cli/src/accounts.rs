@@ -3,13 +3,16 @@
 //! link for an existing account (a forgotten password).
 
 use anyhow::{Context, bail};
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 use flow_common::config::CoreConfig;
 use flow_common::db::accounts::{self, Role};
 use flow_common::db::audit::{self, Actor};
 use flow_common::domain::Email;
 use flow_common::ids::OrgId;
+use serde::Serialize;
 use sqlx::PgPool;
+
+use crate::output::Outcome;
 
 /// Dashboard account commands.
 #[derive(Subcommand)]
@@ -22,9 +25,9 @@ pub enum AdminCommand {
         /// The person's e-mail (one account per e-mail, across organizations).
         #[arg(long)]
         email: String,
-        /// admin (changes anything in the organization) or viewer (read only).
-        #[arg(long, default_value = "admin")]
-        role: String,
+        /// What the account may do.
+        #[arg(long, value_enum, default_value_t = RoleArg::Admin)]
+        role: RoleArg,
         /// Address the dashboard is reachable at, for the link.
         #[arg(long, env = "PUBLIC_BASE_URL", default_value = "http://localhost:8080")]
         base_url: String,
@@ -40,8 +43,26 @@ pub enum AdminCommand {
     },
 }
 
+/// A dashboard account's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RoleArg {
+    /// Changes anything in the organization.
+    Admin,
+    /// Reads only.
+    Viewer,
+}
+
+impl From<RoleArg> for Role {
+    fn from(role: RoleArg) -> Self {
+        match role {
+            RoleArg::Admin => Self::Admin,
+            RoleArg::Viewer => Self::Viewer,
+        }
+    }
+}
+
 /// A created account and its link.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Invitation {
     /// The account's e-mail.
     pub email: String,
@@ -92,9 +113,9 @@ pub async fn create(
 }
 
 /// `flowctl admin ...`.
-pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<()> {
+pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<Outcome> {
     let pool = crate::admin::pool(core).await?;
-    match command {
+    let outcome = match command {
         AdminCommand::Create {
             org,
             email,
@@ -103,14 +124,13 @@ pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<()>
         } => {
             let org = OrgId::parse(&org)
                 .with_context(|| format!("{org} is not an organization id (org_…)"))?;
-            let role = Role::parse(&role)
-                .with_context(|| format!("role must be admin or viewer, not {role}"))?;
-            let invitation = create(&pool, org, &email, role, &base_url).await?;
+            let invitation = create(&pool, org, &email, role.into(), &base_url).await?;
             eprintln!(
                 "dashboard account {} created; it signs in once with this link (valid 24 hours) to set a password:",
                 invitation.email
             );
-            println!("{}", invitation.link);
+            let text = invitation.link.clone();
+            Outcome::new(&invitation, text)
         }
         AdminCommand::Link { email, base_url } => {
             let parsed =
@@ -134,8 +154,14 @@ pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<()>
                 "new sign-in link for {} (valid 24 hours; earlier links stop working):",
                 account.email
             );
-            println!("{}", accounts::link_url(&base_url, &token));
+            let invitation = Invitation {
+                email: account.email,
+                link: accounts::link_url(&base_url, &token),
+            };
+            let text = invitation.link.clone();
+            Outcome::new(&invitation, text)
         }
-    }
-    Ok(())
+    };
+    pool.close().await;
+    outcome
 }

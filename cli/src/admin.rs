@@ -3,14 +3,16 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 use flow_common::config::CoreConfig;
 use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
 use flow_common::domain::{Email, TextRule, parse_timezone};
 use flow_common::ids::{KeyId, OrgId};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+
+use crate::output::{Outcome, progress};
 
 /// Opens a small pool for a one-shot command.
 pub async fn pool(core: &CoreConfig) -> anyhow::Result<PgPool> {
@@ -34,24 +36,76 @@ pub fn redact(url: &str) -> String {
 }
 
 /// `flowctl migrate`.
-pub async fn migrate(core: &CoreConfig) -> anyhow::Result<()> {
+pub async fn migrate(core: &CoreConfig) -> anyhow::Result<Outcome> {
     let pool = pool(core).await?;
     db::migrate(&pool).await.context("applying migrations")?;
-    println!("migrations applied");
-    Ok(())
+    Outcome::new(
+        &serde_json::json!({ "migrated": true }),
+        "migrations applied",
+    )
+}
+
+/// An organization's tier (its default rate limits).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TierArg {
+    /// assign 100/min, report 50/min.
+    Standard,
+    /// assign 1,000/min, report 500/min.
+    Enterprise,
+}
+
+impl From<TierArg> for orgs::Tier {
+    fn from(tier: TierArg) -> Self {
+        match tier {
+            TierArg::Standard => Self::Standard,
+            TierArg::Enterprise => Self::Enterprise,
+        }
+    }
+}
+
+/// An organization as `flowctl org` prints it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OrgSummary {
+    /// Organization id.
+    pub id: String,
+    /// Display name.
+    pub name: String,
+    /// standard or enterprise.
+    pub tier: String,
+    /// Assign requests per minute in force.
+    pub assign_limit_per_minute: u32,
+    /// Report requests per minute in force.
+    pub report_limit_per_minute: u32,
+}
+
+impl From<&orgs::Organization> for OrgSummary {
+    fn from(org: &orgs::Organization) -> Self {
+        Self {
+            id: org.id.to_string(),
+            name: org.name.clone(),
+            tier: org.tier.clone(),
+            assign_limit_per_minute: org.assign_limit(),
+            report_limit_per_minute: org.report_limit(),
+        }
+    }
 }
 
 /// Organization commands.
 #[derive(Subcommand)]
 pub enum OrgCommand {
     /// Create an organization.
+    #[command(after_help = "\
+Examples:
+  flowctl org create --name Acme --tier enterprise --timezone Europe/Paris
+  org=$(flowctl org create --name Acme --json | jq -r .id)")]
     Create {
         /// Display name.
         #[arg(long)]
         name: String,
-        /// standard or enterprise.
-        #[arg(long, default_value = "standard")]
-        tier: String,
+        /// Default rate limits.
+        #[arg(long, value_enum, default_value_t = TierArg::Standard)]
+        tier: TierArg,
         /// IANA time zone for plain dates and report periods.
         #[arg(long, default_value = "UTC")]
         timezone: String,
@@ -66,9 +120,9 @@ pub enum OrgCommand {
     Limits {
         /// Organization id.
         org: String,
-        /// standard or enterprise.
-        #[arg(long)]
-        tier: Option<String>,
+        /// Default rate limits.
+        #[arg(long, value_enum)]
+        tier: Option<TierArg>,
         /// Assign requests per minute.
         #[arg(long)]
         assign_limit: Option<u32>,
@@ -78,19 +132,14 @@ pub enum OrgCommand {
     },
 }
 
-fn parse_tier(text: &str) -> anyhow::Result<orgs::Tier> {
-    orgs::Tier::parse(text)
-        .with_context(|| format!("tier must be standard or enterprise, not {text}"))
-}
-
 fn parse_org(text: &str) -> anyhow::Result<OrgId> {
     OrgId::parse(text).with_context(|| format!("{text} is not an organization id (org_…)"))
 }
 
 /// `flowctl org ...`.
-pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<()> {
+pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outcome> {
     let pool = pool(core).await?;
-    match command {
+    let org = match command {
         OrgCommand::Create {
             name,
             tier,
@@ -102,14 +151,15 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<()> {
                 &pool,
                 &orgs::NewOrganization {
                     name,
-                    tier: parse_tier(&tier)?,
+                    tier: tier.into(),
                     timezone: parse_timezone("timezone", &timezone)?,
                     assign_limit_per_minute: assign_limit,
                     report_limit_per_minute: report_limit,
                 },
             )
             .await?;
-            println!("{}", org.id);
+            let text = org.id.to_string();
+            Outcome::new(&OrgSummary::from(&org), text)
         }
         OrgCommand::Limits {
             org,
@@ -117,27 +167,33 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<()> {
             assign_limit,
             report_limit,
         } => {
-            let tier = tier.as_deref().map(parse_tier).transpose()?;
+            let tier = tier.map(orgs::Tier::from);
             let updated =
                 orgs::update_limits(&pool, parse_org(&org)?, tier, assign_limit, report_limit)
                     .await?
                     .with_context(|| format!("no organization {org}"))?;
-            println!(
+            let text = format!(
                 "{}: tier {}, assign {}/min, report {}/min",
                 updated.id,
                 updated.tier,
                 updated.assign_limit(),
                 updated.report_limit()
             );
+            Outcome::new(&OrgSummary::from(&updated), text)
         }
-    }
-    Ok(())
+    };
+    pool.close().await;
+    org
 }
 
 /// API key commands.
 #[derive(Subcommand)]
 pub enum KeyCommand {
     /// Create a key; the secret is printed once and never stored.
+    #[command(after_help = "\
+Examples:
+  flowctl key create org_… --name ci                   # the secret on stdout, a note on stderr
+  secret=$(flowctl key create org_… --name ci --json | jq -r .secret)")]
     Create {
         /// Organization id.
         org: String,
@@ -157,10 +213,35 @@ pub enum KeyCommand {
     },
 }
 
+/// A created key: its id and the secret, shown once.
+#[derive(Debug, Clone, Serialize)]
+pub struct CreatedKey {
+    /// Key id.
+    pub id: String,
+    /// The bearer token.
+    pub secret: String,
+}
+
+/// A key as `flowctl key list` prints it (never its secret).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeySummary {
+    /// Key id.
+    pub id: String,
+    /// The secret's first characters.
+    pub prefix: String,
+    /// Label.
+    pub name: String,
+    /// active, revoked, expired or expiring.
+    pub state: &'static str,
+    /// When it expires, if it does.
+    pub expires_at: Option<String>,
+}
+
 /// `flowctl key ...`.
-pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<()> {
+pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outcome> {
     let pool = pool(core).await?;
-    match command {
+    let outcome = match command {
         KeyCommand::Create { org, name } => {
             let org = parse_org(&org)?;
             let (key, secret) = db::keys::create(&pool, org, &name).await?;
@@ -174,7 +255,14 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<()> {
             )
             .await?;
             eprintln!("key {} created; the secret below is shown once:", key.id);
-            println!("{secret}");
+            let text = secret.clone();
+            Outcome::new(
+                &CreatedKey {
+                    id: key.id.to_string(),
+                    secret,
+                },
+                text,
+            )
         }
         KeyCommand::Revoke { key } => {
             let id =
@@ -182,27 +270,52 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<()> {
             if !db::keys::revoke(&pool, None, id, Actor::Flowctl).await? {
                 bail!("no active key {key}");
             }
-            println!("revoked {key}");
+            Outcome::new(
+                &serde_json::json!({ "revoked": key }),
+                format!("revoked {key}"),
+            )
         }
         KeyCommand::List { org } => {
+            let mut keys = Vec::new();
+            let mut text = String::new();
             for key in db::keys::list(&pool, parse_org(&org)?).await? {
-                let state = match key.expires_at {
-                    _ if key.revoked_at.is_some() => "revoked".to_owned(),
-                    Some(at) if at <= chrono::Utc::now() => "expired".to_owned(),
-                    Some(at) => format!("expires {}", flow_common::domain::format_timestamp(at)),
-                    None => "active".to_owned(),
+                let expires_at = key.expires_at.map(flow_common::domain::format_timestamp);
+                let (state, shown) = match key.expires_at {
+                    _ if key.revoked_at.is_some() => ("revoked", "revoked".to_owned()),
+                    Some(at) if at <= chrono::Utc::now() => ("expired", "expired".to_owned()),
+                    Some(_) => (
+                        "expiring",
+                        format!("expires {}", expires_at.as_deref().unwrap_or_default()),
+                    ),
+                    None => ("active", "active".to_owned()),
                 };
-                println!("{}\t{}…\t{state}\t{}", key.id, key.prefix, key.name);
+                text.push_str(&format!(
+                    "{}\t{}…\t{shown}\t{}\n",
+                    key.id, key.prefix, key.name
+                ));
+                keys.push(KeySummary {
+                    id: key.id.to_string(),
+                    prefix: key.prefix,
+                    name: key.name,
+                    state,
+                    expires_at,
+                });
             }
+            Outcome::new(&keys, text)
         }
-    }
-    Ok(())
+    };
+    pool.close().await;
+    outcome
 }
 
 /// User commands.
 #[derive(Subcommand)]
 pub enum UsersCommand {
     /// Upsert users from a CSV file with an `email` column and an optional `name` column.
+    #[command(after_help = "\
+Examples:
+  flowctl users import org_… users.csv                 # a progress bar on a terminal
+  flowctl users import org_… users.csv --json          # {\"imported\": 1200, \"created\": 1150}")]
     Import {
         /// Organization id.
         org: String,
@@ -218,8 +331,18 @@ struct UserRow {
     name: Option<String>,
 }
 
-/// `flowctl users ...`.
-pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<()> {
+/// What `flowctl users import` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct ImportSummary {
+    /// Rows read (each user created or updated).
+    pub imported: usize,
+    /// Users that did not exist before.
+    pub created: usize,
+}
+
+/// `flowctl users ...`: every row is checked before any is written, so an invalid file imports
+/// nothing; writes go in chunks of 1,000 with a progress bar.
+pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<Outcome> {
     let UsersCommand::Import { org, file } = command;
     let org = parse_org(&org)?;
     let mut reader =
@@ -238,13 +361,21 @@ pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<(
         users.push(NewUser { email, name });
     }
     let pool = pool(core).await?;
+    let bar = progress(users.len() as u64, "importing users");
     let mut created = 0;
     for chunk in users.chunks(1_000) {
         let rows = db::users::upsert(&pool, org, chunk).await?;
         created += rows.iter().filter(|user| user.created).count();
+        bar.inc(chunk.len() as u64);
     }
-    println!("{} users imported ({created} new)", users.len());
-    Ok(())
+    bar.finish_and_clear();
+    pool.close().await;
+    let summary = ImportSummary {
+        imported: users.len(),
+        created,
+    };
+    let text = format!("{} users imported ({created} new)", users.len());
+    Outcome::new(&summary, text)
 }
 
 /// Flow commands.
@@ -297,8 +428,20 @@ impl FlowFile {
     }
 }
 
+/// A flow as `flowctl flows create` prints it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FlowSummary {
+    /// Flow id.
+    pub id: String,
+    /// Name.
+    pub name: String,
+    /// Number of modules.
+    pub module_count: usize,
+}
+
 /// `flowctl flows ...`.
-pub async fn flows(core: &CoreConfig, command: FlowsCommand) -> anyhow::Result<()> {
+pub async fn flows(core: &CoreConfig, command: FlowsCommand) -> anyhow::Result<Outcome> {
     let FlowsCommand::Create { org, file } = command;
     let text =
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
@@ -335,11 +478,19 @@ pub async fn flows(core: &CoreConfig, command: FlowsCommand) -> anyhow::Result<(
         &modules,
     )
     .await?;
-    println!(
+    pool.close().await;
+    let text = format!(
         "{}\t{} ({} modules)",
         created.id,
         created.name,
         modules.len()
     );
-    Ok(())
+    Outcome::new(
+        &FlowSummary {
+            id: created.id.to_string(),
+            name: created.name,
+            module_count: modules.len(),
+        },
+        text,
+    )
 }

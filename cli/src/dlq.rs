@@ -10,6 +10,9 @@ use flow_common::config::CoreConfig;
 use flow_common::db::{self, dead_letters};
 use lapin::BasicProperties;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use serde::Serialize;
+
+use crate::output::Outcome;
 
 /// Dead-letter commands.
 #[derive(Subcommand)]
@@ -28,29 +31,71 @@ pub enum DlqCommand {
     },
 }
 
+/// A dead letter as `flowctl dlq list` prints it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LetterSummary {
+    /// Its number (what a replay marks).
+    pub id: i64,
+    /// When it was dead-lettered.
+    pub dead_lettered_at: String,
+    /// The queue it died in.
+    pub origin_queue: Option<String>,
+    /// The AMQP message id.
+    pub message_id: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// The body's first 500 characters.
+    pub body: String,
+}
+
+/// The dead letters shown and how many wait in all.
+#[derive(Debug, Clone, Serialize)]
+pub struct LetterList {
+    /// Oldest first.
+    pub letters: Vec<LetterSummary>,
+    /// Dead letters waiting for an operator.
+    pub waiting: i64,
+}
+
 /// `flowctl dlq ...`.
-pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
+pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outcome> {
     let pool = db::connect(&core.database_url, 2)
         .await
         .context("connecting to Postgres")?;
-    match command {
+    let outcome = match command {
         DlqCommand::List { limit } => {
-            let letters = dead_letters::pending(&pool, 0, limit).await?;
-            for letter in &letters {
+            let mut text = String::new();
+            let mut letters = Vec::new();
+            for letter in dead_letters::pending(&pool, 0, limit).await? {
                 let body = String::from_utf8_lossy(&letter.payload);
-                let body: String = body.chars().take(500).collect();
-                println!(
-                    "#{}\t{}\tfrom {}\t{}\t{}\n\t{}",
-                    letter.id,
-                    flow_common::domain::format_timestamp(letter.dead_lettered_at),
-                    letter.origin_queue.as_deref().unwrap_or("?"),
-                    letter.message_id.as_deref().unwrap_or("-"),
-                    letter.reason,
-                    body
-                );
+                let summary = LetterSummary {
+                    id: letter.id,
+                    dead_lettered_at: flow_common::domain::format_timestamp(
+                        letter.dead_lettered_at,
+                    ),
+                    origin_queue: letter.origin_queue,
+                    message_id: letter.message_id,
+                    reason: letter.reason,
+                    body: body.chars().take(500).collect(),
+                };
+                text.push_str(&format!(
+                    "#{}\t{}\tfrom {}\t{}\t{}\n\t{}\n",
+                    summary.id,
+                    summary.dead_lettered_at,
+                    summary.origin_queue.as_deref().unwrap_or("?"),
+                    summary.message_id.as_deref().unwrap_or("-"),
+                    summary.reason,
+                    summary.body
+                ));
+                letters.push(summary);
             }
             let waiting = dead_letters::pending_count(&pool).await?;
-            println!("{} shown, {waiting} waiting in all", letters.len());
+            text.push_str(&format!(
+                "{} shown, {waiting} waiting in all",
+                letters.len()
+            ));
+            Outcome::new(&LetterList { letters, waiting }, text)
         }
         DlqCommand::Replay { limit } => {
             let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
@@ -66,7 +111,7 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
             let mut replayed = 0;
             for letter in &letters {
                 let Some(origin) = letter.origin_queue.as_deref() else {
-                    println!("#{}: no origin queue recorded; left as is", letter.id);
+                    eprintln!("#{}: no origin queue recorded; left as is", letter.id);
                     continue;
                 };
                 let mut properties = BasicProperties::default()
@@ -102,9 +147,12 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<()> {
                 replayed += 1;
             }
             drop(connection.close(200, "done".into()).await);
-            println!("{replayed} message(s) replayed");
+            Outcome::new(
+                &serde_json::json!({ "replayed": replayed }),
+                format!("{replayed} message(s) replayed"),
+            )
         }
-    }
+    };
     pool.close().await;
-    Ok(())
+    outcome
 }

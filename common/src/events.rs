@@ -2,11 +2,11 @@
 //! snapshot of the assignment taken in the transaction that changed it.
 
 use chrono::{DateTime, Utc};
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::FromRow;
 
 use crate::domain::format_timestamp;
-use crate::ids::{AssignmentId, EventId, FlowId, OrgId};
+use crate::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
 
 string_enum!(
     /// The kind of a lifecycle event; also its routing key on the events exchange.
@@ -64,30 +64,106 @@ pub const SNAPSHOT_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_na
     u.email AS assignee_email, a.status, a.priority, a.due_at, a.assigned_at, a.started_at, \
     a.completed_at";
 
+/// What a `flow.*` event says about its assignment: the `data` of the body, as of the change.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventData {
+    /// The assignment.
+    pub assignment_id: AssignmentId,
+    /// Its flow.
+    pub flow_id: FlowId,
+    /// The flow's name.
+    pub flow_name: String,
+    /// The assignee's e-mail.
+    pub assignee_email: String,
+    /// Status after the change: pending, in_progress, completed or overdue.
+    #[schema(examples("completed"))]
+    pub status: String,
+    /// When it was assigned.
+    #[schema(format = DateTime)]
+    pub assigned_at: String,
+    /// When it is due, if it has a due date.
+    #[schema(format = DateTime)]
+    pub due_date: Option<String>,
+    /// First module activity.
+    #[schema(format = DateTime)]
+    pub started_at: Option<String>,
+    /// Completion.
+    #[schema(format = DateTime)]
+    pub completed_at: Option<String>,
+    /// low, medium or high.
+    #[schema(examples("high"))]
+    pub priority: String,
+}
+
+impl From<&AssignmentSnapshot> for EventData {
+    fn from(snapshot: &AssignmentSnapshot) -> Self {
+        Self {
+            assignment_id: snapshot.id,
+            flow_id: snapshot.flow_id,
+            flow_name: snapshot.flow_name.clone(),
+            assignee_email: snapshot.assignee_email.clone(),
+            status: snapshot.status.clone(),
+            assigned_at: format_timestamp(snapshot.assigned_at),
+            due_date: snapshot.due_at.map(format_timestamp),
+            started_at: snapshot.started_at.map(format_timestamp),
+            completed_at: snapshot.completed_at.map(format_timestamp),
+            priority: snapshot.priority.clone(),
+        }
+    }
+}
+
+/// The `data` of the `webhook.test` ping (`POST /v1/webhooks/{id}/test`).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TestEventData {
+    /// The endpoint pinged.
+    pub webhook_id: WebhookEndpointId,
+    /// A fixed sentence.
+    #[schema(examples("This is a test event from Flow."))]
+    pub message: String,
+}
+
+/// An event body, exactly as webhook endpoints receive it: `{id, type, timestamp, data}`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct EventBody<D> {
+    /// Event id, the same on every delivery of the event (also in the `webhook-id` header):
+    /// dedupe on it.
+    pub id: EventId,
+    /// flow.assigned, flow.started, flow.completed, flow.overdue or webhook.test.
+    #[serde(rename = "type")]
+    #[schema(examples("flow.completed"))]
+    pub event_type: String,
+    /// When the change happened.
+    #[schema(format = DateTime)]
+    pub timestamp: String,
+    /// What the event is about.
+    pub data: D,
+}
+
 /// The `data` object of an event about `snapshot`.
 pub fn event_data(snapshot: &AssignmentSnapshot) -> Value {
-    json!({
-        "assignmentId": snapshot.id.to_string(),
-        "flowId": snapshot.flow_id.to_string(),
-        "flowName": snapshot.flow_name,
-        "assigneeEmail": snapshot.assignee_email,
-        "status": snapshot.status,
-        "assignedAt": format_timestamp(snapshot.assigned_at),
-        "dueDate": snapshot.due_at.map(format_timestamp),
-        "startedAt": snapshot.started_at.map(format_timestamp),
-        "completedAt": snapshot.completed_at.map(format_timestamp),
-        "priority": snapshot.priority,
-    })
+    to_json(&EventData::from(snapshot))
 }
 
 /// A whole event body: `{id, type, timestamp, data}`.
-pub fn event_body(id: EventId, kind: &str, at: DateTime<Utc>, data: Value) -> Value {
-    json!({
-        "id": id.to_string(),
-        "type": kind,
-        "timestamp": format_timestamp(at),
-        "data": data,
+pub fn event_body<D: serde::Serialize>(
+    id: EventId,
+    kind: &str,
+    at: DateTime<Utc>,
+    data: D,
+) -> Value {
+    to_json(&EventBody {
+        id,
+        event_type: kind.to_owned(),
+        timestamp: format_timestamp(at),
+        data,
     })
+}
+
+/// Events hold strings, ids and JSON values only, which always serialize.
+fn to_json(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 /// An event about to be written to the outbox.

@@ -384,6 +384,27 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
+    /// Secrets sealed before the move to aes-gcm 0.11 must still open: this one was sealed by an
+    /// independent AES-256-GCM implementation (Python's `cryptography`) with the same layout
+    /// (12-byte nonce, then ciphertext and tag).
+    #[test]
+    fn secrets_sealed_by_standard_aes_256_gcm_open_and_new_ones_round_trip() {
+        let vault = SecretVault {
+            master_key: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".into()),
+        };
+        let sealed = "enc:v1:ZGVmZ2hpamtsbW5vP3OtAxq2NfFTEj6cDtsZyG45ZkSeR0YSOr29CQ==";
+        assert_eq!(vault.open(sealed).unwrap(), "whsec_compat");
+        let mut tampered = sealed.to_owned();
+        tampered.replace_range(20..21, "A");
+        assert!(
+            vault.open(&tampered).is_err(),
+            "a changed ciphertext is refused"
+        );
+        let resealed = vault.seal("whsec_new").unwrap();
+        assert!(resealed.starts_with(SEALED_PREFIX));
+        assert_eq!(vault.open(&resealed).unwrap(), "whsec_new");
+    }
+
     #[test]
     fn signatures_match_the_standard_webhooks_test_vector() {
         let secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";

@@ -274,3 +274,194 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
             .await,
     );
 }
+
+/// Runs a `flowctl` command line as the binary would, connection flags given after the
+/// subcommand (they are global).
+async fn flowctl(app: &TestApp, args: &[&str]) -> anyhow::Result<flowctl::output::Outcome> {
+    let mut line = vec!["flowctl"];
+    line.extend_from_slice(args);
+    line.extend_from_slice(&[
+        "--database-url",
+        &app.core.database_url,
+        "--amqp-url",
+        &app.core.amqp_url,
+        "--queue-prefix",
+        &app.core.queue_prefix,
+    ]);
+    let cli = <flowctl::Cli as clap::Parser>::try_parse_from(line)?;
+    flowctl::run(cli).await
+}
+
+/// The API's healthcheck command line, exactly as docker-compose.yml has it.
+fn compose_api_healthcheck() -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docker-compose.yml");
+    let compose: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    serde_json::from_value(compose["services"]["api"]["healthcheck"]["test"].clone()).unwrap()
+}
+
+#[tokio::test]
+async fn compose_healthcheck_passes_against_a_ready_api_and_fails_with_one_line_otherwise() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let command = compose_api_healthcheck();
+    assert_eq!(command[..3], ["CMD", "flowctl", "health"]);
+    let probe = |url: String| {
+        let mut line: Vec<String> = command[1..command.len() - 1].to_vec();
+        line.push(url);
+        async move {
+            let cli = <flowctl::Cli as clap::Parser>::try_parse_from(line).unwrap();
+            flowctl::run(cli).await
+        }
+    };
+    // The compose URL, pointed at this test's API instead of the container's port 8080.
+    let url = command
+        .last()
+        .unwrap()
+        .replace("127.0.0.1:8080", &app.address.to_string());
+    let healthy = probe(url.clone()).await.expect("a ready API passes");
+    assert_eq!(healthy.json["status"], json!(200));
+    assert_eq!(healthy.json["url"], json!(url));
+
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let error = probe(format!("http://127.0.0.1:{closed_port}/readyz"))
+        .await
+        .expect_err("nothing listens");
+    let line = format!("{error:#}");
+    assert!(line.contains("refused"), "{line}");
+    assert!(!line.contains('\n'), "one line: {line}");
+
+    let error = probe(format!("{}/no-such-probe", app.base_url))
+        .await
+        .expect_err("a 404 is not healthy");
+    assert!(format!("{error:#}").contains("404"), "{error:#}");
+}
+
+#[tokio::test]
+async fn json_output_of_org_key_users_admin_and_dlq_commands_is_what_scripts_read() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let org = flowctl(
+        &app,
+        &["org", "create", "--name", "Acme", "--tier", "enterprise"],
+    )
+    .await
+    .unwrap();
+    let org_id = org.json["id"].as_str().unwrap().to_owned();
+    assert!(org_id.starts_with("org_"), "{}", org.json);
+    assert_eq!(org.json["tier"], json!("enterprise"));
+    assert_eq!(org.json["assignLimitPerMinute"], json!(1000));
+    assert_eq!(org.text, org_id, "text output is the bare id");
+
+    let key = flowctl(&app, &["key", "create", &org_id, "--name", "ci", "--json"])
+        .await
+        .unwrap();
+    let rendered: serde_json::Value = serde_json::from_str(&key.render(true)).unwrap();
+    assert_eq!(rendered, key.json, "--json prints the JSON document");
+    let secret = key.json["secret"].as_str().unwrap();
+    let key_id = key.json["id"].as_str().unwrap();
+    let listed = flowctl(&app, &["key", "list", &org_id]).await.unwrap();
+    assert_eq!(listed.json[0]["id"], json!(key_id));
+    assert_eq!(listed.json[0]["state"], json!("active"));
+    assert!(
+        secret.starts_with(listed.json[0]["prefix"].as_str().unwrap()),
+        "the prefix is the secret's start"
+    );
+    assert!(
+        !listed.render(true).contains(secret),
+        "a listing never shows a secret"
+    );
+
+    let file = temp_file("users.csv", "email\nann@example.com\nbob@example.com\n");
+    let imported = flowctl(&app, &["users", "import", &org_id, file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(imported.json, json!({ "imported": 2, "created": 2 }));
+    let again = flowctl(&app, &["users", "import", &org_id, file.to_str().unwrap()])
+        .await
+        .unwrap();
+    assert_eq!(again.json, json!({ "imported": 2, "created": 0 }));
+
+    let admin = flowctl(
+        &app,
+        &[
+            "admin",
+            "create",
+            "--org",
+            &org_id,
+            "--email",
+            "pat@example.com",
+            "--role",
+            "viewer",
+            "--base-url",
+            "https://flow.example.com",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(admin.json["email"], json!("pat@example.com"));
+    assert!(
+        admin.json["link"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://flow.example.com/dashboard/"),
+        "{}",
+        admin.json
+    );
+
+    let letters = flowctl(&app, &["dlq", "list"]).await.unwrap();
+    assert_eq!(letters.json, json!({ "letters": [], "waiting": 0 }));
+}
+
+#[test]
+fn tier_and_role_are_value_enums_and_connection_flags_are_global() {
+    use clap::Parser as _;
+    let error =
+        flowctl::Cli::try_parse_from(["flowctl", "org", "create", "--name", "A", "--tier", "gold"])
+            .err()
+            .expect("gold is not a tier");
+    assert_eq!(error.kind(), clap::error::ErrorKind::InvalidValue);
+    assert!(
+        error.to_string().contains("standard, enterprise"),
+        "{error}"
+    );
+    let error = flowctl::Cli::try_parse_from([
+        "flowctl", "admin", "create", "--org", "org_x", "--email", "a@b.c", "--role", "owner",
+    ])
+    .err()
+    .expect("owner is not a role");
+    assert_eq!(error.kind(), clap::error::ErrorKind::InvalidValue);
+    for line in [
+        ["flowctl", "--queue-prefix", "before", "dlq", "list"],
+        ["flowctl", "dlq", "list", "--queue-prefix", "before"],
+    ] {
+        let cli = flowctl::Cli::try_parse_from(line).unwrap();
+        assert_eq!(cli.core.queue_prefix, "before");
+    }
+}
+
+#[tokio::test]
+async fn completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [
+        ("bash", "complete -F _flowctl"),
+        ("zsh", "#compdef flowctl"),
+        ("fish", "complete -c flowctl"),
+    ] {
+        let cli = <flowctl::Cli as clap::Parser>::try_parse_from(["flowctl", "completions", shell])
+            .unwrap();
+        let script = flowctl::run(cli).await.unwrap();
+        let text = script.render(true);
+        assert!(text.contains(marker), "{shell}: {marker}");
+        for subcommand in ["health", "users", "completions", "dlq"] {
+            assert!(text.contains(subcommand), "{shell} completes {subcommand}");
+        }
+    }
+}

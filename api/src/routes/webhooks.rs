@@ -11,12 +11,11 @@ use chrono::{DateTime, Utc};
 use flow_common::db::audit::{self, Actor};
 use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, RetryRefusal};
 use flow_common::domain::TextRule;
-use flow_common::events::{EventType, TEST_EVENT_TYPE, event_body};
+use flow_common::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_common::report::{decode_keyset, encode_keyset};
 use flow_common::webhook::{check_endpoint_url, generate_secret};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -476,10 +475,10 @@ pub async fn send_test(
         event_id,
         TEST_EVENT_TYPE,
         now,
-        json!({
-            "webhookId": endpoint.id.to_string(),
-            "message": "This is a test event from Flow.",
-        }),
+        TestEventData {
+            webhook_id: endpoint.id,
+            message: "This is a test event from Flow.".to_owned(),
+        },
     );
     let mut transaction = state.db.begin().await?;
     let delivery_id =

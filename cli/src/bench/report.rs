@@ -175,7 +175,11 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     let (mut user_rows, mut assignment_rows, mut progress_rows) =
         (String::new(), String::new(), String::new());
     let mut progress_count = 0u64;
+    let bar = crate::output::progress(count, "seeding assignments");
     for index in 0..count {
+        if index % 10_000 == 0 {
+            bar.set_position(index);
+        }
         let user_id = UserId::new();
         let email = format!("bench-{index}@bench.example");
         let _ = writeln!(user_rows, "{}\t{}\t{email}\t{email}", user_id.0, org.id.0);
@@ -263,6 +267,7 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     assignments.finish().await?;
     progress.send(progress_rows.into_bytes()).await?;
     progress.finish().await?;
+    bar.finish_and_clear();
     sqlx::query("VACUUM (ANALYZE) users").execute(pool).await?;
     sqlx::query("VACUUM (ANALYZE) assignments")
         .execute(pool)

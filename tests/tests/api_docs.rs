@@ -1,0 +1,207 @@
+//! The API reference people open: Swagger UI served by the API itself at /docs, the webhook
+//! events in the OpenAPI document's `webhooks` section (from the types that build them), and the
+//! shared headers documented on the operations.
+
+use chrono::{TimeZone, Utc};
+use flow_common::events::{AssignmentSnapshot, EventType, NewEvent};
+use flow_common::ids::{AssignmentId, FlowId, OrgId};
+use flow_tests::TestApp;
+use serde_json::{Value, json};
+
+async fn text(app: &TestApp, path: &str) -> (u16, String, String) {
+    let response = app
+        .client
+        .get(format!("{}{path}", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    (status, content_type, response.text().await.unwrap())
+}
+
+async fn openapi(app: &TestApp) -> Value {
+    let (status, _, body) = text(app, "/v1/openapi.json").await;
+    assert_eq!(status, 200);
+    serde_json::from_str(&body).unwrap()
+}
+
+#[tokio::test]
+async fn docs_serves_swagger_ui_from_the_api_itself_over_its_openapi_document() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let (status, content_type, page) = text(&app, "/docs/").await;
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/html"), "{content_type}");
+    assert!(page.contains("swagger-ui"), "{page}");
+    // Every script and stylesheet of the page is served here: no CDN at run time.
+    for asset in [
+        "swagger-ui-bundle.js",
+        "swagger-ui.css",
+        "swagger-initializer.js",
+    ] {
+        assert!(page.contains(asset), "the page loads {asset}");
+        let (status, _, body) = text(&app, &format!("/docs/{asset}")).await;
+        assert_eq!(status, 200, "{asset}");
+        assert!(!body.is_empty(), "{asset}");
+    }
+    assert!(
+        !page.contains("https://"),
+        "no external address in the page"
+    );
+    let (_, _, initializer) = text(&app, "/docs/swagger-initializer.js").await;
+    assert!(initializer.contains("/v1/openapi.json"), "{initializer}");
+    assert!(
+        initializer.contains(r#""validatorUrl": "none""#)
+            || initializer.contains(r#""validatorUrl":"none""#),
+        "the validator badge would send the document elsewhere: {initializer}"
+    );
+    let (status, _, _) = text(&app, "/docs").await;
+    assert_eq!(status, 200, "/docs redirects to /docs/");
+}
+
+#[tokio::test]
+async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let document = openapi(&app).await;
+    let webhooks = document["webhooks"].as_object().expect("webhooks section");
+    let mut names: Vec<&str> = webhooks.keys().map(String::as_str).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        [
+            "flow.assigned",
+            "flow.completed",
+            "flow.overdue",
+            "flow.started",
+            "webhook.test"
+        ]
+    );
+    let completed = &webhooks["flow.completed"]["post"];
+    assert_eq!(
+        completed["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        json!("#/components/schemas/AssignmentEvent")
+    );
+    let headers: Vec<&str> = completed["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|parameter| parameter["name"].as_str())
+        .collect();
+    assert_eq!(
+        headers,
+        ["webhook-id", "webhook-timestamp", "webhook-signature"]
+    );
+
+    // The documented properties are exactly those of a real event body.
+    let schemas = &document["components"]["schemas"];
+    let snapshot = AssignmentSnapshot {
+        id: AssignmentId::new(),
+        org_id: OrgId::new(),
+        flow_id: FlowId::new(),
+        flow_name: "Security Basics".into(),
+        assignee_email: "ann@example.com".into(),
+        status: "completed".into(),
+        priority: "high".into(),
+        due_at: None,
+        assigned_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
+        started_at: None,
+        completed_at: None,
+    };
+    let event = NewEvent::about(&snapshot, EventType::Completed, Utc::now());
+    let keys = |value: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        keys.sort_unstable();
+        keys
+    };
+    let body_schema = &schemas["AssignmentEvent"];
+    assert_eq!(keys(&body_schema["properties"]), keys(&event.body));
+    let data_schema = match &body_schema["properties"]["data"]["$ref"] {
+        Value::String(reference) => &schemas[reference.rsplit('/').next().unwrap()],
+        _ => &body_schema["properties"]["data"],
+    };
+    assert_eq!(keys(&data_schema["properties"]), keys(&event.body["data"]));
+    assert!(schemas["TestEvent"].is_object());
+
+    // Every reference of the document resolves.
+    fn references<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(Value::String(reference)) = map.get("$ref") {
+                    found.push(reference);
+                }
+                map.values().for_each(|value| references(value, found));
+            }
+            Value::Array(items) => items.iter().for_each(|value| references(value, found)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    references(&document, &mut found);
+    for reference in found {
+        let name = reference
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("{reference}"));
+        assert!(schemas[name].is_object(), "{reference} is not defined");
+    }
+}
+
+#[tokio::test]
+async fn rate_limit_retry_after_and_request_id_headers_are_documented() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let document = openapi(&app).await;
+    let assign = &document["paths"]["/v1/flows/assign"]["post"];
+    for header in [
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+        "X-Request-ID",
+    ] {
+        assert!(
+            assign["responses"]["200"]["headers"][header].is_object(),
+            "200 of assign documents {header}"
+        );
+    }
+    for header in [
+        "Retry-After",
+        "RateLimit-Limit",
+        "RateLimit-Remaining",
+        "RateLimit-Reset",
+    ] {
+        assert!(
+            assign["responses"]["429"]["headers"][header].is_object(),
+            "429 of assign documents {header}"
+        );
+    }
+    assert!(assign["responses"]["503"]["headers"]["Retry-After"].is_object());
+
+    let list = &document["paths"]["/v1/flows"]["get"];
+    let parameters = list["parameters"].as_array().unwrap();
+    assert!(
+        parameters
+            .iter()
+            .any(|parameter| parameter["name"] == "X-Request-ID" && parameter["in"] == "header"),
+        "{parameters:?}"
+    );
+    assert!(list["responses"]["200"]["headers"]["X-Request-ID"].is_object());
+    assert!(
+        list["responses"]["200"]["headers"]["RateLimit-Limit"].is_null(),
+        "listing flows is not rate-limited"
+    );
+}

@@ -1,0 +1,202 @@
+//! docker-compose.yml without a Docker engine: the file is valid against the Compose
+//! specification's JSON schema, and it follows the project's rules (every long-running service has
+//! a healthcheck that its image can run, workers have a grace period, RabbitMQ is a supported
+//! release, webhook secrets are never stored in plain text by default). The healthcheck commands
+//! themselves run against a live API in tests/tests/flowctl.rs.
+//!
+//! tests/schemas/compose-spec.json is schema/compose-spec.json of the compose-spec/compose-spec
+//! repository (commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6), Apache-2.0, kept unchanged.
+
+use clap::Parser as _;
+use serde_json::Value;
+
+const WORKERS: [&str; 5] = [
+    "assign-worker",
+    "report-worker",
+    "outbox-relay",
+    "scheduler",
+    "webhook-worker",
+];
+
+fn repository_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// docker-compose.yml as JSON, YAML anchors and merge keys resolved (as Compose resolves them).
+fn compose_file() -> Value {
+    serde_saphyr::from_str(&repository_file("docker-compose.yml")).expect("docker-compose.yml")
+}
+
+/// What the Compose specification says is wrong with `document` (empty when valid).
+fn schema_errors(document: &Value) -> Vec<String> {
+    let schema: Value =
+        serde_json::from_str(&repository_file("tests/schemas/compose-spec.json")).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    validator
+        .iter_errors(document)
+        .map(|error| format!("{}: {error}", error.instance_path()))
+        .collect()
+}
+
+fn services(document: &Value) -> &serde_json::Map<String, Value> {
+    document["services"].as_object().expect("services")
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn compose_file_is_valid_against_the_compose_specification() {
+    let document = compose_file();
+    assert_eq!(schema_errors(&document), Vec::<String>::new());
+    for name in ["postgres", "rabbitmq", "migrate", "api"]
+        .into_iter()
+        .chain(WORKERS)
+    {
+        assert!(services(&document).contains_key(name), "service {name}");
+    }
+}
+
+#[test]
+fn the_schema_check_refuses_a_malformed_compose_file() {
+    let mut document = compose_file();
+    document["services"]["api"]["healthcheck"]["test"] = Value::from(5);
+    document["services"]["api"]["stop_grace_priod"] = Value::from("30s");
+    let errors = schema_errors(&document);
+    assert!(
+        errors
+            .iter()
+            .any(|error| error.contains("/services/api/healthcheck/test")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|error| error.contains("stop_grace_priod")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn every_flow_service_is_probed_by_flowctl_health_and_upstream_images_by_their_own_tools() {
+    let document = compose_file();
+    for (name, service) in services(&document) {
+        if service["restart"] == "no" {
+            continue; // one-shot (migrations)
+        }
+        let test = strings(&service["healthcheck"]["test"]);
+        assert!(!test.is_empty(), "{name} has no healthcheck");
+        // Exec form: no shell, whose abilities (such as /dev/tcp) differ between images.
+        assert_eq!(test[0], "CMD", "{name}: {test:?}");
+        let image = service["image"].as_str().unwrap_or_default();
+        if image.starts_with("flow:") {
+            assert_eq!(&test[1..3], ["flowctl", "health"], "{name}: {test:?}");
+            // The exact command line parses as `flowctl health`.
+            let cli = flowctl::Cli::try_parse_from(&test[1..])
+                .unwrap_or_else(|error| panic!("{name}: {error}"));
+            assert!(matches!(cli.command, flowctl::Command::Health(_)), "{name}");
+        } else if image.starts_with("postgres:") {
+            assert_eq!(test[1], "pg_isready", "{name}");
+        } else if image.starts_with("rabbitmq:") {
+            assert_eq!(test[1], "rabbitmq-diagnostics", "{name}");
+        } else {
+            panic!("{name}: no rule for image {image}");
+        }
+    }
+}
+
+#[test]
+fn workers_serve_their_probe_on_metrics_bind_and_have_a_grace_period() {
+    let document = compose_file();
+    for name in WORKERS {
+        let service = &services(&document)[name];
+        let bind = service["environment"]["METRICS_BIND"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: METRICS_BIND"));
+        let port = bind.rsplit_once(':').expect("host:port").1;
+        let test = strings(&service["healthcheck"]["test"]);
+        assert_eq!(
+            test.last().copied(),
+            Some(format!("http://127.0.0.1:{port}/readyz").as_str()),
+            "{name} probes its own METRICS_BIND"
+        );
+        let grace = service["stop_grace_period"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: stop_grace_period"));
+        let seconds: u64 = grace
+            .strip_suffix('s')
+            .and_then(|seconds| seconds.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: stop_grace_period {grace} in seconds"));
+        assert!(
+            seconds >= 30,
+            "{name}: {seconds}s is too short to finish a batch"
+        );
+    }
+    let api = &services(&document)["api"];
+    assert_eq!(
+        strings(&api["healthcheck"]["test"]).last().copied(),
+        Some("http://127.0.0.1:8080/readyz")
+    );
+    assert_eq!(api["environment"]["API_BIND"], "0.0.0.0:8080");
+}
+
+#[test]
+fn rabbitmq_is_a_supported_4x_release() {
+    let document = compose_file();
+    let image = services(&document)["rabbitmq"]["image"].as_str().unwrap();
+    let tag = image.strip_prefix("rabbitmq:").expect("rabbitmq image");
+    let major: u32 = tag
+        .split(['.', '-'])
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or_else(|| panic!("{image}: a pinned version"));
+    assert!(major >= 4, "{image}: 3.x is past community support");
+}
+
+#[test]
+fn webhook_secret_key_is_required_not_defaulted() {
+    let document = compose_file();
+    for name in ["api", "webhook-worker"] {
+        let value = services(&document)[name]["environment"]["WEBHOOK_SECRET_KEY"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: WEBHOOK_SECRET_KEY"));
+        // `${VAR:?message}`: Compose refuses to start when the variable is unset or empty.
+        assert!(
+            value.starts_with("${WEBHOOK_SECRET_KEY:?") && value.ends_with('}'),
+            "{name}: {value}"
+        );
+    }
+}
+
+#[test]
+fn the_image_contains_flowctl_and_uses_it_as_its_healthcheck() {
+    let dockerfile = repository_file("Dockerfile");
+    let copies = dockerfile
+        .lines()
+        .find(|line| line.contains("for bin in"))
+        .expect("the binaries copied into the image");
+    for binary in ["flowctl", "flow-api"].into_iter().chain(WORKERS) {
+        assert!(
+            copies
+                .split(|c: char| c.is_whitespace() || c == ';')
+                .any(|word| word == binary),
+            "{binary} is not in the image"
+        );
+    }
+    assert!(dockerfile.contains(r#"CMD ["flowctl", "health", "#));
+    assert!(
+        dockerfile.contains("cargo chef cook"),
+        "dependencies cached"
+    );
+    let ignored = repository_file(".dockerignore");
+    for entry in ["target/", ".git/", ".env"] {
+        assert!(ignored.lines().any(|line| line == entry), "{entry}");
+    }
+}
