@@ -612,7 +612,7 @@ async fn run_batches(
 }
 
 async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<BatchItem>) {
-    metrics::histogram!("flow_publish_batch_size").record(batch.len() as f64);
+    metrics::histogram!("flow_publish_batch_items").record(batch.len() as f64);
     let outcome = if let [item] = batch.as_slice() {
         publisher
             .publish(Outgoing {

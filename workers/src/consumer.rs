@@ -19,6 +19,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::amqp::{self, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::message_attempts;
+use flow_common::ops::Liveness;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
@@ -48,6 +49,8 @@ pub struct ConsumerSettings {
     pub batch_bytes: usize,
     /// Batches processed at the same time.
     pub concurrency: usize,
+    /// Reports the consumer alive while it consumes (readiness of the process).
+    pub liveness: Liveness,
 }
 
 /// Processes a batch of deliveries; must ack, dead-letter or nack each one.
@@ -356,6 +359,7 @@ async fn consume<H: BatchHandler>(
         .with_context(|| format!("consuming {queue}"))?;
     tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
     *consumed = true;
+    settings.liveness.set_alive(true);
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     let outcome: anyhow::Result<()> = 'consume: loop {
@@ -409,6 +413,7 @@ async fn consume<H: BatchHandler>(
             }
         }
     };
+    settings.liveness.set_alive(false);
     // Stop receiving; what was prefetched but not handed out returns to the queue on close.
     drop(
         channel
