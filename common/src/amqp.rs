@@ -330,7 +330,9 @@ impl Publisher {
             .with_content_type("application/json".into())
             .with_message_id(message.message_id.into())
             .with_type(message.kind.into())
-            .with_app_id(self.inner.role.as_str().into());
+            .with_app_id(self.inner.role.as_str().into())
+            // Whole seconds since the epoch: consumers report their lag from it.
+            .with_timestamp(unix_seconds());
         if message.request_id.is_some() || !message.headers.is_empty() {
             let mut headers = FieldTable::default();
             if let Some(request_id) = message.request_id {
@@ -456,6 +458,12 @@ impl Publisher {
             drop(live._connection.close(200, "shutting down".into()).await);
         }
     }
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
 }
 
 fn metrics_hook(elapsed: Duration, ok: bool) {

@@ -360,6 +360,11 @@ async fn consume<H: BatchHandler>(
     tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
     *consumed = true;
     settings.liveness.set_alive(true);
+    let depths = tokio::spawn(report_queue_depth(
+        connection.create_channel().await?,
+        queue.clone(),
+        shutdown.clone(),
+    ));
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     let outcome: anyhow::Result<()> = 'consume: loop {
@@ -388,6 +393,7 @@ async fn consume<H: BatchHandler>(
                 _ => break,
             }
         }
+        record_lag(&queue, &batch);
         let handler = handler.clone();
         let ledger = ledger.clone();
         let context = BatchContext {
@@ -414,6 +420,7 @@ async fn consume<H: BatchHandler>(
         }
     };
     settings.liveness.set_alive(false);
+    depths.abort();
     // Stop receiving; what was prefetched but not handed out returns to the queue on close.
     drop(
         channel
@@ -431,6 +438,64 @@ async fn consume<H: BatchHandler>(
     match failure {
         Some(error) => Err(error),
         None => Ok(()),
+    }
+}
+
+/// How often a consumer reads its queue's depth.
+const DEPTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Sets `flow_queue_messages` (ready messages) and `flow_queue_consumers` of `queue` every
+/// [`DEPTH_INTERVAL`], by passive declares on a channel of the consumer's connection (the queue
+/// exists while it is consumed, so the declares do not close the channel).
+async fn report_queue_depth(
+    channel: Channel,
+    queue: String,
+    shutdown: CancellationToken,
+) {
+    loop {
+        match queue_depth(&channel, &queue).await {
+            Ok((messages, consumers)) => {
+                metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
+                    .set(f64::from(messages));
+                metrics::gauge!("flow_queue_consumers", "queue" => queue.clone())
+                    .set(f64::from(consumers));
+            }
+            Err(error) => tracing::debug!(%error, %queue, "could not read the queue depth"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(DEPTH_INTERVAL) => {}
+        }
+    }
+}
+
+async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, u32)> {
+    let declared = channel
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((declared.message_count(), declared.consumer_count()))
+}
+
+/// Sets `flow_consumer_lag_seconds` of `queue`: how long the oldest message of the batch about
+/// to be handled waited since it was published (its AMQP `timestamp`, whole seconds).
+fn record_lag(queue: &str, batch: &[Delivery]) {
+    let oldest = batch
+        .iter()
+        .filter_map(|delivery| *delivery.properties.timestamp())
+        .min();
+    if let Some(published) = oldest {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        metrics::gauge!("flow_consumer_lag_seconds", "queue" => queue.to_owned())
+            .set(now.saturating_sub(published) as f64);
     }
 }
 

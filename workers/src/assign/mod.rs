@@ -92,6 +92,12 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
     };
     let progress = progress::ProgressHandler::new(pool.clone());
     let handler = AssignHandler::new(pool.clone(), batch_size);
+    crate::gauges::spawn(
+        "dead letters pending",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::dead_letters,
+    );
     let recorder = crate::dead_letters::Recorder::new(pool.clone(), &config.core);
     let (assigned, progressed, recorded) = tokio::join!(
         consumer::run(

@@ -72,6 +72,12 @@ pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Re
     let liveness = config
         .health
         .add_loop(format!("{ROLE}.loop"), Some(LOOP_STALE_AFTER));
+    crate::gauges::spawn(
+        "outbox backlog",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::outbox,
+    );
     let mut listener = None;
     let mut delays = backoff();
     let mut last_prune = Instant::now() - Duration::from_secs(3_600);

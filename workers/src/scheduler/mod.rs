@@ -74,6 +74,12 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
         format!("{ROLE}.loop"),
         Some(interval.saturating_mul(2) + Duration::from_secs(300)),
     );
+    crate::gauges::spawn(
+        "schedules due",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::schedules,
+    );
     let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {
         liveness.beat();

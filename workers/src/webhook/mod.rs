@@ -176,6 +176,12 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         recorded,
         config.disable_after,
     ));
+    crate::gauges::spawn(
+        "webhook deliveries due",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::webhook_deliveries,
+    );
     let poller_liveness = config.health.add_loop(
         format!("{ROLE}.poller"),
         Some(config.poll_interval.saturating_mul(2) + Duration::from_secs(120)),
