@@ -47,9 +47,9 @@ enum Check {
 impl Check {
     fn name(&self) -> &str {
         match self {
-            Check::Postgres { name, .. } | Check::Broker { name, .. } | Check::Loop { name, .. } => {
-                name
-            }
+            Check::Postgres { name, .. }
+            | Check::Broker { name, .. }
+            | Check::Loop { name, .. } => name,
         }
     }
 
@@ -70,7 +70,10 @@ impl Check {
 
 impl fmt::Debug for Health {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let checks = self.checks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let checks = self
+            .checks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         formatter
             .debug_list()
             .entries(checks.iter().map(Check::name))

@@ -447,11 +447,7 @@ const DEPTH_INTERVAL: Duration = Duration::from_secs(5);
 /// Sets `flow_queue_messages` (ready messages) and `flow_queue_consumers` of `queue` every
 /// [`DEPTH_INTERVAL`], by passive declares on a channel of the consumer's connection (the queue
 /// exists while it is consumed, so the declares do not close the channel).
-async fn report_queue_depth(
-    channel: Channel,
-    queue: String,
-    shutdown: CancellationToken,
-) {
+async fn report_queue_depth(channel: Channel, queue: String, shutdown: CancellationToken) {
     loop {
         match queue_depth(&channel, &queue).await {
             Ok((messages, consumers)) => {

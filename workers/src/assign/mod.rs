@@ -77,7 +77,9 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         // About one transaction's worth of commands (an encoded command is a few hundred bytes).
         batch_bytes: batch_size.saturating_mul(COMMAND_BYTES),
         concurrency: config.concurrency,
-        liveness: config.health.add_loop(format!("{ROLE}.assign-consumer"), None),
+        liveness: config
+            .health
+            .add_loop(format!("{ROLE}.assign-consumer"), None),
     };
     let progress_settings = ConsumerSettings {
         role: "progress-worker",
