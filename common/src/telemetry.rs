@@ -133,3 +133,41 @@ fn bucketed_builder() -> Result<PrometheusBuilder, BuildError> {
     }
     Ok(builder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(record: impl FnOnce()) -> String {
+        let recorder = bucketed_builder().expect("valid buckets").build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, record);
+        handle.render()
+    }
+
+    #[test]
+    fn histograms_get_the_buckets_of_their_unit() {
+        let text = exposition(|| {
+            metrics::histogram!("flow_test_request_seconds").record(0.002);
+            metrics::histogram!("flow_test_delivery_lag_seconds").record(7_200.0);
+            metrics::histogram!("flow_test_batch_items").record(300.0);
+            metrics::histogram!("flow_export_seconds").record(120.0);
+        });
+        for expected in [
+            "flow_test_request_seconds_bucket{le=\"0.0005\"} 0",
+            "flow_test_request_seconds_bucket{le=\"0.0025\"} 1",
+            "flow_test_delivery_lag_seconds_bucket{le=\"3600\"} 0",
+            "flow_test_delivery_lag_seconds_bucket{le=\"7200\"} 1",
+            "flow_test_batch_items_bucket{le=\"200\"} 0",
+            "flow_test_batch_items_bucket{le=\"500\"} 1",
+            "flow_export_seconds_bucket{le=\"60\"} 0",
+            "flow_export_seconds_bucket{le=\"120\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected} in\n{text}");
+        }
+        assert!(
+            !text.contains("flow_test_delivery_lag_seconds_bucket{le=\"0.0005\"}"),
+            "lags do not get latency buckets"
+        );
+    }
+}
