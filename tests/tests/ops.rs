@@ -293,3 +293,103 @@ async fn api_binary_moves_metrics_to_its_ops_address_when_metrics_bind_is_set() 
         "load balancers keep /healthz"
     );
 }
+
+/// Every `flow_*` name in `text` (histogram series suffixes stripped).
+fn flow_metric_names(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    while let Some(offset) = text[start..].find("flow_") {
+        let begin = start + offset;
+        let preceded_by_word =
+            begin > 0 && (bytes[begin - 1].is_ascii_alphanumeric() || bytes[begin - 1] == b'_');
+        let end = text[begin..]
+            .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+            .map_or(text.len(), |length| begin + length);
+        if !preceded_by_word {
+            let name = &text[begin..end];
+            let name = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name);
+            names.insert(name.to_owned());
+        }
+        start = end;
+    }
+    names
+}
+
+/// Every `"flow_…"` string literal in the Rust sources of the crates that record metrics.
+fn exported_metric_names(workspace: &std::path::Path) -> std::collections::BTreeSet<String> {
+    fn visit(directory: &std::path::Path, names: &mut std::collections::BTreeSet<String>) {
+        for entry in std::fs::read_dir(directory).expect("source dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                visit(&path, names);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                let source = std::fs::read_to_string(&path).expect("source file");
+                for literal in source.split('"').skip(1).step_by(2) {
+                    if literal.starts_with("flow_")
+                        && literal
+                            .chars()
+                            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                    {
+                        names.insert(literal.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for krate in ["common", "api", "workers"] {
+        visit(&workspace.join(krate).join("src"), &mut names);
+    }
+    names
+}
+
+#[test]
+fn alert_rules_and_dashboard_name_only_metrics_the_code_exports() {
+    let workspace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root");
+    let exported = exported_metric_names(workspace);
+    for gauge in [
+        "flow_queue_messages",
+        "flow_consumer_lag_seconds",
+        "flow_outbox_backlog",
+        "flow_outbox_oldest_unpublished_seconds",
+        "flow_webhook_deliveries_due",
+        "flow_dead_letters_pending",
+        "flow_schedules_due",
+    ] {
+        assert!(exported.contains(gauge), "the code exports {gauge}");
+    }
+    let rules = std::fs::read_to_string(workspace.join("deploy/prometheus/alerts.yml"))
+        .expect("deploy/prometheus/alerts.yml");
+    let dashboard = std::fs::read_to_string(workspace.join("deploy/grafana/flow.json"))
+        .expect("deploy/grafana/flow.json");
+    let dashboard_json: serde_json::Value =
+        serde_json::from_str(&dashboard).expect("the dashboard is JSON");
+    assert!(
+        dashboard_json["panels"]
+            .as_array()
+            .is_some_and(|panels| panels.len() > 10),
+        "the dashboard has panels"
+    );
+    let rule_count = rules.matches("- alert: ").count();
+    assert!(rule_count >= 10, "alert rules found: {rule_count}");
+    assert_eq!(
+        rules.matches("\n        expr: ").count(),
+        rule_count,
+        "every rule has an expression"
+    );
+    for (file, text) in [("alerts.yml", &rules), ("flow.json", &dashboard)] {
+        let named = flow_metric_names(text);
+        assert!(!named.is_empty(), "{file} names metrics");
+        let unknown: Vec<&String> = named.difference(&exported).collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names metrics the code does not export: {unknown:?}"
+        );
+    }
+}
