@@ -1,18 +1,27 @@
-//! Logging setup (human-readable text by default, JSON lines with `LOG_FORMAT=json`) and the
-//! process's Prometheus recorder.
+//! Logging setup (human-readable text by default, JSON lines with `LOG_FORMAT=json`), trace
+//! context across processes (W3C `traceparent`, optional OTLP export), and the process's
+//! Prometheus recorder.
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use opentelemetry::trace::{TraceContextExt, TracerProvider};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`); `LOG_FORMAT=json`
-/// switches to one JSON object per line. Calling it twice is harmless (tests do).
+/// switches to one JSON object per line. Spans carry W3C trace context (see [`continue_trace`]);
+/// with `OTEL_EXPORTER_OTLP_ENDPOINT` set they are also exported over OTLP/HTTP (service name from
+/// `OTEL_SERVICE_NAME`). Calling it twice is harmless (tests do).
 pub fn init() {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,lapin=warn"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
-    let registry = tracing_subscriber::registry().with(filter);
+    let traces = tracing_opentelemetry::layer().with_tracer(tracer_provider().tracer("flow"));
+    let registry = tracing_subscriber::registry().with(filter).with(traces);
     let result = if json {
         registry
             .with(
@@ -27,6 +36,78 @@ pub fn init() {
     };
     // Already installed (several binaries in one process, or tests): keep the first.
     drop(result);
+}
+
+/// The process's tracer provider: it gives spans their trace and span ids, and exports them over
+/// OTLP only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set. Installs the W3C trace-context propagator.
+fn tracer_provider() -> &'static SdkTracerProvider {
+    static PROVIDER: OnceLock<SdkTracerProvider> = OnceLock::new();
+    PROVIDER.get_or_init(|| {
+        opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+        let mut builder = SdkTracerProvider::builder();
+        if std::env::var_os("OTEL_EXPORTER_OTLP_ENDPOINT").is_some() {
+            // The exporter reads the endpoint (and OTEL_EXPORTER_OTLP_HEADERS...) itself.
+            match opentelemetry_otlp::SpanExporter::builder()
+                .with_http()
+                .build()
+            {
+                Ok(exporter) => builder = builder.with_batch_exporter(exporter),
+                Err(error) => eprintln!("OTLP trace export disabled: {error}"),
+            }
+        }
+        let provider = builder.build();
+        opentelemetry::global::set_tracer_provider(provider.clone());
+        provider
+    })
+}
+
+/// Sends the spans still buffered to the OTLP endpoint (binaries call it on the way out).
+pub fn flush_traces() {
+    drop(tracer_provider().force_flush());
+}
+
+/// Header carrying W3C trace context, over HTTP and in AMQP message headers.
+pub const TRACEPARENT: &str = "traceparent";
+
+/// The W3C `traceparent` of `span` (`00-<trace id>-<span id>-<flags>`), when it has a valid
+/// context.
+pub fn traceparent(span: &tracing::Span) -> Option<String> {
+    let mut carrier = HashMap::new();
+    let context = span.context();
+    opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.inject_context(&context, &mut carrier);
+    });
+    carrier.remove(TRACEPARENT)
+}
+
+/// The `traceparent` of the current span (what a published message should carry).
+pub fn current_traceparent() -> Option<String> {
+    traceparent(&tracing::Span::current())
+}
+
+/// Makes `span` a child of the remote span named by `traceparent` (from an HTTP header or an
+/// AMQP message), so the trace continues across the process boundary. A missing or malformed
+/// header leaves `span` the root of a new trace.
+pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>) {
+    let Some(traceparent) = traceparent else {
+        return;
+    };
+    let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
+    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
+        propagator.extract(&carrier)
+    });
+    if parent.span().span_context().is_valid() {
+        drop(span.set_parent(parent));
+    }
+}
+
+/// The trace id of `span` (32 hex digits), for logs and tests.
+pub fn trace_id(span: &tracing::Span) -> Option<String> {
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
 }
 
 /// Histogram buckets by unit, chosen by the metric name's suffix (the exporter prefers a
@@ -137,6 +218,32 @@ fn bucketed_builder() -> Result<PrometheusBuilder, BuildError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_continues_the_trace_of_a_traceparent_and_hands_it_on() {
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(tracer_provider().tracer("test")));
+        tracing::subscriber::with_default(subscriber, || {
+            let remote = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let span = tracing::info_span!("handling");
+            continue_trace(&span, Some(remote));
+            assert_eq!(
+                trace_id(&span).as_deref(),
+                Some("4bf92f3577b34da6a3ce929d0e0e4736")
+            );
+            let handed_on = span.in_scope(current_traceparent).expect("a traceparent");
+            assert!(
+                handed_on.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+                "{handed_on}"
+            );
+            assert!(!handed_on.contains("00f067aa0ba902b7"), "a new span id: {handed_on}");
+
+            let fresh = tracing::info_span!("unrelated");
+            continue_trace(&fresh, Some("not a traceparent"));
+            let fresh_id = trace_id(&fresh).expect("a new trace");
+            assert_ne!(fresh_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        });
+    }
 
     fn exposition(record: impl FnOnce()) -> String {
         let recorder = bucketed_builder().expect("valid buckets").build_recorder();
