@@ -93,9 +93,8 @@ pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>) {
         return;
     };
     let carrier = HashMap::from([(TRACEPARENT.to_owned(), traceparent.to_owned())]);
-    let parent = opentelemetry::global::get_text_map_propagator(|propagator| {
-        propagator.extract(&carrier)
-    });
+    let parent =
+        opentelemetry::global::get_text_map_propagator(|propagator| propagator.extract(&carrier));
     if parent.span().span_context().is_valid() {
         drop(span.set_parent(parent));
     }
@@ -236,7 +235,10 @@ mod tests {
                 handed_on.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
                 "{handed_on}"
             );
-            assert!(!handed_on.contains("00f067aa0ba902b7"), "a new span id: {handed_on}");
+            assert!(
+                !handed_on.contains("00f067aa0ba902b7"),
+                "a new span id: {handed_on}"
+            );
 
             let fresh = tracing::info_span!("unrelated");
             continue_trace(&fresh, Some("not a traceparent"));

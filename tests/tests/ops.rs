@@ -393,3 +393,61 @@ fn alert_rules_and_dashboard_name_only_metrics_the_code_exports() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_assign_request_trace_continues_in_the_command_message() {
+    use lapin::options::BasicGetOptions;
+    use lapin::types::AMQPValue;
+
+    let app = TestApp::spawn_with(options()).await;
+    let org = app.create_org(flow_common::db::orgs::Tier::Standard).await;
+    app.create_users(&org, &["ann@example.com"]).await;
+    let flow = app.create_flow(&org, "Tracing", &[30]).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let caller_span = "00f067aa0ba902b7";
+    let response = app
+        .post_with(
+            &org,
+            "/v1/flows/assign",
+            &serde_json::json!({ "flowId": flow, "userEmail": "ann@example.com" }),
+            &[("traceparent", &format!("00-{trace_id}-{caller_span}-01"))],
+        )
+        .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+
+    // No assign-worker runs: the command waits in its queue, read here as a worker would.
+    let connection = flow_common::amqp::connect(&flow_tests::amqp_url(), "test-trace")
+        .await
+        .expect("connect");
+    let channel = connection.create_channel().await.expect("channel");
+    let queue = app.topology().queue(flow_common::amqp::QueueKind::Assign);
+    let message = channel
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+        .expect("the assign command is in its queue");
+    let traceparent = match message
+        .delivery
+        .properties
+        .headers()
+        .as_ref()
+        .and_then(|headers| headers.inner().get("traceparent").cloned())
+    {
+        Some(AMQPValue::LongString(text)) => text.to_string(),
+        other => panic!("the command carries no traceparent: {other:?}"),
+    };
+    assert!(
+        traceparent.starts_with(&format!("00-{trace_id}-")),
+        "same trace as the request: {traceparent}"
+    );
+    assert!(
+        !traceparent.contains(caller_span),
+        "the parent is the API's request span, not the caller's: {traceparent}"
+    );
+    assert_eq!(
+        flow_workers::consumer::traceparent(&message.delivery),
+        Some(traceparent.as_str()),
+        "the consumer reads the header a worker continues its batch span from"
+    );
+    drop(connection.close(200, "done".into()).await);
+}

@@ -32,6 +32,7 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// How a worker consumes its queue.
 #[derive(Debug, Clone)]
@@ -394,6 +395,14 @@ async fn consume<H: BatchHandler>(
             }
         }
         record_lag(&queue, &batch);
+        // The batch is handled in a span continuing the trace of its first traced message.
+        let span = tracing::info_span!(
+            "batch",
+            role = settings.role,
+            queue = %queue,
+            messages = batch.len(),
+        );
+        flow_common::telemetry::continue_trace(&span, batch.iter().find_map(traceparent));
         let handler = handler.clone();
         let ledger = ledger.clone();
         let context = BatchContext {
@@ -406,7 +415,7 @@ async fn consume<H: BatchHandler>(
             if batch.is_empty() {
                 return Ok(());
             }
-            let handled = handler.handle(batch, context).await;
+            let handled = handler.handle(batch, context).instrument(span).await;
             // Reached whether or not the acks went through: the work itself ended (a dropped
             // connection is not the message's fault). A panic or a killed worker never gets
             // here, and that is what the count is for.
@@ -438,6 +447,20 @@ async fn consume<H: BatchHandler>(
     match failure {
         Some(error) => Err(error),
         None => Ok(()),
+    }
+}
+
+/// The W3C `traceparent` header of a delivery.
+pub fn traceparent(delivery: &Delivery) -> Option<&str> {
+    match delivery
+        .properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(flow_common::telemetry::TRACEPARENT)?
+    {
+        AMQPValue::LongString(text) => std::str::from_utf8(text.as_bytes()).ok(),
+        _ => None,
     }
 }
 

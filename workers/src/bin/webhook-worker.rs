@@ -24,5 +24,7 @@ async fn main() -> anyhow::Result<()> {
     let shutdown = flow_common::shutdown::on_signal();
     let health = cli.config.health.clone();
     flow_common::ops::spawn_if(cli.metrics_bind, health, shutdown.clone()).await?;
-    flow_workers::webhook::run(cli.config, shutdown).await
+    let outcome = flow_workers::webhook::run(cli.config, shutdown).await;
+    flow_common::telemetry::flush_traces();
+    outcome
 }

@@ -23,6 +23,7 @@ use flow_common::events::{
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 const ROLE: &str = "outbox-relay";
 
@@ -212,7 +213,12 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
     });
     // Every publish must be confirmed before the rows are marked; on any failure the transaction
     // rolls back and the whole batch goes out again (consumers dedupe by event id).
+    // Each batch is a trace of its own, continued by the webhook-workers that consume it.
     futures::future::try_join_all(publishes)
+        .instrument(tracing::info_span!(
+            "outbox relay batch",
+            events = events.len()
+        ))
         .await
         .context("publishing events")?;
     let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
