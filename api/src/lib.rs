@@ -92,6 +92,15 @@ pub struct ApiConfig {
     /// Dashboard sessions.
     #[command(flatten)]
     pub dashboard: dashboard::DashboardConfig,
+
+    /// Ops address serving `/metrics`, `/healthz` and `/readyz`; once set, `/metrics` is no
+    /// longer served on the public port. `off` keeps it there.
+    #[arg(long, env = "METRICS_BIND", default_value = "off")]
+    pub metrics_bind: flow_common::ops::OpsAddress,
+
+    /// What the API's readiness depends on (filled in by `build_state`).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Everything handlers share. Cheap to clone.
@@ -186,6 +195,8 @@ pub async fn build_state(
         config.publish_channels,
         Duration::from_millis(config.publish_confirm_timeout_ms),
     );
+    config.health.add_postgres("flow-api", db.clone());
+    config.health.add_broker("flow-api", publisher.clone());
     if let Err(error) = publisher.connect_now().await {
         tracing::warn!(%error, "RabbitMQ unavailable at start-up; assigns answer 503 until it is back");
     }
@@ -310,5 +321,11 @@ pub async fn run(config: ApiConfig, shutdown: CancellationToken) -> anyhow::Resu
         .await
         .with_context(|| format!("binding {}", config.bind))?;
     let state = build_state(config, shutdown.clone()).await?;
+    flow_common::ops::spawn_if(
+        state.config.metrics_bind,
+        state.config.health.clone(),
+        shutdown.clone(),
+    )
+    .await?;
     serve(listener, state, shutdown).await
 }

@@ -83,7 +83,7 @@ async fn run(
         let pool = pool.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            metrics::histogram!("flow_lookup_batch_size").record(keys.len() as f64);
+            metrics::histogram!("flow_lookup_batch_items").record(keys.len() as f64);
             match assignments::lookup(&pool, &keys).await {
                 Ok(results) => {
                     for (reply, result) in replies.into_iter().zip(results) {

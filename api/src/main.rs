@@ -18,5 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     flow_common::telemetry::init();
     let cli = Cli::parse();
-    flow_api::run(cli.config, flow_common::shutdown::on_signal()).await
+    let outcome = flow_api::run(cli.config, flow_common::shutdown::on_signal()).await;
+    flow_common::telemetry::flush_traces();
+    outcome
 }

@@ -39,6 +39,14 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let span = tracing::info_span!("request", request_id = %request_id.value, %method, %path);
+    // A caller's W3C trace continues here, and on into the messages this request publishes.
+    flow_common::telemetry::continue_trace(
+        &span,
+        request
+            .headers()
+            .get(flow_common::telemetry::TRACEPARENT)
+            .and_then(|value| value.to_str().ok()),
+    );
     let mut response = if invalid {
         ApiError::InvalidRequest(format!(
             "X-Request-ID must be 1 to {MAX_REQUEST_ID_LEN} printable ASCII characters"

@@ -99,6 +99,21 @@ pub async fn run_until(
     let mut webhook: flow_workers::webhook::WebhookWorkerConfig = from_env();
     webhook.core = core.clone();
 
+    // One ops address for the whole process (METRICS_BIND; off unless set), over every role's
+    // readiness checks.
+    let health = flow_common::ops::Health::default();
+    for role_health in [
+        &mut api.health,
+        &mut assign.health,
+        &mut report.health,
+        &mut relay.health,
+        &mut scheduler.health,
+        &mut webhook.health,
+    ] {
+        *role_health = health.clone();
+    }
+    flow_common::ops::spawn_if(api.metrics_bind, health, shutdown.clone()).await?;
+
     let mut tasks = JoinSet::new();
     let base_url = api.public_base_url.clone();
     if args.runs(Component::Api) {

@@ -330,9 +330,27 @@ impl Publisher {
             .with_content_type("application/json".into())
             .with_message_id(message.message_id.into())
             .with_type(message.kind.into())
-            .with_app_id(self.inner.role.as_str().into());
-        if message.request_id.is_some() || !message.headers.is_empty() {
+            .with_app_id(self.inner.role.as_str().into())
+            // Whole seconds since the epoch: consumers report their lag from it.
+            .with_timestamp(unix_seconds());
+        // The trace of the span publishing, unless the message names its own.
+        let traceparent = if message
+            .headers
+            .iter()
+            .any(|(name, _)| *name == crate::telemetry::TRACEPARENT)
+        {
+            None
+        } else {
+            crate::telemetry::current_traceparent()
+        };
+        if message.request_id.is_some() || !message.headers.is_empty() || traceparent.is_some() {
             let mut headers = FieldTable::default();
+            if let Some(traceparent) = traceparent {
+                headers.insert(
+                    crate::telemetry::TRACEPARENT.into(),
+                    AMQPValue::LongString(traceparent.into()),
+                );
+            }
             if let Some(request_id) = message.request_id {
                 headers.insert(
                     "x-request-id".into(),
@@ -458,6 +476,12 @@ impl Publisher {
     }
 }
 
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs())
+}
+
 fn metrics_hook(elapsed: Duration, ok: bool) {
     metrics::histogram!("flow_publish_confirm_seconds", "outcome" => if ok { "ok" } else { "error" })
         .record(elapsed.as_secs_f64());
@@ -511,6 +535,8 @@ struct BatchItem {
     json: Vec<u8>,
     message_id: String,
     request_id: Option<String>,
+    /// The trace of the request that submitted it (the batch is published from another task).
+    traceparent: Option<String>,
     reply: BatchReply,
 }
 
@@ -558,6 +584,7 @@ impl BatchPublisher {
                 json,
                 message_id,
                 request_id,
+                traceparent: crate::telemetry::current_traceparent(),
                 reply,
             })
             .await
@@ -612,7 +639,14 @@ async fn run_batches(
 }
 
 async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<BatchItem>) {
-    metrics::histogram!("flow_publish_batch_size").record(batch.len() as f64);
+    metrics::histogram!("flow_publish_batch_items").record(batch.len() as f64);
+    // A message carries one trace: a batch carries its first traced command's.
+    let traceparent: Vec<(&str, &str)> = batch
+        .iter()
+        .find_map(|item| item.traceparent.as_deref())
+        .map(|traceparent| (crate::telemetry::TRACEPARENT, traceparent))
+        .into_iter()
+        .collect();
     let outcome = if let [item] = batch.as_slice() {
         publisher
             .publish(Outgoing {
@@ -622,7 +656,7 @@ async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<B
                 message_id: &item.message_id,
                 kind: target.single_kind,
                 request_id: item.request_id.as_deref(),
-                headers: &[],
+                headers: &traceparent,
             })
             .await
     } else {
@@ -647,7 +681,7 @@ async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<B
                 message_id: &message_id,
                 kind: target.batch_kind,
                 request_id: None,
-                headers: &[],
+                headers: &traceparent,
             })
             .await
     };

@@ -11,6 +11,7 @@ pub mod events;
 pub mod export_store;
 pub mod ids;
 pub mod messages;
+pub mod ops;
 pub mod recurrence;
 pub mod report;
 pub mod shutdown;

@@ -19,6 +19,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::amqp::{self, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::message_attempts;
+use flow_common::ops::Liveness;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
@@ -31,6 +32,7 @@ use sqlx::PgPool;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// How a worker consumes its queue.
 #[derive(Debug, Clone)]
@@ -48,6 +50,8 @@ pub struct ConsumerSettings {
     pub batch_bytes: usize,
     /// Batches processed at the same time.
     pub concurrency: usize,
+    /// Reports the consumer alive while it consumes (readiness of the process).
+    pub liveness: Liveness,
 }
 
 /// Processes a batch of deliveries; must ack, dead-letter or nack each one.
@@ -356,6 +360,12 @@ async fn consume<H: BatchHandler>(
         .with_context(|| format!("consuming {queue}"))?;
     tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
     *consumed = true;
+    settings.liveness.set_alive(true);
+    let depths = tokio::spawn(report_queue_depth(
+        connection.create_channel().await?,
+        queue.clone(),
+        shutdown.clone(),
+    ));
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     let outcome: anyhow::Result<()> = 'consume: loop {
@@ -384,6 +394,15 @@ async fn consume<H: BatchHandler>(
                 _ => break,
             }
         }
+        record_lag(&queue, &batch);
+        // The batch is handled in a span continuing the trace of its first traced message.
+        let span = tracing::info_span!(
+            "batch",
+            role = settings.role,
+            queue = %queue,
+            messages = batch.len(),
+        );
+        flow_common::telemetry::continue_trace(&span, batch.iter().find_map(traceparent));
         let handler = handler.clone();
         let ledger = ledger.clone();
         let context = BatchContext {
@@ -396,7 +415,7 @@ async fn consume<H: BatchHandler>(
             if batch.is_empty() {
                 return Ok(());
             }
-            let handled = handler.handle(batch, context).await;
+            let handled = handler.handle(batch, context).instrument(span).await;
             // Reached whether or not the acks went through: the work itself ended (a dropped
             // connection is not the message's fault). A panic or a killed worker never gets
             // here, and that is what the count is for.
@@ -409,6 +428,8 @@ async fn consume<H: BatchHandler>(
             }
         }
     };
+    settings.liveness.set_alive(false);
+    depths.abort();
     // Stop receiving; what was prefetched but not handed out returns to the queue on close.
     drop(
         channel
@@ -426,6 +447,74 @@ async fn consume<H: BatchHandler>(
     match failure {
         Some(error) => Err(error),
         None => Ok(()),
+    }
+}
+
+/// The W3C `traceparent` header of a delivery.
+pub fn traceparent(delivery: &Delivery) -> Option<&str> {
+    match delivery
+        .properties
+        .headers()
+        .as_ref()?
+        .inner()
+        .get(flow_common::telemetry::TRACEPARENT)?
+    {
+        AMQPValue::LongString(text) => std::str::from_utf8(text.as_bytes()).ok(),
+        _ => None,
+    }
+}
+
+/// How often a consumer reads its queue's depth.
+const DEPTH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Sets `flow_queue_messages` (ready messages) and `flow_queue_consumers` of `queue` every
+/// [`DEPTH_INTERVAL`], by passive declares on a channel of the consumer's connection (the queue
+/// exists while it is consumed, so the declares do not close the channel).
+async fn report_queue_depth(channel: Channel, queue: String, shutdown: CancellationToken) {
+    loop {
+        match queue_depth(&channel, &queue).await {
+            Ok((messages, consumers)) => {
+                metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
+                    .set(f64::from(messages));
+                metrics::gauge!("flow_queue_consumers", "queue" => queue.clone())
+                    .set(f64::from(consumers));
+            }
+            Err(error) => tracing::debug!(%error, %queue, "could not read the queue depth"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(DEPTH_INTERVAL) => {}
+        }
+    }
+}
+
+async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, u32)> {
+    let declared = channel
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((declared.message_count(), declared.consumer_count()))
+}
+
+/// Sets `flow_consumer_lag_seconds` of `queue`: how long the oldest message of the batch about
+/// to be handled waited since it was published (its AMQP `timestamp`, whole seconds).
+fn record_lag(queue: &str, batch: &[Delivery]) {
+    let oldest = batch
+        .iter()
+        .filter_map(|delivery| *delivery.properties.timestamp())
+        .min();
+    if let Some(published) = oldest {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        metrics::gauge!("flow_consumer_lag_seconds", "queue" => queue.to_owned())
+            .set(now.saturating_sub(published) as f64);
     }
 }
 

@@ -17,8 +17,8 @@ use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_al
 
 const ROLE: &str = "dead-letter-recorder";
 
-/// How the recorder consumes the dead-letter queue.
-pub fn settings() -> ConsumerSettings {
+/// How the recorder consumes the dead-letter queue; `liveness` reports it consuming.
+pub fn settings(liveness: flow_common::ops::Liveness) -> ConsumerSettings {
     ConsumerSettings {
         role: ROLE,
         queue: QueueKind::DeadLetters,
@@ -26,6 +26,7 @@ pub fn settings() -> ConsumerSettings {
         batch_size: 100,
         batch_bytes: usize::MAX,
         concurrency: 1,
+        liveness,
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod assign;
 pub mod consumer;
 pub mod dead_letters;
+pub mod gauges;
 pub mod relay;
 pub mod report;
 pub mod scheduler;

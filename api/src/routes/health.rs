@@ -3,11 +3,12 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::AppState;
+use crate::error::ApiError;
 
 /// `/healthz`, `/readyz`, `/metrics`.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -41,10 +42,14 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// Prometheus exposition.
-async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// Prometheus exposition, unless it moved to the ops address (`METRICS_BIND`).
+async fn metrics(State(state): State<AppState>) -> Response {
+    if state.config.metrics_bind.0.is_some() {
+        return ApiError::NotFound("metrics are served on the ops address".into()).into_response();
+    }
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(),
+        flow_common::telemetry::render_metrics(),
     )
+        .into_response()
 }

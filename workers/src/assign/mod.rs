@@ -52,6 +52,10 @@ pub struct AssignWorkerConfig {
     /// Largest number of progress commands applied in one transaction.
     #[arg(long, env = "PROGRESS_BATCH_SIZE", default_value_t = 100)]
     pub progress_batch_size: usize,
+
+    /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Runs the worker until `shutdown`.
@@ -63,6 +67,7 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
     )
     .await
     .context("connecting to Postgres")?;
+    config.health.add_postgres(ROLE, pool.clone());
     let batch_size = config.batch_size.max(1);
     let settings = ConsumerSettings {
         role: ROLE,
@@ -72,6 +77,9 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         // About one transaction's worth of commands (an encoded command is a few hundred bytes).
         batch_bytes: batch_size.saturating_mul(COMMAND_BYTES),
         concurrency: config.concurrency,
+        liveness: config
+            .health
+            .add_loop(format!("{ROLE}.assign-consumer"), None),
     };
     let progress_settings = ConsumerSettings {
         role: "progress-worker",
@@ -80,9 +88,18 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         batch_size: config.progress_batch_size.max(1),
         batch_bytes: usize::MAX,
         concurrency: 1,
+        liveness: config
+            .health
+            .add_loop(format!("{ROLE}.progress-consumer"), None),
     };
     let progress = progress::ProgressHandler::new(pool.clone());
     let handler = AssignHandler::new(pool.clone(), batch_size);
+    crate::gauges::spawn(
+        "dead letters pending",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::dead_letters,
+    );
     let recorder = crate::dead_letters::Recorder::new(pool.clone(), &config.core);
     let (assigned, progressed, recorded) = tokio::join!(
         consumer::run(
@@ -101,7 +118,11 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         ),
         consumer::run(
             &config.core,
-            crate::dead_letters::settings(),
+            crate::dead_letters::settings(
+                config
+                    .health
+                    .add_loop(format!("{ROLE}.dead-letter-consumer"), None)
+            ),
             Arc::new(recorder),
             pool,
             shutdown
@@ -319,7 +340,7 @@ fn record(outcome: assignments::BatchOutcome, elapsed: Duration, size: usize) {
     counter("inserted", outcome.inserted);
     counter("aliased", outcome.aliased);
     counter("already_applied", outcome.already_applied);
-    metrics::histogram!("flow_worker_batch_size", "worker" => ROLE).record(size as f64);
+    metrics::histogram!("flow_worker_batch_items", "worker" => ROLE).record(size as f64);
     metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE)
         .record(elapsed.as_secs_f64());
     tracing::debug!(

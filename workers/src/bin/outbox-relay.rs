@@ -7,6 +7,10 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     config: flow_workers::relay::RelayConfig,
+
+    /// Address of the ops endpoints (`/metrics`, `/healthz`, `/readyz`), or `off`.
+    #[arg(long, env = "METRICS_BIND", default_value = "0.0.0.0:9103")]
+    metrics_bind: flow_common::ops::OpsAddress,
 }
 
 /// mimalloc, as in every Flow binary: many short-lived buffers.
@@ -17,5 +21,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     flow_common::telemetry::init();
     let cli = Cli::parse();
-    flow_workers::relay::run(cli.config, flow_common::shutdown::on_signal()).await
+    let shutdown = flow_common::shutdown::on_signal();
+    let health = cli.config.health.clone();
+    flow_common::ops::spawn_if(cli.metrics_bind, health, shutdown.clone()).await?;
+    let outcome = flow_workers::relay::run(cli.config, shutdown).await;
+    flow_common::telemetry::flush_traces();
+    outcome
 }

@@ -23,6 +23,7 @@ use flow_common::events::{
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 const ROLE: &str = "outbox-relay";
 
@@ -44,6 +45,10 @@ pub struct RelayConfig {
     /// How long published events stay in the outbox before they are pruned.
     #[arg(long, env = "OUTBOX_RETENTION_HOURS", default_value_t = 72)]
     pub retention_hours: u64,
+
+    /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Runs the relay until `shutdown`.
@@ -63,11 +68,23 @@ pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Re
         4,
         Duration::from_secs(10),
     );
+    config.health.add_postgres(ROLE, pool.clone());
+    config.health.add_broker(ROLE, publisher.clone());
+    let liveness = config
+        .health
+        .add_loop(format!("{ROLE}.loop"), Some(LOOP_STALE_AFTER));
+    crate::gauges::spawn(
+        "outbox backlog",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::outbox,
+    );
     let mut listener = None;
     let mut delays = backoff();
     let mut last_prune = Instant::now() - Duration::from_secs(3_600);
     tracing::info!(role = ROLE, "relaying the outbox");
     while !shutdown.is_cancelled() {
+        liveness.beat();
         if listener.is_none() {
             listener = listen(&pool).await;
         }
@@ -112,6 +129,10 @@ pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Re
     tracing::info!(role = ROLE, "relay stopped");
     Ok(())
 }
+
+/// A relay loop that has not come round for this long is stuck (a round waits at most the poll
+/// interval, a publish at most its confirm timeout, a failure at most the backoff's ten seconds).
+const LOOP_STALE_AFTER: Duration = Duration::from_secs(120);
 
 fn backoff() -> impl Iterator<Item = Duration> {
     ExponentialBuilder::default()
@@ -192,7 +213,12 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
     });
     // Every publish must be confirmed before the rows are marked; on any failure the transaction
     // rolls back and the whole batch goes out again (consumers dedupe by event id).
+    // Each batch is a trace of its own, continued by the webhook-workers that consume it.
     futures::future::try_join_all(publishes)
+        .instrument(tracing::info_span!(
+            "outbox relay batch",
+            events = events.len()
+        ))
         .await
         .context("publishing events")?;
     let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();

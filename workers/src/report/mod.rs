@@ -75,6 +75,10 @@ pub struct ReportWorkerConfig {
     /// Directory for the Excel writer's temporary files (default: the system's).
     #[arg(long, env = "EXPORT_TEMP_DIR")]
     pub temp_dir: Option<PathBuf>,
+
+    /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Runs the worker until `shutdown`: exports in progress are handed back for another worker.
@@ -86,6 +90,7 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
     )
     .await
     .context("connecting to Postgres")?;
+    config.health.add_postgres(ROLE, pool.clone());
     let store = ExportStore::open(&config.export_store).context("opening the export store")?;
     let context = Arc::new(job::Context {
         pool,
@@ -103,6 +108,7 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
 
     let consumer = {
         let core = config.core.clone();
+        let liveness = config.health.add_loop(format!("{ROLE}.consumer"), None);
         let handler = Arc::new(WakeHandler { wake: wake.clone() });
         let shutdown = shutdown.clone();
         let pool = context.pool.clone();
@@ -114,6 +120,7 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
                 batch_size: 50,
                 batch_bytes: usize::MAX,
                 concurrency: 1,
+                liveness,
             };
             consumer::run(&core, settings, handler, pool, shutdown).await
         })

@@ -42,6 +42,10 @@ pub struct SchedulerConfig {
     /// Most schedule occurrences assigned per transaction.
     #[arg(long, env = "SCHEDULE_BATCH_SIZE", default_value_t = 200)]
     pub schedule_batch_size: i64,
+
+    /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Runs the scheduler until `shutdown`.
@@ -63,8 +67,22 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
     );
     tracing::info!(role = ROLE, interval_ms = config.interval_ms, "scheduling");
     let interval = Duration::from_millis(config.interval_ms.max(10));
+    config.health.add_postgres(ROLE, pool.clone());
+    config.health.add_broker(ROLE, publisher.clone());
+    // A round is a scan and the due schedules: generous, so a large backlog is not "stuck".
+    let liveness = config.health.add_loop(
+        format!("{ROLE}.loop"),
+        Some(interval.saturating_mul(2) + Duration::from_secs(300)),
+    );
+    crate::gauges::spawn(
+        "schedules due",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::schedules,
+    );
     let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {
+        liveness.beat();
         if last_prune.elapsed() > Duration::from_secs(600) {
             last_prune = std::time::Instant::now();
             // Start counts of messages that were dead-lettered or purged since.

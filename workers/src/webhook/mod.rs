@@ -116,6 +116,10 @@ pub struct WebhookWorkerConfig {
     /// Largest number of events fanned out in one transaction.
     #[arg(long, env = "WEBHOOK_BATCH_SIZE", default_value_t = 250)]
     pub batch_size: usize,
+
+    /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
+    #[arg(skip)]
+    pub health: flow_common::ops::Health,
 }
 
 /// Runs the worker until `shutdown`, then finishes the attempts under way and records them.
@@ -134,6 +138,7 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
     )
     .await
     .context("connecting to Postgres")?;
+    config.health.add_postgres(ROLE, pool.clone());
     config
         .secrets
         .check()
@@ -171,7 +176,18 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         recorded,
         config.disable_after,
     ));
+    crate::gauges::spawn(
+        "webhook deliveries due",
+        pool.clone(),
+        shutdown.clone(),
+        crate::gauges::webhook_deliveries,
+    );
+    let poller_liveness = config.health.add_loop(
+        format!("{ROLE}.poller"),
+        Some(config.poll_interval.saturating_mul(2) + Duration::from_secs(120)),
+    );
     let poller = tokio::spawn(poll(
+        poller_liveness,
         pool.clone(),
         dispatcher.clone(),
         config.clone(),
@@ -184,6 +200,7 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         batch_size: config.batch_size.max(1),
         batch_bytes: usize::MAX,
         concurrency: 2,
+        liveness: config.health.add_loop(format!("{ROLE}.consumer"), None),
     };
     let handler = EventsHandler {
         pool: pool.clone(),
@@ -389,6 +406,7 @@ fn incoming(payload: serde_json::Value, org_id: OrgId) -> Result<IncomingEvent, 
 
 /// Claims due deliveries (retries, expired leases, test pings, manual retries) until `shutdown`.
 async fn poll(
+    liveness: flow_common::ops::Liveness,
     pool: PgPool,
     dispatcher: Arc<Dispatcher>,
     config: WebhookWorkerConfig,
@@ -398,6 +416,7 @@ async fn poll(
     let mut listener: Option<PgListener> = None;
     let memory_cap = config.concurrency.saturating_mul(8).max(1_000);
     while !shutdown.is_cancelled() {
+        liveness.beat();
         if listener.is_none() {
             listener = listen(&pool).await;
         }

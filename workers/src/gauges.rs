@@ -1,0 +1,92 @@
+//! Gauges an alert can use, polled from Postgres by the role that owns the table: the outbox
+//! backlog (outbox-relay), webhook deliveries due (webhook-worker), schedules due (scheduler),
+//! dead letters waiting (assign-worker, which records them). Cheap indexed queries, every
+//! [`POLL_INTERVAL`], in a task that survives failures and panics of a round.
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::time::Duration;
+
+use futures::FutureExt;
+use sqlx::PgPool;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Time between two polls of a gauge.
+pub const POLL_INTERVAL: Duration = Duration::from_secs(15);
+
+/// Polls `round` now and then every [`POLL_INTERVAL`] until `shutdown`; a failed or panicking
+/// round is logged and the next one runs on schedule.
+pub fn spawn<F, Fut>(
+    what: &'static str,
+    pool: PgPool,
+    shutdown: CancellationToken,
+    round: F,
+) -> JoinHandle<()>
+where
+    F: Fn(PgPool) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<(), sqlx::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            match AssertUnwindSafe(round(pool.clone())).catch_unwind().await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::debug!(%error, what, "could not poll a gauge"),
+                Err(_) => tracing::error!(what, "polling a gauge panicked"),
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(POLL_INTERVAL) => {}
+            }
+        }
+    })
+}
+
+/// `flow_outbox_backlog` (events not yet published) and `flow_outbox_oldest_unpublished_seconds`
+/// (age of the oldest of them, 0 when there is none).
+pub async fn outbox(pool: PgPool) -> Result<(), sqlx::Error> {
+    let (backlog, oldest_seconds): (i64, Option<f64>) = sqlx::query_as(
+        "SELECT count(*),
+                (SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
+                 WHERE published_at IS NULL ORDER BY seq LIMIT 1)
+         FROM outbox WHERE published_at IS NULL",
+    )
+    .fetch_one(&pool)
+    .await?;
+    metrics::gauge!("flow_outbox_backlog").set(backlog as f64);
+    metrics::gauge!("flow_outbox_oldest_unpublished_seconds")
+        .set(oldest_seconds.unwrap_or(0.0).max(0.0));
+    Ok(())
+}
+
+/// `flow_webhook_deliveries_due`: pending deliveries whose attempt time has come (a backlog
+/// here means the webhook-workers do not keep up).
+pub async fn webhook_deliveries(pool: PgPool) -> Result<(), sqlx::Error> {
+    let due: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_deliveries
+         WHERE status = 'pending' AND next_attempt_at <= now()",
+    )
+    .fetch_one(&pool)
+    .await?;
+    metrics::gauge!("flow_webhook_deliveries_due").set(due as f64);
+    Ok(())
+}
+
+/// `flow_schedules_due`: recurring schedules whose occurrence is due and not yet assigned.
+pub async fn schedules(pool: PgPool) -> Result<(), sqlx::Error> {
+    let due: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM schedules
+         WHERE active AND deleted_at IS NULL AND scheduled_at <= now()",
+    )
+    .fetch_one(&pool)
+    .await?;
+    metrics::gauge!("flow_schedules_due").set(due as f64);
+    Ok(())
+}
+
+/// `flow_dead_letters_pending`: dead letters recorded and not yet replayed or discarded.
+pub async fn dead_letters(pool: PgPool) -> Result<(), sqlx::Error> {
+    let pending = flow_common::db::dead_letters::pending_count(&pool).await?;
+    metrics::gauge!("flow_dead_letters_pending").set(pending as f64);
+    Ok(())
+}
