@@ -522,7 +522,9 @@ impl TestApp {
             .expect("amqp");
         let name = self.topology().queue(queue);
         let mut found = false;
-        for _ in 0..200 {
+        // Up to 30 s: under the whole suite's load a worker that just reconnected may first have
+        // to finish the batch it held.
+        for _ in 0..600 {
             // A passive declare of a missing queue closes the channel: use a fresh one each time.
             let channel = connection.create_channel().await.expect("channel");
             let declared = channel
