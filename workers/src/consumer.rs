@@ -361,21 +361,33 @@ async fn consume<H: BatchHandler>(
     tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
     *consumed = true;
     settings.liveness.set_alive(true);
-    let depths = tokio::spawn(report_queue_depth(
-        connection.create_channel().await?,
-        queue.clone(),
-        shutdown.clone(),
-    ));
+    // Opening a channel on a connection that drops at that moment can wait forever: bounded, so
+    // the consumer always gets on to notice the drop and reconnect (the depth is then unreported).
+    let depths = match tokio::time::timeout(DEPTH_INTERVAL, connection.create_channel()).await {
+        Ok(Ok(depth_channel)) => Some(tokio::spawn(report_queue_depth(
+            depth_channel,
+            queue.clone(),
+            shutdown.clone(),
+        ))),
+        _ => {
+            tracing::debug!(%queue, "no channel to read the queue depth");
+            None
+        }
+    };
     let permits = Arc::new(Semaphore::new(settings.concurrency.max(1)));
     let mut in_flight = JoinSet::new();
     let outcome: anyhow::Result<()> = 'consume: loop {
         // Take a batch slot first, so deliveries accumulate while every slot is busy.
+        // While it waits, the loop also watches the connection itself: a batch blocked on a
+        // dropped connection keeps its slot, and the consumer stream may never report the drop.
         let permit = tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
+            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection lost")),
             permit = permits.clone().acquire_owned() => permit?,
         };
         let first = tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
+            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection lost")),
             next = consumer.next() => next,
         };
         let first = match first {
@@ -429,24 +441,83 @@ async fn consume<H: BatchHandler>(
         }
     };
     settings.liveness.set_alive(false);
-    depths.abort();
-    // Stop receiving; what was prefetched but not handed out returns to the queue on close.
-    drop(
-        channel
-            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await,
-    );
-    let mut failure = outcome.err();
-    while let Some(done) = in_flight.join_next().await {
-        if let Err(error) = flatten(done) {
-            failure.get_or_insert(error);
-        }
+    if let Some(depths) = depths {
+        depths.abort();
     }
-    drop(channel.close(200, "worker stopping".into()).await);
-    drop(connection.close(200, "worker stopping".into()).await);
+    // Stop receiving; what was prefetched but not handed out returns to the queue on close.
+    // Every step on the broker is bounded: on a connection that just dropped, a call can wait
+    // for an answer that never comes, and the consumer would never reconnect.
+    bounded(
+        settings.role,
+        "cancelling the consumer",
+        channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()),
+    )
+    .await;
+    let mut failure = outcome.err();
+    // On shutdown every batch is waited for; after a failure (the connection is gone) only for a
+    // while: a batch whose acks wait on the dead connection would hold the reconnect forever.
+    let grace = if failure.is_some() {
+        IN_FLIGHT_GRACE
+    } else {
+        Duration::MAX
+    };
+    let joined = tokio::time::timeout(grace, async {
+        while let Some(done) = in_flight.join_next().await {
+            if let Err(error) = flatten(done) {
+                failure.get_or_insert(error);
+            }
+        }
+    })
+    .await;
+    if joined.is_err() {
+        // Their deliveries were never acked: the broker hands them out again.
+        tracing::warn!(
+            role = settings.role,
+            batches = in_flight.len(),
+            "batches still in flight after the consumer stopped; abandoning them"
+        );
+        in_flight.abort_all();
+    }
+    bounded(
+        settings.role,
+        "closing the channel",
+        channel.close(200, "worker stopping".into()),
+    )
+    .await;
+    bounded(
+        settings.role,
+        "closing the connection",
+        connection.close(200, "worker stopping".into()),
+    )
+    .await;
     match failure {
         Some(error) => Err(error),
         None => Ok(()),
+    }
+}
+
+/// Returns once `connection` is no longer connected (checked every quarter second).
+async fn connection_lost(connection: &lapin::Connection) {
+    while connection.status().connected() {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// How long a consumer whose connection failed waits for the batches it handed out (a large
+/// transaction takes a second or two; a batch blocked on the dead connection would take forever).
+const IN_FLIGHT_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a stopping consumer waits for one answer from the broker.
+const BROKER_STEP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs one broker step of a stopping consumer within [`BROKER_STEP_TIMEOUT`]; its outcome does
+/// not matter (the connection may be gone), only that it does not wait forever.
+async fn bounded<T>(role: &str, step: &str, call: impl std::future::Future<Output = T>) {
+    if tokio::time::timeout(BROKER_STEP_TIMEOUT, call)
+        .await
+        .is_err()
+    {
+        tracing::warn!(role, step, "timed out; going on");
     }
 }
 
@@ -472,14 +543,15 @@ const DEPTH_INTERVAL: Duration = Duration::from_secs(5);
 /// exists while it is consumed, so the declares do not close the channel).
 async fn report_queue_depth(channel: Channel, queue: String, shutdown: CancellationToken) {
     loop {
-        match queue_depth(&channel, &queue).await {
-            Ok((messages, consumers)) => {
+        match tokio::time::timeout(DEPTH_INTERVAL, queue_depth(&channel, &queue)).await {
+            Ok(Ok((messages, consumers))) => {
                 metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
                     .set(f64::from(messages));
                 metrics::gauge!("flow_queue_consumers", "queue" => queue.clone())
                     .set(f64::from(consumers));
             }
-            Err(error) => tracing::debug!(%error, %queue, "could not read the queue depth"),
+            Ok(Err(error)) => tracing::debug!(%error, %queue, "could not read the queue depth"),
+            Err(_) => tracing::debug!(%queue, "timed out reading the queue depth"),
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
