@@ -274,7 +274,14 @@ async fn workers_killed_twice_under_load_with_two_replicas_and_duplicates_lose_n
     let (org, flow, emails) = setup(&app, 3_000, &receiver).await;
     let mut assign_worker = app.assign_worker.take();
     let mut relay = app.relay.take();
-    let mut webhook_worker = app.webhook_worker.take();
+    // Deliveries a killed worker held come back when their lease expires: every webhook-worker
+    // of this test, the first included, holds them for 12 s instead of the default 10 minutes.
+    if let Some(worker) = app.webhook_worker.take() {
+        worker.stop().expect("stopping the default webhook-worker");
+    }
+    let mut webhook_worker = Some(app.start_webhook_worker_with(|config| {
+        config.lease = Duration::from_secs(12);
+    }));
     let bases = [app.base_url.clone(), replica];
     let killer = async {
         for round in 0..2 {
@@ -288,7 +295,6 @@ async fn workers_killed_twice_under_load_with_two_replicas_and_duplicates_lose_n
             tokio::time::sleep(Duration::from_millis(300)).await;
             assign_worker = Some(app.start_assign_worker());
             relay = Some(app.start_relay());
-            // Deliveries the killed worker held come back when their lease expires.
             webhook_worker = Some(app.start_webhook_worker_with(|config| {
                 config.lease = Duration::from_secs(12);
             }));
