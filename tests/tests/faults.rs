@@ -231,14 +231,21 @@ async fn a_broker_outage_under_load_answers_503_never_200_and_recovers_by_itself
 
 #[tokio::test]
 async fn a_postgres_outage_under_load_loses_nothing_and_recovers_by_itself() {
-    // The webhook-worker keeps its 10-minute lease: a fan-out whose COMMIT answer is lost must
-    // reclaim its own deliveries on the retry, not leave them to the lease.
-    let app = TestApp::spawn_with(TestOptions {
+    // The webhook-worker holds a 10-minute lease, longer than the test waits: a fan-out whose
+    // COMMIT answer is lost must reclaim its own deliveries on the retry, not leave them to the
+    // lease.
+    let mut app = TestApp::spawn_with(TestOptions {
         webhooks: true,
         postgres_proxy: true,
         ..TestOptions::default()
     })
     .await;
+    if let Some(worker) = app.webhook_worker.take() {
+        worker.stop().expect("stopping the default webhook-worker");
+    }
+    app.webhook_worker = Some(app.start_webhook_worker_with(|config| {
+        config.lease = Duration::from_secs(600);
+    }));
     let receiver = Receiver::start().await;
     let (org, flow, emails) = setup(&app, 3_000, &receiver).await;
     let proxy = app.postgres_proxy.as_ref().unwrap();

@@ -101,8 +101,9 @@ pub struct WebhookWorkerConfig {
     pub failing_endpoint_queue: usize,
 
     /// How long a claimed delivery stays with this worker before another may take it; renewed
-    /// while the delivery waits in memory. At least twice the attempt timeout.
-    #[arg(long, env = "WEBHOOK_LEASE", default_value = "10m", value_parser = parse_duration)]
+    /// while the delivery waits in memory. At least twice the attempt timeout. It is also how
+    /// long the deliveries of a worker that crashed wait before another worker sends them.
+    #[arg(long, env = "WEBHOOK_LEASE", default_value = "1m", value_parser = parse_duration)]
     pub lease: Duration,
 
     /// Longest wait between two looks for due retries.
