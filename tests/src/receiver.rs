@@ -170,19 +170,8 @@ impl Receiver {
         count: usize,
         timeout: Duration,
     ) -> Vec<Received> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let received = self.received(path);
-            if received.len() >= count {
-                return received;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{path} got {} of {count} requests within {timeout:?}",
-                received.len()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        self.wait_until(path, count, timeout, "requests", Self::received)
+            .await
     }
 
     /// Waits until `path` has answered `count` requests with a 2xx; returns them.
@@ -192,16 +181,30 @@ impl Receiver {
         count: usize,
         timeout: Duration,
     ) -> Vec<Received> {
+        self.wait_until(path, count, timeout, "deliveries", Self::delivered)
+            .await
+    }
+
+    /// Polls `read` of `path` until it holds `count` requests; panics after `timeout`, naming
+    /// them `what`.
+    async fn wait_until(
+        &self,
+        path: &str,
+        count: usize,
+        timeout: Duration,
+        what: &str,
+        read: fn(&Self, &str) -> Vec<Received>,
+    ) -> Vec<Received> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let delivered = self.delivered(path);
-            if delivered.len() >= count {
-                return delivered;
+            let found = read(self, path);
+            if found.len() >= count {
+                return found;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "{path} got {} of {count} deliveries within {timeout:?}",
-                delivered.len()
+                "{path} got {} of {count} {what} within {timeout:?}",
+                found.len()
             );
             tokio::time::sleep(Duration::from_millis(25)).await;
         }

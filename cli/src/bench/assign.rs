@@ -285,19 +285,7 @@ async fn drive(
         }));
     }
     // The CPU of the measured window only.
-    tokio::time::sleep_until(measure_from.into()).await;
-    let before = watched.sample();
-    tokio::time::sleep_until(stop_at.into()).await;
-    let after = watched.sample();
-    let mut load = Load {
-        accepted: 0,
-        warmup_accepted: 0,
-        latencies: Histogram::new_with_bounds(1, 60_000_000, 3)?,
-        statuses: BTreeMap::new(),
-        usage: before.usage_until(&after),
-        memory: watched.peak_memory(),
-        ended: Instant::now(),
-    };
+    let mut load = Load::over_window(watched, measure_from, stop_at).await?;
     for stream in streams {
         let (accepted, warmup_accepted, latencies, statuses) = stream.await?;
         load.accepted += accepted;
@@ -314,6 +302,28 @@ async fn drive(
 }
 
 impl Load {
+    /// An empty load whose CPU usage and peak memory are those of the window from `measure_from`
+    /// to `stop_at` (returns once the window has passed); the caller adds the streams' counts.
+    async fn over_window(
+        watched: &Watched,
+        measure_from: Instant,
+        stop_at: Instant,
+    ) -> anyhow::Result<Load> {
+        tokio::time::sleep_until(measure_from.into()).await;
+        let before = watched.sample();
+        tokio::time::sleep_until(stop_at.into()).await;
+        let after = watched.sample();
+        Ok(Load {
+            accepted: 0,
+            warmup_accepted: 0,
+            latencies: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+            statuses: BTreeMap::new(),
+            usage: before.usage_until(&after),
+            memory: watched.peak_memory(),
+            ended: Instant::now(),
+        })
+    }
+
     fn per_second(&self, args: &AssignBenchArgs) -> f64 {
         self.accepted as f64 / args.duration as f64
     }
@@ -592,19 +602,7 @@ async fn raw_inserts(
             anyhow::Ok((accepted, warmup_accepted, latencies))
         }));
     }
-    tokio::time::sleep_until(measure_from.into()).await;
-    let before = watched.sample();
-    tokio::time::sleep_until(stop_at.into()).await;
-    let after = watched.sample();
-    let mut load = Load {
-        accepted: 0,
-        warmup_accepted: 0,
-        latencies: Histogram::new_with_bounds(1, 60_000_000, 3)?,
-        statuses: BTreeMap::new(),
-        usage: before.usage_until(&after),
-        memory: watched.peak_memory(),
-        ended: Instant::now(),
-    };
+    let mut load = Load::over_window(watched, measure_from, stop_at).await?;
     for task in tasks {
         let (accepted, warmup_accepted, latencies) = task.await??;
         load.accepted += accepted;
