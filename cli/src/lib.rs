@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dlq;
 pub mod health;
 pub mod output;
+pub mod reports;
 pub mod up;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -74,6 +75,9 @@ pub enum Command {
     /// Messages in the dead-letter queue.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
+    /// Report rollups.
+    #[command(subcommand)]
+    Reports(reports::ReportsCommand),
     /// Probe a health endpoint: exit status 0 on a 2xx answer, 1 with the reason otherwise (the
     /// containers' healthcheck).
     #[command(after_help = "\
@@ -109,6 +113,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Demo(args) => demo::run(&core, args).await.map(|()| Outcome::default()),
         Command::Up(args) => up::run(core, args).await.map(|()| Outcome::default()),
         Command::Dlq(command) => dlq::run(&core, command).await,
+        Command::Reports(command) => reports::run(&core, command).await,
         Command::Health(args) => health::check(&args).await,
         Command::Completions { shell } => Ok(Outcome::text(completions(shell))),
         Command::Bench(command) => bench::run(&core, command)

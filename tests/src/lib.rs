@@ -864,6 +864,38 @@ impl TestApp {
             .await
             .expect("count")
     }
+
+    /// Asserts that the report rollups equal a recount over the rows, as they stand (deltas not
+    /// merged yet included) and again after merging every delta.
+    pub async fn assert_rollups_exact(&self) {
+        assert_rollups_exact(&self.db).await;
+    }
+}
+
+/// Asserts that the report rollups of `db` equal a recount over the rows, before and after
+/// merging every delta (`flowctl reports verify` in one snapshot, then the scheduler's merge).
+pub async fn assert_rollups_exact(db: &PgPool) {
+    async fn check(db: &PgPool, when: &str) {
+        let mut transaction = db.begin().await.expect("transaction");
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *transaction)
+            .await
+            .expect("snapshot");
+        let mismatches = flow_common::db::rollups::verify(&mut *transaction)
+            .await
+            .expect("verify rollups");
+        assert!(
+            mismatches.is_empty(),
+            "report rollups differ from a recount {when}: {mismatches:#?}"
+        );
+    }
+    check(db, "before merging").await;
+    while flow_common::db::rollups::merge(db, 1_000)
+        .await
+        .expect("merge rollups")
+        > 0
+    {}
+    check(db, "after merging").await;
 }
 
 impl Drop for TestApp {

@@ -185,6 +185,7 @@ async fn assert_nothing_lost_nothing_twice(
         .await
         .unwrap();
     assert_eq!(deliveries, events.len() as i64, "one delivery per event");
+    app.assert_rollups_exact().await;
 }
 
 #[tokio::test]

@@ -243,6 +243,7 @@ async fn each_transition_emits_one_event_across_duplicates_and_a_killed_worker()
             "{id}"
         );
     }
+    app.assert_rollups_exact().await;
 }
 
 #[tokio::test]
@@ -306,6 +307,15 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
         )
         .await;
     assert_eq!(listed.body["data"].as_array().expect("data").len(), 60);
+    // So do the rollups (their past-due correction), before and after the scan.
+    let flow_id: flow_common::ids::FlowId = flow.parse().expect("flow id");
+    let overdue_now = || async {
+        flow_common::db::rollups::lifetime_figures(&app.db, &[flow_id], chrono::Utc::now())
+            .await
+            .expect("figures")[0]
+    };
+    let before = overdue_now().await;
+    assert_eq!((before.total, before.overdue), (60, 60), "{before:?}");
 
     let (first, second) = tokio::join!(
         flow_workers::scheduler::scan_overdue(&app.db, 7),
@@ -329,6 +339,8 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
         .await
         .expect("statuses");
     assert_eq!(stored, ["overdue"]);
+    assert_eq!(overdue_now().await, before);
+    app.assert_rollups_exact().await;
 
     // An overdue assignment still completes (and emits flow.completed once).
     for module in &modules {

@@ -14,6 +14,7 @@ pub mod orgs;
 pub mod outbox;
 pub mod rate_limits;
 pub mod reports;
+pub mod rollups;
 pub mod schedules;
 pub mod secrets;
 pub mod sessions;

@@ -7,6 +7,8 @@
 //!   assign path (an assign command on the assign queue, confirmed by the broker) with an id
 //!   derived from the schedule and the occurrence, so a retry after a crash cannot assign twice;
 //!   then the schedule advances to its next occurrence on the organization's calendar.
+//! - Report rollups: the deltas every change to `assignments` leaves are merged into the rollups
+//!   (see `flow_common::db::rollups`), so readers sum few rows.
 
 use std::time::Duration;
 
@@ -14,7 +16,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{Outgoing, Publisher, QueueKind, Topology};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, lifecycle, schedules};
+use flow_common::db::{self, lifecycle, rollups, schedules};
 use flow_common::domain::Priority;
 use flow_common::ids::AssignmentId;
 use flow_common::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
@@ -98,6 +100,13 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
                 "overdue scan failed; retrying next round"
             );
         }
+        if let Err(error) = merge_rollups(&pool).await {
+            tracing::warn!(
+                role = ROLE,
+                error = format!("{error:#}"),
+                "rollup merge failed; retrying next round"
+            );
+        }
         if let Err(error) = run_schedules(&pool, &publisher, config.schedule_batch_size).await {
             tracing::warn!(
                 role = ROLE,
@@ -130,6 +139,25 @@ pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usiz
             tracing::info!(role = ROLE, count = changed, "assignments became overdue");
         }
         if (changed as i64) < batch_size {
+            return Ok(total);
+        }
+    }
+}
+
+/// Delta rows moved per merge transaction.
+const MERGE_BATCH: i64 = 10_000;
+
+/// Merges every report-rollup delta into the rollups, a batch per transaction; returns how many.
+pub async fn merge_rollups(pool: &PgPool) -> anyhow::Result<u64> {
+    let mut total = 0;
+    loop {
+        let moved = rollups::merge(pool, MERGE_BATCH).await?;
+        total += moved;
+        if moved < MERGE_BATCH as u64 {
+            if total > 0 {
+                metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "rollup_deltas_merged")
+                    .increment(total);
+            }
             return Ok(total);
         }
     }
