@@ -571,12 +571,15 @@ impl BatchPublisher {
         Self { queue }
     }
 
-    /// Publishes one item (already serialized JSON) and waits for its batch's confirm.
+    /// Publishes one item (already serialized JSON) of the trace `traceparent` (the caller's
+    /// span, which the item names itself when it goes out in a batch) and waits for its batch's
+    /// confirm.
     pub async fn publish(
         &self,
         json: Vec<u8>,
         message_id: String,
         request_id: Option<String>,
+        traceparent: Option<String>,
     ) -> Result<(), PublishError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.queue
@@ -584,7 +587,7 @@ impl BatchPublisher {
                 json,
                 message_id,
                 request_id,
-                traceparent: crate::telemetry::current_traceparent(),
+                traceparent,
                 reply,
             })
             .await

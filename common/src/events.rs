@@ -179,12 +179,21 @@ pub struct NewEvent {
     pub assignment_id: AssignmentId,
     /// The body.
     pub body: Value,
+    /// W3C trace context of the work that caused the event (the request of its command, or a
+    /// scheduler scan): its publication and webhook deliveries continue that trace.
+    pub traceparent: Option<String>,
 }
 
 impl NewEvent {
-    /// The event of type `event_type` about `snapshot`, happening at `at`. Its id is derived from
-    /// the assignment and the type (see [`EventId::for_transition`]).
-    pub fn about(snapshot: &AssignmentSnapshot, event_type: EventType, at: DateTime<Utc>) -> Self {
+    /// The event of type `event_type` about `snapshot`, happening at `at`, caused by the work
+    /// whose trace context is `traceparent`. Its id is derived from the assignment and the type
+    /// (see [`EventId::for_transition`]).
+    pub fn about(
+        snapshot: &AssignmentSnapshot,
+        event_type: EventType,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+    ) -> Self {
         let id = EventId::for_transition(snapshot.id, event_type.as_str());
         Self {
             id,
@@ -192,6 +201,7 @@ impl NewEvent {
             event_type,
             assignment_id: snapshot.id,
             body: event_body(id, event_type.as_str(), at, event_data(snapshot)),
+            traceparent: traceparent.map(str::to_owned),
         }
     }
 }
@@ -208,7 +218,8 @@ pub const MAX_EVENTS_PER_MESSAGE: usize = 500;
 /// Several events of one type in one message of the events exchange (routing key: their type).
 /// The relay publishes what it claims in one transaction this way, so the broker stores, confirms,
 /// delivers and has acked one message for many events; a lone event still goes out as itself
-/// (type [`EVENT_KIND`], the organization in [`ORG_HEADER`]).
+/// (type [`EVENT_KIND`], the organization in [`ORG_HEADER`], its trace context in the
+/// `traceparent` header).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct EventBatch {
@@ -226,4 +237,9 @@ pub struct BatchedEvent {
     pub org_id: OrgId,
     /// The event body, exactly as customers receive it.
     pub event: Value,
+    /// W3C trace context of the work that caused the event. Each event carries its own: the
+    /// message's header names only one trace, and the events of a batch come from many requests.
+    /// Absent in batches published before it existed, and for untraced events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }

@@ -51,6 +51,11 @@ pub struct AssignCommand {
     /// The schedule that produced this assignment, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<ScheduleId>,
+    /// W3C trace context of the request that sent the command. It travels in the command, not
+    /// only in the message header, because a message of several commands has one header while each
+    /// command's `flow.assigned` event continues its own request's trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 /// Why a message could not be decoded.

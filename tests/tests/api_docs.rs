@@ -120,7 +120,7 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         started_at: None,
         completed_at: None,
     };
-    let event = NewEvent::about(&snapshot, EventType::Completed, Utc::now());
+    let event = NewEvent::about(&snapshot, EventType::Completed, Utc::now(), None);
     let keys = |value: &Value| -> Vec<String> {
         let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
         keys.sort_unstable();

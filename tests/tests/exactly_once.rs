@@ -56,6 +56,7 @@ fn command(org: &TestOrg, flow: &str, user: UserId, email: &str) -> AssignComman
         assigned_at: Utc::now(),
         request_id: None,
         schedule_id: None,
+        traceparent: None,
     }
 }
 

@@ -225,6 +225,7 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
         assigned_at: chrono::Utc::now(),
         request_id: None,
         schedule_id: None,
+        traceparent: None,
     };
     let good = command(user);
     // A user that does not exist: the foreign key can never be satisfied.

@@ -96,6 +96,7 @@ fn attempt_directly() {
             secret: generate_secret(),
             previous_secret: None,
             claim_token: uuid::Uuid::new_v4(),
+            traceparent: None,
         };
         let outcome = sender.attempt(&delivery).await;
         assert_eq!(outcome.next, NextStep::Succeeded, "{:?}", outcome.error);

@@ -898,6 +898,7 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
         event_type: "flow.assigned".into(),
         payload: json!({ "type": "flow.assigned" }),
         event_at: chrono::Utc::now(),
+        traceparent: None,
     };
     let pool = app.db.clone();
     let fan_out = tokio::spawn(async move {
@@ -1307,6 +1308,7 @@ async fn a_fan_out_retried_after_a_lost_commit_answer_gets_its_own_deliveries_ba
         event_type: "flow.assigned".into(),
         payload: json!({ "type": "flow.assigned" }),
         event_at: chrono::Utc::now(),
+        traceparent: None,
     };
     let fan_out = |token: uuid::Uuid| {
         let pool = app.db.clone();

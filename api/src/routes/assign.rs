@@ -409,6 +409,8 @@ pub async fn assign_one(
         assigned_at: now,
         request_id: request_id.map(str::to_owned),
         schedule_id: None,
+        // The request's span: the command's event and its webhook deliveries continue it.
+        traceparent: flow_common::telemetry::current_traceparent(),
     };
     if let Some(request) = request {
         let claim = found.claim.ok_or_else(|| {
@@ -484,6 +486,7 @@ pub async fn publish(
             json,
             command.assignment_id.to_string(),
             request_id.map(str::to_owned),
+            command.traceparent.clone(),
         )
         .await?;
     Ok(())

@@ -154,6 +154,7 @@ fn new_event(org_id: OrgId, sequence: u64, flows: &[FlowId], at: DateTime<Utc>) 
         event_type,
         assignment_id,
         body: event_body(id, event_type.as_str(), at, data),
+        traceparent: None,
     }
 }
 

@@ -136,13 +136,20 @@ async fn insert_new(
         .zip(&event_ids)
         .map(|(command, event_id)| assigned_event(command, *event_id))
         .collect();
+    // Each event continues its command's request; a command that names none (sent before commands
+    // carried it, or by untraced work) joins the trace of the batch applying it.
+    let batch_trace = crate::telemetry::current_traceparent();
+    let traceparents: Vec<Option<&str>> = commands
+        .iter()
+        .map(|c| c.traceparent.as_deref().or(batch_trace.as_deref()))
+        .collect();
     let rows: Vec<(AssignmentId,)> = sqlx::query_as(
         "WITH input AS (
             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
                                  $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[],
-                                 $10::uuid[], $11::uuid[], $12::jsonb[])
+                                 $10::uuid[], $11::uuid[], $12::jsonb[], $13::text[])
                 AS t(id, org_id, flow_id, user_id, priority, notes, due_at, assigned_at,
-                     request_id, schedule_id, event_id, payload)
+                     request_id, schedule_id, event_id, payload, traceparent)
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
                                      assigned_at, request_id, schedule_id)
@@ -159,8 +166,8 @@ async fn insert_new(
             ON CONFLICT DO NOTHING
             RETURNING id
          ), events AS (
-            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload)
-            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload
+            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
+            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent
             FROM input i JOIN inserted USING (id)
             ON CONFLICT (event_id) DO NOTHING
          ), current_schedules AS (
@@ -182,6 +189,7 @@ async fn insert_new(
     .bind(&schedules)
     .bind(&event_ids)
     .bind(&payloads)
+    .bind(&traceparents)
     .fetch_all(&mut *connection)
     .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())

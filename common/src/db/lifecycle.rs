@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
+use tracing::Instrument;
 
 use crate::domain::{AssignmentStatus, ModuleStatus};
 use crate::events::{AssignmentSnapshot, EventType, NewEvent, SNAPSHOT_COLUMNS};
@@ -22,10 +23,12 @@ pub enum ProgressOutcome {
 }
 
 /// Applies one progress command inside the caller's transaction and returns what it did, with the
-/// events it caused (already written to the outbox).
+/// events it caused (already written to the outbox, continuing the trace `traceparent`: the
+/// command's request).
 pub async fn apply_progress(
     connection: &mut PgConnection,
     command: &ProgressCommand,
+    traceparent: Option<&str>,
 ) -> Result<(ProgressOutcome, Vec<EventType>), sqlx::Error> {
     // Lock the assignment: concurrent progress of one assignment applies one at a time, so
     // exactly one of them sees the transition.
@@ -55,7 +58,12 @@ pub async fn apply_progress(
         .bind(command.at.max(snapshot.assigned_at))
         .fetch_one(&mut *connection)
         .await?;
-        events.push(NewEvent::about(&snapshot, EventType::Started, Utc::now()));
+        events.push(NewEvent::about(
+            &snapshot,
+            EventType::Started,
+            Utc::now(),
+            traceparent,
+        ));
     }
     let all_done: bool = sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE p.status = 'completed') = count(*)
@@ -79,7 +87,12 @@ pub async fn apply_progress(
         .bind(command.at.max(started))
         .fetch_one(&mut *connection)
         .await?;
-        events.push(NewEvent::about(&snapshot, EventType::Completed, Utc::now()));
+        events.push(NewEvent::about(
+            &snapshot,
+            EventType::Completed,
+            Utc::now(),
+            traceparent,
+        ));
     }
     super::outbox::insert(connection, &events).await?;
     Ok((
@@ -180,10 +193,20 @@ pub async fn mark_overdue(
     .bind(limit)
     .fetch_all(&mut *connection)
     .await?;
+    if changed.is_empty() {
+        return Ok(0);
+    }
+    // No request caused these: the transitions of one scan share a trace of their own, which
+    // their publication and webhook deliveries continue (a span only when something changed, so
+    // idle scans leave no traces).
+    let span = tracing::info_span!("overdue scan", assignments = changed.len());
+    let traceparent = crate::telemetry::traceparent(&span);
     let events: Vec<NewEvent> = changed
         .iter()
-        .map(|snapshot| NewEvent::about(snapshot, EventType::Overdue, now))
+        .map(|snapshot| NewEvent::about(snapshot, EventType::Overdue, now, traceparent.as_deref()))
         .collect();
-    super::outbox::insert(connection, &events).await?;
+    super::outbox::insert(connection, &events)
+        .instrument(span)
+        .await?;
     Ok(changed.len())
 }

@@ -22,9 +22,14 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
         .collect();
     let assignments: Vec<AssignmentId> = events.iter().map(|event| event.assignment_id).collect();
     let bodies: Vec<&serde_json::Value> = events.iter().map(|event| &event.body).collect();
+    let traceparents: Vec<Option<&str>> = events
+        .iter()
+        .map(|event| event.traceparent.as_deref())
+        .collect();
     sqlx::query(
-        "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[])
+        "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[],
+                              $6::text[])
          ON CONFLICT (event_id) DO NOTHING",
     )
     .bind(&ids)
@@ -32,6 +37,7 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
     .bind(&types)
     .bind(&assignments)
     .bind(&bodies)
+    .bind(&traceparents)
     .execute(&mut *connection)
     .await?;
     super::notify(&mut *connection, super::OUTBOX_CHANNEL, "").await
@@ -52,6 +58,8 @@ pub struct PendingEvent {
     pub payload: serde_json::Value,
     /// When the state change was written.
     pub created_at: DateTime<Utc>,
+    /// W3C trace context of the work that caused the event, published with it.
+    pub traceparent: Option<String>,
 }
 
 /// Locks up to `limit` unpublished events, oldest first, skipping rows another relay holds: call
@@ -61,7 +69,7 @@ pub async fn claim(
     limit: i64,
 ) -> Result<Vec<PendingEvent>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT seq, event_id, org_id, event_type, payload, created_at FROM outbox
+        "SELECT seq, event_id, org_id, event_type, payload, created_at, traceparent FROM outbox
          WHERE published_at IS NULL
          ORDER BY seq
          LIMIT $1

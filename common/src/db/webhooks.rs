@@ -221,6 +221,8 @@ pub struct IncomingEvent {
     pub payload: serde_json::Value,
     /// When the state change happened.
     pub event_at: DateTime<Utc>,
+    /// W3C trace context of the work that caused the event, kept on its deliveries.
+    pub traceparent: Option<String>,
 }
 
 /// A delivery claimed for an attempt, with what sending it needs.
@@ -251,10 +253,13 @@ pub struct ClaimedDelivery {
     /// This claim's fencing token: writes about the delivery apply only while the row still
     /// carries it (another worker that took the delivery over after the lease holds a new one).
     pub claim_token: Uuid,
+    /// W3C trace context of the work that caused the event: every attempt is a span of that
+    /// trace, and the request names the attempt's span in its `traceparent` header.
+    pub traceparent: Option<String>,
 }
 
 const CLAIMED_COLUMNS: &str = "d.id, d.org_id, d.endpoint_id, d.event_id, d.event_type, \
-    d.payload, d.attempts, d.event_at, d.claim_token, e.url, e.secret, \
+    d.payload, d.attempts, d.event_at, d.claim_token, d.traceparent, e.url, e.secret, \
     CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret";
 
 /// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
@@ -288,10 +293,15 @@ pub async fn fan_out(
         .collect();
     let payloads: Vec<&serde_json::Value> = events.iter().map(|event| &event.payload).collect();
     let times: Vec<DateTime<Utc>> = events.iter().map(|event| event.event_at).collect();
+    let traceparents: Vec<Option<&str>> = events
+        .iter()
+        .map(|event| event.traceparent.as_deref())
+        .collect();
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH input AS (
-            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[])
-                AS t(event_id, org_id, event_type, payload, event_at)
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[],
+                                 $8::text[])
+                AS t(event_id, org_id, event_type, payload, event_at, traceparent)
          ), endpoints AS (
             SELECT e.id, e.org_id, e.events FROM webhook_endpoints e
             WHERE e.org_id IN (SELECT DISTINCT org_id FROM input) AND e.enabled
@@ -299,9 +309,10 @@ pub async fn fan_out(
             FOR KEY SHARE
          ), inserted AS (
             INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
-                                            status, lease_until, claim_token, event_at)
+                                            status, lease_until, claim_token, event_at, traceparent)
             SELECT gen_random_uuid(), i.org_id, e.id, i.event_id, i.event_type, i.payload,
-                   'delivering', now() + $6 * interval '1 millisecond', $7, i.event_at
+                   'delivering', now() + $6 * interval '1 millisecond', $7, i.event_at,
+                   i.traceparent
             FROM input i
             JOIN endpoints e ON e.org_id = i.org_id
                  AND (cardinality(e.events) = 0 OR i.event_type = ANY (e.events))
@@ -319,6 +330,7 @@ pub async fn fan_out(
     .bind(&times)
     .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
     .bind(claim_token)
+    .bind(&traceparents)
     .fetch_all(&mut *connection)
     .await
 }

@@ -15,6 +15,10 @@ use crate::consumer::{self, BatchContext, BatchHandler, ack_all, nack_all};
 
 const ROLE: &str = "progress-worker";
 
+/// A progress command with the trace context of the request that sent it (its message's
+/// `traceparent` header): the events it causes continue that trace.
+type Traced<'a> = (&'a ProgressCommand, Option<&'a str>);
+
 /// Applies batches of progress commands.
 pub struct ProgressHandler {
     pool: PgPool,
@@ -28,12 +32,15 @@ impl ProgressHandler {
 
     async fn apply(
         &self,
-        commands: &[&ProgressCommand],
+        commands: &[Traced<'_>],
     ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
+        // A command whose message names no trace joins the trace of the batch applying it.
+        let batch_trace = flow_common::telemetry::current_traceparent();
         let mut transaction = self.pool.begin().await?;
         let mut outcomes = Vec::with_capacity(commands.len());
-        for command in commands {
-            outcomes.push(lifecycle::apply_progress(&mut transaction, command).await?);
+        for (command, traceparent) in commands {
+            let traceparent = traceparent.or(batch_trace.as_deref());
+            outcomes.push(lifecycle::apply_progress(&mut transaction, command, traceparent).await?);
         }
         transaction.commit().await?;
         Ok(outcomes)
@@ -43,7 +50,7 @@ impl ProgressHandler {
     /// workers, Postgres restarting) with backoff until it works or the worker shuts down.
     async fn apply_with_retry(
         &self,
-        commands: &[&ProgressCommand],
+        commands: &[Traced<'_>],
         shutdown: &CancellationToken,
     ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
         consumer::retry_transient(
@@ -77,7 +84,10 @@ impl BatchHandler for ProgressHandler {
         // Lock assignments in one order across workers (fewer deadlocks); a stable sort keeps
         // the commands of one assignment in the order they were sent.
         decoded.sort_by_key(|(_, command)| command.assignment_id);
-        let commands: Vec<&ProgressCommand> = decoded.iter().map(|(_, command)| command).collect();
+        let commands: Vec<Traced<'_>> = decoded
+            .iter()
+            .map(|(delivery, command)| (command, consumer::traceparent(delivery)))
+            .collect();
         let started = Instant::now();
         match self.apply_with_retry(&commands, shutdown).await {
             Ok(outcomes) => {
@@ -97,9 +107,10 @@ impl BatchHandler for ProgressHandler {
                 // ones that fail.
                 tracing::warn!(%error, count = decoded.len(), "progress batch failed; applying commands one by one");
                 for (delivery, command) in &decoded {
-                    match self.apply_with_retry(&[command], shutdown).await {
+                    let traced = [(command, consumer::traceparent(delivery))];
+                    match self.apply_with_retry(&traced, shutdown).await {
                         Ok(outcomes) => {
-                            record(&[command], &outcomes, started.elapsed());
+                            record(&traced, &outcomes, started.elapsed());
                             ack_all(std::slice::from_ref(delivery)).await?;
                         }
                         Err(error) if flow_common::db::is_transient(&error) => {
@@ -126,11 +137,11 @@ impl BatchHandler for ProgressHandler {
 }
 
 fn record(
-    commands: &[&ProgressCommand],
+    commands: &[Traced<'_>],
     outcomes: &[(ProgressOutcome, Vec<EventType>)],
     elapsed: Duration,
 ) {
-    for (command, (outcome, events)) in commands.iter().zip(outcomes) {
+    for ((command, _), (outcome, events)) in commands.iter().zip(outcomes) {
         let label = match outcome {
             ProgressOutcome::Applied => "applied",
             ProgressOutcome::AlreadyCompleted => "already_completed",

@@ -20,6 +20,7 @@ use flow_common::events::{
     BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch,
     MAX_EVENTS_PER_MESSAGE, ORG_HEADER,
 };
+use flow_common::telemetry::TRACEPARENT;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -190,11 +191,18 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         .map(|(event_type, message)| message.map(|message| (event_type, message)))
         .collect::<Result<_, _>>()?;
     let publishes = messages.iter().map(|(event_type, message)| {
+        // A lone event names its own trace; a batch names the relay's (its events carry theirs).
         let headers: Vec<(&str, &str)> = message
             .org
             .as_deref()
             .map(|org| (ORG_HEADER, org))
             .into_iter()
+            .chain(
+                message
+                    .traceparent
+                    .as_deref()
+                    .map(|traceparent| (TRACEPARENT, traceparent)),
+            )
             .collect();
         let exchange = exchange.as_str();
         async move {
@@ -213,7 +221,8 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
     });
     // Every publish must be confirmed before the rows are marked; on any failure the transaction
     // rolls back and the whole batch goes out again (consumers dedupe by event id).
-    // Each batch is a trace of its own, continued by the webhook-workers that consume it.
+    // The publishing is a trace of its own; each event keeps the trace of the work that caused it
+    // (its `traceparent`), which the webhook-worker continues.
     futures::future::try_join_all(publishes)
         .instrument(tracing::info_span!(
             "outbox relay batch",
@@ -244,6 +253,8 @@ struct Message {
     body: Vec<u8>,
     /// The organization header of a lone event.
     org: Option<String>,
+    /// The `traceparent` header of a lone event: the trace of the work that caused it.
+    traceparent: Option<String>,
 }
 
 impl Message {
@@ -254,6 +265,7 @@ impl Message {
                 kind: EVENT_KIND,
                 body: serde_json::to_vec(&event.payload)?,
                 org: Some(event.org_id.to_string()),
+                traceparent: event.traceparent.clone(),
             });
         }
         let batch = EventBatch {
@@ -263,6 +275,7 @@ impl Message {
                 .map(|event| BatchedEvent {
                     org_id: event.org_id,
                     event: event.payload.clone(),
+                    traceparent: event.traceparent.clone(),
                 })
                 .collect(),
         };
@@ -272,6 +285,7 @@ impl Message {
             kind: EVENT_BATCH_KIND,
             body: serde_json::to_vec(&batch)?,
             org: None,
+            traceparent: None,
         })
     }
 }
@@ -287,5 +301,92 @@ async fn prune(pool: &PgPool, retention_hours: u64) {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use flow_common::db::outbox::PendingEvent;
+    use flow_common::events::event_body;
+    use flow_common::ids::{EventId, OrgId};
+
+    use super::*;
+    use crate::webhook::decode_event_message;
+
+    fn pending(seq: i64, traceparent: Option<&str>) -> PendingEvent {
+        let event_id = EventId::new();
+        PendingEvent {
+            seq,
+            event_id,
+            org_id: OrgId::new(),
+            event_type: "flow.assigned".into(),
+            payload: event_body(event_id, "flow.assigned", Utc::now(), serde_json::json!({})),
+            created_at: Utc::now(),
+            traceparent: traceparent.map(str::to_owned),
+        }
+    }
+
+    /// What the webhook-worker reads back from a message the relay publishes, with `header` as the
+    /// message's `traceparent` header when the relay names none (the publisher's span then).
+    fn round_trip(events: &[&PendingEvent], header: &str) -> Vec<Option<String>> {
+        let message = Message::of(events).expect("encodes");
+        let decoded = decode_event_message(
+            Some(message.kind),
+            message.org.as_deref(),
+            Some(message.traceparent.as_deref().unwrap_or(header)),
+            &message.body,
+        )
+        .expect("decodes");
+        let ids: Vec<EventId> = decoded.iter().map(|event| event.event_id).collect();
+        let sent: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
+        assert_eq!(ids, sent, "every event, in order");
+        decoded.into_iter().map(|event| event.traceparent).collect()
+    }
+
+    #[test]
+    fn every_event_keeps_its_own_trace_through_the_relay_encoding() {
+        let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let relay = "00-11111111111111111111111111111111-2222222222222222-01";
+        let traced = pending(1, Some(first));
+        let other = pending(2, Some(second));
+        let untraced = pending(3, None);
+
+        assert_eq!(
+            round_trip(&[&traced, &other, &untraced], relay),
+            [
+                Some(first.to_owned()),
+                Some(second.to_owned()),
+                Some(relay.to_owned())
+            ],
+            "a batch carries each event's trace; one without continues the relay's"
+        );
+        assert_eq!(
+            round_trip(&[&traced], relay),
+            [Some(first.to_owned())],
+            "a lone event's header names its own trace"
+        );
+        assert_eq!(round_trip(&[&untraced], relay), [Some(relay.to_owned())]);
+    }
+
+    #[test]
+    fn batches_published_before_events_carried_their_trace_still_decode() {
+        let event = pending(1, None);
+        let body = serde_json::json!({
+            "version": EVENT_BATCH_VERSION,
+            "events": [{ "orgId": event.org_id, "event": event.payload }],
+        });
+        let relay = "00-11111111111111111111111111111111-2222222222222222-01";
+        let decoded = decode_event_message(
+            Some(EVENT_BATCH_KIND),
+            None,
+            Some(relay),
+            &serde_json::to_vec(&body).expect("json"),
+        )
+        .expect("an old batch decodes");
+        assert_eq!(decoded.len(), 1);
+        assert_eq!(decoded[0].event_id, event.event_id);
+        assert_eq!(decoded[0].traceparent.as_deref(), Some(relay));
     }
 }

@@ -23,6 +23,7 @@ use flow_common::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
 use flow_common::recurrence::Recurrence;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 const ROLE: &str = "scheduler";
 
@@ -180,12 +181,19 @@ pub async fn run_schedules(
         let now = Utc::now();
         let mut transaction = pool.begin().await?;
         let due = schedules::claim_due(&mut transaction, now, batch_size).await?;
+        // The occurrences of one round share a trace of their own, continued by their commands,
+        // their `flow.assigned` events and those events' webhook deliveries (a span only when
+        // something is due, so idle rounds leave no traces).
+        let span = (!due.is_empty())
+            .then(|| tracing::info_span!("schedule occurrences", occurrences = due.len()));
+        let traceparent = span.as_ref().and_then(flow_common::telemetry::traceparent);
         let commands: Vec<AssignCommand> = due
             .iter()
-            .map(|schedule| occurrence_command(schedule, now))
+            .map(|schedule| occurrence_command(schedule, now, traceparent.clone()))
             .collect();
         let published =
             futures::future::join_all(commands.iter().map(|command| publish(publisher, command)))
+                .instrument(span.unwrap_or_else(tracing::Span::none))
                 .await;
         let mut advanced = 0;
         let mut failure = None;
@@ -223,7 +231,11 @@ pub async fn run_schedules(
     }
 }
 
-fn occurrence_command(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> AssignCommand {
+fn occurrence_command(
+    schedule: &schedules::DueSchedule,
+    now: DateTime<Utc>,
+    traceparent: Option<String>,
+) -> AssignCommand {
     AssignCommand {
         version: ASSIGN_COMMAND_VERSION,
         assignment_id: AssignmentId::for_schedule(schedule.id, schedule.occurrence),
@@ -241,6 +253,7 @@ fn occurrence_command(schedule: &schedules::DueSchedule, now: DateTime<Utc>) -> 
         assigned_at: now,
         request_id: None,
         schedule_id: Some(schedule.id),
+        traceparent,
     }
 }
 

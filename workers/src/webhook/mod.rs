@@ -30,6 +30,7 @@ use flow_common::events::{
     EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
 };
 use flow_common::ids::{EventId, OrgId};
+use flow_common::telemetry;
 use flow_common::webhook::{AddressPolicy, RetrySchedule, SecretVault, parse_duration};
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
@@ -323,13 +324,22 @@ impl EventsHandler {
                 Err(error) => {
                     tracing::error!(%error, event_id = %event.event_id, "cannot fan out an event");
                     let org = event.org_id.to_string();
+                    // Headers of a lone event, so a replay reads as one and keeps its trace.
+                    let headers: Vec<(&str, &str)> = std::iter::once((ORG_HEADER, org.as_str()))
+                        .chain(
+                            event
+                                .traceparent
+                                .as_deref()
+                                .map(|traceparent| (telemetry::TRACEPARENT, traceparent)),
+                        )
+                        .collect();
                     context
                         .dead_letters
                         .send_part(
                             &serde_json::to_vec(&event.payload)?,
                             &event.event_id.to_string(),
                             EVENT_KIND,
-                            &[(ORG_HEADER, &org)],
+                            &headers,
                             &format!("cannot fan out: {error}"),
                         )
                         .await?;
@@ -348,15 +358,39 @@ impl EventsHandler {
 }
 
 /// Reads an event message: a lone event (the body is what customers receive; the organization
-/// travels in a header) or an [`EventBatch`].
+/// and the trace travel in headers) or an [`EventBatch`].
 fn decode_events(delivery: &Delivery) -> Result<Vec<IncomingEvent>, String> {
     let kind = delivery
         .properties
         .kind()
         .as_ref()
         .map(|kind| kind.as_str());
+    let org = delivery.properties.headers().as_ref().and_then(|headers| {
+        match headers.inner().get(ORG_HEADER)? {
+            AMQPValue::LongString(text) => Some(text.to_string()),
+            _ => None,
+        }
+    });
+    decode_event_message(
+        kind,
+        org.as_deref(),
+        consumer::traceparent(delivery),
+        &delivery.data,
+    )
+}
+
+/// Reads an event message from its AMQP `type`, its organization and `traceparent` headers and its
+/// body. Each event keeps the trace of the work that caused it: a lone event's is the header, a
+/// batched event carries its own (an event without one, such as those of batches published
+/// before events carried it, continues the header's: the relay's).
+pub(crate) fn decode_event_message(
+    kind: Option<&str>,
+    org_header: Option<&str>,
+    traceparent: Option<&str>,
+    body: &[u8],
+) -> Result<Vec<IncomingEvent>, String> {
     if kind == Some(EVENT_BATCH_KIND) {
-        let batch: EventBatch = serde_json::from_slice(&delivery.data)
+        let batch: EventBatch = serde_json::from_slice(body)
             .map_err(|error| format!("malformed event batch: {error}"))?;
         if batch.version != EVENT_BATCH_VERSION {
             return Err(format!(
@@ -367,25 +401,32 @@ fn decode_events(delivery: &Delivery) -> Result<Vec<IncomingEvent>, String> {
         return batch
             .events
             .into_iter()
-            .map(|batched| incoming(batched.event, batched.org_id))
+            .map(|batched| {
+                let traceparent = batched
+                    .traceparent
+                    .or_else(|| traceparent.map(str::to_owned));
+                incoming(batched.event, batched.org_id, traceparent)
+            })
             .collect();
     }
-    let payload: serde_json::Value = serde_json::from_slice(&delivery.data)
-        .map_err(|error| format!("malformed event: {error}"))?;
-    let org_id = delivery
-        .properties
-        .headers()
-        .as_ref()
-        .and_then(|headers| match headers.inner().get(ORG_HEADER)? {
-            AMQPValue::LongString(text) => OrgId::parse(&text.to_string()),
-            _ => None,
-        })
+    let payload: serde_json::Value =
+        serde_json::from_slice(body).map_err(|error| format!("malformed event: {error}"))?;
+    let org_id = org_header
+        .and_then(OrgId::parse)
         .ok_or("event without its organization header")?;
-    Ok(vec![incoming(payload, org_id)?])
+    Ok(vec![incoming(
+        payload,
+        org_id,
+        traceparent.map(str::to_owned),
+    )?])
 }
 
 /// An event body of organization `org_id`, checked.
-fn incoming(payload: serde_json::Value, org_id: OrgId) -> Result<IncomingEvent, String> {
+fn incoming(
+    payload: serde_json::Value,
+    org_id: OrgId,
+    traceparent: Option<String>,
+) -> Result<IncomingEvent, String> {
     let field = |name: &str| {
         payload[name]
             .as_str()
@@ -402,6 +443,7 @@ fn incoming(payload: serde_json::Value, org_id: OrgId) -> Result<IncomingEvent, 
         event_type,
         payload,
         event_at,
+        traceparent,
     })
 }
 

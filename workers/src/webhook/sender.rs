@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use flow_common::db::webhooks::{AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
+use flow_common::telemetry;
 use flow_common::webhook::{
     AddressPolicy, RetrySchedule, STORED_TEXT_BYTES, SecretVault, parse_endpoint_url,
     signature_header, storable_text,
 };
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
+use tracing::Instrument;
 
 /// Sends attempts.
 pub struct Sender {
@@ -61,12 +63,28 @@ impl Sender {
         })
     }
 
-    /// Attempts `delivery` once and says what follows.
+    /// Attempts `delivery` once and says what follows. The attempt is a span of the event's trace
+    /// (the work that caused it), and the request names that span in its `traceparent` header so
+    /// the receiver can continue the trace.
     pub async fn attempt(&self, delivery: &ClaimedDelivery) -> AttemptOutcome {
         let attempt = delivery.attempts.saturating_add(1);
+        let span = tracing::info_span!(
+            "webhook.attempt",
+            event_id = %delivery.event_id,
+            endpoint_id = %delivery.endpoint_id,
+            delivery_id = %delivery.id,
+            attempt,
+            status_code = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        telemetry::continue_trace(&span, delivery.traceparent.as_deref());
+        let traceparent = telemetry::traceparent(&span);
         let attempted_at = Utc::now();
         let started = Instant::now();
-        let result = self.send(delivery, attempted_at.timestamp()).await;
+        let result = self
+            .send(delivery, attempted_at.timestamp(), traceparent.as_deref())
+            .instrument(span.clone())
+            .await;
         let latency_ms = i32::try_from(started.elapsed().as_millis()).unwrap_or(i32::MAX);
         let mut outcome = AttemptOutcome {
             delivery_id: delivery.id,
@@ -104,6 +122,18 @@ impl Sender {
                 outcome.next = self.after_failure(attempt, None);
             }
         }
+        if let Some(status) = outcome.status_code {
+            span.record("status_code", status);
+        }
+        span.record(
+            "outcome",
+            match (outcome.next, outcome.verdict) {
+                (NextStep::Succeeded, _) => "succeeded",
+                (_, EndpointVerdict::Gone) => "gone",
+                (NextStep::Failed, _) => "failed",
+                _ => "retry",
+            },
+        );
         outcome
     }
 
@@ -124,7 +154,12 @@ impl Sender {
         }
     }
 
-    async fn send(&self, delivery: &ClaimedDelivery, timestamp: i64) -> Result<Answer, String> {
+    async fn send(
+        &self,
+        delivery: &ClaimedDelivery,
+        timestamp: i64,
+        traceparent: Option<&str>,
+    ) -> Result<Answer, String> {
         let url = parse_endpoint_url(&delivery.url, self.policy)?;
         let body = serde_json::to_vec(&delivery.payload).map_err(|error| error.to_string())?;
         let message_id = delivery.event_id.to_string();
@@ -134,13 +169,17 @@ impl Sender {
             .collect::<Result<_, _>>()?;
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         let signature = signature_header(&secrets, &message_id, timestamp, &body);
-        let response = self
+        let mut request = self
             .client
             .post(url)
             .header(CONTENT_TYPE, "application/json")
             .header("webhook-id", &message_id)
             .header("webhook-timestamp", timestamp.to_string())
-            .header("webhook-signature", signature)
+            .header("webhook-signature", signature);
+        if let Some(traceparent) = traceparent {
+            request = request.header(telemetry::TRACEPARENT, traceparent);
+        }
+        let response = request
             .body(body)
             .send()
             .await
