@@ -1,8 +1,11 @@
-//! `flowctl bench report`: seeds a flow with a million assignments (with `COPY`) in a database of
-//! its own, runs the API and a report-worker in this process, and measures the report (metrics +
-//! first page), the weekly aggregate, and each export format end to end (request → file ready),
-//! with the process's peak memory during each export. Postgres's own `COPY (SELECT ...) TO STDOUT
-//! WITH CSV` of the same rows is timed for comparison with the CSV export.
+//! `flowctl bench report`: seeds a flow with a million assignments (with `COPY`; or several sizes
+//! in turn, topping the flow up between them) in a database of its own, beside 99 small flows,
+//! runs the API and a report-worker in this process, and measures the report (metrics + first
+//! page), the weekly aggregate, the first page of the assignment list, the counts of 100 flows at
+//! once, and each export format end to end (request → file ready), with the process's peak memory
+//! during each export. Postgres's own `COPY` of the export's query, and a plain `COPY` of the same
+//! columns, are timed for comparison with the CSV export. With several sizes it prints how each
+//! figure grew.
 
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -22,9 +25,14 @@ use tokio_util::sync::CancellationToken;
 /// Options of the report benchmark.
 #[derive(Debug, Clone, Args)]
 pub struct ReportBenchArgs {
-    /// Assignments in the benchmark flow.
+    /// Assignments in the benchmark flow: one size, or several (`1000000,10000000`) measured in
+    /// turn, the flow topped up between them, with how each figure grew printed at the end.
+    #[arg(long, value_delimiter = ',', default_value = "1000000")]
+    pub assignments: Vec<u64>,
+    /// Time the exports only while the flow holds at most this many assignments (an Excel sheet
+    /// holds at most 1,048,575 rows).
     #[arg(long, default_value_t = 1_000_000)]
-    pub assignments: u64,
+    pub export_max: u64,
     /// Timed runs of the report and of the aggregate.
     #[arg(long, default_value_t = 20)]
     pub iterations: usize,
@@ -46,8 +54,25 @@ pub async fn run(core: &CoreConfig, args: ReportBenchArgs) -> anyhow::Result<()>
     core.database_url = url.clone();
     core.queue_prefix = format!("bench.{}", uuid::Uuid::now_v7().simple());
     let pool = prepare(&url, &args).await?;
-    let seeded = seed(&pool, args.assignments).await?;
-    let result = measure(&core, &pool, &seeded, &args).await;
+    let mut sizes = args.assignments.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut grown = Vec::new();
+    let mut result = Ok(());
+    for size in sizes {
+        let measured = match seed(&pool, size).await {
+            Ok(seeded) => measure(&core, &pool, &seeded, &args).await,
+            Err(error) => Err(error),
+        };
+        match measured {
+            Ok(figures) => grown.push((size, figures)),
+            Err(error) => {
+                result = Err(error);
+                break;
+            }
+        }
+    }
+    print_growth(&grown);
     pool.close().await;
     if !args.keep {
         sqlx::Postgres::drop_database(&url)
@@ -110,6 +135,9 @@ fn copy_time(out: &mut String, at: DateTime<Utc>) {
     let _ = write!(out, "{}", at.format("%Y-%m-%d %H:%M:%S%.6f+00"));
 }
 
+/// Brings the benchmark flow to `count` assignments: creates it (with 99 small flows beside it,
+/// for the many-flows figure) on first use, then appends what is missing, so a run over several
+/// sizes measures one growing flow.
 async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     let existing: Option<(OrgId, FlowId, i64)> = sqlx::query_as(
         "SELECT f.org_id, f.id, (SELECT count(*) FROM assignments a WHERE a.flow_id = f.id)
@@ -117,19 +145,38 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     )
     .fetch_optional(pool)
     .await?;
-    if let Some((org_id, flow_id, rows)) = existing
-        && u64::try_from(rows).unwrap_or(0) == count
-    {
-        let (_, key) = db::keys::create(pool, org_id, "bench").await?;
-        println!("reusing the seeded flow ({rows} assignments)");
-        return Ok(Seeded {
-            org_id,
-            flow_id,
-            key,
-            rows: count,
-        });
+    let (org_id, flow_id, have) = match existing {
+        Some((org_id, flow_id, rows)) => (org_id, flow_id, u64::try_from(rows).unwrap_or(0)),
+        None => {
+            let (org_id, flow_id) = create_flows(pool).await?;
+            (org_id, flow_id, 0)
+        }
+    };
+    anyhow::ensure!(
+        have <= count,
+        "the benchmark database already holds {have} assignments in its flow, more than {count}: \
+         drop it or name another with --database"
+    );
+    let (_, key) = db::keys::create(pool, org_id, "bench").await?;
+    if have == count {
+        println!("reusing the seeded flow ({have} assignments)");
+    } else {
+        append(pool, org_id, flow_id, have, count - have).await?;
     }
-    let started = Instant::now();
+    Ok(Seeded {
+        org_id,
+        flow_id,
+        key,
+        rows: count,
+    })
+}
+
+/// Small flows beside the benchmark flow (each with 1,000 assignments), for the figure a page of
+/// the dashboard's flow list needs.
+const SMALL_FLOWS: usize = 99;
+
+/// The benchmark organization, its flow, and [`SMALL_FLOWS`] small flows.
+async fn create_flows(pool: &PgPool) -> anyhow::Result<(OrgId, FlowId)> {
     let org = orgs::create(
         pool,
         &orgs::NewOrganization {
@@ -148,15 +195,43 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
             estimated_minutes: 30,
         })
         .collect();
-    let (flow, modules) = db::flows::create(pool, org.id, "Bench flow", None, &modules).await?;
-    let module_ids: Vec<ModuleId> = modules.iter().map(|module| module.id).collect();
-    let (_, key) = db::keys::create(pool, org.id, "bench").await?;
+    let (flow, _) = db::flows::create(pool, org.id, "Bench flow", None, &modules).await?;
+    for index in 0..SMALL_FLOWS {
+        let (small, _) = db::flows::create(
+            pool,
+            org.id,
+            &format!("Small bench flow {index}"),
+            None,
+            &modules,
+        )
+        .await?;
+        append(pool, org.id, small.id, 0, 1_000).await?;
+    }
+    Ok((org.id, flow.id))
+}
 
+/// Appends `count` assignments (and their users and module progress) to `flow_id` with COPY;
+/// `have` is how many it holds (it seeds the generator, so every run writes the same data).
+async fn append(
+    pool: &PgPool,
+    org_id: OrgId,
+    flow_id: FlowId,
+    have: u64,
+    count: u64,
+) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let module_ids: Vec<ModuleId> =
+        sqlx::query_scalar("SELECT id FROM modules WHERE flow_id = $1 ORDER BY position")
+            .bind(flow_id)
+            .fetch_all(pool)
+            .await?;
     let origin = Utc
         .with_ymd_and_hms(2025, 11, 1, 0, 0, 0)
         .single()
         .context("origin")?;
-    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    // Seeded by where the flow stands, so a top-up continues the same data.
+    let mut random =
+        Random(0x9e37_79b9_7f4a_7c15 ^ have.wrapping_mul(0x2545_f491_4f6c_dd1d).max(1));
     let mut users = pool
         .copy_in_raw("COPY users (id, org_id, email, email_normalized) FROM STDIN")
         .await?;
@@ -176,13 +251,14 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
         (String::new(), String::new(), String::new());
     let mut progress_count = 0u64;
     let bar = crate::output::progress(count, "seeding assignments");
+    let quiet = count < 10_000;
     for index in 0..count {
         if index % 10_000 == 0 {
             bar.set_position(index);
         }
         let user_id = UserId::new();
-        let email = format!("bench-{index}@bench.example");
-        let _ = writeln!(user_rows, "{}\t{}\t{email}\t{email}", user_id.0, org.id.0);
+        let email = format!("bench-{flow_id}-{}@bench.example", have + index);
+        let _ = writeln!(user_rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         let assignment_id = AssignmentId::new();
         let assigned_at = origin + chrono::Duration::seconds(random.below(365 * 86_400) as i64);
         let roll = random.below(100);
@@ -203,7 +279,7 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
         let _ = write!(
             assignment_rows,
             "{}\t{}\t{}\t{}\t{status}\tmedium\t",
-            assignment_id.0, org.id.0, flow.id.0, user_id.0
+            assignment_id.0, org_id.0, flow_id.0, user_id.0
         );
         let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
             Some(at) => copy_time(out, at),
@@ -275,16 +351,14 @@ async fn seed(pool: &PgPool, count: u64) -> anyhow::Result<Seeded> {
     sqlx::query("VACUUM (ANALYZE) module_progress")
         .execute(pool)
         .await?;
+    if quiet {
+        return Ok(());
+    }
     println!(
         "seeded {count} assignments and {progress_count} module progress rows with COPY in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    Ok(Seeded {
-        org_id: org.id,
-        flow_id: flow.id,
-        key,
-        rows: count,
-    })
+    Ok(())
 }
 
 /// Peak and current resident memory of this process, in MiB, from `/proc/self/status`.
@@ -306,7 +380,7 @@ fn reset_peak_memory() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-fn summary(label: &str, samples: &mut [Duration]) {
+fn summary(label: &str, samples: &mut [Duration]) -> Duration {
     samples.sort();
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
     let percentile = |p: f64| {
@@ -321,6 +395,7 @@ fn summary(label: &str, samples: &mut [Duration]) {
         ms(samples[samples.len() - 1]),
         samples.len()
     );
+    samples[(samples.len() - 1) / 2]
 }
 
 async fn measure(
@@ -328,7 +403,7 @@ async fn measure(
     pool: &PgPool,
     seeded: &Seeded,
     args: &ReportBenchArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Measured> {
     let shutdown = CancellationToken::new();
     let export_dir =
         std::env::temp_dir().join(format!("flow-bench-exports-{}", std::process::id()));
@@ -383,7 +458,7 @@ async fn measure(
     for _ in 0..args.iterations.max(1) {
         samples.push(report(inline.clone()).await?.0);
     }
-    summary("report: metrics + first 1,000", &mut samples);
+    let report_p50 = summary("report: metrics + first 1,000", &mut samples);
 
     let weekly = json!({ "flowId": flow_id, "aggregate": { "by": "week" }, "limit": 1 });
     let (_, body) = report(weekly.clone()).await?;
@@ -392,7 +467,7 @@ async fn measure(
     for _ in 0..args.iterations.max(1) {
         samples.push(report(weekly.clone()).await?.0);
     }
-    summary(&format!("aggregate by week ({weeks} weeks)"), &mut samples);
+    let aggregate_p50 = summary(&format!("aggregate by week ({weeks} weeks)"), &mut samples);
     let mut connection = pool.acquire().await?;
     let scope = flow_common::db::reports::Scope {
         flow_id: seeded.flow_id,
@@ -417,6 +492,87 @@ async fn measure(
     }
     summary("  and the metrics SQL", &mut samples);
     drop(connection);
+
+    // The first page of the flow's assignments, as `GET /v1/assignments` serves it (keyset).
+    let page_url = format!("{base_url}/v1/assignments?flowId={flow_id}&limit=100");
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        let started = Instant::now();
+        let response = client
+            .get(&page_url)
+            .bearer_auth(&seeded.key)
+            .send()
+            .await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "list answered {}",
+            response.status()
+        );
+        response.bytes().await?;
+        samples.push(started.elapsed());
+    }
+    let page_p50 = summary("first page of assignments (100)", &mut samples);
+
+    // Counts of 100 flows at once (a page of the dashboard's flow list): the bench flow and
+    // the small ones beside it.
+    let flows: Vec<FlowId> =
+        sqlx::query_scalar("SELECT id FROM flows WHERE org_id = $1 ORDER BY id LIMIT 100")
+            .bind(seeded.org_id)
+            .fetch_all(pool)
+            .await?;
+    let mut samples = Vec::new();
+    for _ in 0..args.iterations.max(1) {
+        let started = Instant::now();
+        db::dashboard::flow_counts(pool, seeded.org_id, &flows, Utc::now()).await?;
+        samples.push(started.elapsed());
+    }
+    let flows_p50 = summary(
+        &format!("counts of {} flows at once", flows.len()),
+        &mut samples,
+    );
+    let mut measured = Measured {
+        report_p50,
+        aggregate_p50,
+        page_p50,
+        flows_p50,
+        csv: None,
+    };
+    if seeded.rows > args.export_max {
+        println!("exports not timed above --export-max {}", args.export_max);
+        shutdown.cancel();
+        drop(server.await);
+        drop(worker_task.await);
+        return Ok(measured);
+    }
+
+    // The cheapest way Postgres produces the export's columns: the module counts by one grouped
+    // join instead of a count per row.
+    let plain = format!(
+        "COPY (SELECT a.id, u.email, a.assigned_at,
+                      flow_effective_status(a.status, a.due_at, now()), a.priority, a.due_at,
+                      a.started_at, a.completed_at, COALESCE(p.completed, 0)
+               FROM assignments a JOIN users u ON u.id = a.user_id
+               LEFT JOIN (SELECT assignment_id, count(*) AS completed FROM module_progress
+                          WHERE status = 'completed' GROUP BY assignment_id) p
+                      ON p.assignment_id = a.id
+               WHERE a.flow_id = '{}'
+               ORDER BY a.assigned_at, a.id) TO STDOUT WITH (FORMAT csv, HEADER)",
+        seeded.flow_id.0
+    );
+    let started = Instant::now();
+    let mut stream = pool.copy_out_raw(&plain).await?;
+    let mut plain_bytes = 0usize;
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        plain_bytes += chunk?.len();
+    }
+    drop(stream);
+    let plain_time = started.elapsed();
+    println!(
+        "{:<34} {:>8.2} s   {:>7.1} MiB",
+        "plain COPY of the same columns",
+        plain_time.as_secs_f64(),
+        plain_bytes as f64 / 1_048_576.0
+    );
 
     // Postgres's own CSV of the same rows, for comparison with the CSV export.
     let sql = flow_common::db::reports::export_select_sql(false)
@@ -486,9 +642,11 @@ async fn measure(
         .await?
         .flatten();
         let ratio = if format == "csv" {
+            measured.csv = Some((elapsed, plain_time));
             format!(
-                "   {:.2}× COPY",
-                elapsed.as_secs_f64() / copy_time.as_secs_f64()
+                "   {:.2}× COPY, {:.2}× plain COPY",
+                elapsed.as_secs_f64() / copy_time.as_secs_f64(),
+                elapsed.as_secs_f64() / plain_time.as_secs_f64()
             )
         } else {
             String::new()
@@ -508,5 +666,57 @@ async fn measure(
     drop(server.await);
     drop(worker_task.await);
     drop(std::fs::remove_dir_all(&export_dir));
-    Ok(())
+    Ok(measured)
+}
+
+/// The figures compared across sizes (medians).
+struct Measured {
+    report_p50: Duration,
+    aggregate_p50: Duration,
+    page_p50: Duration,
+    flows_p50: Duration,
+    /// The CSV export (request → ready) and the plain COPY of its columns, when timed.
+    csv: Option<(Duration, Duration)>,
+}
+
+/// How each figure grew from the smallest size measured.
+fn print_growth(grown: &[(u64, Measured)]) {
+    if grown.len() < 2 {
+        return;
+    }
+    let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
+    println!();
+    println!("growth (p50):");
+    println!(
+        "{:>12} {:>12} {:>14} {:>12} {:>14} {:>22}",
+        "assignments", "report", "weekly agg.", "first page", "100 flows", "CSV export / plain"
+    );
+    let first = &grown[0].1;
+    for (size, figures) in grown {
+        let csv = figures.csv.map_or("—".to_owned(), |(export, plain)| {
+            format!(
+                "{:.2} s / {:.2} s",
+                export.as_secs_f64(),
+                plain.as_secs_f64()
+            )
+        });
+        println!(
+            "{size:>12} {:>9.1} ms {:>11.1} ms {:>9.1} ms {:>11.1} ms {csv:>22}",
+            ms(figures.report_p50),
+            ms(figures.aggregate_p50),
+            ms(figures.page_p50),
+            ms(figures.flows_p50),
+        );
+    }
+    let (size, last) = &grown[grown.len() - 1];
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+    println!(
+        "{}× the assignments ({} → {size}): report {:.2}×, weekly aggregate {:.2}×, first page {:.2}×, 100 flows {:.2}×",
+        size / grown[0].0.max(1),
+        grown[0].0,
+        ratio(last.report_p50, first.report_p50),
+        ratio(last.aggregate_p50, first.aggregate_p50),
+        ratio(last.page_p50, first.page_p50),
+        ratio(last.flows_p50, first.flows_p50),
+    );
 }
