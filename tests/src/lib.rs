@@ -249,7 +249,7 @@ pub struct TestOptions {
     /// ([`TestApp::postgres_proxy`]); the test's own pool [`TestApp::db`] connects directly.
     pub postgres_proxy: bool,
     /// Dashboard session lifetimes (default: the service's defaults).
-    pub dashboard: Option<flow_api::dashboard::DashboardConfig>,
+    pub dashboard: Option<flow_api::config::DashboardConfig>,
 }
 
 impl Default for TestOptions {

@@ -394,7 +394,7 @@ async fn cross_site_requests_that_change_things_are_refused() {
 #[tokio::test]
 async fn an_idle_session_ends() {
     let app = TestApp::spawn_with(TestOptions {
-        dashboard: Some(flow_api::dashboard::DashboardConfig {
+        dashboard: Some(flow_api::config::DashboardConfig {
             session_idle: Duration::from_secs(2),
             session_max: Duration::from_secs(3_600),
         }),
@@ -420,7 +420,7 @@ async fn an_idle_session_ends() {
 #[tokio::test]
 async fn a_session_ends_at_its_maximum_age_however_active() {
     let app = TestApp::spawn_with(TestOptions {
-        dashboard: Some(flow_api::dashboard::DashboardConfig {
+        dashboard: Some(flow_api::config::DashboardConfig {
             session_idle: Duration::from_secs(3_600),
             session_max: Duration::from_secs(3),
         }),

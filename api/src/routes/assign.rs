@@ -22,10 +22,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, Caller, RequestId};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::state::AppState;
 
 /// Most items in one bulk request.
 pub const MAX_BULK_ITEMS: usize = 1_000;

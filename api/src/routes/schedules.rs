@@ -16,10 +16,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::assign::{AssignInput, AssignRequest};
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::state::AppState;
 
 /// Largest `dueInDays`.
 pub const MAX_DUE_IN_DAYS: i32 = 3_650;

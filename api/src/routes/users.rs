@@ -12,10 +12,10 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
+use crate::state::AppState;
 
 /// Most users in one bulk upsert.
 pub const MAX_BULK_USERS: usize = 1_000;
