@@ -205,3 +205,40 @@ async fn rate_limit_retry_after_and_request_id_headers_are_documented() {
         "listing flows is not rate-limited"
     );
 }
+
+#[tokio::test]
+async fn every_operation_takes_the_api_key_and_documents_its_401_once_for_all() {
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await;
+    let document = openapi(&app).await;
+    assert_eq!(document["security"], json!([{ "bearer": [] }]));
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearer"],
+        json!({ "type": "http", "scheme": "bearer" })
+    );
+    let mut operations = 0;
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            operations += 1;
+            assert!(
+                operation.get("security").is_none(),
+                "{method} {path} overrides the API key requirement"
+            );
+            let unauthorized = &operation["responses"]["401"];
+            assert_eq!(
+                unauthorized["description"],
+                json!("Missing or invalid API key"),
+                "{method} {path}"
+            );
+            assert_eq!(
+                unauthorized["content"]["application/json"]["schema"]["$ref"],
+                json!("#/components/schemas/ErrorBody"),
+                "{method} {path}"
+            );
+        }
+    }
+    assert!(operations >= 25, "only {operations} operations documented");
+}

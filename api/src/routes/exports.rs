@@ -77,7 +77,6 @@ impl From<&ExportRecord> for ExportState {
             (Vec<u8> = "application/pdf"),
         )),
         (status = 202, description = "Still being generated; poll again after Retry-After seconds", body = ExportState),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such export in this organization", body = ErrorBody),
         (status = 410, description = "The export has expired", body = ErrorBody),
         (status = 500, description = "The export failed; request a new export", body = ErrorBody),

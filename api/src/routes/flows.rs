@@ -142,7 +142,6 @@ fn summary_view(flow: FlowSummary) -> FlowView {
     responses(
         (status = 201, description = "Created", body = FlowView),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn create_flow(
@@ -205,7 +204,6 @@ pub async fn create_flow(
     params(PageQuery),
     responses(
         (status = 200, description = "A page of flows", body = Page<FlowView>),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn list_flows(
@@ -232,7 +230,6 @@ pub async fn list_flows(
     params(("id" = String, Path, description = "Flow id (flow_…)")),
     responses(
         (status = 200, description = "The flow", body = FlowView),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
     )
 )]
