@@ -6,8 +6,10 @@
 pub mod audit;
 pub mod dashboard;
 pub mod proxy;
-pub mod receiver;
 pub mod reports;
+
+/// The webhook receiver the tests and the benchmarks share.
+pub use flowctl::receiver;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
