@@ -470,21 +470,21 @@ impl Security {
 
 /// The assignment ids of a report's list, in order.
 pub fn assignment_ids(body: &Value) -> Vec<String> {
-    body["assignments"]
-        .as_array()
-        .expect("assignments")
-        .iter()
-        .map(|row| row["assignmentId"].as_str().expect("id").to_owned())
-        .collect()
+    ids(body, "assignments", "assignmentId")
 }
 
 /// The schedule ids of a report's list, in order.
 pub fn schedule_ids(body: &Value) -> Vec<String> {
-    body["schedules"]
+    ids(body, "schedules", "scheduleId")
+}
+
+/// The `field` of every row of the report's `list`.
+fn ids(body: &Value, list: &str, field: &str) -> Vec<String> {
+    body[list]
         .as_array()
-        .expect("schedules")
+        .unwrap_or_else(|| panic!("{list} in {body}"))
         .iter()
-        .map(|row| row["scheduleId"].as_str().expect("id").to_owned())
+        .map(|row| row[field].as_str().expect("id").to_owned())
         .collect()
 }
 
