@@ -17,8 +17,16 @@ use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::background::Background;
+use crate::caller::Caller;
+
+/// Why a cache could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The value was not cached, and Postgres could not be read.
+    #[error("loading a cache entry: {0}")]
+    Database(#[from] sqlx::Error),
+}
 
 /// A cache whose invalidations also reach loads that are under way: a value read from Postgres
 /// before an invalidation is not cached after it. Without this, a key looked up just before its
@@ -79,7 +87,7 @@ where
     }
 }
 
-/// The API's caches.
+/// The API's caches. Cheap to clone.
 #[derive(Clone)]
 pub struct Caches {
     keys: EpochCache<[u8; 32], Option<Arc<Caller>>>,
@@ -91,8 +99,22 @@ pub struct Caches {
 }
 
 impl Caches {
+    /// Empty caches over `pool`, kept current by a listener for invalidations, with a writer
+    /// of the keys' `last_used_at`; both run in `background`.
+    pub fn start(pool: &PgPool, background: &Background) -> Self {
+        let (touch_queue, touches) = mpsc::channel(10_000);
+        let caches = Self::new(touch_queue);
+        background.spawn("cache invalidation listener", |stop| {
+            caches.clone().listen(pool.clone(), stop)
+        });
+        background.spawn("API key use recorder", |stop| {
+            record_key_use(pool.clone(), touches, stop)
+        });
+        caches
+    }
+
     /// Empty caches; `touch_queue` receives key ids to mark as used.
-    pub fn new(touch_queue: mpsc::Sender<KeyId>) -> Self {
+    fn new(touch_queue: mpsc::Sender<KeyId>) -> Self {
         Self {
             keys: EpochCache::new(100_000, Duration::from_secs(60)),
             flows: EpochCache::new(100_000, Duration::from_secs(600)),
@@ -114,7 +136,7 @@ impl Caches {
         &self,
         pool: &PgPool,
         secret: &str,
-    ) -> Result<Option<Arc<Caller>>, ApiError> {
+    ) -> Result<Option<Arc<Caller>>, CacheError> {
         if !secret.starts_with(keys::KEY_PREFIX) || secret.len() > 200 {
             return Ok(None);
         }
@@ -161,7 +183,7 @@ impl Caches {
         pool: &PgPool,
         org_id: OrgId,
         flow_id: FlowId,
-    ) -> Result<Option<Arc<FlowSummary>>, ApiError> {
+    ) -> Result<Option<Arc<FlowSummary>>, CacheError> {
         let flow = match self.flows.get(&flow_id) {
             Some(flow) => flow,
             None => {
@@ -195,7 +217,7 @@ impl Caches {
 
     /// Listens for invalidations until `shutdown`; reconnects (dropping everything, since
     /// notifications may have been missed) when the connection fails.
-    pub async fn listen(self, pool: PgPool, shutdown: CancellationToken) {
+    async fn listen(self, pool: PgPool, shutdown: CancellationToken) {
         loop {
             let listener = async {
                 let mut listener = PgListener::connect_with(&pool).await?;
@@ -225,7 +247,7 @@ impl Caches {
 }
 
 /// Writes `last_used_at` for keys in batches, off the request path.
-pub async fn record_key_use(
+async fn record_key_use(
     pool: PgPool,
     mut queue: mpsc::Receiver<KeyId>,
     shutdown: CancellationToken,
@@ -244,7 +266,10 @@ pub async fn record_key_use(
             tracing::warn!(%error, "could not record API key use");
         }
         batch.clear();
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
     }
 }
 

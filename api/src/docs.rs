@@ -1,25 +1,69 @@
-//! The API reference people open: Swagger UI at `/docs` over `/v1/openapi.json` (its files come
-//! from a crate and are served by the API; no CDN, no download at build time), and the parts of
-//! the OpenAPI document the handlers' annotations do not give: the webhook events (OpenAPI 3.1
-//! `webhooks`, from the Rust types that build them) and the headers every operation shares.
+//! The OpenAPI document and the API reference people open: Swagger UI at `/docs` over
+//! `/v1/openapi.json` (its files come from a crate and are served by the API; no CDN, no
+//! download at build time). The handlers' annotations give the operations; this module gives the
+//! document's root and what the annotations do not: the responses and headers every operation
+//! shares, and the webhook events (OpenAPI 3.1 `webhooks`, from the Rust types that build them).
+
+use std::sync::Arc;
 
 use flow_common::events::{EventBody, EventData, EventType, TestEventData};
 use flow_common::ids::EventId;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{OperationBuilder, ParameterBuilder, ParameterIn, PathItemBuilder};
-use utoipa::openapi::request_body::RequestBodyBuilder;
-use utoipa::openapi::{
-    ContentBuilder, HttpMethod, ObjectBuilder, PathsBuilder, Ref, RefOr, Required, ResponseBuilder,
-    Type,
+use utoipa::openapi::path::{
+    Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItemBuilder,
 };
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{
+    ContentBuilder, HttpMethod, ObjectBuilder, OpenApi as Document, PathsBuilder, Ref, RefOr,
+    Required, Response, ResponseBuilder, Type,
+};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 use utoipa_swagger_ui::{Config, SwaggerUi};
 
 use crate::middleware::MAX_REQUEST_ID_LEN;
 
+/// The OpenAPI document's root; paths and schemas come from the handlers.
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Flow",
+        version = "1",
+        description = "Assign training and onboarding flows to users and report on them."
+    ),
+    modifiers(&BearerAuth)
+)]
+struct ApiDoc;
+
+/// The root the handlers' operations are merged into.
+pub fn root() -> Document {
+    ApiDoc::openapi()
+}
+
+/// Serves the document, completed from the handlers' `operations`, at `/v1/openapi.json`, and
+/// Swagger UI over it at `/docs`.
+pub fn router<S: Clone + Send + Sync + 'static>(mut operations: Document) -> axum::Router<S> {
+    operations
+        .paths
+        .paths
+        .retain(|path, _| path.starts_with("/v1/"));
+    // After the merge: the handlers' operations only exist from here on.
+    CommonResponses.modify(&mut operations);
+    DocumentedHeaders.modify(&mut operations);
+    Webhooks.modify(&mut operations);
+    let document = Arc::new(operations);
+    reference().route(
+        "/v1/openapi.json",
+        axum::routing::get(move || {
+            let document = document.clone();
+            async move { axum::Json(document.as_ref().clone()) }
+        }),
+    )
+}
+
 /// `GET /docs`: Swagger UI over the service's own document. The validator badge is off: it
 /// would send the document to a third-party service.
-pub fn reference<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
+fn reference<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
     SwaggerUi::new("/docs")
         .config(
             Config::from("/v1/openapi.json")
@@ -29,6 +73,92 @@ pub fn reference<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
                 .display_request_duration(true),
         )
         .into()
+}
+
+/// Every operation takes the API key as a Bearer token.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut Document) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        openapi.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+    }
+}
+
+/// Every operation of the document.
+fn operations(openapi: &mut Document) -> impl Iterator<Item = &mut Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// A response with the error body.
+fn error_response(description: &str) -> RefOr<Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build(),
+    )
+}
+
+/// Adds to every operation the error responses that the shared machinery (extractors,
+/// middleware) can give it, so that the document lists every status a caller can get without
+/// each handler repeating them: 401 everywhere (every operation takes the API key), 400 where
+/// there is a body or a query string, 413 and 415 where there is a body, 503 everywhere
+/// (Postgres or RabbitMQ unreachable).
+struct CommonResponses;
+
+impl Modify for CommonResponses {
+    fn modify(&self, openapi: &mut Document) {
+        for operation in operations(openapi) {
+            let has_body = operation.request_body.is_some();
+            let has_query = operation.parameters.iter().flatten().any(|parameter| {
+                matches!(parameter, RefOr::T(parameter) if parameter.parameter_in == ParameterIn::Query)
+            });
+            let mut responses = vec![
+                ("401", "Missing or invalid API key"),
+                (
+                    "503",
+                    "Postgres or RabbitMQ unreachable (nothing was accepted), or the request took longer than REQUEST_TIMEOUT; retry",
+                ),
+            ];
+            if has_body || has_query {
+                responses.push(("400", "Invalid request"));
+            }
+            if has_body {
+                responses.push(("413", "Request body over 1 MiB"));
+                responses.push(("415", "Content-Type is not application/json"));
+            }
+            for (status, description) in responses {
+                operation
+                    .responses
+                    .responses
+                    .entry(status.to_owned())
+                    .or_insert_with(|| error_response(description));
+            }
+        }
+    }
 }
 
 fn integer_header(description: &str) -> RefOr<utoipa::openapi::header::Header> {
@@ -57,10 +187,10 @@ fn string_header(description: &str) -> RefOr<utoipa::openapi::header::Header> {
 /// and response; `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` on the answers of
 /// rate-limited operations (those that can answer 429); `Retry-After` on 429, 503, and a 409 that
 /// says it carries one.
-pub struct DocumentedHeaders;
+struct DocumentedHeaders;
 
-impl utoipa::Modify for DocumentedHeaders {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+impl Modify for DocumentedHeaders {
+    fn modify(&self, openapi: &mut Document) {
         let request_id = ParameterBuilder::new()
             .name("X-Request-ID")
             .parameter_in(ParameterIn::Header)
@@ -77,76 +207,55 @@ impl utoipa::Modify for DocumentedHeaders {
                     .pattern(Some("^[\\x20-\\x7E]+$")),
             ))
             .build();
-        for item in openapi.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.patch,
-                &mut item.delete,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                let parameters = operation.parameters.get_or_insert_with(Vec::new);
-                if !parameters.iter().any(|parameter| {
-                    matches!(parameter, RefOr::T(parameter)
+        for operation in operations(openapi) {
+            let parameters = operation.parameters.get_or_insert_with(Vec::new);
+            if !parameters.iter().any(|parameter| {
+                matches!(parameter, RefOr::T(parameter)
                         if parameter.name.eq_ignore_ascii_case("X-Request-ID"))
-                }) {
-                    parameters.push(RefOr::T(request_id.clone()));
-                }
-                // An invalid X-Request-ID is refused on every operation.
-                if !operation.responses.responses.contains_key("400") {
-                    operation.responses.responses.insert(
-                        "400".to_owned(),
-                        RefOr::T(
-                            ResponseBuilder::new()
-                                .description("Invalid request (such as a malformed X-Request-ID)")
-                                .content(
-                                    "application/json",
-                                    ContentBuilder::new()
-                                        .schema(Some(Ref::from_schema_name("ErrorBody")))
-                                        .build(),
-                                )
-                                .build(),
-                        ),
-                    );
-                }
-                let rate_limited = operation.responses.responses.contains_key("429");
-                for (status, response) in operation.responses.responses.iter_mut() {
-                    let RefOr::T(response) = response else {
-                        continue;
-                    };
+            }) {
+                parameters.push(RefOr::T(request_id.clone()));
+            }
+            // An invalid X-Request-ID is refused on every operation.
+            if !operation.responses.responses.contains_key("400") {
+                operation.responses.responses.insert(
+                    "400".to_owned(),
+                    error_response("Invalid request (such as a malformed X-Request-ID)"),
+                );
+            }
+            let rate_limited = operation.responses.responses.contains_key("429");
+            for (status, response) in operation.responses.responses.iter_mut() {
+                let RefOr::T(response) = response else {
+                    continue;
+                };
+                response.headers.insert(
+                    "X-Request-ID".to_owned(),
+                    string_header(
+                        "The request's id: the caller's X-Request-ID, or a generated one",
+                    ),
+                );
+                let success = status.starts_with('2');
+                if rate_limited && (success || status == "429") {
                     response.headers.insert(
-                        "X-Request-ID".to_owned(),
-                        string_header(
-                            "The request's id: the caller's X-Request-ID, or a generated one",
-                        ),
+                        "RateLimit-Limit".to_owned(),
+                        integer_header("Requests allowed per minute for this operation"),
                     );
-                    let success = status.starts_with('2');
-                    if rate_limited && (success || status == "429") {
-                        response.headers.insert(
-                            "RateLimit-Limit".to_owned(),
-                            integer_header("Requests allowed per minute for this operation"),
-                        );
-                        response.headers.insert(
-                            "RateLimit-Remaining".to_owned(),
-                            integer_header("Requests left in the current window"),
-                        );
-                        response.headers.insert(
-                            "RateLimit-Reset".to_owned(),
-                            integer_header("Seconds until the window resets"),
-                        );
-                    }
-                    let retry = status == "429"
-                        || status == "503"
-                        || (status == "409" && response.description.contains("Retry-After"));
-                    if retry {
-                        response.headers.insert(
-                            "Retry-After".to_owned(),
-                            integer_header("Seconds to wait before retrying"),
-                        );
-                    }
+                    response.headers.insert(
+                        "RateLimit-Remaining".to_owned(),
+                        integer_header("Requests left in the current window"),
+                    );
+                    response.headers.insert(
+                        "RateLimit-Reset".to_owned(),
+                        integer_header("Seconds until the window resets"),
+                    );
+                }
+                let retry = status == "429"
+                    || status == "503"
+                    || (status == "409" && response.description.contains("Retry-After"));
+                if retry {
+                    response.headers.insert(
+                        "Retry-After".to_owned(),
+                        integer_header("Seconds to wait before retrying"),
+                    );
                 }
             }
         }
@@ -155,10 +264,10 @@ impl utoipa::Modify for DocumentedHeaders {
 
 /// The OpenAPI 3.1 `webhooks` section: one entry per event type, its body the [`EventBody`]
 /// the relay and the webhook-worker send, and the Standard Webhooks signature headers.
-pub struct Webhooks;
+struct Webhooks;
 
-impl utoipa::Modify for Webhooks {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+impl Modify for Webhooks {
+    fn modify(&self, openapi: &mut Document) {
         let components = openapi.components.get_or_insert_with(Default::default);
         let mut schemas = vec![
             (

@@ -1,16 +1,20 @@
 //! The one error type of the API: every failure becomes a status and the `{error, message}` body
 //! (plus `retry_after` on 429). Internal errors are logged with context and answered without
-//! details.
+//! details. The services' own errors (caches, lookups, rate limits, publishing, Postgres) become
+//! it here, at the edge; so do the `RateLimit-*` headers, which successful answers of
+//! rate-limited operations carry too.
 
 use axum::Json;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use flow_common::amqp::PublishError;
 use flow_common::domain::Invalid;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::ratelimit::RateInfo;
+use crate::caches::CacheError;
+use crate::lookup::LookupError;
+use crate::ratelimit::{RateInfo, RateLimitError};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -147,7 +151,7 @@ impl IntoResponse for ApiError {
                 retry_after, info, ..
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
-                info.write(headers);
+                write_rate_headers(info, headers);
             }
             Self::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -211,67 +215,53 @@ impl From<PublishError> for ApiError {
     }
 }
 
-/// Adds to every operation of the OpenAPI document the error responses that the shared machinery
-/// (extractors, middleware) can give it, so that the document lists every status a caller can get
-/// without each handler repeating them: 401 everywhere, 400 where there is a body or a query
-/// string, 413 and 415 where there is a body, 503 everywhere (Postgres or RabbitMQ unreachable).
-pub struct CommonResponses;
-
-impl utoipa::Modify for CommonResponses {
-    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::path::ParameterIn;
-        use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
-
-        let error_response = |description: &str| {
-            RefOr::T(
-                ResponseBuilder::new()
-                    .description(description)
-                    .content(
-                        "application/json",
-                        ContentBuilder::new()
-                            .schema(Some(Ref::from_schema_name("ErrorBody")))
-                            .build(),
-                    )
-                    .build(),
-            )
-        };
-        for item in openapi.paths.paths.values_mut() {
-            for operation in [
-                &mut item.get,
-                &mut item.post,
-                &mut item.put,
-                &mut item.patch,
-                &mut item.delete,
-            ]
-            .into_iter()
-            .flatten()
-            {
-                let has_body = operation.request_body.is_some();
-                let has_query = operation.parameters.iter().flatten().any(|parameter| {
-                    matches!(parameter, RefOr::T(parameter) if parameter.parameter_in == ParameterIn::Query)
-                });
-                let mut responses = vec![
-                    ("401", "Missing or invalid API key"),
-                    (
-                        "503",
-                        "Postgres or RabbitMQ unreachable (nothing was accepted), or the request took longer than REQUEST_TIMEOUT; retry",
-                    ),
-                ];
-                if has_body || has_query {
-                    responses.push(("400", "Invalid request"));
-                }
-                if has_body {
-                    responses.push(("413", "Request body over 1 MiB"));
-                    responses.push(("415", "Content-Type is not application/json"));
-                }
-                for (status, description) in responses {
-                    operation
-                        .responses
-                        .responses
-                        .entry(status.to_owned())
-                        .or_insert_with(|| error_response(description));
-                }
-            }
+impl From<CacheError> for ApiError {
+    fn from(error: CacheError) -> Self {
+        match error {
+            CacheError::Database(error) => error.into(),
         }
     }
+}
+
+impl From<LookupError> for ApiError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::ShuttingDown => Self::Unavailable(error.to_string()),
+            LookupError::Database(error) => error.into(),
+        }
+    }
+}
+
+impl From<RateLimitError> for ApiError {
+    fn from(error: RateLimitError) -> Self {
+        match error {
+            RateLimitError::Exceeded {
+                operation,
+                retry_after,
+                info,
+            } => Self::RateLimited {
+                operation: operation.as_str(),
+                retry_after,
+                info,
+            },
+            RateLimitError::Database(error) => error.into(),
+        }
+    }
+}
+
+/// A rate-limited operation's answer says where the caller stands.
+impl IntoResponseParts for RateInfo {
+    type Error = std::convert::Infallible;
+
+    fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        write_rate_headers(&self, parts.headers_mut());
+        Ok(parts)
+    }
+}
+
+/// Writes the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers.
+fn write_rate_headers(info: &RateInfo, headers: &mut HeaderMap) {
+    headers.insert("ratelimit-limit", HeaderValue::from(info.limit));
+    headers.insert("ratelimit-remaining", HeaderValue::from(info.remaining));
+    headers.insert("ratelimit-reset", HeaderValue::from(info.reset_seconds));
 }

@@ -8,12 +8,12 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use flow_common::db::orgs::Organization;
-use flow_common::ids::{KeyId, OrgId};
 use serde::de::DeserializeOwned;
 
-use crate::AppState;
+/// What [`Auth`] derefs to, here beside it for the handlers that pass it on.
+pub use crate::caller::Caller;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -175,24 +175,6 @@ fn article(expected: &str) -> String {
 /// unknown and revoked keys are all 401 `unauthorized`.
 #[derive(Debug, Clone)]
 pub struct Auth(pub Arc<Caller>);
-
-/// Who is calling.
-#[derive(Debug)]
-pub struct Caller {
-    /// The key used.
-    pub key_id: KeyId,
-    /// Its organization.
-    pub org: Organization,
-    /// The organization's time zone.
-    pub zone: chrono_tz::Tz,
-}
-
-impl Caller {
-    /// The organization's id.
-    pub fn org_id(&self) -> OrgId {
-        self.org.id
-    }
-}
 
 impl std::ops::Deref for Auth {
     type Target = Caller;

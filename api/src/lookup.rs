@@ -10,12 +10,23 @@ use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::error::ApiError;
+use crate::background::Background;
 
 type Reply = oneshot::Sender<Result<LookupResult, Arc<sqlx::Error>>>;
 
 /// Largest number of lookups in one query.
 const MAX_BATCH: usize = 512;
+
+/// Why a lookup got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum LookupError {
+    /// The batcher has stopped: the service is shutting down.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// The batch's query failed (every request of the batch sees the same error).
+    #[error("assign lookup: {0}")]
+    Database(#[from] sqlx::Error),
+}
 
 /// Handle to the lookup batcher. Cheap to clone.
 #[derive(Clone)]
@@ -24,27 +35,28 @@ pub struct Lookup {
 }
 
 impl Lookup {
-    /// Starts the batcher with at most `concurrency` queries in flight.
-    pub fn start(pool: PgPool, concurrency: usize, shutdown: CancellationToken) -> Self {
+    /// Starts the batcher in `background`, with at most `concurrency` queries in flight.
+    pub fn start(pool: PgPool, concurrency: usize, background: &Background) -> Self {
         let (queue, receiver) = mpsc::channel(16 * MAX_BATCH);
-        tokio::spawn(run(pool, receiver, concurrency.max(1), shutdown));
+        background.spawn("assign lookup batcher", |stop| {
+            run(pool, receiver, concurrency.max(1), stop)
+        });
         Self { queue }
     }
 
     /// Resolves one request.
-    pub async fn resolve(&self, key: LookupKey) -> Result<LookupResult, ApiError> {
+    pub async fn resolve(&self, key: LookupKey) -> Result<LookupResult, LookupError> {
         let (reply, answer) = oneshot::channel();
         self.queue
             .send((key, reply))
             .await
-            .map_err(|_| ApiError::Unavailable("the service is shutting down".into()))?;
+            .map_err(|_| LookupError::ShuttingDown)?;
         match answer.await {
             Ok(Ok(result)) => Ok(result),
-            Ok(Err(error)) => Err(match Arc::try_unwrap(error) {
-                Ok(error) => ApiError::from(error),
-                Err(shared) => ApiError::from(clone_error(&shared)),
-            }),
-            Err(_) => Err(ApiError::Unavailable("the service is shutting down".into())),
+            Ok(Err(error)) => Err(LookupError::Database(
+                Arc::try_unwrap(error).unwrap_or_else(|shared| clone_error(&shared)),
+            )),
+            Err(_) => Err(LookupError::ShuttingDown),
         }
     }
 }

@@ -9,8 +9,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderValue};
-use axum::response::{IntoResponseParts, ResponseParts};
 use flow_common::db::orgs::Tier;
 use flow_common::db::rate_limits;
 use flow_common::ids::OrgId;
@@ -18,8 +16,7 @@ use moka::sync::Cache;
 use sqlx::PgPool;
 use tokio::sync::Mutex;
 
-use crate::error::ApiError;
-use crate::extract::Caller;
+use crate::caller::Caller;
 
 /// The length of a rate-limit window.
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -64,7 +61,7 @@ impl Operation {
     }
 }
 
-/// What the `RateLimit-*` headers say.
+/// Where the caller stands against a limit: what the `RateLimit-*` headers of the answer say.
 #[derive(Debug, Clone, Copy)]
 pub struct RateInfo {
     /// Requests per minute.
@@ -75,22 +72,22 @@ pub struct RateInfo {
     pub reset_seconds: u64,
 }
 
-impl IntoResponseParts for RateInfo {
-    type Error = std::convert::Infallible;
-
-    fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
-        self.write(parts.headers_mut());
-        Ok(parts)
-    }
-}
-
-impl RateInfo {
-    /// Writes the `RateLimit-Limit`, `RateLimit-Remaining` and `RateLimit-Reset` headers.
-    pub fn write(&self, headers: &mut HeaderMap) {
-        headers.insert("ratelimit-limit", HeaderValue::from(self.limit));
-        headers.insert("ratelimit-remaining", HeaderValue::from(self.remaining));
-        headers.insert("ratelimit-reset", HeaderValue::from(self.reset_seconds));
-    }
+/// Why the limiter did not grant a request.
+#[derive(Debug, thiserror::Error)]
+pub enum RateLimitError {
+    /// The caller has no allowance left for the operation.
+    #[error("rate limit of {} {} requests per minute exceeded; retry after {retry_after} s", info.limit, operation.as_str())]
+    Exceeded {
+        /// The operation refused.
+        operation: Operation,
+        /// Seconds to wait before the allowance covers the request again.
+        retry_after: u64,
+        /// Where the caller stands.
+        info: RateInfo,
+    },
+    /// The shared bucket in Postgres could not be read or updated.
+    #[error("rate limit bucket: {0}")]
+    Database(#[from] sqlx::Error),
 }
 
 #[derive(Debug)]
@@ -120,20 +117,21 @@ impl RateLimiter {
         }
     }
 
-    /// Spends `cost` tokens of `operation` for the caller, or fails with 429.
+    /// Spends `cost` tokens of `operation` for the caller, or refuses with
+    /// [`RateLimitError::Exceeded`] (answered 429).
     pub async fn check(
         &self,
         caller: &Caller,
         operation: Operation,
         cost: u32,
-    ) -> Result<RateInfo, ApiError> {
+    ) -> Result<RateInfo, RateLimitError> {
         let limit = operation.limit(caller);
         let (granted, info, wait) = self
             .take(caller.org_id(), operation, limit, cost, cost)
             .await?;
         if granted < cost {
-            return Err(ApiError::RateLimited {
-                operation: operation.as_str(),
+            return Err(RateLimitError::Exceeded {
+                operation,
                 retry_after: wait.as_secs_f64().ceil().max(1.0) as u64,
                 info,
             });
@@ -142,13 +140,14 @@ impl RateLimiter {
     }
 
     /// Spends between 1 and `wanted` tokens (bulk requests: items beyond the grant are answered
-    /// 429 individually). Returns how many were granted, the headers, and the wait for more.
+    /// 429 individually). Returns how many were granted, where the caller stands, and the seconds
+    /// to wait for more.
     pub async fn check_up_to(
         &self,
         caller: &Caller,
         operation: Operation,
         wanted: u32,
-    ) -> Result<(u32, RateInfo, u64), ApiError> {
+    ) -> Result<(u32, RateInfo, u64), RateLimitError> {
         let limit = operation.limit(caller);
         let (granted, info, wait) = self
             .take(caller.org_id(), operation, limit, wanted, 1)
@@ -163,7 +162,7 @@ impl RateLimiter {
         limit: u32,
         wanted: u32,
         needed: u32,
-    ) -> Result<(u32, RateInfo, Duration), ApiError> {
+    ) -> Result<(u32, RateInfo, Duration), sqlx::Error> {
         let bucket = self.buckets.get_with((org_id, operation), || {
             Arc::new(Mutex::new(LocalBucket {
                 tokens: 0,

@@ -10,6 +10,7 @@ pub mod demo;
 pub mod dlq;
 pub mod health;
 pub mod output;
+pub mod receiver;
 pub mod reports;
 pub mod up;
 

@@ -6,8 +6,10 @@
 pub mod audit;
 pub mod dashboard;
 pub mod proxy;
-pub mod receiver;
 pub mod reports;
+
+/// The webhook receiver the tests and the benchmarks share.
+pub use flowctl::receiver;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,7 +251,7 @@ pub struct TestOptions {
     /// ([`TestApp::postgres_proxy`]); the test's own pool [`TestApp::db`] connects directly.
     pub postgres_proxy: bool,
     /// Dashboard session lifetimes (default: the service's defaults).
-    pub dashboard: Option<flow_api::dashboard::DashboardConfig>,
+    pub dashboard: Option<flow_api::config::DashboardConfig>,
 }
 
 impl Default for TestOptions {

@@ -1,7 +1,9 @@
 //! Helpers for report and export tests: fixture flows written straight to Postgres with known
 //! timestamps (the API stamps `assignedAt` with the request time, so the pipeline cannot produce
-//! them), the report-worker, and export downloads.
+//! them), among them the hand-computed [`security`] fixture, the report-worker, and export
+//! downloads.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -258,6 +260,232 @@ pub async fn insert_many(
     .execute(&app.db)
     .await
     .expect("insert many assignments");
+}
+
+/// "Security Basics" in a UTC organization: eight assignments over three months, module
+/// progress on two of them and three schedules.
+///
+/// | id | assigned (UTC)     | stored      | due        | reported    | started → completed       |
+/// |----|--------------------|-------------|------------|-------------|---------------------------|
+/// | a1 | 2025-03-03 09:00   | completed   |            | completed   | 03-03 10:00 → 03-05 09:00 |
+/// | a2 | 2025-03-04 12:00   | completed   |            | completed   | 03-04 12:30 → 03-04 18:00 |
+/// | a3 | 2025-03-10 08:00   | in_progress | 2099       | in_progress | 03-11 08:00               |
+/// | a4 | 2025-03-12 08:00   | pending     | 2025-04-01 | overdue     |                           |
+/// | a5 | 2025-03-20 08:00   | in_progress | 2025-04-01 | overdue     | 03-21 08:00               |
+/// | a6 | 2025-04-02 08:00   | pending     |            | pending     |                           |
+/// | a7 | 2025-04-15 08:00   | overdue     | 2025-04-20 | overdue     |                           |
+/// | a8 | 2025-05-01 00:00   | completed   |            | completed   | 05-01 01:00 → 05-02 01:00 |
+pub struct Security {
+    /// The organization, in UTC.
+    pub org: TestOrg,
+    /// "Security Basics": Passwords, Phishing, Devices.
+    pub flow: FixtureFlow,
+    /// The assignments by their name in the table (`a1` to `a8`).
+    pub ids: HashMap<&'static str, AssignmentId>,
+    /// The schedules by name (`s1` to `s3`).
+    pub schedules: HashMap<&'static str, ScheduleId>,
+}
+
+/// The status each assignment of [`security`] is reported with, in assignment order.
+pub const REPORTED: [(&str, &str); 8] = [
+    ("a1", "completed"),
+    ("a2", "completed"),
+    ("a3", "in_progress"),
+    ("a4", "overdue"),
+    ("a5", "overdue"),
+    ("a6", "pending"),
+    ("a7", "overdue"),
+    ("a8", "completed"),
+];
+
+/// Writes the [`Security`] fixture.
+pub async fn security(app: &TestApp) -> Security {
+    let org = create_org_in_zone(app, Tier::Standard, "UTC", Some(100_000)).await;
+    let flow = create_flow(
+        app,
+        &org,
+        "Security Basics",
+        &["Passwords", "Phishing", "Devices"],
+    )
+    .await;
+    let fixtures: [(&str, Fixture<'_>); 8] = [
+        (
+            "a1",
+            Fixture::new("alice@example.com", "2025-03-03T09:00:00Z", "completed")
+                .started("2025-03-03T10:00:00Z")
+                .completed("2025-03-05T09:00:00Z"),
+        ),
+        (
+            "a2",
+            Fixture::new("bob@example.com", "2025-03-04T12:00:00Z", "completed")
+                .started("2025-03-04T12:30:00Z")
+                .completed("2025-03-04T18:00:00Z"),
+        ),
+        (
+            "a3",
+            Fixture::new("carol@example.com", "2025-03-10T08:00:00Z", "in_progress")
+                .due("2099-01-01T00:00:00Z")
+                .started("2025-03-11T08:00:00Z"),
+        ),
+        (
+            "a4",
+            Fixture::new("dave@example.com", "2025-03-12T08:00:00Z", "pending")
+                .due("2025-04-01T00:00:00Z"),
+        ),
+        (
+            "a5",
+            Fixture::new("erin@example.com", "2025-03-20T08:00:00Z", "in_progress")
+                .due("2025-04-01T00:00:00Z")
+                .started("2025-03-21T08:00:00Z"),
+        ),
+        (
+            "a6",
+            Fixture::new("frank@example.com", "2025-04-02T08:00:00Z", "pending"),
+        ),
+        (
+            "a7",
+            Fixture::new("grace@example.com", "2025-04-15T08:00:00Z", "overdue")
+                .due("2025-04-20T00:00:00Z"),
+        ),
+        (
+            "a8",
+            Fixture::new("heidi@example.com", "2025-05-01T00:00:00Z", "completed")
+                .started("2025-05-01T01:00:00Z")
+                .completed("2025-05-02T01:00:00Z"),
+        ),
+    ];
+    let mut ids = HashMap::new();
+    for (name, fixture) in &fixtures {
+        ids.insert(*name, insert_assignment(app, &org, &flow, fixture).await);
+    }
+    let [m1, m2, m3] = [flow.modules[0], flow.modules[1], flow.modules[2]];
+    for (module, started, completed) in [
+        (m1, "2025-03-03T10:00:00Z", "2025-03-04T10:00:00Z"),
+        (m2, "2025-03-04T10:00:00Z", "2025-03-05T08:00:00Z"),
+        (m3, "2025-03-05T08:00:00Z", "2025-03-05T09:00:00Z"),
+    ] {
+        insert_progress(
+            app,
+            ids["a1"],
+            module,
+            "completed",
+            started,
+            Some(completed),
+        )
+        .await;
+    }
+    // Written out of flow order on purpose.
+    insert_progress(
+        app,
+        ids["a3"],
+        m2,
+        "in_progress",
+        "2025-03-12T08:00:00Z",
+        None,
+    )
+    .await;
+    insert_progress(
+        app,
+        ids["a3"],
+        m1,
+        "completed",
+        "2025-03-11T08:00:00Z",
+        Some("2025-03-12T07:00:00Z"),
+    )
+    .await;
+    insert_progress(
+        app,
+        ids["a5"],
+        m1,
+        "in_progress",
+        "2025-03-21T08:00:00Z",
+        None,
+    )
+    .await;
+    let mut schedules = HashMap::new();
+    schedules.insert(
+        "s1",
+        insert_schedule(
+            app,
+            &org,
+            &flow,
+            "ivan@example.com",
+            "2025-03-15T09:00:00Z",
+            "weekly",
+            None,
+        )
+        .await,
+    );
+    schedules.insert(
+        "s2",
+        insert_schedule(
+            app,
+            &org,
+            &flow,
+            "heidi@example.com",
+            "2025-06-01T09:00:00Z",
+            "monthly",
+            Some(ids["a8"]),
+        )
+        .await,
+    );
+    schedules.insert(
+        "s3",
+        insert_schedule(
+            app,
+            &org,
+            &flow,
+            "dave@example.com",
+            "2025-03-20T09:00:00Z",
+            "none",
+            Some(ids["a4"]),
+        )
+        .await,
+    );
+    Security {
+        org,
+        flow,
+        ids,
+        schedules,
+    }
+}
+
+impl Security {
+    /// The ids of the named assignments, as the API writes them.
+    pub fn ids_of(&self, names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .map(|name| self.ids[name].to_string())
+            .collect()
+    }
+
+    /// The ids of the named schedules, as the API writes them.
+    pub fn schedule_ids(&self, names: &[&str]) -> Vec<String> {
+        names
+            .iter()
+            .map(|name| self.schedules[name].to_string())
+            .collect()
+    }
+}
+
+/// The assignment ids of a report's list, in order.
+pub fn assignment_ids(body: &Value) -> Vec<String> {
+    ids(body, "assignments", "assignmentId")
+}
+
+/// The schedule ids of a report's list, in order.
+pub fn schedule_ids(body: &Value) -> Vec<String> {
+    ids(body, "schedules", "scheduleId")
+}
+
+/// The `field` of every row of the report's `list`.
+fn ids(body: &Value, list: &str, field: &str) -> Vec<String> {
+    body[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list} in {body}"))
+        .iter()
+        .map(|row| row[field].as_str().expect("id").to_owned())
+        .collect()
 }
 
 /// `POST /v1/flows/report`.

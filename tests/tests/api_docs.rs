@@ -8,6 +8,15 @@ use flow_common::ids::{AssignmentId, FlowId, OrgId};
 use flow_tests::TestApp;
 use serde_json::{Value, json};
 
+/// The API without workers: the documents it serves need none.
+async fn api_only() -> TestApp {
+    TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..Default::default()
+    })
+    .await
+}
+
 async fn text(app: &TestApp, path: &str) -> (u16, String, String) {
     let response = app
         .client
@@ -33,11 +42,7 @@ async fn openapi(app: &TestApp) -> Value {
 
 #[tokio::test]
 async fn docs_serves_swagger_ui_from_the_api_itself_over_its_openapi_document() {
-    let app = TestApp::spawn_with(flow_tests::TestOptions {
-        assign_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let app = api_only().await;
     let (status, content_type, page) = text(&app, "/docs/").await;
     assert_eq!(status, 200);
     assert!(content_type.starts_with("text/html"), "{content_type}");
@@ -70,11 +75,7 @@ async fn docs_serves_swagger_ui_from_the_api_itself_over_its_openapi_document() 
 
 #[tokio::test]
 async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
-    let app = TestApp::spawn_with(flow_tests::TestOptions {
-        assign_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let app = api_only().await;
     let document = openapi(&app).await;
     let webhooks = document["webhooks"].as_object().expect("webhooks section");
     let mut names: Vec<&str> = webhooks.keys().map(String::as_str).collect();
@@ -160,11 +161,7 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
 
 #[tokio::test]
 async fn rate_limit_retry_after_and_request_id_headers_are_documented() {
-    let app = TestApp::spawn_with(flow_tests::TestOptions {
-        assign_worker: false,
-        ..Default::default()
-    })
-    .await;
+    let app = api_only().await;
     let document = openapi(&app).await;
     let assign = &document["paths"]["/v1/flows/assign"]["post"];
     for header in [
@@ -204,4 +201,37 @@ async fn rate_limit_retry_after_and_request_id_headers_are_documented() {
         list["responses"]["200"]["headers"]["RateLimit-Limit"].is_null(),
         "listing flows is not rate-limited"
     );
+}
+
+#[tokio::test]
+async fn every_operation_takes_the_api_key_and_documents_its_401_once_for_all() {
+    let app = api_only().await;
+    let document = openapi(&app).await;
+    assert_eq!(document["security"], json!([{ "bearer": [] }]));
+    assert_eq!(
+        document["components"]["securitySchemes"]["bearer"],
+        json!({ "type": "http", "scheme": "bearer" })
+    );
+    let mut operations = 0;
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            operations += 1;
+            assert!(
+                operation.get("security").is_none(),
+                "{method} {path} overrides the API key requirement"
+            );
+            let unauthorized = &operation["responses"]["401"];
+            assert_eq!(
+                unauthorized["description"],
+                json!("Missing or invalid API key"),
+                "{method} {path}"
+            );
+            assert_eq!(
+                unauthorized["content"]["application/json"]["schema"]["$ref"],
+                json!("#/components/schemas/ErrorBody"),
+                "{method} {path}"
+            );
+        }
+    }
+    assert!(operations >= 25, "only {operations} operations documented");
 }

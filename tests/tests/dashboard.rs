@@ -394,7 +394,7 @@ async fn cross_site_requests_that_change_things_are_refused() {
 #[tokio::test]
 async fn an_idle_session_ends() {
     let app = TestApp::spawn_with(TestOptions {
-        dashboard: Some(flow_api::dashboard::DashboardConfig {
+        dashboard: Some(flow_api::config::DashboardConfig {
             session_idle: Duration::from_secs(2),
             session_max: Duration::from_secs(3_600),
         }),
@@ -420,7 +420,7 @@ async fn an_idle_session_ends() {
 #[tokio::test]
 async fn a_session_ends_at_its_maximum_age_however_active() {
     let app = TestApp::spawn_with(TestOptions {
-        dashboard: Some(flow_api::dashboard::DashboardConfig {
+        dashboard: Some(flow_api::config::DashboardConfig {
             session_idle: Duration::from_secs(3_600),
             session_max: Duration::from_secs(3),
         }),
@@ -449,7 +449,7 @@ async fn a_session_ends_at_its_maximum_age_however_active() {
 #[tokio::test]
 async fn viewers_see_everything_but_cannot_change_anything() {
     let app = TestApp::spawn().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     app.create_users(&org, &["amy@example.com"]).await;
     let flow = app.create_flow(&org, "Safety", &[10]).await;
@@ -588,7 +588,7 @@ async fn counts(app: &TestApp) -> Vec<i64> {
 #[tokio::test]
 async fn another_organizations_ids_are_not_found() {
     let app = TestApp::spawn().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (_mine, client) = admin(&app).await;
     let theirs = app.create_org(Tier::Standard).await;
     app.create_users(&theirs, &["their@example.com"]).await;
@@ -698,7 +698,7 @@ async fn another_organizations_ids_are_not_found() {
 #[tokio::test]
 async fn every_value_is_html_escaped() {
     let app = TestApp::spawn().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, client) = admin(&app).await;
     let evil = "<script>alert(1)</script>";
     let flow = app.create_flow(&org, evil, &[10]).await;
@@ -965,7 +965,7 @@ async fn a_rolled_key_keeps_working_until_the_chosen_expiry() {
 #[tokio::test]
 async fn the_audit_log_shows_key_and_endpoint_changes_from_everywhere() {
     let app = TestApp::spawn().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, client) = admin(&app).await;
     // Dashboard: generate and revoke a key.
     let generated = client
@@ -1211,7 +1211,7 @@ async fn the_delivery_log_filters_searches_and_pages() {
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, client) = admin(&app).await;
     let endpoint = endpoint_with_receiver(&client, &app, &receiver, "log").await;
     // Three test events that fail for good, then 25 that succeed, then an assignment event.
@@ -1351,7 +1351,7 @@ async fn a_delivery_can_be_resent_and_failed_ones_recovered_after_counting_them(
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (_org, client) = admin(&app).await;
     let endpoint = endpoint_with_receiver(&client, &app, &receiver, "recover").await;
     receiver.set("recover", Behaviour::Status(503));

@@ -230,7 +230,7 @@ async fn an_admin_goes_through_the_dashboard_in_a_real_browser() {
     })
     .await;
     let _report_worker = flow_tests::reports::start_report_worker(&app);
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     let names = [
         "Alice Martin",

@@ -196,7 +196,7 @@ async fn a_broker_outage_under_load_answers_503_never_200_and_recovers_by_itself
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, flow, emails) = setup(&app, 3_000, &receiver).await;
     let proxy = app.rabbit_proxy.as_ref().unwrap();
     let outage = async {
@@ -247,7 +247,7 @@ async fn a_postgres_outage_under_load_loses_nothing_and_recovers_by_itself() {
     app.webhook_worker = Some(app.start_webhook_worker_with(|config| {
         config.lease = Duration::from_secs(600);
     }));
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, flow, emails) = setup(&app, 3_000, &receiver).await;
     let proxy = app.postgres_proxy.as_ref().unwrap();
     let outage = async {
@@ -278,7 +278,7 @@ async fn workers_killed_twice_under_load_with_two_replicas_and_duplicates_lose_n
     })
     .await;
     let replica = app.start_api_replica().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let (org, flow, emails) = setup(&app, 3_000, &receiver).await;
     let mut assign_worker = app.assign_worker.take();
     let mut relay = app.relay.take();

@@ -88,7 +88,7 @@ async fn a_webhook_request_continues_the_trace_of_the_assign_request_that_caused
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     endpoint(&app, &org, &receiver, "traced", &["flow.assigned"]).await;
     app.create_users(&org, &["ann@example.com"]).await;
@@ -126,7 +126,7 @@ async fn progress_events_continue_the_trace_of_the_progress_request() {
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     endpoint(
         &app,
@@ -174,7 +174,7 @@ async fn events_relayed_together_each_continue_their_own_request_trace() {
     // No relay yet: the events wait in the outbox, so the relay claims them all at once and
     // publishes them as one batch message.
     let mut app = TestApp::spawn().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     endpoint(&app, &org, &receiver, "batched", &["flow.assigned"]).await;
     let emails: Vec<String> = (0..12)

@@ -70,7 +70,7 @@ fn attempt_directly() {
         .build()
         .expect("runtime");
     runtime.block_on(async {
-        let receiver = Receiver::start().await;
+        let receiver = Receiver::start().await.expect("webhook receiver");
         let sender = Sender::new(
             AddressPolicy {
                 allow_private: true,

@@ -110,7 +110,7 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
 #[tokio::test]
 async fn the_four_event_kinds_arrive_signed_and_verifiable() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     let (_, secret) = endpoint(&app, &org, &receiver.url("all"), None).await;
     let (_, only_secret) = endpoint(
@@ -227,7 +227,7 @@ async fn the_four_event_kinds_arrive_signed_and_verifiable() {
 #[tokio::test]
 async fn a_failing_receiver_gets_the_event_after_retries_with_the_same_webhook_id() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let OneEndpoint {
         org,
         webhook,
@@ -299,7 +299,7 @@ async fn a_failing_receiver_gets_the_event_after_retries_with_the_same_webhook_i
 #[tokio::test]
 async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let OneEndpoint {
         org, webhook, flow, ..
     } = one_endpoint(
@@ -356,7 +356,7 @@ async fn a_delivery_that_exhausts_its_schedule_fails_and_can_be_retried() {
 #[tokio::test]
 async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let OneEndpoint {
         org, webhook, flow, ..
     } = one_endpoint(
@@ -423,7 +423,7 @@ async fn a_receiver_answering_410_gets_its_endpoint_disabled() {
 #[tokio::test]
 async fn an_endpoint_that_never_answers_does_not_delay_another() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     receiver.set("stuck", Behaviour::Hang);
     let org = app.create_org(Tier::Enterprise).await;
     endpoint(&app, &org, &receiver.url("stuck"), None).await;
@@ -457,7 +457,7 @@ async fn an_endpoint_that_never_answers_does_not_delay_another() {
 #[tokio::test]
 async fn rotating_the_secret_signs_with_both_secrets_for_a_while() {
     let app = webhook_app().await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     let (webhook, old_secret) = endpoint(&app, &org, &receiver.url("rotating"), None).await;
     let rotated = app
@@ -668,7 +668,7 @@ async fn secrets_are_encrypted_at_rest_when_a_master_key_is_configured() {
         ..TestOptions::default()
     })
     .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     let (webhook, secret) = endpoint(&app, &org, &receiver.url("sealed"), None).await;
     let stored: String = sqlx::query_scalar("SELECT secret FROM webhook_endpoints")
@@ -771,7 +771,7 @@ async fn a_response_with_nul_bytes_is_recorded_stripped_with_the_other_outcomes_
     app.webhook_worker = Some(webhook_worker(&app, lease, 4));
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
         .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     // Every endpoint holds its request until the gate opens, so the outcomes reach the recorder
     // together, in one batch.
@@ -834,7 +834,7 @@ async fn an_endpoint_deleted_while_its_attempt_is_in_flight_costs_only_its_own_o
     app.webhook_worker = Some(webhook_worker(&app, lease, 4));
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
         .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let org = app.create_org(Tier::Standard).await;
     let paths = ["deleted", "kept-1", "kept-2", "kept-3"];
     let mut endpoints = Vec::new();
@@ -1122,7 +1122,7 @@ async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
     let _second_worker = webhook_worker(&app, lease, 1);
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 2)
         .await;
-    let receiver = Receiver::start().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
     let emails: Vec<String> = (0..24).map(|i| format!("slow{i}@example.com")).collect();
     let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
     let OneEndpoint {

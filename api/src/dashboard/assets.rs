@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 
 use super::PageError;
-use crate::AppState;
+use crate::state::AppState;
 
 /// `(name, content type, bytes)` of every asset.
 const ASSETS: [(&str, &str, &[u8]); 3] = [

@@ -21,10 +21,10 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::view::{Layout, Section, flash};
 use super::{HtmlForm, PageError, PageResult};
-use crate::AppState;
 use crate::error::ApiError;
 use crate::ratelimit::Operation;
 use crate::routes::assign::{AssignInput, AssignRequest, MAX_BULK_ITEMS, assign_one};
+use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -404,7 +404,7 @@ async fn upload(
             u32::try_from(rows.len()).unwrap_or(u32::MAX),
         )
         .await
-        .map_err(PageError::from)?;
+        .map_err(ApiError::from)?;
     let granted = usize::try_from(granted).unwrap_or(0);
     let now = Utc::now();
     let outcomes = rows.iter().enumerate().map(|(index, row)| {

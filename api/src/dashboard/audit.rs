@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Events per page.
 const PAGE_SIZE: i64 = 50;

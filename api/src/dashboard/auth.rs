@@ -2,10 +2,10 @@
 //! extractors that give every page its signed-in account.
 //!
 //! Passwords are argon2id hashes. A session remembers the account and when it signed in: it ends
-//! after [`super::DashboardConfig::session_idle`] without a request (the store's expiry slides
-//! on each request) and [`super::DashboardConfig::session_max`] after sign-in whatever the
-//! activity. The session id changes at sign-in. Failed sign-ins are counted in Postgres per
-//! account e-mail and per client address, so guessing is throttled across replicas.
+//! after [`crate::config::DashboardConfig::session_idle`] without a request (the store's expiry
+//! slides on each request) and [`crate::config::DashboardConfig::session_max`] after sign-in
+//! whatever the activity. The session id changes at sign-in. Failed sign-ins are counted in
+//! Postgres per account e-mail and per client address, so guessing is throttled across replicas.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,8 +34,8 @@ use uuid::Uuid;
 
 use super::view::flash;
 use super::{HtmlForm, PageError, PageResult};
-use crate::AppState;
-use crate::extract::Caller;
+use crate::caller::Caller;
+use crate::state::AppState;
 
 /// Session key of the signed-in account's id.
 const ACCOUNT_KEY: &str = "account";

@@ -29,9 +29,10 @@ use super::auth::SignedIn;
 use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::AppState;
+use crate::error::ApiError;
 use crate::extract::{ApiJson, ApiPath, Auth, RequestId};
 use crate::routes::report::{AggregateRequest, ReportRequest, ReportResponse};
+use crate::state::AppState;
 
 /// Flows per page of the list.
 const FLOWS_PER_PAGE: i64 = 50;
@@ -275,7 +276,8 @@ async fn show(
     let flow = state
         .caches
         .flow(&state.db, account.org.id, flow_id)
-        .await?
+        .await
+        .map_err(ApiError::from)?
         .ok_or_else(PageError::not_found)?;
     let layout = Layout::new(&account, Section::Flows).await;
     let report = report_on(&state, &account, flow.id, None, None).await?;

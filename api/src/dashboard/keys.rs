@@ -20,7 +20,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::view::{Layout, Section, flash};
 use super::{HtmlForm, PageError, PageResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Longest key name.
 pub const MAX_NAME_CHARS: usize = 100;

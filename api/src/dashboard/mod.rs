@@ -24,8 +24,6 @@ pub mod users;
 pub mod view;
 pub mod webhooks;
 
-use std::time::Duration;
-
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
@@ -36,25 +34,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use flow_common::webhook::parse_duration;
 use serde::de::DeserializeOwned;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 
-use crate::AppState;
 use crate::error::ApiError;
-
-/// Dashboard settings (environment variables, or flags of `flow-api`).
-#[derive(Debug, Clone, clap::Args)]
-pub struct DashboardConfig {
-    /// A dashboard session ends after this long without a request.
-    #[arg(long = "dashboard-session-idle", env = "DASHBOARD_SESSION_IDLE", default_value = "30m", value_parser = parse_duration)]
-    pub session_idle: Duration,
-
-    /// A dashboard session ends this long after sign-in, however active.
-    #[arg(long = "dashboard-session-max", env = "DASHBOARD_SESSION_MAX", default_value = "12h", value_parser = parse_duration)]
-    pub session_max: Duration,
-}
+use crate::state::AppState;
 
 /// Content-Security-Policy of every dashboard response: scripts, styles and images from the
 /// service itself only, nothing inline, no framing.

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::view::{Layout, Section, flash, label};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Schedules per page.
 const PAGE_SIZE: i64 = 50;

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::SignedIn;
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::AppState;
+use crate::state::AppState;
 
 /// Users per page.
 const PAGE_SIZE: i64 = 50;

@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
 use super::auth::SignedIn;
 use super::view::{Layout, Section, flash, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::AppState;
 use crate::error::ApiError;
 use crate::extract::{ApiPath, Auth};
 use crate::routes::webhooks::{MAX_DESCRIPTION_CHARS, ROTATION_OVERLAP};
+use crate::state::AppState;
 
 /// Deliveries per page of the log.
 const PAGE_SIZE: i64 = 25;

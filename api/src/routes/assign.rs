@@ -22,10 +22,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, Caller, RequestId};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::state::AppState;
 
 /// Most items in one bulk request.
 pub const MAX_BULK_ITEMS: usize = 1_000;
@@ -186,7 +186,6 @@ impl AssignInput {
     responses(
         (status = 200, description = "Assigned (or already assigned)", body = AssignResponse),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "Flow or user not found", body = ErrorBody),
         (status = 409, description = "X-Request-ID reused for a different assignment", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded", body = ErrorBody),
@@ -254,7 +253,6 @@ pub struct BulkAssignResponse {
     responses(
         (status = 200, description = "Per-item results", body = BulkAssignResponse),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 429, description = "No allowance left for any item", body = ErrorBody),
     )
 )]

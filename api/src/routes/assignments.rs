@@ -24,9 +24,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
+use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -249,7 +249,6 @@ async fn resolve(state: &AppState, org: OrgId, id: AssignmentId) -> Result<Resol
         (status = 200, description = "The assignment with module progress (status `failed` with `failureReason` when its command could not be persisted)", body = AssignmentView),
         (status = 202, description = "Accepted and not persisted yet; retry after `Retry-After` seconds", body = AssignmentAccepted,
             headers(("Retry-After" = u64, description = "Seconds to wait before reading again"))),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such assignment in this organization", body = ErrorBody),
     )
 )]
@@ -348,7 +347,6 @@ pub struct AssignmentFilter {
     responses(
         (status = 200, description = "A page of assignments", body = Page<AssignmentView>),
         (status = 400, description = "Invalid filter", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn list_assignments(
@@ -460,7 +458,6 @@ const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
     responses(
         (status = 202, description = "Accepted; applied moments later", body = ProgressAccepted),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such assignment, or module not in its flow", body = ErrorBody),
         (status = 409, description = "The assignment is already completed, not persisted yet (with `Retry-After`), or could not be persisted", body = ErrorBody),
         (status = 503, description = "Could not be queued durably; nothing was accepted", body = ErrorBody),

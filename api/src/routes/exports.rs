@@ -16,9 +16,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
+use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;
@@ -77,7 +77,6 @@ impl From<&ExportRecord> for ExportState {
             (Vec<u8> = "application/pdf"),
         )),
         (status = 202, description = "Still being generated; poll again after Retry-After seconds", body = ExportState),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such export in this organization", body = ErrorBody),
         (status = 410, description = "The export has expired", body = ErrorBody),
         (status = 500, description = "The export failed; request a new export", body = ErrorBody),

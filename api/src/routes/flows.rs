@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
+use crate::state::AppState;
 
 /// Most modules in a flow.
 pub const MAX_MODULES: usize = 500;
@@ -142,7 +142,6 @@ fn summary_view(flow: FlowSummary) -> FlowView {
     responses(
         (status = 201, description = "Created", body = FlowView),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn create_flow(
@@ -205,7 +204,6 @@ pub async fn create_flow(
     params(PageQuery),
     responses(
         (status = 200, description = "A page of flows", body = Page<FlowView>),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn list_flows(
@@ -232,7 +230,6 @@ pub async fn list_flows(
     params(("id" = String, Path, description = "Flow id (flow_…)")),
     responses(
         (status = 200, description = "The flow", body = FlowView),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
     )
 )]

@@ -7,8 +7,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::AppState;
 use crate::error::ApiError;
+use crate::state::AppState;
 
 /// `/healthz`, `/readyz`, `/metrics`.
 pub fn router() -> OpenApiRouter<AppState> {

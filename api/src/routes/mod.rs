@@ -13,7 +13,7 @@ pub mod webhooks;
 
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::AppState;
+use crate::state::AppState;
 
 /// Every route of the API.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -493,7 +493,6 @@ pub struct ExportResult {
     responses(
         (status = 200, description = "The report (and the export result when a format was asked)", body = ReportResponse),
         (status = 400, description = "Invalid request, e.g. endDate not after startDate", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded", body = ErrorBody),
         (status = 503, description = "The export could not be queued durably; nothing was accepted", body = ErrorBody),

@@ -16,10 +16,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::assign::{AssignInput, AssignRequest};
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::state::AppState;
 
 /// Largest `dueInDays`.
 pub const MAX_DUE_IN_DAYS: i32 = 3_650;
@@ -134,7 +134,6 @@ impl From<schedules::ScheduleRecord> for ScheduleView {
     responses(
         (status = 201, description = "Scheduled", body = ScheduleView),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "Flow or user not found", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded", body = ErrorBody),
     )
@@ -219,7 +218,6 @@ pub async fn create_schedule(
     params(("id" = String, Path, description = "Schedule id (sch_…)")),
     responses(
         (status = 200, description = "The schedule", body = ScheduleView),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such schedule in this organization", body = ErrorBody),
     )
 )]
@@ -243,7 +241,6 @@ pub async fn get_schedule(
     params(("id" = String, Path, description = "Schedule id (sch_…)")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such schedule in this organization", body = ErrorBody),
     )
 )]

@@ -12,10 +12,10 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
+use crate::state::AppState;
 
 /// Most users in one bulk upsert.
 pub const MAX_BULK_USERS: usize = 1_000;
@@ -91,7 +91,6 @@ impl From<User> for UserView {
         (status = 201, description = "Created", body = UserView),
         (status = 200, description = "Already existed; updated", body = UserView),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn upsert_user(
@@ -142,7 +141,6 @@ pub struct BulkUsersResponse {
     responses(
         (status = 200, description = "Upserted", body = BulkUsersResponse),
         (status = 400, description = "Invalid request (nothing was written)", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn upsert_users(
@@ -187,7 +185,6 @@ pub struct UserFilter {
     responses(
         (status = 200, description = "A page of users", body = Page<UserView>),
         (status = 400, description = "Invalid query", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn list_users(

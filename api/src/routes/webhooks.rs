@@ -21,10 +21,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
-use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::state::AppState;
 
 /// How long a rotated-out secret keeps signing beside the new one.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
@@ -197,7 +197,6 @@ fn endpoint_id(text: &str) -> Result<WebhookEndpointId, ApiError> {
     responses(
         (status = 201, description = "Created; the secret is shown this once", body = EndpointWithSecret),
         (status = 400, description = "Invalid request (including a refused address)", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 409, description = "The organization has the most endpoints allowed", body = ErrorBody),
     )
 )]
@@ -261,7 +260,6 @@ pub async fn create_endpoint(
     params(PageQuery),
     responses(
         (status = 200, description = "A page of endpoints", body = Page<EndpointView>),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
     )
 )]
 pub async fn list_endpoints(
@@ -288,7 +286,6 @@ pub async fn list_endpoints(
     params(("id" = String, Path, description = "Endpoint id (whe_…)")),
     responses(
         (status = 200, description = "The endpoint", body = EndpointView),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
     )
 )]
@@ -313,7 +310,6 @@ pub async fn get_endpoint(
     responses(
         (status = 200, description = "The updated endpoint", body = EndpointView),
         (status = 400, description = "Invalid request", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
     )
 )]
@@ -359,7 +355,6 @@ pub async fn update_endpoint(
     params(("id" = String, Path, description = "Endpoint id (whe_…)")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
     )
 )]
@@ -395,7 +390,6 @@ pub async fn delete_endpoint(
     params(("id" = String, Path, description = "Endpoint id (whe_…)")),
     responses(
         (status = 200, description = "The endpoint with its new secret", body = EndpointWithSecret),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
     )
 )]
@@ -452,7 +446,6 @@ pub struct TestQueued {
     params(("id" = String, Path, description = "Endpoint id (whe_…)")),
     responses(
         (status = 202, description = "Queued for delivery", body = TestQueued),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
         (status = 429, description = "Too many test pings and retries", body = ErrorBody),
     )
@@ -592,7 +585,6 @@ const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivering", "succeeded", "fai
     responses(
         (status = 200, description = "A page of deliveries", body = Page<DeliveryView>),
         (status = 400, description = "Invalid filter", body = ErrorBody),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
     )
 )]
@@ -665,7 +657,6 @@ fn attempt_view(attempt: webhooks::AttemptRecord) -> AttemptView {
     params(("id" = String, Path, description = "Delivery id (dlv_…)")),
     responses(
         (status = 202, description = "Queued for an attempt", body = DeliveryView),
-        (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No such delivery in this organization", body = ErrorBody),
         (status = 409, description = "An attempt is under way, or the delivery succeeded already", body = ErrorBody),
         (status = 429, description = "Too many test pings and retries", body = ErrorBody),

@@ -33,8 +33,9 @@ use hdrhistogram::Histogram;
 use sqlx::PgPool;
 use tokio::process::Child;
 
-use super::receiver::{Receiver, create_endpoints};
 use super::system::{Watched, spawn_component};
+use super::webhooks::{create_endpoints, receiver_options};
+use crate::receiver::Receiver;
 
 /// Options of the assign benchmark.
 #[derive(Debug, Clone, Args)]
@@ -382,8 +383,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
     let secrets: Vec<String> = (0..args.endpoints)
         .map(|_| flow_common::webhook::generate_secret())
         .collect();
-    let receiver = Receiver::new(secrets.clone());
-    let (receiver_address, receiver_stop, receiver_server) = receiver.serve(0).await?;
+    let mut receiver = Receiver::start_with(receiver_options(0)).await?;
     let whole_system = !args.two_part && args.base_url.is_none();
     if whole_system {
         let vault: flow_common::webhook::SecretVault = flow_common::config::from_env();
@@ -391,7 +391,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
             &pool,
             &secrets,
             &vault,
-            receiver_address,
+            &receiver,
             pipeline.org_id,
             |index| match index {
                 0 => vec!["flow.assigned".to_owned()],
@@ -473,8 +473,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
         drop(child.start_kill());
         drop(child.wait().await);
     }
-    receiver_stop.cancel();
-    drop(tokio::time::timeout(Duration::from_secs(5), receiver_server).await);
+    receiver.stop().await;
     pool.close().await;
     let (load, settled) = outcome?;
     if load.accepted == 0 {
@@ -704,7 +703,8 @@ async fn settle(
             if published_after.is_none() && all_persisted && unpublished == 0 {
                 published_after = Some(load.ended.elapsed());
             }
-            if delivered_after.is_none() && receiver.lock().per_endpoint[0] as i64 >= expected {
+            if delivered_after.is_none() && receiver.tally().first_arrivals("0") as i64 >= expected
+            {
                 delivered_after = Some(load.ended.elapsed());
             }
         }
@@ -729,7 +729,7 @@ async fn settle(
     .await?;
     let mut commit_to_delivery = None;
     let mut undelivered = 0;
-    let duplicate_deliveries = receiver.lock().duplicates;
+    let duplicate_deliveries = receiver.tally().duplicates;
     if whole_system {
         let committed: Vec<(uuid::Uuid, DateTime<Utc>)> =
             sqlx::query_as("SELECT event_id, created_at FROM outbox WHERE org_id = $1")
@@ -741,14 +741,14 @@ async fn settle(
             .map(|(id, at)| (format!("evt_{}", id.simple()), at))
             .collect();
         let mut histogram = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3)?;
-        let log = receiver.lock();
+        let log = receiver.tally();
         for arrival in &log.arrivals {
             if let Some(at) = committed.get(&arrival.event_id) {
                 let micros = (arrival.arrived_at - *at).num_microseconds().unwrap_or(0);
                 let _ = histogram.record(micros.max(1) as u64);
             }
         }
-        undelivered = committed.len() as i64 - log.per_endpoint[0] as i64;
+        undelivered = committed.len() as i64 - log.first_arrivals("0") as i64;
         commit_to_delivery = Some(histogram);
     }
     Ok(Settled {

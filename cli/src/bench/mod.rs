@@ -3,7 +3,6 @@
 pub mod assign;
 pub mod broker;
 pub mod plain;
-pub mod receiver;
 pub mod report;
 pub mod system;
 pub mod webhooks;

@@ -18,15 +18,17 @@ use flow_common::amqp::{QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{orgs, outbox, webhooks};
 
-use super::receiver::{Receiver, ReceiverLog, create_endpoints};
 use flow_common::domain::format_timestamp;
 use flow_common::events::{EventType, NewEvent, event_body};
 use flow_common::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
+use flow_common::webhook::SecretVault;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use sqlx::PgPool;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
+
+use crate::receiver::{Behaviour, Options, Receiver, Tally};
 
 /// Options of the webhook benchmark.
 #[derive(Debug, Clone, Args)]
@@ -237,6 +239,50 @@ async fn generate(
 
 /// Creates the benchmark organization and its endpoints, pointing at the receiver; secrets are
 /// stored as the API stores them (sealed when `WEBHOOK_SECRET_KEY` is set).
+/// How the benchmarks run their receiver: endpoints answer 204 at once, a path that is none of
+/// theirs 404; only the tally is kept, not the requests.
+pub fn receiver_options(port: u16) -> Options {
+    Options {
+        port,
+        keep_requests: false,
+        default_behaviour: Behaviour::Status(404),
+    }
+}
+
+/// Creates one endpoint per secret for `org_id`, endpoint `i` at path `i` of `receiver`
+/// (which checks its signatures) and subscribed to `events(i)` (empty: every type).
+pub async fn create_endpoints(
+    pool: &PgPool,
+    secrets: &[String],
+    vault: &SecretVault,
+    receiver: &Receiver,
+    org_id: OrgId,
+    events: impl Fn(usize) -> Vec<String>,
+) -> anyhow::Result<Vec<WebhookEndpointId>> {
+    let mut endpoints = Vec::with_capacity(secrets.len());
+    for (index, secret) in secrets.iter().enumerate() {
+        let path = index.to_string();
+        receiver.set(&path, Behaviour::Status(204));
+        receiver.sign(&path, secret);
+        let mut transaction = pool.begin().await?;
+        let endpoint = webhooks::create(
+            &mut transaction,
+            org_id,
+            &webhooks::NewEndpoint {
+                url: receiver.url(&path),
+                description: Some(format!("Benchmark receiver {index}")),
+                events: events(index),
+                secret: vault.seal(secret).map_err(anyhow::Error::msg)?,
+            },
+        )
+        .await?
+        .context("the organization has too many endpoints")?;
+        transaction.commit().await?;
+        endpoints.push(endpoint.id);
+    }
+    Ok(endpoints)
+}
+
 /// Waits until the webhook-worker consumes its queue, so the warm-up does not start against an
 /// absent consumer.
 async fn wait_for_consumer(core: &CoreConfig) -> anyhow::Result<()> {
@@ -413,8 +459,8 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     let secrets: Vec<String> = (0..args.endpoints)
         .map(|_| flow_common::webhook::generate_secret())
         .collect();
-    let receiver = Receiver::new(secrets.clone());
-    let (address, receiver_stop, server) = receiver.serve(args.port).await?;
+    let mut receiver = Receiver::start_with(receiver_options(args.port)).await?;
+    let address = receiver.address();
 
     let mut relay: flow_workers::relay::RelayConfig = flow_common::config::from_env();
     relay.core = core.clone();
@@ -444,7 +490,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     )
     .await?
     .id;
-    let endpoints = create_endpoints(&pool, &secrets, &webhook.secrets, address, org_id, |_| {
+    let endpoints = create_endpoints(&pool, &secrets, &webhook.secrets, &receiver, org_id, |_| {
         Vec::new()
     })
     .await?;
@@ -499,8 +545,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
             }
         }
     }
-    receiver_stop.cancel();
-    drop(tokio::time::timeout(Duration::from_secs(5), server).await);
+    receiver.stop().await;
 
     let result = match outcome {
         Ok(generated) => {
@@ -581,7 +626,7 @@ fn print_worker_metrics(text: &str) {
 /// Prints what the receiver saw of the measured events; returns the deliveries received and
 /// expected, and the signature failures.
 fn print_deliveries(
-    log: &ReceiverLog,
+    log: &Tally,
     args: &WebhookBenchArgs,
     generated: &Generated,
 ) -> anyhow::Result<(u64, u64, u64)> {
@@ -660,11 +705,11 @@ fn print_deliveries(
         Some(_) => println!("drained:         last delivery arrived before the load stopped"),
         None => println!("drained:         nothing arrived"),
     }
-    let per_endpoint = &log.per_endpoint;
+    let per_endpoint = log.per_endpoint.values();
     println!(
         "per endpoint:    min {} max {} (whole run)",
-        per_endpoint.iter().min().copied().unwrap_or(0),
-        per_endpoint.iter().max().copied().unwrap_or(0)
+        per_endpoint.clone().min().copied().unwrap_or(0),
+        per_endpoint.max().copied().unwrap_or(0)
     );
     Ok((received, expected, log.signature_failures))
 }
@@ -678,7 +723,7 @@ async fn report(
     generated: &Generated,
 ) -> anyhow::Result<()> {
     let (received, expected, signature_failures) =
-        print_deliveries(&receiver.lock(), args, generated)?;
+        print_deliveries(&receiver.tally(), args, generated)?;
 
     let stages = stages(pool, endpoints, &generated.measured).await?;
     let percentiles = |histogram: &Histogram<u64>| {

@@ -1,0 +1,23 @@
+//! Who a request acts for: the organization behind an API key (or a dashboard session), as the
+//! caches resolve it, the rate limiter counts it and the handlers scope every query by it.
+
+use flow_common::db::orgs::Organization;
+use flow_common::ids::{KeyId, OrgId};
+
+/// Who is calling.
+#[derive(Debug)]
+pub struct Caller {
+    /// The key used.
+    pub key_id: KeyId,
+    /// Its organization.
+    pub org: Organization,
+    /// The organization's time zone.
+    pub zone: chrono_tz::Tz,
+}
+
+impl Caller {
+    /// The organization's id.
+    pub fn org_id(&self) -> OrgId {
+        self.org.id
+    }
+}
