@@ -396,16 +396,18 @@ async fn measure(
     let mut connection = pool.acquire().await?;
     let scope = flow_common::db::reports::Scope {
         flow_id: seeded.flow_id,
-        lower: flow_common::report::ReportParameters::open_bounds().0,
-        upper: flow_common::report::ReportParameters::open_bounds().1,
+        lower: flow_common::report::open_bounds().0,
+        upper: flow_common::report::open_bounds().1,
         now: Utc::now(),
         status: None,
     };
-    let spec = flow_common::report::AggregateSpec::parse("week", None)?;
+    let spec = flow_common::report::params::AggregateSpec::parse("week", None)?;
     let mut samples = Vec::new();
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();
-        flow_common::db::reports::aggregate(&mut connection, &scope, &spec, "UTC").await?;
+        let periods =
+            flow_common::report::engine::periods(&mut connection, &scope, &spec, "UTC").await?;
+        flow_common::db::reports::period_figures(&mut connection, &scope, &periods).await?;
         samples.push(started.elapsed());
     }
     summary("  aggregate SQL, one connection", &mut samples);
@@ -419,8 +421,10 @@ async fn measure(
     drop(connection);
 
     // Postgres's own CSV of the same rows, for comparison with the CSV export.
-    let sql = flow_common::db::reports::export_select_sql(false)
-        .replace("$6", "NULL")
+    let sql = flow_common::db::reports::rows_sql(false)
+        .replace("$8", "NULL")
+        .replace("$7", "'00000000-0000-0000-0000-000000000000'::uuid")
+        .replace("$6", "'-infinity'::timestamptz")
         .replace("$5", "NULL::text")
         .replace("$4", "now()")
         .replace("$3", "'10000-01-01 00:00:00+00'::timestamptz")
