@@ -11,7 +11,7 @@ use flow_common::db::orgs::Tier;
 use flow_common::ids::{ExportId, FlowId};
 use flow_tests::reports::{
     Fixture, FixtureFlow, all_pages, create_flow, create_org_in_zone, download, export_file,
-    insert_assignment, insert_many, insert_progress, insert_schedule, report, report_ok,
+    insert_assignment, insert_many, insert_progress, insert_schedule, report_ok,
     report_worker_config, start_report_worker, wait_for_export,
 };
 use flow_tests::{TestApp, TestOptions, TestOrg};

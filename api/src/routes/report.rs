@@ -486,7 +486,7 @@ pub async fn report(
             Json(ReportResponse::new(&flow, &parameters, report, page)),
         ));
     };
-    let rows = report.export_rows(format);
+    let rows = report.export_row_count(format);
     if let Some(export_cost) = cost::export(rows, allowance) {
         rate = state
             .limiter

@@ -1,11 +1,13 @@
 //! The one place a report is assembled: given its parameters and a [`Snapshot`], it reads the
 //! metrics, the schedules, the aggregates and the assignment rows. The API answers inline with
 //! [`Report::with_page`]; the report-worker writes every export format from [`Report::read`] and
-//! the [`rows`] stream. Everything is read in that one snapshot, so the figures and the rows of a
-//! report agree with each other; the parts run side by side on the snapshot's lanes.
+//! the [`Report::rows`] stream. Everything is read in that one snapshot, so the figures and the
+//! rows of a report agree with each other; the parts run side by side on the snapshot's lanes.
 //!
-//! Two sources are one function each, so either can be replaced without touching the rest:
-//! [`metrics`] (a count over the range) and [`rows`] (a streamed keyset SELECT).
+//! Two sources are one function each, so either can be replaced without touching the rest: the
+//! metrics source, `reports::metrics` (a count over the range, called only from [`metrics`]), and
+//! the row source, `reports::rows` (a streamed keyset SELECT, giving both the inline page and the
+//! export's rows).
 
 use std::collections::HashMap;
 
@@ -108,13 +110,24 @@ impl Report {
         )
     }
 
-    /// The rows an export of this report in `format` holds: every row the status filter keeps,
-    /// up to the format's limit.
-    pub fn export_rows(&self, format: ExportFormat) -> i64 {
+    /// How many rows an export of this report in `format` holds: every row the status filter
+    /// keeps, up to the format's limit.
+    pub fn export_row_count(&self, format: ExportFormat) -> i64 {
         let matching = self.metrics.matching;
         format
             .row_limit()
             .map_or(matching, |limit| matching.min(limit))
+    }
+
+    /// The rows of an export of this report in `format`, streamed from `connection` (the
+    /// snapshot's own) as Postgres produces them, so memory stays flat whatever the size.
+    pub fn rows<'c>(
+        &self,
+        connection: &'c mut PgConnection,
+        format: ExportFormat,
+        detailed: bool,
+    ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
+        reports::rows(connection, &self.scope, detailed, None, format.row_limit())
     }
 }
 
@@ -148,19 +161,6 @@ async fn schedules(snapshot: &Snapshot, scope: &Scope) -> Result<Vec<ScheduleRow
     Ok(reports::schedules(&mut *lane.join().await?, scope).await?)
 }
 
-/// The row source: the scope's assignments passing the status filter, in (`assignedAt`, id)
-/// order after `after`, at most `limit`, streamed from `connection` (the snapshot's own, for an
-/// export). The inline page is its first `limit` rows; an export writes all of them.
-pub fn rows<'c>(
-    connection: &'c mut PgConnection,
-    scope: &Scope,
-    detailed: bool,
-    after: Option<PageCursor>,
-    limit: Option<i64>,
-) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
-    reports::rows(connection, scope, detailed, after, limit)
-}
-
 /// The page `request` asks for, with module progress when `detailed`.
 async fn page(
     snapshot: &Snapshot,
@@ -171,7 +171,7 @@ async fn page(
     let mut lane = snapshot.lane().await?;
     let mut connection = lane.join().await?;
     // One row more than the page tells whether another page follows.
-    let mut rows: Vec<ReportRow> = rows(
+    let mut rows: Vec<ReportRow> = reports::rows(
         &mut connection,
         scope,
         false,

@@ -24,7 +24,8 @@ use flow_common::report::engine::{self, Report, ReportError};
 use flow_common::report::params::AggregateSpec;
 use flow_common::report::{AggregateMetric, ExportFormat, Period, export_file_name};
 use futures::TryStreamExt;
-use sqlx::{PgConnection, PgPool};
+use futures::stream::BoxStream;
+use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -272,12 +273,12 @@ async fn generate(
         .await?
         .ok_or_else(|| Permanent("the flow no longer exists".into()))?;
     let modules = flows::modules(snapshot.connection(), flow.id).await?;
-    let report = Report::read(&snapshot, &parameters)
+    let mut report = Report::read(&snapshot, &parameters)
         .await
         .map_err(permanent_if_invalid)?;
     let scope = report.scope;
-    let rows_total = report.export_rows(format);
-    let aggregates = parameters.aggregate.clone().zip(report.aggregates);
+    let rows_total = report.export_row_count(format);
+    let aggregates = parameters.aggregate.clone().zip(report.aggregates.take());
     let chart = match (&aggregates, format) {
         (Some((spec, rows)), ExportFormat::Pdf) => Some((spec.by, rows.clone())),
         (None, ExportFormat::Pdf) => {
@@ -295,6 +296,7 @@ async fn generate(
     let key = context
         .store
         .object_key(export.id, export.attempts, &file_name);
+    let rows = report.rows(snapshot.connection(), format, parameters.detailed);
     let header = Arc::new(ExportHeader {
         export_id: export.id,
         flow_id: flow.id,
@@ -305,7 +307,7 @@ async fn generate(
         metrics: report.metrics,
         aggregates,
         chart,
-        schedules: report.schedules,
+        schedules: std::mem::take(&mut report.schedules),
         rows_total,
         module_rows_total,
     });
@@ -317,16 +319,7 @@ async fn generate(
     let writer = tokio::task::spawn_blocking(move || {
         write_file(header, format, sink, temp_dir, rows_receiver)
     });
-    let read = stream_rows(
-        snapshot.connection(),
-        &scope,
-        parameters.detailed,
-        format.row_limit(),
-        rows_sender,
-        progress,
-        cancel,
-    )
-    .await;
+    let read = stream_rows(rows, rows_sender, progress, cancel).await;
     let written = writer
         .await
         .map_err(|error| anyhow::anyhow!("the export writer panicked: {error}"))
@@ -398,15 +391,11 @@ async fn chart(
 /// Streams the export's rows to the writer in batches; ends with [`Rows::End`] only when every
 /// row was read, so the writer never completes a truncated file.
 async fn stream_rows(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    detailed: bool,
-    limit: Option<i64>,
+    mut rows: BoxStream<'_, Result<ExportRow, sqlx::Error>>,
     sender: mpsc::Sender<Rows>,
     progress: &AtomicI64,
     cancel: &CancellationToken,
 ) -> anyhow::Result<i64> {
-    let mut rows = engine::rows(connection, scope, detailed, None, limit);
     let mut batch = Vec::with_capacity(ROW_BATCH);
     let mut count = 0i64;
     let stopped = || anyhow::Error::new(Interrupted("the export writer stopped"));
