@@ -18,10 +18,10 @@ use flow_common::domain::{AssignmentStatus, timestamp};
 use flow_common::duration::humanize_seconds;
 use flow_common::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_common::report::engine::{Page, Report, ReportError};
-use flow_common::report::params::{
-    AggregateFields, AggregateSpec, ReportFields, ReportParameters, ReportParams,
+use flow_common::report::params::{AggregateFields, ReportFields, ReportParams};
+use flow_common::report::{
+    AggregateMetric, AggregateSpec, ReportParameters, completion_rate, cost, whole_seconds,
 };
-use flow_common::report::{AggregateMetric, completion_rate, cost, whole_seconds};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;

@@ -396,12 +396,12 @@ async fn measure(
     let mut connection = pool.acquire().await?;
     let scope = flow_common::db::reports::Scope {
         flow_id: seeded.flow_id,
-        lower: flow_common::report::open_bounds().0,
-        upper: flow_common::report::open_bounds().1,
+        lower: flow_common::report::ReportParameters::open_bounds().0,
+        upper: flow_common::report::ReportParameters::open_bounds().1,
         now: Utc::now(),
         status: None,
     };
-    let spec = flow_common::report::params::AggregateSpec::parse("week", None)?;
+    let spec = flow_common::report::AggregateSpec::parse("week", None)?;
     let mut samples = Vec::new();
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();

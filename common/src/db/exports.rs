@@ -12,8 +12,7 @@ use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
 use crate::ids::{ExportId, FlowId, OrgId};
-use crate::report::params::ReportParameters;
-use crate::report::{EXPORT_VALIDITY, ExportFormat};
+use crate::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 
 /// Lifecycle of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 
 use crate::domain::AssignmentStatus;
 use crate::ids::{AssignmentId, FlowId, ScheduleId};
-use crate::report::{PageCursor, Period, open_bounds};
+use crate::report::{PageCursor, Period, ReportParameters};
 
 /// The status assignment `a` reports at `$4` (the one rule, migration 0070).
 const EFFECTIVE_STATUS: &str = "flow_effective_status(a.status, a.due_at, $4)";
@@ -373,7 +373,7 @@ pub async fn aggregation_window(
     connection: &mut PgConnection,
     scope: &Scope,
 ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>, sqlx::Error> {
-    let (open_lower, open_upper) = open_bounds();
+    let (open_lower, open_upper) = ReportParameters::open_bounds();
     let given_first = (scope.lower != open_lower).then_some(scope.lower);
     // The end is exclusive: its period is the one holding the instant just before it.
     let given_last =

@@ -16,8 +16,8 @@ use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::PgConnection;
 
-use super::params::{AggregateSpec, PageRequest, ReportParameters};
-use super::{ExportFormat, MAX_PERIODS, PageCursor};
+use super::params::PageRequest;
+use super::{AggregateSpec, ExportFormat, MAX_PERIODS, PageCursor, ReportParameters};
 use crate::db::assignments::{self, ModuleProgressRecord};
 use crate::db::reports::{
     self, AggregateRow, ExportRow, Metrics, PeriodBounds, ReportRow, ScheduleRow, Scope,

@@ -1,7 +1,8 @@
-//! Reports: the rules of the figures (completion rate rounding, period labels), the export
-//! formats, the page cursor, and the modules that make a report out of a request:
+//! Reports: what a report is about ([`ReportParameters`], the [`AggregateSpec`]), the rules of
+//! the figures (completion rate rounding, period labels), the export formats and the page cursor;
+//! and the modules that make a report out of a request:
 //!
-//! - [`params`]: a report request validated into the parameters every path uses;
+//! - [`params`]: a report request validated into those parameters;
 //! - [`engine`]: the one place a report is assembled (metrics, schedules, aggregates, the rows),
 //!   for the API's inline answer and for every export format the report-worker writes;
 //! - [`cost`]: what a report costs against the organization's report limit.
@@ -11,8 +12,11 @@ pub mod engine;
 pub mod params;
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
 
-use crate::ids::AssignmentId;
+use crate::domain::{AssignmentStatus, Invalid};
+use crate::ids::{AssignmentId, FlowId};
 
 /// Page size of a report when the request gives none.
 pub const DEFAULT_PAGE_LIMIT: u32 = 1_000;
@@ -151,6 +155,68 @@ impl ExportFormat {
     }
 }
 
+/// The `aggregate` part of a report request, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AggregateSpec {
+    /// Period length.
+    pub by: Period,
+    /// Figures to compute; never empty (an empty request means all).
+    pub metrics: Vec<AggregateMetric>,
+}
+
+impl AggregateSpec {
+    /// Validates `by` and `metrics` (field names as the caller sent them).
+    pub fn parse(by: &str, metrics: Option<&[String]>) -> Result<Self, Invalid> {
+        let by = Period::parse_field("aggregate.by", by)?;
+        let mut parsed: Vec<AggregateMetric> = Vec::new();
+        for name in metrics.unwrap_or_default() {
+            let metric = name.parse::<AggregateMetric>().map_err(|_| {
+                Invalid::new(format!(
+                    "aggregate.metrics: unknown metric \"{name}\"; allowed values: {}",
+                    AggregateMetric::allowed()
+                ))
+            })?;
+            if !parsed.contains(&metric) {
+                parsed.push(metric);
+            }
+        }
+        if parsed.is_empty() {
+            parsed = AggregateMetric::ALL.to_vec();
+        }
+        Ok(Self {
+            by,
+            metrics: parsed,
+        })
+    }
+
+    /// Whether `metric` was asked for.
+    pub fn wants(&self, metric: AggregateMetric) -> bool {
+        self.metrics.contains(&metric)
+    }
+}
+
+/// What a report is about, whatever answers it: the API inline, or the report-worker replaying it
+/// into a file (it is stored with the export, so its serialized shape must stay readable).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportParameters {
+    /// Flow reported on.
+    pub flow_id: FlowId,
+    /// Inclusive start of the `assignedAt` (schedules: `scheduledAt`) range.
+    pub start: Option<DateTime<Utc>>,
+    /// Exclusive end of the range.
+    pub end: Option<DateTime<Utc>>,
+    /// Status filter of the assignments and schedules lists.
+    pub status: Option<AssignmentStatus>,
+    /// Include module progress.
+    pub detailed: bool,
+    /// Aggregation, when asked.
+    pub aggregate: Option<AggregateSpec>,
+    /// IANA time zone of plain dates and periods.
+    pub timezone: String,
+}
+
 /// The earliest instant a date input can name (RFC 3339 years start at 0000).
 fn lowest_instant() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(0, 1, 1, 0, 0, 0)
@@ -165,9 +231,23 @@ fn highest_instant() -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// The bounds that stand for "no bound": wider than any date input can name.
-pub fn open_bounds() -> (DateTime<Utc>, DateTime<Utc>) {
-    (lowest_instant(), highest_instant())
+impl ReportParameters {
+    /// The time zone (UTC if the stored name is unknown to this build).
+    pub fn zone(&self) -> Tz {
+        self.timezone.parse().unwrap_or(Tz::UTC)
+    }
+
+    /// The range as concrete bounds `[lower, upper)`, so queries need no NULL cases (which would
+    /// keep Postgres from using the index range on a generic plan).
+    pub fn bounds(&self) -> (DateTime<Utc>, DateTime<Utc>) {
+        let (lowest, highest) = Self::open_bounds();
+        (self.start.unwrap_or(lowest), self.end.unwrap_or(highest))
+    }
+
+    /// The bounds that stand for "no bound": wider than any date input can name.
+    pub fn open_bounds() -> (DateTime<Utc>, DateTime<Utc>) {
+        (lowest_instant(), highest_instant())
+    }
 }
 
 /// `completed / total × 100`, rounded half away from zero to one decimal; 0 when `total` is 0.
@@ -322,6 +402,29 @@ mod tests {
             Period::Year.count_between(date("2026-12-31"), date("2026-01-01")),
             0
         );
+    }
+
+    #[test]
+    fn aggregate_specs_name_the_allowed_values() {
+        let spec = AggregateSpec::parse("week", None).unwrap();
+        assert_eq!(spec.metrics, AggregateMetric::ALL.to_vec());
+        let error = AggregateSpec::parse("fortnight", None).unwrap_err();
+        assert_eq!(
+            error.0,
+            "aggregate.by must be one of: day, week, month, quarter, year"
+        );
+        let error = AggregateSpec::parse("day", Some(&["median".to_owned()])).unwrap_err();
+        assert!(
+            error.0.contains("completion_rate, average_duration"),
+            "{}",
+            error.0
+        );
+        let spec = AggregateSpec::parse(
+            "day",
+            Some(&["completion_rate".to_owned(), "completion_rate".to_owned()]),
+        )
+        .unwrap();
+        assert_eq!(spec.metrics, vec![AggregateMetric::CompletionRate]);
     }
 
     #[test]

@@ -1,16 +1,14 @@
 //! A report request validated into parameters: the range (plain dates resolved in the report's
 //! time zone), the status filter, the aggregation, the export format and the page. Every way of
-//! asking for a report (the API, the dashboard through it, an export replayed by the
-//! report-worker) goes through [`ReportParams::parse`], so a request is refused the same way
-//! wherever it comes from.
+//! asking for a report (the API, and the dashboard through it) goes through
+//! [`ReportParams::parse`], so a request is refused the same way wherever it comes from; an
+//! export replays the [`ReportParameters`] it produced.
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use serde::{Deserialize, Serialize};
 
 use super::{
-    AggregateMetric, DEFAULT_PAGE_LIMIT, ExportFormat, MAX_PAGE_LIMIT, PageCursor, Period,
-    open_bounds,
+    AggregateSpec, DEFAULT_PAGE_LIMIT, ExportFormat, MAX_PAGE_LIMIT, PageCursor, ReportParameters,
 };
 use crate::domain::{AssignmentStatus, DayBound, Invalid, parse_date_input, parse_timezone};
 use crate::ids::FlowId;
@@ -163,82 +161,6 @@ impl ReportParams {
     }
 }
 
-/// The `aggregate` part of a report request, validated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AggregateSpec {
-    /// Period length.
-    pub by: Period,
-    /// Figures to compute; never empty (an empty request means all).
-    pub metrics: Vec<AggregateMetric>,
-}
-
-impl AggregateSpec {
-    /// Validates `by` and `metrics` (field names as the caller sent them).
-    pub fn parse(by: &str, metrics: Option<&[String]>) -> Result<Self, Invalid> {
-        let by = Period::parse_field("aggregate.by", by)?;
-        let mut parsed: Vec<AggregateMetric> = Vec::new();
-        for name in metrics.unwrap_or_default() {
-            let metric = name.parse::<AggregateMetric>().map_err(|_| {
-                Invalid::new(format!(
-                    "aggregate.metrics: unknown metric \"{name}\"; allowed values: {}",
-                    AggregateMetric::allowed()
-                ))
-            })?;
-            if !parsed.contains(&metric) {
-                parsed.push(metric);
-            }
-        }
-        if parsed.is_empty() {
-            parsed = AggregateMetric::ALL.to_vec();
-        }
-        Ok(Self {
-            by,
-            metrics: parsed,
-        })
-    }
-
-    /// Whether `metric` was asked for.
-    pub fn wants(&self, metric: AggregateMetric) -> bool {
-        self.metrics.contains(&metric)
-    }
-}
-
-/// What a report is about, whatever answers it: the API inline, or the report-worker replaying it
-/// into a file (it is stored with the export, so its serialized shape must stay readable).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReportParameters {
-    /// Flow reported on.
-    pub flow_id: FlowId,
-    /// Inclusive start of the `assignedAt` (schedules: `scheduledAt`) range.
-    pub start: Option<DateTime<Utc>>,
-    /// Exclusive end of the range.
-    pub end: Option<DateTime<Utc>>,
-    /// Status filter of the assignments and schedules lists.
-    pub status: Option<AssignmentStatus>,
-    /// Include module progress.
-    pub detailed: bool,
-    /// Aggregation, when asked.
-    pub aggregate: Option<AggregateSpec>,
-    /// IANA time zone of plain dates and periods.
-    pub timezone: String,
-}
-
-impl ReportParameters {
-    /// The time zone (UTC if the stored name is unknown to this build).
-    pub fn zone(&self) -> Tz {
-        self.timezone.parse().unwrap_or(Tz::UTC)
-    }
-
-    /// The range as concrete bounds `[lower, upper)`, so queries need no NULL cases (which would
-    /// keep Postgres from using the index range on a generic plan).
-    pub fn bounds(&self) -> (DateTime<Utc>, DateTime<Utc>) {
-        let (lowest, highest) = open_bounds();
-        (self.start.unwrap_or(lowest), self.end.unwrap_or(highest))
-    }
-}
-
 /// Checks that the range is not empty: `endDate` must be after `startDate`.
 fn check_range(start: Option<DateTime<Utc>>, end: Option<DateTime<Utc>>) -> Result<(), Invalid> {
     match (start, end) {
@@ -252,29 +174,6 @@ fn check_range(start: Option<DateTime<Utc>>, end: Option<DateTime<Utc>>) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn aggregate_specs_name_the_allowed_values() {
-        let spec = AggregateSpec::parse("week", None).unwrap();
-        assert_eq!(spec.metrics, AggregateMetric::ALL.to_vec());
-        let error = AggregateSpec::parse("fortnight", None).unwrap_err();
-        assert_eq!(
-            error.0,
-            "aggregate.by must be one of: day, week, month, quarter, year"
-        );
-        let error = AggregateSpec::parse("day", Some(&["median".to_owned()])).unwrap_err();
-        assert!(
-            error.0.contains("completion_rate, average_duration"),
-            "{}",
-            error.0
-        );
-        let spec = AggregateSpec::parse(
-            "day",
-            Some(&["completion_rate".to_owned(), "completion_rate".to_owned()]),
-        )
-        .unwrap();
-        assert_eq!(spec.metrics, vec![AggregateMetric::CompletionRate]);
-    }
 
     #[test]
     fn requests_are_refused_naming_the_field() {

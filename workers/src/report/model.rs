@@ -7,8 +7,9 @@ use flow_common::db::reports::{AggregateRow, ExportRow, Metrics, ScheduleRow};
 use flow_common::domain::format_timestamp;
 use flow_common::duration::humanize_seconds;
 use flow_common::ids::{ExportId, FlowId};
-use flow_common::report::params::{AggregateSpec, ReportParameters};
-use flow_common::report::{AggregateMetric, Period, completion_rate, whole_seconds};
+use flow_common::report::{
+    AggregateMetric, AggregateSpec, Period, ReportParameters, completion_rate, whole_seconds,
+};
 
 /// Everything about an export except its assignment rows.
 #[derive(Debug, Clone)]
