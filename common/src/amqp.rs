@@ -22,8 +22,6 @@ pub enum QueueKind {
     Assign,
     /// Progress commands (module activity), consumed by the assign-worker.
     Progress,
-    /// Export jobs, consumed by the report-worker.
-    Export,
     /// Lifecycle events to deliver to webhook endpoints, consumed by the webhook-worker.
     Webhooks,
     /// Messages that exceeded the delivery limit or could not be decoded.
@@ -32,10 +30,9 @@ pub enum QueueKind {
 
 impl QueueKind {
     /// Every queue.
-    pub const ALL: [QueueKind; 5] = [
+    pub const ALL: [QueueKind; 4] = [
         QueueKind::Assign,
         QueueKind::Progress,
-        QueueKind::Export,
         QueueKind::Webhooks,
         QueueKind::DeadLetters,
     ];
@@ -45,7 +42,6 @@ impl QueueKind {
         match self {
             QueueKind::Assign => "assign",
             QueueKind::Progress => "progress",
-            QueueKind::Export => "export",
             QueueKind::Webhooks => "webhooks",
             QueueKind::DeadLetters => "dead-letters",
         }

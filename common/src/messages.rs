@@ -137,37 +137,6 @@ pub fn decode_assign_message(
     Ok(batch.commands)
 }
 
-/// Current version of [`ExportCommand`].
-pub const EXPORT_COMMAND_VERSION: u16 = 1;
-
-/// Wakes a report-worker for an export (queue `{prefix}.export`). The `exports` row is the job:
-/// whichever worker has capacity claims it there, so this message is acked at once and a long
-/// export never holds an unacked delivery.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ExportCommand {
-    /// Message schema version.
-    pub version: u16,
-    /// The export to generate.
-    pub export_id: crate::ids::ExportId,
-    /// Owning organization (for logs).
-    pub org_id: OrgId,
-}
-
-impl ExportCommand {
-    /// Decodes and checks the version.
-    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
-        let command: Self = serde_json::from_slice(payload)?;
-        if command.version != EXPORT_COMMAND_VERSION {
-            return Err(DecodeError::UnsupportedVersion {
-                found: command.version,
-                supported: EXPORT_COMMAND_VERSION,
-            });
-        }
-        Ok(command)
-    }
-}
-
 /// Current version of [`ProgressCommand`].
 pub const PROGRESS_COMMAND_VERSION: u16 = 1;
 

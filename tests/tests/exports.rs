@@ -1,4 +1,4 @@
-//! Exports end to end: API → `exports` row + `flow.export` → report-worker → export store →
+//! Exports end to end: API → `exports` row (and its `NOTIFY`) → report-worker → export store →
 //! `GET /v1/exports/{id}`. Files are read back with independent readers (the `csv` crate,
 //! `calamine`, `lopdf`) and compared with the inline report.
 
@@ -11,7 +11,7 @@ use flow_common::db::orgs::Tier;
 use flow_common::ids::{ExportId, FlowId};
 use flow_tests::reports::{
     Fixture, FixtureFlow, all_pages, create_flow, create_org_in_zone, download, export_file,
-    insert_assignment, insert_many, insert_progress, insert_schedule, report, report_ok,
+    insert_assignment, insert_many, insert_progress, insert_schedule, report_ok,
     report_worker_config, start_report_worker, wait_for_export,
 };
 use flow_tests::{TestApp, TestOptions, TestOrg};
@@ -665,8 +665,17 @@ async fn an_export_is_generated_by_one_worker_at_a_time() {
     }
 }
 
+/// Reads an export's row: status, claims and the worker holding (or that last held) it.
+async fn export_row(app: &TestApp, id: ExportId) -> (String, i32, Option<String>) {
+    sqlx::query_as("SELECT status, attempts, worker_id FROM exports WHERE id = $1")
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
-async fn an_export_that_cannot_be_queued_leaves_nothing_behind() {
+async fn exports_need_no_broker_and_wait_for_a_worker_to_start() {
     let proxy = flow_tests::proxy::Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
     let app = TestApp::spawn_with(TestOptions {
         api_amqp_url: Some(format!("amqp://guest:guest@{}/%2f", proxy.address)),
@@ -674,41 +683,173 @@ async fn an_export_that_cannot_be_queued_leaves_nothing_behind() {
     })
     .await;
     let (org, flow) = export_fixture(&app, 0).await;
+    // The API cannot reach RabbitMQ and no report-worker runs: the export is still accepted,
+    // since writing its row is the request's one commit point.
     proxy.disable().await;
-    let response = report(
+    let response = report_ok(
         &app,
         &org,
         json!({ "flowId": flow.id.to_string(), "format": "excel" }),
     )
     .await;
-    assert_eq!(response.status, 503, "{}", response.body);
-    assert_eq!(response.body["error"], json!("service_unavailable"));
-    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM exports")
-        .fetch_one(&app.db)
+    assert_eq!(response["exportStatus"], json!("pending"));
+    let first = ExportId::parse(response["exportId"].as_str().unwrap()).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(export_row(&app, first).await, ("pending".into(), 0, None));
+    // A worker that only polls once an hour: it claims what waits when it starts...
+    let mut config = report_worker_config(&app);
+    config.poll_interval_ms = 3_600_000;
+    let worker = flow_tests::WorkerHandle::spawn(move |shutdown| {
+        flow_workers::report::run(config, shutdown)
+    });
+    let file = wait_for_export(&app, &org, response["downloadUrl"].as_str().unwrap()).await;
+    assert_eq!(file.status, 200);
+    // ...and is woken by the notification of the next one, long before it would poll.
+    let next = report_ok(
+        &app,
+        &org,
+        json!({ "flowId": flow.id.to_string(), "format": "csv" }),
+    )
+    .await;
+    let file = wait_for_export(&app, &org, next["downloadUrl"].as_str().unwrap()).await;
+    assert_eq!(file.status, 200);
+    assert_eq!(
+        csv::Reader::from_reader(file.body.as_slice())
+            .records()
+            .count(),
+        4
+    );
+    worker.stop().unwrap();
+}
+
+#[tokio::test]
+async fn an_export_whose_worker_is_killed_is_taken_over_once_the_lease_lapses() {
+    let app = TestApp::spawn().await;
+    let (org, flow) = export_fixture(&app, 50).await;
+    let response = report_ok(
+        &app,
+        &org,
+        json!({ "flowId": flow.id.to_string(), "format": "csv" }),
+    )
+    .await;
+    let id = ExportId::parse(response["exportId"].as_str().unwrap()).unwrap();
+    // Hold the export mid-way: the worker's snapshot reads the schedules, which this
+    // transaction keeps locked until the worker is dead.
+    let mut lock = app.db.begin().await.unwrap();
+    sqlx::query("LOCK TABLE schedules IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *lock)
         .await
         .unwrap();
-    assert_eq!(count, 0, "no orphan export row");
-    // Inline reports do not need the broker.
-    let inline = report(&app, &org, json!({ "flowId": flow.id.to_string() })).await;
-    assert_eq!(inline.status, 200);
-    proxy.enable();
-    let worker = start_report_worker(&app);
-    let recovered = app
+    let mut config = report_worker_config(&app);
+    config.lease_seconds = 5;
+    let doomed = flow_tests::WorkerHandle::spawn(move |shutdown| {
+        flow_workers::report::run(config, shutdown)
+    });
+    let first_worker = app
         .eventually(
             Duration::from_secs(20),
-            "exports to be accepted again",
+            "the export to be claimed",
             || async {
-                let response = report(
-                    &app,
-                    &org,
-                    json!({ "flowId": flow.id.to_string(), "format": "excel" }),
-                )
-                .await;
-                (response.status == 200).then_some(response.body)
+                match export_row(&app, id).await {
+                    (status, _, Some(worker)) if status == "running" => Some(worker),
+                    _ => None,
+                }
             },
         )
         .await;
-    let file = wait_for_export(&app, &org, recovered["downloadUrl"].as_str().unwrap()).await;
+    // Blocked on the lock for longer than a heartbeat: the claim stays the worker's.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, _, holder) = export_row(&app, id).await;
+    assert_eq!(
+        (status.as_str(), holder),
+        ("running", Some(first_worker.clone()))
+    );
+    doomed.kill();
+    lock.rollback().await.unwrap();
+    // Nobody renews the lease any more; once it lapses, another worker takes the export over.
+    let _survivor = start_report_worker(&app);
+    let file = wait_for_export(&app, &org, response["downloadUrl"].as_str().unwrap()).await;
     assert_eq!(file.status, 200);
-    worker.stop().unwrap();
+    assert_eq!(
+        csv::Reader::from_reader(file.body.as_slice())
+            .records()
+            .count(),
+        54
+    );
+    let (status, attempts, worker) = export_row(&app, id).await;
+    assert_eq!(status, "ready");
+    assert!(
+        attempts >= 2,
+        "claimed again after the kill ({attempts} claims)"
+    );
+    assert_ne!(worker, Some(first_worker), "finished by the other worker");
+}
+
+#[tokio::test]
+async fn inline_and_exported_metrics_are_the_same_figures() {
+    let app = TestApp::spawn().await;
+    let _worker = start_report_worker(&app);
+    let (org, flow) = export_fixture(&app, 40).await;
+    // Completions in several months and of uneven lengths, so an aggregated report's periods
+    // each hold part of the average completion time.
+    for (index, (assigned, completed)) in [
+        ("2025-01-05T08:00:00Z", "2025-01-05T08:00:01Z"),
+        ("2025-01-20T08:00:00Z", "2025-02-11T17:31:07Z"),
+        ("2025-03-03T00:00:00Z", "2025-03-03T00:00:02Z"),
+        ("2025-04-30T23:59:59Z", "2025-05-01T00:00:00Z"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        insert_assignment(
+            &app,
+            &org,
+            &flow,
+            &Fixture::new(&format!("done-{index}@example.com"), assigned, "completed")
+                .started(assigned)
+                .completed(completed),
+        )
+        .await;
+    }
+    for request in [
+        json!({ "flowId": flow.id.to_string(), "format": "excel" }),
+        json!({ "flowId": flow.id.to_string(), "format": "excel", "status": "completed",
+                "aggregate": { "by": "month" } }),
+        json!({ "flowId": flow.id.to_string(), "format": "excel", "startDate": "2025-01-10",
+                "endDate": "2025-04-01", "timezone": "America/New_York",
+                "aggregate": { "by": "week", "metrics": ["completion_rate"] } }),
+    ] {
+        let (response, file) = export_file(&app, &org, request.clone()).await;
+        let mut workbook: Xlsx<_> =
+            calamine::open_workbook_from_rs(Cursor::new(file.body)).expect("a valid XLSX");
+        let summary = workbook.worksheet_range("Summary").unwrap();
+        let exported: HashMap<String, Data> = summary
+            .rows()
+            .filter_map(|row| match (row.first(), row.get(1)) {
+                (Some(Data::String(label)), Some(value)) => Some((label.clone(), value.clone())),
+                _ => None,
+            })
+            .collect();
+        let inline = &response["metrics"];
+        for (label, field) in [
+            ("Total assignments", "totalAssignments"),
+            ("Completed", "completedAssignments"),
+            ("Completion rate (%)", "completionRate"),
+            ("In progress", "inProgressAssignments"),
+            ("Pending", "pendingAssignments"),
+            ("Overdue", "overdueAssignments"),
+            ("Average completion (seconds)", "averageCompletionSeconds"),
+        ] {
+            assert_eq!(
+                exported[label],
+                Data::Float(inline[field].as_f64().unwrap()),
+                "{label} of {request}: inline {inline}"
+            );
+        }
+        assert_eq!(
+            exported["Average completion time"],
+            Data::String(inline["averageCompletionTime"].as_str().unwrap().into()),
+            "{request}"
+        );
+    }
 }

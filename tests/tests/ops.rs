@@ -188,7 +188,7 @@ async fn report_worker_binary_serves_its_ops_endpoints() {
     serves_ops_endpoints(
         "report-worker",
         &[("EXPORT_STORE_URL", store.display().to_string())],
-        &["flow_queue_messages{queue=\"test.".to_owned()],
+        &["flow_exports_waiting ".to_owned()],
     )
     .await;
 }
@@ -361,6 +361,7 @@ fn alert_rules_and_dashboard_name_only_metrics_the_code_exports() {
         "flow_webhook_deliveries_due",
         "flow_dead_letters_pending",
         "flow_schedules_due",
+        "flow_exports_waiting",
     ] {
         assert!(exported.contains(gauge), "the code exports {gauge}");
     }

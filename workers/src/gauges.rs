@@ -1,6 +1,6 @@
 //! Gauges an alert can use, polled from Postgres by the role that owns the table: the outbox
 //! backlog (outbox-relay), webhook deliveries due (webhook-worker), schedules due (scheduler),
-//! dead letters waiting (assign-worker, which records them). Cheap indexed queries, every
+//! dead letters waiting (assign-worker, which records them), exports waiting (report-worker). Cheap indexed queries, every
 //! [`POLL_INTERVAL`], in a task that survives failures and panics of a round.
 
 use std::future::Future;
@@ -88,5 +88,14 @@ pub async fn schedules(pool: PgPool) -> Result<(), sqlx::Error> {
 pub async fn dead_letters(pool: PgPool) -> Result<(), sqlx::Error> {
     let pending = flow_common::db::dead_letters::pending_count(&pool).await?;
     metrics::gauge!("flow_dead_letters_pending").set(pending as f64);
+    Ok(())
+}
+
+/// `flow_exports_waiting`: exports that a report-worker could claim now and has not (waiting for
+/// a free slot, or left by a worker that died): a backlog here means the report-workers do not
+/// keep up, or none runs.
+pub async fn exports_waiting(pool: PgPool) -> Result<(), sqlx::Error> {
+    let waiting = flow_common::db::exports::waiting_count(&pool).await?;
+    metrics::gauge!("flow_exports_waiting").set(waiting as f64);
     Ok(())
 }

@@ -4,46 +4,34 @@
 //! Figures are exact at read time: the queries derive `overdue` from the due date, so the status
 //! filter, the lists and the metrics agree with what the scheduler will record. An export request
 //! answers with the normal report plus where the file will be; the report-worker writes the file.
-
-use std::collections::HashMap;
+//! Validation, assembly and the rate cost live in `flow_common::report` (`params`, `engine`,
+//! `cost`); this file holds the wire types and the handler.
 
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, QueueKind};
-use flow_common::db::assignments::{self, ModuleProgressRecord};
-use flow_common::db::exports::{self, NewExport};
+use flow_common::db::exports::{self, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
-use flow_common::db::reports::{
-    self, AggregateError, AggregateRow, Metrics, ReportRow, ScheduleRow, Scope,
-};
-use flow_common::domain::{
-    AssignmentStatus, DayBound, Invalid, parse_date_input, parse_timezone, timestamp,
-};
+use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
+use flow_common::db::snapshot::Snapshot;
+use flow_common::domain::{AssignmentStatus, timestamp};
 use flow_common::duration::humanize_seconds;
 use flow_common::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
-use flow_common::messages::{EXPORT_COMMAND_VERSION, ExportCommand};
+use flow_common::report::engine::{Page, Report, ReportError};
+use flow_common::report::params::{AggregateFields, ReportFields, ReportParams};
 use flow_common::report::{
-    AggregateMetric, AggregateSpec, DEFAULT_PAGE_LIMIT, EXPORT_VALIDITY, ExportFormat,
-    MAX_PAGE_LIMIT, PDF_ROW_LIMIT, PageCursor, ReportParameters, check_range, completion_rate,
-    whole_seconds,
+    AggregateMetric, AggregateSpec, ReportParameters, completion_rate, cost, whole_seconds,
 };
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::AppState;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{ApiJson, Auth, Caller, RequestId};
+use crate::extract::{ApiJson, Auth, RequestId};
 use crate::ratelimit::{Operation, RateInfo};
 use crate::routes::assignments::ModuleProgressView;
-
-/// Rows of an export that cost one more report request.
-const EXPORT_ROWS_PER_REQUEST: i64 = 10_000;
-/// Rows of an inline page that cost one report request.
-const PAGE_ROWS_PER_REQUEST: i64 = 1_000;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -99,109 +87,22 @@ pub struct AggregateRequest {
     pub metrics: Option<Vec<String>>,
 }
 
-/// A validated report request.
-#[derive(Debug, Clone)]
-pub struct ReportInput {
-    /// The flow; `None` when the text was not a flow id (it then does not exist: 404).
-    pub flow_id: Option<FlowId>,
-    /// Range start.
-    pub start: Option<DateTime<Utc>>,
-    /// Range end.
-    pub end: Option<DateTime<Utc>>,
-    /// Status filter.
-    pub status: Option<AssignmentStatus>,
-    /// Module progress wanted.
-    pub detailed: bool,
-    /// Export format.
-    pub format: Option<ExportFormat>,
-    /// Aggregation.
-    pub aggregate: Option<AggregateSpec>,
-    /// Time zone of plain dates and periods.
-    pub zone: chrono_tz::Tz,
-    /// Page size.
-    pub limit: i64,
-    /// Position after which the page starts.
-    pub cursor: Option<PageCursor>,
-}
-
-impl ReportInput {
-    /// Validates a request; `org_zone` applies unless the request names a time zone.
-    pub fn parse(request: ReportRequest, org_zone: chrono_tz::Tz) -> Result<Self, ApiError> {
-        let flow_text = request.flow_id.unwrap_or_default();
-        if flow_text.trim().is_empty() {
-            return Err(ApiError::InvalidRequest("flowId is required".into()));
-        }
-        let zone = match request.timezone.as_deref() {
-            None => org_zone,
-            Some(name) => parse_timezone("timezone", name.trim())?,
-        };
-        let date = |field: &str, text: Option<&str>| {
-            text.map(|text| parse_date_input(field, text, zone, DayBound::Start))
-                .transpose()
-        };
-        let start = date("startDate", request.start_date.as_deref())?;
-        let end = date("endDate", request.end_date.as_deref())?;
-        check_range(start, end)?;
-        let status = request
-            .status
-            .as_deref()
-            .map(|text| AssignmentStatus::parse_field("status", text))
-            .transpose()?;
-        let format = request
-            .format
-            .as_deref()
-            .map(|text| ExportFormat::parse_field("format", text))
-            .transpose()?;
-        let aggregate = request
-            .aggregate
-            .map(|aggregate| {
-                let by = aggregate
-                    .by
-                    .ok_or_else(|| Invalid::new("aggregate.by is required"))?;
-                AggregateSpec::parse(&by, aggregate.metrics.as_deref())
-            })
-            .transpose()?;
-        let limit = match request.limit {
-            None => i64::from(DEFAULT_PAGE_LIMIT),
-            Some(limit) if (1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) => limit,
-            Some(_) => {
-                return Err(ApiError::InvalidRequest(format!(
-                    "limit must be between 1 and {MAX_PAGE_LIMIT}"
-                )));
-            }
-        };
-        let cursor = match request.cursor.as_deref() {
-            None | Some("") => None,
-            Some(text) => Some(PageCursor::decode(text).ok_or_else(|| {
-                ApiError::InvalidRequest(
-                    "cursor is not valid: pass the nextCursor of the previous page".into(),
-                )
-            })?),
-        };
-        Ok(Self {
-            flow_id: FlowId::parse(flow_text.trim()),
-            start,
-            end,
-            status,
-            detailed: request.detailed.unwrap_or(false),
-            format,
-            aggregate,
-            zone,
-            limit,
-            cursor,
-        })
-    }
-
-    /// The parameters an export replays.
-    pub fn parameters(&self, flow_id: FlowId) -> ReportParameters {
-        ReportParameters {
-            flow_id,
-            start: self.start,
-            end: self.end,
-            status: self.status,
-            detailed: self.detailed,
-            aggregate: self.aggregate.clone(),
-            timezone: self.zone.name().to_owned(),
+impl From<ReportRequest> for ReportFields {
+    fn from(request: ReportRequest) -> Self {
+        Self {
+            flow_id: request.flow_id,
+            start_date: request.start_date,
+            end_date: request.end_date,
+            status: request.status,
+            detailed: request.detailed,
+            format: request.format,
+            aggregate: request.aggregate.map(|aggregate| AggregateFields {
+                by: aggregate.by,
+                metrics: aggregate.metrics,
+            }),
+            timezone: request.timezone,
+            limit: request.limit,
+            cursor: request.cursor,
         }
     }
 }
@@ -252,13 +153,72 @@ pub struct ReportResponse {
 }
 
 impl ReportResponse {
+    /// The answer for a report on `flow` and one page of its assignments.
+    fn new(
+        flow: &FlowSummary,
+        parameters: &ReportParameters,
+        report: Report,
+        mut page: Page,
+    ) -> Self {
+        let assignments = page
+            .rows
+            .into_iter()
+            .map(|row| {
+                let modules = parameters.detailed.then(|| {
+                    page.progress
+                        .remove(&row.id)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(ModuleProgressView::from)
+                        .collect()
+                });
+                ReportAssignment::new(row, flow.module_count, modules)
+            })
+            .collect();
+        let aggregates = parameters.aggregate.as_ref().map(|spec| {
+            report
+                .aggregates
+                .unwrap_or_default()
+                .iter()
+                .map(|row| AggregateView::new(row, spec))
+                .collect()
+        });
+        Self {
+            flow_id: flow.id,
+            flow_name: flow.name.clone(),
+            generated_at: report.generated_at,
+            range: RangeView {
+                start_date: parameters.start,
+                end_date: parameters.end,
+                timezone: parameters.timezone.clone(),
+            },
+            metrics: report.metrics.into(),
+            schedules: report
+                .schedules
+                .into_iter()
+                .map(ScheduleView::from)
+                .collect(),
+            assignments,
+            next_cursor: page.next.map(|cursor| cursor.encode()),
+            aggregates,
+            export_id: None,
+            download_url: None,
+            expires_at: None,
+            export_status: None,
+        }
+    }
+
     /// Adds where the export will be. The fields sit beside the report's own rather than in a
     /// nested object, as the contract shows them.
-    fn with_export(mut self, export: ExportResult) -> Self {
-        self.export_id = Some(export.export_id);
-        self.download_url = Some(export.download_url);
+    fn with_export(mut self, export: &ExportRecord, base_url: &str) -> Self {
+        self.export_id = Some(export.id);
+        self.download_url = Some(format!(
+            "{}/v1/exports/{}",
+            base_url.trim_end_matches('/'),
+            export.id
+        ));
         self.expires_at = Some(export.expires_at);
-        self.export_status = Some(export.export_status);
+        self.export_status = Some(export.status().as_str().to_owned());
         self
     }
 }
@@ -467,17 +427,13 @@ impl AggregateView {
     }
 }
 
-/// Where an export will be downloaded.
-#[derive(Debug, Clone)]
-pub struct ExportResult {
-    /// Identifier of the export.
-    pub export_id: ExportId,
-    /// `{base_url}/v1/exports/<exportId>`.
-    pub download_url: String,
-    /// When the download address expires.
-    pub expires_at: DateTime<Utc>,
-    /// `pending` at first.
-    pub export_status: String,
+impl From<ReportError> for ApiError {
+    fn from(error: ReportError) -> Self {
+        match error {
+            ReportError::Invalid(invalid) => Self::from(invalid),
+            ReportError::Database(error) => Self::from(error),
+        }
+    }
 }
 
 /// Report on a flow.
@@ -495,7 +451,7 @@ pub struct ExportResult {
         (status = 400, description = "Invalid request, e.g. endDate not after startDate", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded", body = ErrorBody),
-        (status = 503, description = "The export could not be queued durably; nothing was accepted", body = ErrorBody),
+        (status = 503, description = "The database is unavailable; no export was recorded", body = ErrorBody),
     )
 )]
 pub async fn report(
@@ -504,281 +460,52 @@ pub async fn report(
     request_id: RequestId,
     ApiJson(request): ApiJson<ReportRequest>,
 ) -> Result<(RateInfo, Json<ReportResponse>), ApiError> {
-    let now = Utc::now();
-    let input = ReportInput::parse(request, auth.zone)?;
-    let limit = Operation::Report.limit(&auth);
-    let page_cost = ceil_div(input.limit, PAGE_ROWS_PER_REQUEST);
+    let params = ReportParams::parse(request.into(), auth.zone)?;
+    let allowance = Operation::Report.limit(&auth);
     let mut rate = state
         .limiter
-        .check(&auth, Operation::Report, capped_cost(page_cost, limit))
+        .check(
+            &auth,
+            Operation::Report,
+            cost::page(params.page.limit, allowance),
+        )
         .await?;
-    let flow = match input.flow_id {
+    let flow = match params.flow_id {
         Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
         None => None,
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
-    let parameters = input.parameters(flow.id);
-    let response = build(
+    let parameters = params.parameters(flow.id);
+    let snapshot = Snapshot::begin(&state.db).await?;
+    let (report, page) = Report::with_page(&snapshot, &parameters, params.page).await?;
+    snapshot.close().await?;
+    let Some(format) = params.format else {
+        return Ok((
+            rate,
+            Json(ReportResponse::new(&flow, &parameters, report, page)),
+        ));
+    };
+    let rows = report.export_row_count(format);
+    if let Some(export_cost) = cost::export(rows, allowance) {
+        rate = state
+            .limiter
+            .check(&auth, Operation::Report, export_cost)
+            .await?;
+    }
+    // The export row is the request's one commit point: written, the export will be generated.
+    let export = exports::create(
         &state.db,
-        &flow,
-        &parameters,
-        input.cursor,
-        input.limit,
-        now,
-    )
-    .await?;
-    if let Some(format) = input.format {
-        // A PDF shows at most PDF_ROW_LIMIT rows; CSV and Excel hold every matching one.
-        let rows = match format {
-            ExportFormat::Pdf => response.metrics_matching.min(PDF_ROW_LIMIT),
-            ExportFormat::Csv | ExportFormat::Excel => response.metrics_matching,
-        };
-        let export_cost = ceil_div(rows, EXPORT_ROWS_PER_REQUEST);
-        if export_cost > 0 {
-            rate = state
-                .limiter
-                .check(&auth, Operation::Report, capped_cost(export_cost, limit))
-                .await?;
-        }
-        let export = request_export(
-            &state,
-            &auth,
-            &parameters,
+        &NewExport::new(
+            auth.org_id(),
             format,
+            parameters.clone(),
             rows,
             request_id.caller_supplied(),
-            now,
-        )
-        .await?;
-        return Ok((rate, Json(response.report.with_export(export))));
-    }
-    Ok((rate, Json(response.report)))
-}
-
-/// `value / divisor` rounded up, for non-negative values.
-fn ceil_div(value: i64, divisor: i64) -> i64 {
-    (value.max(0) + divisor - 1) / divisor
-}
-
-/// A cost never above the limit: a bucket of `limit` tokens could never grant more, so a larger
-/// request takes the whole allowance instead of being refused forever.
-fn capped_cost(cost: i64, limit: u32) -> u32 {
-    u32::try_from(cost)
-        .unwrap_or(u32::MAX)
-        .clamp(1, limit.max(1))
-}
-
-/// A report and the number of rows its status filter keeps (what an export holds).
-struct Built {
-    report: ReportResponse,
-    metrics_matching: i64,
-}
-
-async fn build(
-    pool: &PgPool,
-    flow: &FlowSummary,
-    parameters: &ReportParameters,
-    cursor: Option<PageCursor>,
-    limit: i64,
-    now: DateTime<Utc>,
-) -> Result<Built, ApiError> {
-    let (lower, upper) = parameters.bounds();
-    let scope = Scope {
-        flow_id: flow.id,
-        lower,
-        upper,
-        now,
-        status: parameters.status,
-    };
-    // An aggregated report reads the range once: its metrics are the sums of the periods.
-    let figures = async {
-        match &parameters.aggregate {
-            Some(spec) => {
-                let rows = aggregate(pool, &scope, spec, &parameters.timezone).await?;
-                let metrics = Metrics::from_aggregates(&rows, parameters.status);
-                let views = rows
-                    .iter()
-                    .map(|row| AggregateView::new(row, spec))
-                    .collect();
-                Ok::<_, ApiError>((metrics, Some(views)))
-            }
-            None => Ok((reports::metrics(pool, &scope).await?, None)),
-        }
-    };
-    let ((metrics, aggregates), mut rows, schedules) = tokio::try_join!(
-        figures,
-        async {
-            reports::page(pool, &scope, cursor, limit + 1)
-                .await
-                .map_err(ApiError::from)
-        },
-        async {
-            reports::schedules(pool, &scope)
-                .await
-                .map_err(ApiError::from)
-        },
-    )?;
-    let page_size = usize::try_from(limit).unwrap_or(usize::MAX);
-    let next_cursor = if rows.len() > page_size {
-        rows.truncate(page_size);
-        rows.last().map(|row| row.cursor().encode())
-    } else {
-        None
-    };
-    let mut progress = if parameters.detailed && !rows.is_empty() {
-        let ids: Vec<AssignmentId> = rows.iter().map(|row| row.id).collect();
-        group_progress(assignments::module_progress(pool, &ids).await?)
-    } else {
-        HashMap::new()
-    };
-    let assignments = rows
-        .into_iter()
-        .map(|row| {
-            let modules = parameters
-                .detailed
-                .then(|| progress.remove(&row.id).unwrap_or_default());
-            ReportAssignment::new(row, flow.module_count, modules)
-        })
-        .collect();
-    Ok(Built {
-        metrics_matching: metrics.matching,
-        report: ReportResponse {
-            flow_id: flow.id,
-            flow_name: flow.name.clone(),
-            generated_at: now,
-            range: RangeView {
-                start_date: parameters.start,
-                end_date: parameters.end,
-                timezone: parameters.timezone.clone(),
-            },
-            metrics: metrics.into(),
-            schedules: schedules.into_iter().map(ScheduleView::from).collect(),
-            assignments,
-            next_cursor,
-            aggregates,
-            export_id: None,
-            download_url: None,
-            expires_at: None,
-            export_status: None,
-        },
-    })
-}
-
-fn group_progress(
-    records: Vec<ModuleProgressRecord>,
-) -> HashMap<AssignmentId, Vec<ModuleProgressView>> {
-    let mut grouped: HashMap<AssignmentId, Vec<ModuleProgressView>> = HashMap::new();
-    // Records come ordered by assignment, then module position.
-    for record in records {
-        grouped
-            .entry(record.assignment_id)
-            .or_default()
-            .push(ModuleProgressView::from(record));
-    }
-    grouped
-}
-
-/// Periods aggregated together before the work is split across two connections.
-const PERIODS_PER_QUERY: usize = 8;
-
-/// The aggregate rows of the scope. A long list of periods is read in two halves on two
-/// connections at once, so Postgres works on both on separate cores.
-async fn aggregate(
-    pool: &PgPool,
-    scope: &Scope,
-    spec: &AggregateSpec,
-    zone: &str,
-) -> Result<Vec<AggregateRow>, ApiError> {
-    let mut connection = pool.acquire().await?;
-    let periods = reports::aggregate_periods(&mut connection, scope, spec, zone)
-        .await
-        .map_err(|error| match error {
-            AggregateError::Invalid(invalid) => ApiError::from(invalid),
-            AggregateError::Database(error) => ApiError::from(error),
-        })?;
-    if periods.len() < 2 * PERIODS_PER_QUERY {
-        return Ok(reports::period_figures(&mut connection, scope, &periods).await?);
-    }
-    let (first, second) = periods.split_at(periods.len() / 2);
-    let (mut rows, rest) = tokio::try_join!(
-        reports::period_figures(&mut connection, scope, first),
-        async {
-            let mut other = pool.acquire().await?;
-            reports::period_figures(&mut other, scope, second).await
-        },
-    )?;
-    rows.extend(rest);
-    Ok(rows)
-}
-
-/// Records the export and queues it for a report-worker. If the command cannot be queued
-/// durably, the row is removed again and the caller gets 503: nothing is left half-done.
-async fn request_export(
-    state: &AppState,
-    caller: &Caller,
-    parameters: &ReportParameters,
-    format: ExportFormat,
-    rows: i64,
-    request_id: Option<&str>,
-    now: DateTime<Utc>,
-) -> Result<ExportResult, ApiError> {
-    let id = ExportId::new();
-    let expires_at = now + EXPORT_VALIDITY;
-    exports::create(
-        &state.db,
-        &NewExport {
-            id,
-            org_id: caller.org_id(),
-            format,
-            parameters: parameters.clone(),
-            rows_total: rows,
-            request_id: request_id.map(str::to_owned),
-            created_at: now,
-            expires_at,
-        },
+            report.generated_at,
+        ),
     )
     .await?;
-    let command = ExportCommand {
-        version: EXPORT_COMMAND_VERSION,
-        export_id: id,
-        org_id: caller.org_id(),
-    };
-    let published = match serde_json::to_vec(&command) {
-        Ok(payload) => {
-            let exchange = state.topology().commands_exchange();
-            let message_id = id.to_string();
-            state
-                .publisher
-                .publish(Outgoing {
-                    exchange: &exchange,
-                    routing_key: QueueKind::Export.suffix(),
-                    payload: &payload,
-                    message_id: &message_id,
-                    kind: "export",
-                    request_id,
-                    headers: &[],
-                })
-                .await
-                .map_err(ApiError::from)
-        }
-        Err(error) => Err(ApiError::Internal(
-            anyhow::Error::new(error).context("encoding an export command"),
-        )),
-    };
-    if let Err(error) = published {
-        if let Err(cleanup) = exports::delete(&state.db, id).await {
-            // A worker still finds the row by polling, so the export is not lost either way.
-            tracing::error!(%cleanup, export_id = %id, "could not remove an export that was not queued");
-        }
-        return Err(error);
-    }
-    Ok(ExportResult {
-        export_id: id,
-        download_url: format!(
-            "{}/v1/exports/{id}",
-            state.config.public_base_url.trim_end_matches('/')
-        ),
-        expires_at,
-        export_status: "pending".to_owned(),
-    })
+    let response = ReportResponse::new(&flow, &parameters, report, page)
+        .with_export(&export, &state.config.public_base_url);
+    Ok((rate, Json(response)))
 }

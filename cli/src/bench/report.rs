@@ -480,7 +480,9 @@ async fn measure(
     let mut samples = Vec::new();
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();
-        flow_common::db::reports::aggregate(&mut connection, &scope, &spec, "UTC").await?;
+        let periods =
+            flow_common::report::engine::periods(&mut connection, &scope, &spec, "UTC").await?;
+        flow_common::db::reports::period_figures(&mut connection, &scope, &periods).await?;
         samples.push(started.elapsed());
     }
     summary("  aggregate SQL, one connection", &mut samples);
@@ -575,8 +577,10 @@ async fn measure(
     );
 
     // Postgres's own CSV of the same rows, for comparison with the CSV export.
-    let sql = flow_common::db::reports::export_select_sql(false)
-        .replace("$6", "NULL")
+    let sql = flow_common::db::reports::rows_sql(false)
+        .replace("$8", "NULL")
+        .replace("$7", "'00000000-0000-0000-0000-000000000000'::uuid")
+        .replace("$6", "'-infinity'::timestamptz")
         .replace("$5", "NULL::text")
         .replace("$4", "now()")
         .replace("$3", "'10000-01-01 00:00:00+00'::timestamptz")

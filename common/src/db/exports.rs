@@ -1,16 +1,18 @@
-//! Exports: the row the API writes for an export request is also the job. A report-worker claims
-//! it (`running`, its id, a lease), renews the lease while it works and fences every later write
-//! on still holding it, so a job is only ever worked on by one worker at a time; a job whose
-//! lease lapsed (its worker died) is claimable again.
+//! Exports: the row the API writes for an export request is also the job, and writing it is the
+//! request's one commit point: the same transaction `NOTIFY`s the report-workers, and a worker
+//! that missed the notification finds the row by polling. A report-worker claims it (`running`,
+//! its id, a lease), renews the lease while it works and fences every later write on still
+//! holding it, so a job is only ever worked on by one worker at a time; a job whose lease lapsed
+//! (its worker died) is claimable again.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::types::Json;
-use sqlx::{FromRow, PgExecutor};
+use sqlx::{FromRow, PgExecutor, PgPool};
 
 use crate::ids::{ExportId, FlowId, OrgId};
-use crate::report::{ExportFormat, ReportParameters};
+use crate::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 
 /// Lifecycle of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,12 +144,34 @@ pub struct NewExport {
     pub expires_at: DateTime<Utc>,
 }
 
-/// Inserts a pending export.
-pub async fn create<'e>(
-    executor: impl PgExecutor<'e>,
-    new: &NewExport,
-) -> Result<ExportRecord, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+impl NewExport {
+    /// An export of the report `parameters` describe, requested at `now`, downloadable for
+    /// [`EXPORT_VALIDITY`].
+    pub fn new(
+        org_id: OrgId,
+        format: ExportFormat,
+        parameters: ReportParameters,
+        rows_total: i64,
+        request_id: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: ExportId::new(),
+            org_id,
+            format,
+            parameters,
+            rows_total,
+            request_id: request_id.map(str::to_owned),
+            created_at: now,
+            expires_at: now + EXPORT_VALIDITY,
+        }
+    }
+}
+
+/// Inserts a pending export and wakes the report-workers when it commits.
+pub async fn create(pool: &PgPool, new: &NewExport) -> Result<ExportRecord, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO exports (id, org_id, flow_id, format, parameters, rows_total, request_id,
                               created_at, available_at, expires_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
@@ -162,17 +186,11 @@ pub async fn create<'e>(
     .bind(new.request_id.as_deref())
     .bind(new.created_at)
     .bind(new.expires_at)
-    .fetch_one(executor)
-    .await
-}
-
-/// Deletes an export that was never handed out (its command could not be queued).
-pub async fn delete<'e>(executor: impl PgExecutor<'e>, id: ExportId) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM exports WHERE id = $1")
-        .bind(id)
-        .execute(executor)
-        .await
-        .map(|_| ())
+    .fetch_one(&mut *transaction)
+    .await?;
+    super::notify(&mut *transaction, super::EXPORT_CHANNEL, "").await?;
+    transaction.commit().await?;
+    Ok(record)
 }
 
 /// One export of an organization.
@@ -189,6 +207,12 @@ pub async fn get<'e>(
     .fetch_optional(executor)
     .await
 }
+
+/// Exports a worker may claim: waiting (and not backing off), or left by a worker whose lease
+/// lapsed, and not expired.
+const CLAIMABLE: &str = "((status = 'pending' AND available_at <= now())
+                          OR (status = 'running' AND lease_until < now()))
+                         AND expires_at > now()";
 
 fn interval_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
@@ -209,9 +233,7 @@ pub async fn claim_next<'e>(
                 attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL
          WHERE id = (
             SELECT id FROM exports
-            WHERE ((status = 'pending' AND available_at <= now())
-                   OR (status = 'running' AND lease_until < now()))
-              AND expires_at > now() AND attempts < $3
+            WHERE {CLAIMABLE} AND attempts < $3
             ORDER BY created_at
             FOR UPDATE SKIP LOCKED
             LIMIT 1)
@@ -224,21 +246,28 @@ pub async fn claim_next<'e>(
     .await
 }
 
+/// Exports a worker could claim now (what [`claim_next`] takes, counted; attempts aside).
+pub async fn waiting_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM exports WHERE {CLAIMABLE}"
+    )))
+    .fetch_one(executor)
+    .await
+}
+
 /// Fails exports that used up their attempts without finishing (their workers kept dying).
 /// Returns how many.
 pub async fn fail_exhausted<'e>(
     executor: impl PgExecutor<'e>,
     max_attempts: i32,
 ) -> Result<u64, sqlx::Error> {
-    sqlx::query(
+    sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE exports SET status = 'failed', finished_at = now(), worker_id = NULL,
                 lease_until = NULL,
                 error = 'the report-worker stopped while generating this export '
                         || attempts || ' times; request a new export'
-         WHERE attempts >= $1 AND expires_at > now()
-           AND ((status = 'pending' AND available_at <= now())
-                OR (status = 'running' AND lease_until < now()))",
-    )
+         WHERE attempts >= $1 AND {CLAIMABLE}"
+    )))
     .bind(max_attempts)
     .execute(executor)
     .await

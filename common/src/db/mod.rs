@@ -18,6 +18,7 @@ pub mod rollups;
 pub mod schedules;
 pub mod secrets;
 pub mod sessions;
+pub mod snapshot;
 pub mod users;
 pub mod webhooks;
 
@@ -38,6 +39,9 @@ pub const OUTBOX_CHANNEL: &str = "flow_outbox";
 
 /// Postgres notification channel that wakes the webhook-workers (a test ping, a manual retry).
 pub const WEBHOOK_CHANNEL: &str = "flow_webhooks";
+
+/// Postgres notification channel that wakes the report-workers (an export was requested).
+pub const EXPORT_CHANNEL: &str = "flow_exports";
 
 /// Opens a pool of at most `max_connections`.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool, sqlx::Error> {

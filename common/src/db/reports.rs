@@ -1,11 +1,12 @@
-//! Report queries over one flow and a range of assignment times `[lower, upper)`: metrics, keyset
-//! pages of assignments, schedules, per-period aggregates, and the row stream exports write out.
+//! Report queries over one flow and a range of assignment times `[lower, upper)`: metrics,
+//! schedules, per-period aggregates, and the assignment rows (a keyset page of them, or all of them
+//! for an export). How they combine into a report is `crate::report::engine`'s business.
 //!
 //! Every query reads statuses as they stand at `now`: an active assignment past its due date is
 //! `overdue` even before the scheduler records it (README guarantee 5). The parameters are
 //! numbered the same way everywhere: `$1` flow, `$2` lower, `$3` upper, `$4` now, then `$5` the
-//! status filter (NULL for none) where the list is filtered. `assignments_report_idx` (migration 0020) covers the columns the
-//! metrics and aggregates read, so they are index-only scans.
+//! status filter (NULL for none) where the list is filtered. `assignments_report_idx` (migration
+//! 0020) covers the columns the metrics and aggregates read, so they are index-only scans.
 
 use std::sync::LazyLock;
 
@@ -13,9 +14,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use futures::stream::BoxStream;
 use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 
-use crate::domain::{AssignmentStatus, Invalid};
+use crate::domain::AssignmentStatus;
 use crate::ids::{AssignmentId, FlowId, ScheduleId};
-use crate::report::{AggregateSpec, MAX_PERIODS, PageCursor, Period, ReportParameters};
+use crate::report::{PageCursor, Period, ReportParameters};
 
 /// The status assignment `a` reports at `$4` (the one rule, migration 0070).
 const EFFECTIVE_STATUS: &str = "flow_effective_status(a.status, a.due_at, $4)";
@@ -84,24 +85,10 @@ impl Metrics {
             matching,
         }
     }
-
-    /// The metrics of a report from its aggregate rows (which cover every assignment of the
-    /// range), so an aggregated report reads the assignments once.
-    pub fn from_aggregates(rows: &[AggregateRow], status: Option<AssignmentStatus>) -> Self {
-        let mut counts = StatusCounts::default();
-        for row in rows {
-            counts.total += row.total;
-            counts.completed += row.completed;
-            counts.in_progress += row.in_progress;
-            counts.pending += row.pending;
-            counts.completion_seconds += row.completion_seconds.unwrap_or(0.0);
-        }
-        Self::from_counts(&counts, status)
-    }
 }
 
 /// Counts by reported status, and the summed completion time.
-#[derive(Debug, Clone, Copy, Default, FromRow)]
+#[derive(Debug, Clone, Copy, FromRow)]
 struct StatusCounts {
     total: i64,
     completed: i64,
@@ -187,47 +174,6 @@ const ROW_COLUMNS: &str = "a.id, u.email AS assignee_email, a.assigned_at, {stat
 
 fn row_columns() -> String {
     ROW_COLUMNS.replace("{status}", EFFECTIVE_STATUS)
-}
-
-static PAGE_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {columns},
-                (SELECT count(*) FROM module_progress p
-                 WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules
-         FROM assignments a JOIN users u ON u.id = a.user_id
-         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
-           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)
-           AND (a.assigned_at, a.id) > ($6, $7)
-         ORDER BY a.assigned_at, a.id
-         LIMIT $8",
-        columns = row_columns()
-    )
-});
-
-/// Up to `limit` assignments of the scope that pass the status filter, in (`assignedAt`, id)
-/// order, after `after`. Keyset order never shifts: an assignment inserted meanwhile lands at its
-/// own place and cannot push another one across a page boundary.
-pub async fn page<'e>(
-    executor: impl PgExecutor<'e>,
-    scope: &Scope,
-    after: Option<PageCursor>,
-    limit: i64,
-) -> Result<Vec<ReportRow>, sqlx::Error> {
-    let (after_at, after_id) = match after {
-        Some(cursor) => (cursor.assigned_at, cursor.id.0),
-        None => (scope.lower, uuid::Uuid::nil()),
-    };
-    sqlx::query_as(AssertSqlSafe(PAGE_SQL.as_str()))
-        .bind(scope.flow_id)
-        .bind(scope.lower)
-        .bind(scope.upper)
-        .bind(scope.now)
-        .bind(scope.status_text())
-        .bind(after_at)
-        .bind(after_id)
-        .bind(limit)
-        .fetch_all(executor)
-        .await
 }
 
 /// A schedule of the flow.
@@ -318,8 +264,6 @@ pub struct AggregateRow {
     pub in_progress: i64,
     /// Pending now (not past due).
     pub pending: i64,
-    /// Sum of completedAt − assignedAt over the completed ones, in seconds.
-    pub completion_seconds: Option<f64>,
     /// Mean of completedAt − startedAt over the completed ones, in seconds.
     pub average_duration_seconds: Option<f64>,
 }
@@ -373,7 +317,7 @@ pub async fn periods<'e>(
 static PERIOD_FIGURES_SQL: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT p.local_start, p.period_start, p.period_end, f.total, f.completed,
-                f.in_progress, f.pending, f.completion_seconds, f.average_duration_seconds
+                f.in_progress, f.pending, f.average_duration_seconds
          FROM unnest($5::timestamp[], $6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY
               AS p(local_start, period_start, period_end, position)
          CROSS JOIN LATERAL (
@@ -391,8 +335,7 @@ static PERIOD_FIGURES_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// The figures of each period, counting only assignments within the scope's range. Each period
 /// is read as a range of the report index (an index-only scan, no per-row time zone arithmetic).
-/// Aggregates describe every assignment whatever the status filter, like the metrics; since the
-/// periods cover the whole range, the rows also give the report's metrics.
+/// Aggregates describe every assignment whatever the status filter, like the metrics.
 pub async fn period_figures(
     connection: &mut PgConnection,
     scope: &Scope,
@@ -425,57 +368,6 @@ pub async fn period_figures(
     Ok(rows)
 }
 
-/// Why an aggregation did not run.
-#[derive(Debug, thiserror::Error)]
-pub enum AggregateError {
-    /// The request asks for too many periods.
-    #[error(transparent)]
-    Invalid(#[from] Invalid),
-    /// The database failed.
-    #[error(transparent)]
-    Database(#[from] sqlx::Error),
-}
-
-/// The periods of a report aggregated by `spec.by` in `zone`: from the period of the range start
-/// (or of the first assignment when the range is open) to the period of the range end (or of the
-/// last assignment). Refuses aggregations wider than [`MAX_PERIODS`] periods.
-pub async fn aggregate_periods(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    spec: &AggregateSpec,
-    zone: &str,
-) -> Result<Vec<PeriodBounds>, AggregateError> {
-    let Some((first, last)) = aggregation_window(connection, scope).await? else {
-        return Ok(Vec::new());
-    };
-    let tz: chrono_tz::Tz = zone.parse().unwrap_or(chrono_tz::Tz::UTC);
-    let count = spec.by.count_between(
-        first.with_timezone(&tz).date_naive(),
-        last.with_timezone(&tz).date_naive(),
-    );
-    if count > MAX_PERIODS {
-        return Err(Invalid::new(format!(
-            "aggregating by {} over this range gives {count} periods; at most {MAX_PERIODS} are \
-             allowed: narrow startDate/endDate or aggregate by a longer period",
-            spec.by
-        ))
-        .into());
-    }
-    Ok(periods(&mut *connection, spec.by, zone, first, last).await?)
-}
-
-/// The aggregate rows of a report (periods as [`aggregate_periods`] cuts them), on one
-/// connection (an export reads them in its snapshot).
-pub async fn aggregate(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    spec: &AggregateSpec,
-    zone: &str,
-) -> Result<Vec<AggregateRow>, AggregateError> {
-    let periods = aggregate_periods(connection, scope, spec, zone).await?;
-    Ok(period_figures(connection, scope, &periods).await?)
-}
-
 /// First and last instants to aggregate: the range bounds given, else the assignments' span.
 pub async fn aggregation_window(
     connection: &mut PgConnection,
@@ -500,7 +392,8 @@ pub async fn aggregation_window(
     })
 }
 
-/// One assignment of an export, with its module progress when the export is detailed.
+/// One assignment row of a report, with its module progress as arrays when detailed (what the
+/// export formats write; the inline page keeps only the assignment).
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct ExportRow {
     /// The assignment.
@@ -516,10 +409,11 @@ pub struct ExportRow {
     pub module_completed: Option<Vec<Option<DateTime<Utc>>>>,
 }
 
-/// The SELECT an export streams: every assignment of the scope passing the status filter, in
-/// page order, at most `$6` (NULL: all). With `detailed`, module progress comes along as arrays
-/// in flow order. Public so the benchmark can time Postgres's own `COPY` of the same rows.
-pub fn export_select_sql(detailed: bool) -> String {
+/// The SELECT of a report's rows: the assignments of the scope passing the status filter, in
+/// (`assignedAt`, id) order after (`$6`, `$7`), at most `$8` (NULL: all). With `detailed`,
+/// module progress comes along as arrays in flow order. Public so the benchmark can time
+/// Postgres's own `COPY` of the same rows.
+pub fn rows_sql(detailed: bool) -> String {
     let (progress_columns, progress_join) = if detailed {
         (
             "COALESCE(mp.completed_modules, 0) AS completed_modules, mp.module_positions, \
@@ -549,28 +443,35 @@ pub fn export_select_sql(detailed: bool) -> String {
          {progress_join}
          WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
            AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)
+           AND (a.assigned_at, a.id) > ($6, $7)
          ORDER BY a.assigned_at, a.id
-         LIMIT $6",
+         LIMIT $8",
         columns = row_columns()
     )
 }
 
-static EXPORT_SQL: LazyLock<String> = LazyLock::new(|| export_select_sql(false));
-static EXPORT_DETAILED_SQL: LazyLock<String> = LazyLock::new(|| export_select_sql(true));
+static ROWS_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(false));
+static DETAILED_ROWS_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(true));
 
-/// Streams the rows of an export (at most `limit`) from `connection` as Postgres produces them,
-/// so memory stays flat whatever the size. Run it in a repeatable-read transaction to read one
-/// snapshot together with the metrics.
-pub fn export_rows<'c>(
+/// Streams the scope's rows after `after` (from the start when `None`), at most `limit` (all when
+/// `None`), from `connection` as Postgres produces them, so memory stays flat whatever the size.
+/// Keyset order never shifts: an assignment inserted meanwhile lands at its own place and cannot
+/// push another one across a page boundary.
+pub fn rows<'c>(
     connection: &'c mut PgConnection,
     scope: &Scope,
     detailed: bool,
+    after: Option<PageCursor>,
     limit: Option<i64>,
 ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
     let sql = if detailed {
-        EXPORT_DETAILED_SQL.as_str()
+        DETAILED_ROWS_SQL.as_str()
     } else {
-        EXPORT_SQL.as_str()
+        ROWS_SQL.as_str()
+    };
+    let (after_at, after_id) = match after {
+        Some(cursor) => (cursor.assigned_at, cursor.id.0),
+        None => (scope.lower, uuid::Uuid::nil()),
     };
     sqlx::query_as(AssertSqlSafe(sql))
         .bind(scope.flow_id)
@@ -578,6 +479,8 @@ pub fn export_rows<'c>(
         .bind(scope.upper)
         .bind(scope.now)
         .bind(scope.status_text())
+        .bind(after_at)
+        .bind(after_id)
         .bind(limit)
         .fetch(connection)
 }

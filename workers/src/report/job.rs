@@ -1,7 +1,8 @@
-//! Generating one export. Everything is read in one repeatable-read snapshot (metrics, schedules,
-//! aggregates and rows agree with each other), and flows through three stages running at once:
-//! this task streams rows from Postgres, a blocking thread formats them, and an upload task
-//! writes the bytes to the export store. Bounded channels between the stages keep memory flat.
+//! Generating one export. The report engine reads it in one snapshot (metrics, schedules,
+//! aggregates and rows agree with each other, and with what the API answers for the same
+//! parameters), and the rows flow through three stages running at once: this task streams them
+//! from the engine's row source, a blocking thread formats them, and an upload task writes the
+//! bytes to the export store. Bounded channels between the stages keep memory flat.
 //!
 //! The job holds a lease on its `exports` row, renewed by a heartbeat that also records progress.
 //! If the lease is lost (this worker stalled and another took over), the job stops, and every
@@ -15,14 +16,15 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
-use flow_common::db::reports::{self, ExportRow, Scope};
+use flow_common::db::reports::{self, AggregateRow, ExportRow, Scope};
+use flow_common::db::snapshot::Snapshot;
 use flow_common::db::{self, flows};
 use flow_common::export_store::ExportStore;
-use flow_common::report::{
-    AggregateMetric, AggregateSpec, ExportFormat, PDF_ROW_LIMIT, Period, export_file_name,
-};
+use flow_common::report::engine::{self, Report, ReportError};
+use flow_common::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
 use futures::TryStreamExt;
-use sqlx::{PgConnection, PgPool};
+use futures::stream::BoxStream;
+use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -265,61 +267,26 @@ async fn generate(
 ) -> anyhow::Result<ExportFile> {
     let parameters = export.parameters.0.clone();
     let format = export.format();
-    let mut transaction = context
-        .pool
-        .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .await?;
-    let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()")
-        .fetch_one(&mut *transaction)
-        .await?;
-    let flow = flows::get(&mut *transaction, export.org_id, parameters.flow_id)
+    let mut snapshot = Snapshot::begin(&context.pool).await?;
+    let flow = flows::get(snapshot.connection(), export.org_id, parameters.flow_id)
         .await?
         .ok_or_else(|| Permanent("the flow no longer exists".into()))?;
-    let modules = flows::modules(&mut *transaction, flow.id).await?;
-    let (lower, upper) = parameters.bounds();
-    let scope = Scope {
-        flow_id: flow.id,
-        lower,
-        upper,
-        now,
-        status: parameters.status,
-    };
-    let metrics = reports::metrics(&mut *transaction, &scope).await?;
-    let schedules = reports::schedules(&mut *transaction, &scope).await?;
-    let aggregates = match parameters.aggregate.clone() {
-        Some(spec) => {
-            let rows =
-                aggregate_rows(&mut transaction, &scope, &spec, &parameters.timezone).await?;
-            Some((spec, rows))
-        }
-        None => None,
-    };
+    let modules = flows::modules(snapshot.connection(), flow.id).await?;
+    let mut report = Report::read(&snapshot, &parameters)
+        .await
+        .map_err(permanent_if_invalid)?;
+    let scope = report.scope;
+    let rows_total = report.export_row_count(format);
+    let aggregates = parameters.aggregate.clone().zip(report.aggregates.take());
     let chart = match (&aggregates, format) {
         (Some((spec, rows)), ExportFormat::Pdf) => Some((spec.by, rows.clone())),
         (None, ExportFormat::Pdf) => {
-            match reports::aggregation_window(&mut transaction, &scope).await? {
-                Some((first, last)) => {
-                    let spec = AggregateSpec {
-                        by: chart_period(first, last),
-                        metrics: vec![
-                            AggregateMetric::TotalAssignments,
-                            AggregateMetric::CompletedAssignments,
-                        ],
-                    };
-                    let rows =
-                        aggregate_rows(&mut transaction, &scope, &spec, &parameters.timezone)
-                            .await?;
-                    Some((spec.by, rows))
-                }
-                None => Some((Period::Day, Vec::new())),
-            }
+            Some(chart(&mut snapshot, &scope, &parameters.timezone).await?)
         }
         _ => None,
     };
-    let row_limit = (format == ExportFormat::Pdf).then_some(PDF_ROW_LIMIT);
-    let rows_total = row_limit.map_or(metrics.matching, |limit| metrics.matching.min(limit));
     let module_rows_total = if format == ExportFormat::Excel && parameters.detailed {
-        reports::export_module_progress_count(&mut *transaction, &scope).await?
+        reports::export_module_progress_count(snapshot.connection(), &scope).await?
     } else {
         0
     };
@@ -328,17 +295,18 @@ async fn generate(
     let key = context
         .store
         .object_key(export.id, export.attempts, &file_name);
+    let rows = report.rows(snapshot.connection(), format, parameters.detailed);
     let header = Arc::new(ExportHeader {
         export_id: export.id,
         flow_id: flow.id,
         flow_name: flow.name,
         modules,
         parameters: parameters.clone(),
-        generated_at: now,
-        metrics,
+        generated_at: report.generated_at,
+        metrics: report.metrics,
         aggregates,
         chart,
-        schedules,
+        schedules: std::mem::take(&mut report.schedules),
         rows_total,
         module_rows_total,
     });
@@ -350,16 +318,7 @@ async fn generate(
     let writer = tokio::task::spawn_blocking(move || {
         write_file(header, format, sink, temp_dir, rows_receiver)
     });
-    let read = stream_rows(
-        &mut transaction,
-        &scope,
-        parameters.detailed,
-        row_limit,
-        rows_sender,
-        progress,
-        cancel,
-    )
-    .await;
+    let read = stream_rows(rows, rows_sender, progress, cancel).await;
     let written = writer
         .await
         .map_err(|error| anyhow::anyhow!("the export writer panicked: {error}"))
@@ -368,7 +327,7 @@ async fn generate(
         .await
         .map_err(|error| anyhow::anyhow!("the export upload panicked: {error}"))
         .and_then(|result| result);
-    drop(transaction.rollback().await);
+    drop(snapshot.close().await);
     let (rows_written, size) = match (read, written, uploaded) {
         (Ok(rows), Ok(()), Ok(size)) => (rows, size),
         (read, written, uploaded) => {
@@ -396,33 +355,46 @@ async fn generate(
     })
 }
 
-/// Aggregates within the export's snapshot; a too-wide aggregation cannot be fixed by retrying.
-async fn aggregate_rows(
-    connection: &mut PgConnection,
+/// A report that cannot be answered as asked (too many periods) cannot be fixed by retrying.
+fn permanent_if_invalid(error: ReportError) -> anyhow::Error {
+    match error {
+        ReportError::Invalid(invalid) => Permanent(invalid.0).into(),
+        ReportError::Database(error) => error.into(),
+    }
+}
+
+/// Completion by period for the PDF chart of a report that did not aggregate: total and completed
+/// assignments by a period chosen from the span of the data.
+async fn chart(
+    snapshot: &mut Snapshot,
     scope: &Scope,
-    spec: &AggregateSpec,
     timezone: &str,
-) -> anyhow::Result<Vec<reports::AggregateRow>> {
-    reports::aggregate(connection, scope, spec, timezone)
+) -> anyhow::Result<(Period, Vec<AggregateRow>)> {
+    let Some((first, last)) = reports::aggregation_window(snapshot.connection(), scope).await?
+    else {
+        return Ok((Period::Day, Vec::new()));
+    };
+    let spec = AggregateSpec {
+        by: chart_period(first, last),
+        metrics: vec![
+            AggregateMetric::TotalAssignments,
+            AggregateMetric::CompletedAssignments,
+        ],
+    };
+    let rows = engine::aggregates(snapshot, scope, &spec, timezone)
         .await
-        .map_err(|error| match error {
-            reports::AggregateError::Invalid(invalid) => Permanent(invalid.0).into(),
-            reports::AggregateError::Database(error) => error.into(),
-        })
+        .map_err(permanent_if_invalid)?;
+    Ok((spec.by, rows))
 }
 
 /// Streams the export's rows to the writer in batches; ends with [`Rows::End`] only when every
 /// row was read, so the writer never completes a truncated file.
 async fn stream_rows(
-    connection: &mut PgConnection,
-    scope: &Scope,
-    detailed: bool,
-    limit: Option<i64>,
+    mut rows: BoxStream<'_, Result<ExportRow, sqlx::Error>>,
     sender: mpsc::Sender<Rows>,
     progress: &AtomicI64,
     cancel: &CancellationToken,
 ) -> anyhow::Result<i64> {
-    let mut rows = reports::export_rows(connection, scope, detailed, limit);
     let mut batch = Vec::with_capacity(ROW_BATCH);
     let mut count = 0i64;
     let stopped = || anyhow::Error::new(Interrupted("the export writer stopped"));

@@ -1,13 +1,13 @@
 //! The report-worker: generates report exports (CSV, Excel, PDF) into the export store.
 //!
-//! The `exports` row is the job queue. A worker with a free slot claims the oldest waiting export
-//! in Postgres (`FOR UPDATE SKIP LOCKED`, with a lease it renews while it works), so any number of
-//! workers share the load and a long export is never handed to a second worker while the first is
-//! alive. RabbitMQ only wakes workers up: each `flow.export` message is acked at once (a message
-//! held unacked through a half-hour export would trip the broker's consumer timeout and be
-//! redelivered). Workers also poll, so an export whose message was lost, or whose worker died
-//! (its lease lapses), is picked up again. A sweeper fails exports that keep killing their
-//! workers and purges expired files.
+//! The `exports` row is the job queue, and the API writing it is the request's one commit point.
+//! A worker with a free slot claims the oldest waiting export in Postgres (`FOR UPDATE SKIP
+//! LOCKED`, with a lease it renews while it works), so any number of workers share the load and a
+//! long export is never handed to a second worker while the first is alive. The API's `NOTIFY`
+//! (sent when the row commits) wakes the workers at once; they also poll, so an export requested
+//! while no worker listened, or whose worker died (its lease lapses), is picked up all the same.
+//! No broker is involved. A sweeper fails exports that keep killing their workers and purges
+//! expired files.
 
 mod csv;
 mod job;
@@ -21,19 +21,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, exports};
 use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use flow_common::ids::ExportId;
-use flow_common::messages::ExportCommand;
-use lapin::message::Delivery;
-use lapin::options::BasicAckOptions;
-use tokio::sync::{Notify, Semaphore};
+use flow_common::ops::Liveness;
+use sqlx::PgPool;
+use sqlx::postgres::PgListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-
-use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings};
 
 const ROLE: &str = "report-worker";
 
@@ -60,7 +57,7 @@ pub struct ReportWorkerConfig {
     #[arg(long, env = "EXPORT_LEASE_SECONDS", default_value_t = 60)]
     pub lease_seconds: u64,
 
-    /// How often to look for waiting exports when no message arrives.
+    /// Longest wait between two looks for waiting exports when no notification arrives.
     #[arg(long, env = "EXPORT_POLL_INTERVAL_MS", default_value_t = 2_000)]
     pub poll_interval_ms: u64,
 
@@ -104,65 +101,59 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
         max_attempts: config.max_attempts.max(1),
         temp_dir: config.temp_dir.clone(),
     });
-    let wake = Arc::new(Notify::new());
-
-    let consumer = {
-        let core = config.core.clone();
-        let liveness = config.health.add_loop(format!("{ROLE}.consumer"), None);
-        let handler = Arc::new(WakeHandler { wake: wake.clone() });
-        let shutdown = shutdown.clone();
-        let pool = context.pool.clone();
-        tokio::spawn(async move {
-            let settings = ConsumerSettings {
-                role: ROLE,
-                queue: QueueKind::Export,
-                prefetch: 50,
-                batch_size: 50,
-                batch_bytes: usize::MAX,
-                concurrency: 1,
-                liveness,
-            };
-            consumer::run(&core, settings, handler, pool, shutdown).await
-        })
-    };
+    let poll = Duration::from_millis(config.poll_interval_ms.max(10));
+    let liveness = config.health.add_loop(
+        format!("{ROLE}.poller"),
+        Some(poll.saturating_mul(2) + Duration::from_secs(120)),
+    );
+    let gauge = crate::gauges::spawn(
+        "exports waiting",
+        context.pool.clone(),
+        shutdown.clone(),
+        crate::gauges::exports_waiting,
+    );
     let sweeper = tokio::spawn(sweep_loop(
         context.clone(),
         Duration::from_secs(config.sweep_interval_seconds.max(1)),
         shutdown.clone(),
     ));
     tracing::info!(worker_id = %context.worker_id, concurrency = config.concurrency, "report-worker started");
-    job_loop(
-        context,
-        wake,
-        config.concurrency.max(1),
-        Duration::from_millis(config.poll_interval_ms.max(10)),
-        shutdown,
-    )
-    .await;
+    job_loop(context, config.concurrency.max(1), poll, liveness, shutdown).await;
     drop(sweeper.await);
-    consumer.await.context("the export consumer panicked")?
+    drop(gauge.await);
+    tracing::info!(role = ROLE, "report-worker stopped");
+    Ok(())
 }
 
-/// Claims exports while there is a free slot; sleeps until a message or the poll interval.
+/// Claims exports while there is a free slot; between claims, sleeps until a notification or the
+/// poll interval.
 async fn job_loop(
     context: Arc<job::Context>,
-    wake: Arc<Notify>,
     concurrency: usize,
     poll: Duration,
+    liveness: Liveness,
     shutdown: CancellationToken,
 ) {
     let slots = Arc::new(Semaphore::new(concurrency));
     let jobs_stop = CancellationToken::new();
     let mut jobs = JoinSet::new();
+    let mut listener: Option<PgListener> = None;
     let mut failures = 0u32;
     loop {
+        liveness.beat();
         while let Some(done) = jobs.try_join_next() {
             if let Err(error) = done {
                 tracing::error!(%error, "an export job panicked");
             }
         }
+        // Listening before claiming: an export committed in between still wakes this loop.
+        if listener.is_none() {
+            listener = listen(&context.pool).await;
+        }
+        // Every slot may be busy for a long export: the loop still comes round to show it lives.
         let slot = tokio::select! {
             () = shutdown.cancelled() => break,
+            () = tokio::time::sleep(poll) => continue,
             slot = slots.clone().acquire_owned() => match slot {
                 Ok(slot) => slot,
                 Err(_) => break,
@@ -199,8 +190,11 @@ async fn job_loop(
         drop(slot);
         tokio::select! {
             () = shutdown.cancelled() => break,
-            () = wake.notified() => {}
-            () = tokio::time::sleep(pause) => {}
+            woken = wait_for_notification(&mut listener, pause) => {
+                if !woken {
+                    listener = None;
+                }
+            }
         }
     }
     jobs_stop.cancel();
@@ -211,29 +205,25 @@ async fn job_loop(
     }
 }
 
-/// Acks export messages at once and wakes the job loop: the job itself lives in Postgres.
-struct WakeHandler {
-    wake: Arc<Notify>,
+async fn listen(pool: &PgPool) -> Option<PgListener> {
+    let mut listener = PgListener::connect_with(pool).await.ok()?;
+    listener.listen(db::EXPORT_CHANNEL).await.ok()?;
+    Some(listener)
 }
 
-impl BatchHandler for WakeHandler {
-    async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
-        for delivery in deliveries {
-            match ExportCommand::decode(&delivery.data) {
-                Ok(command) => {
-                    tracing::debug!(export_id = %command.export_id, "export requested");
-                    delivery.ack(BasicAckOptions::default()).await?;
-                }
-                Err(error) => {
-                    context
-                        .dead_letters
-                        .send(&delivery, &error.to_string())
-                        .await?
-                }
-            }
+/// Waits for a notification or `pause`; false when the listener is broken (the loop then opens a
+/// new one, and polls meanwhile).
+async fn wait_for_notification(listener: &mut Option<PgListener>, pause: Duration) -> bool {
+    let Some(active) = listener.as_mut() else {
+        tokio::time::sleep(pause).await;
+        return true;
+    };
+    match tokio::time::timeout(pause, active.recv()).await {
+        Ok(Err(error)) => {
+            tracing::warn!(role = ROLE, %error, "export notifications lost; reconnecting");
+            false
         }
-        self.wake.notify_one();
-        Ok(())
+        _ => true,
     }
 }
 

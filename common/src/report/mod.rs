@@ -1,6 +1,15 @@
-//! Reports: the validated request (date range, status filter, aggregation, export format), the
-//! rules of the figures (completion rate rounding, period labels) and the page cursor. Shared by
-//! the API, which answers reports inline, and the report-worker, which replays them into files.
+//! Reports: what a report is about ([`ReportParameters`], the [`AggregateSpec`]), the rules of
+//! the figures (completion rate rounding, period labels), the export formats and the page cursor;
+//! and the modules that make a report out of a request:
+//!
+//! - [`params`]: a report request validated into those parameters;
+//! - [`engine`]: the one place a report is assembled (metrics, schedules, aggregates, the rows),
+//!   for the API's inline answer and for every export format the report-worker writes;
+//! - [`cost`]: what a report costs against the organization's report limit.
+
+pub mod cost;
+pub mod engine;
+pub mod params;
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
@@ -136,6 +145,14 @@ impl ExportFormat {
             Self::Pdf => "pdf",
         }
     }
+
+    /// Most assignment rows a file of this format holds; `None` when it holds every one.
+    pub fn row_limit(self) -> Option<i64> {
+        match self {
+            Self::Pdf => Some(PDF_ROW_LIMIT),
+            Self::Csv | Self::Excel => None,
+        }
+    }
 }
 
 /// The `aggregate` part of a report request, validated.
@@ -179,7 +196,8 @@ impl AggregateSpec {
     }
 }
 
-/// A validated report request: what the API answers inline and what an export replays.
+/// What a report is about, whatever answers it: the API inline, or the report-worker replaying it
+/// into a file (it is stored with the export, so its serialized shape must stay readable).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReportParameters {
@@ -229,19 +247,6 @@ impl ReportParameters {
     /// The bounds that stand for "no bound": wider than any date input can name.
     pub fn open_bounds() -> (DateTime<Utc>, DateTime<Utc>) {
         (lowest_instant(), highest_instant())
-    }
-}
-
-/// Checks that the range is not empty: `endDate` must be after `startDate`.
-pub fn check_range(
-    start: Option<DateTime<Utc>>,
-    end: Option<DateTime<Utc>>,
-) -> Result<(), Invalid> {
-    match (start, end) {
-        (Some(start), Some(end)) if end <= start => {
-            Err(Invalid::new("endDate must be after startDate"))
-        }
-        _ => Ok(()),
     }
 }
 
