@@ -97,37 +97,34 @@ struct StatusCounts {
     completion_seconds: f64,
 }
 
-/// Per-row figures every metrics query computes. `date_part` (float8) rather than `extract`
-/// (numeric) keeps a million-row aggregate cheap; only whole seconds are reported.
-const FIGURES: &str = "count(*) AS total,
-    count(*) FILTER (WHERE a.status = 'completed') AS completed,
-    count(*) FILTER (WHERE a.status = 'in_progress' AND (a.due_at IS NULL OR a.due_at > $4))
-        AS in_progress,
-    count(*) FILTER (WHERE a.status = 'pending' AND (a.due_at IS NULL OR a.due_at > $4))
-        AS pending,
-    COALESCE(sum(date_part('epoch', a.completed_at) - date_part('epoch', a.assigned_at))
-        FILTER (WHERE a.status = 'completed'), 0)::float8 AS completion_seconds";
-
-static METRICS_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT {FIGURES}
-         FROM assignments a
-         WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3"
-    )
-});
-
-/// The metrics of the scope.
+/// The metrics of the scope, from the report rollups (`super::rollups`): their cost follows the
+/// number of quarter hours in the range (or of statuses, over a flow's whole life), not the
+/// number of assignments, and they equal a count over the rows at `scope.now`.
 pub async fn metrics<'e>(
     executor: impl PgExecutor<'e>,
     scope: &Scope,
 ) -> Result<Metrics, sqlx::Error> {
-    let counts: StatusCounts = sqlx::query_as(AssertSqlSafe(METRICS_SQL.as_str()))
-        .bind(scope.flow_id)
-        .bind(scope.lower)
-        .bind(scope.upper)
-        .bind(scope.now)
-        .fetch_one(executor)
-        .await?;
+    let figures = if (scope.lower, scope.upper) == ReportParameters::open_bounds() {
+        super::rollups::lifetime_figures(executor, &[scope.flow_id], scope.now).await?
+    } else {
+        super::rollups::interval_figures(
+            executor,
+            scope.flow_id,
+            &[(scope.lower, scope.upper)],
+            scope.lower,
+            scope.upper,
+            scope.now,
+        )
+        .await?
+    };
+    let figures = figures.first().copied().unwrap_or_default();
+    let counts = StatusCounts {
+        total: figures.total,
+        completed: figures.completed,
+        in_progress: figures.in_progress,
+        pending: figures.pending,
+        completion_seconds: figures.completion_seconds,
+    };
     Ok(Metrics::from_counts(&counts, scope.status))
 }
 
@@ -314,58 +311,43 @@ pub async fn periods<'e>(
     .await
 }
 
-static PERIOD_FIGURES_SQL: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "SELECT p.local_start, p.period_start, p.period_end, f.total, f.completed,
-                f.in_progress, f.pending, f.average_duration_seconds
-         FROM unnest($5::timestamp[], $6::timestamptz[], $7::timestamptz[]) WITH ORDINALITY
-              AS p(local_start, period_start, period_end, position)
-         CROSS JOIN LATERAL (
-            SELECT {FIGURES},
-                   avg(date_part('epoch', a.completed_at) - date_part('epoch', a.started_at))
-                       FILTER (WHERE a.status = 'completed') AS average_duration_seconds
-            FROM assignments a
-            WHERE a.flow_id = $1
-              AND a.assigned_at >= greatest(p.period_start, $2)
-              AND a.assigned_at < least(p.period_end, $3)
-         ) f
-         ORDER BY p.position"
-    )
-});
-
-/// The figures of each period, counting only assignments within the scope's range. Each period
-/// is read as a range of the report index (an index-only scan, no per-row time zone arithmetic).
-/// Aggregates describe every assignment whatever the status filter, like the metrics.
+/// The figures of each period, counting only assignments within the scope's range, from the
+/// report rollups (periods of any time zone start on quarter hours; a range bound that does not
+/// is counted from the rows of its quarter hour). Aggregates describe every assignment whatever
+/// the status filter, like the metrics.
 pub async fn period_figures(
     connection: &mut PgConnection,
     scope: &Scope,
     periods: &[PeriodBounds],
 ) -> Result<Vec<AggregateRow>, sqlx::Error> {
-    use sqlx::Acquire;
-    if periods.is_empty() {
-        return Ok(Vec::new());
-    }
-    let local_starts: Vec<NaiveDateTime> = periods.iter().map(|p| p.local_start).collect();
-    let starts: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_start).collect();
-    let ends: Vec<DateTime<Utc>> = periods.iter().map(|p| p.period_end).collect();
-    let mut transaction = connection.begin().await?;
-    // The planner cannot see how few periods there are and may spend longer compiling the query
-    // (JIT) than running it.
-    sqlx::query("SET LOCAL jit = off")
-        .execute(&mut *transaction)
-        .await?;
-    let rows = sqlx::query_as(AssertSqlSafe(PERIOD_FIGURES_SQL.as_str()))
-        .bind(scope.flow_id)
-        .bind(scope.lower)
-        .bind(scope.upper)
-        .bind(scope.now)
-        .bind(&local_starts)
-        .bind(&starts)
-        .bind(&ends)
-        .fetch_all(&mut *transaction)
-        .await?;
-    transaction.commit().await?;
-    Ok(rows)
+    let intervals: Vec<(DateTime<Utc>, DateTime<Utc>)> = periods
+        .iter()
+        .map(|period| (period.period_start, period.period_end))
+        .collect();
+    let figures = super::rollups::interval_figures(
+        connection,
+        scope.flow_id,
+        &intervals,
+        scope.lower,
+        scope.upper,
+        scope.now,
+    )
+    .await?;
+    Ok(periods
+        .iter()
+        .zip(figures)
+        .map(|(period, figures)| AggregateRow {
+            local_start: period.local_start,
+            period_start: period.period_start,
+            period_end: period.period_end,
+            total: figures.total,
+            completed: figures.completed,
+            in_progress: figures.in_progress,
+            pending: figures.pending,
+            average_duration_seconds: (figures.durations > 0)
+                .then(|| figures.duration_seconds / figures.durations as f64),
+        })
+        .collect())
 }
 
 /// First and last instants to aggregate: the range bounds given, else the assignments' span.
