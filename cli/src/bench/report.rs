@@ -344,11 +344,24 @@ async fn append(
     progress.send(progress_rows.into_bytes()).await?;
     progress.finish().await?;
     bar.finish_and_clear();
+    // What a running system looks like: the scheduler has marked what is past due, and merged
+    // the report rollups' deltas.
+    sqlx::query(
+        "UPDATE assignments SET status = 'overdue', overdue_at = due_at
+         WHERE flow_id = $1 AND status IN ('pending', 'in_progress') AND due_at <= now()",
+    )
+    .bind(flow_id)
+    .execute(pool)
+    .await?;
+    flow_workers::scheduler::merge_rollups(pool).await?;
     sqlx::query("VACUUM (ANALYZE) users").execute(pool).await?;
     sqlx::query("VACUUM (ANALYZE) assignments")
         .execute(pool)
         .await?;
     sqlx::query("VACUUM (ANALYZE) module_progress")
+        .execute(pool)
+        .await?;
+    sqlx::query("VACUUM (ANALYZE) assignment_rollups")
         .execute(pool)
         .await?;
     if quiet {

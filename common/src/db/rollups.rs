@@ -119,6 +119,12 @@ pub async fn interval_figures<'e>(
                         ELSE flow_rollup_bucket(lo) + interval '15 minutes' END AS whole_lo,
                    flow_rollup_bucket(hi) AS whole_hi
             FROM clipped WHERE lo < hi
+         ), late AS MATERIALIZED (
+            -- Active and past due at $4 but not marked yet: read once for every interval.
+            SELECT a.status, a.assigned_at FROM assignments a
+            WHERE a.flow_id = $1 AND a.status IN ('pending', 'in_progress')
+              AND a.due_at IS NOT NULL AND a.due_at <= $4
+              AND a.assigned_at >= $2 AND a.assigned_at < $3
          ), edges AS (
             -- Whole buckets [whole_lo, whole_hi) when there are any; the rest from the rows.
             SELECT position, lo, hi, whole_lo, whole_hi, whole_lo < whole_hi AS has_whole,
@@ -151,11 +157,8 @@ pub async fn interval_figures<'e>(
             ) a
             UNION ALL
             SELECT e.position, moved.status, moved.assignments, 0, 0, 0
-            FROM edges e JOIN assignments a
-              ON a.flow_id = $1 AND e.has_whole
-             AND a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
-             AND a.due_at <= $4
-             AND a.assigned_at >= e.whole_lo AND a.assigned_at < e.whole_hi
+            FROM late a JOIN edges e
+              ON e.has_whole AND a.assigned_at >= e.whole_lo AND a.assigned_at < e.whole_hi
             CROSS JOIN LATERAL (VALUES (a.status, -1), ('overdue', 1)) AS moved(status, assignments)
          )
          SELECT p.position, {SUMS}
