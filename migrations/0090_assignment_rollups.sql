@@ -71,12 +71,6 @@ CREATE TABLE assignment_rollup_deltas (
 );
 CREATE INDEX assignment_rollup_deltas_flow_idx ON assignment_rollup_deltas (flow_id, bucket);
 
--- Past-due active assignments of a flow (the correction readers apply), without scanning other
--- flows' past-due rows.
-CREATE INDEX assignments_flow_due_idx ON assignments (flow_id, due_at)
-    INCLUDE (status, assigned_at)
-    WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL;
-
 CREATE FUNCTION flow_rollup_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO assignment_rollup_deltas

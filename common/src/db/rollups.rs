@@ -94,8 +94,8 @@ pub async fn merge<'e>(executor: impl PgExecutor<'e>, limit: i64) -> Result<u64,
 /// Whole quarter hours come from the rollups and unmerged deltas; the partial quarter hours at
 /// each interval's edges come from the rows (the report index covers them: index-only); active
 /// assignments of the whole quarter hours that are past due at `now` move from their stored
-/// status to `overdue` (read over `assignments_flow_due_idx`, which holds only active rows with a
-/// due date, so the scheduler keeps it small by marking them).
+/// status to `overdue` (read over `assignments_overdue_scan_idx`, which holds only active rows
+/// with a due date; the scheduler keeps the past-due part of it small by marking them).
 pub async fn interval_figures<'e>(
     executor: impl PgExecutor<'e>,
     flow_id: FlowId,
@@ -120,11 +120,13 @@ pub async fn interval_figures<'e>(
                    flow_rollup_bucket(hi) AS whole_hi
             FROM clipped WHERE lo < hi
          ), late AS MATERIALIZED (
-            -- Active and past due at $4 but not marked yet: read once for every interval.
-            SELECT a.status, a.assigned_at FROM assignments a
-            WHERE a.flow_id = $1 AND a.status IN ('pending', 'in_progress')
-              AND a.due_at IS NOT NULL AND a.due_at <= $4
-              AND a.assigned_at >= $2 AND a.assigned_at < $3
+            -- Active and past due at $4 but not marked yet, read once for every interval. Every
+            -- flow's, filtered by flow after (MATERIALIZED keeps the filter out of the scan): the
+            -- scheduler keeps them few and `assignments_overdue_scan_idx` holds only them, while
+            -- with the flow in the scan the planner may read the flow's whole report-index range.
+            SELECT a.flow_id, a.status, a.assigned_at FROM assignments a
+            WHERE a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
+              AND a.due_at <= $4
          ), edges AS (
             -- Whole buckets [whole_lo, whole_hi) when there are any; the rest from the rows.
             SELECT position, lo, hi, whole_lo, whole_hi, whole_lo < whole_hi AS has_whole,
@@ -158,7 +160,8 @@ pub async fn interval_figures<'e>(
             UNION ALL
             SELECT e.position, moved.status, moved.assignments, 0, 0, 0
             FROM late a JOIN edges e
-              ON e.has_whole AND a.assigned_at >= e.whole_lo AND a.assigned_at < e.whole_hi
+              ON a.flow_id = $1 AND e.has_whole
+             AND a.assigned_at >= e.whole_lo AND a.assigned_at < e.whole_hi
             CROSS JOIN LATERAL (VALUES (a.status, -1), ('overdue', 1)) AS moved(status, assignments)
          )
          SELECT p.position, {SUMS}
@@ -201,6 +204,11 @@ pub async fn lifetime_figures<'e>(
     let sql = format!(
         "WITH wanted AS (
             SELECT flow_id, position FROM unnest($1::uuid[]) WITH ORDINALITY AS w(flow_id, position)
+         ), late AS MATERIALIZED (
+            -- Past due and not marked yet, as in `interval_figures`.
+            SELECT a.flow_id, a.status FROM assignments a
+            WHERE a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
+              AND a.due_at <= $2
          ), parts AS (
             SELECT w.position, r.status, r.assignments, r.completion_seconds,
                    r.duration_seconds, r.durations
@@ -211,10 +219,7 @@ pub async fn lifetime_figures<'e>(
             FROM wanted w JOIN assignment_rollup_deltas d USING (flow_id)
             UNION ALL
             SELECT w.position, moved.status, moved.assignments, 0, 0, 0
-            FROM wanted w JOIN assignments a
-              ON a.flow_id = w.flow_id
-             AND a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
-             AND a.due_at <= $2
+            FROM wanted w JOIN late a USING (flow_id)
             CROSS JOIN LATERAL (VALUES (a.status, -1), ('overdue', 1)) AS moved(status, assignments)
          )
          SELECT w.position, {SUMS}
