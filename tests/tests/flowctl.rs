@@ -186,10 +186,13 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
     let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
     let mut demo = None;
     for _ in 0..200 {
-        // The demo is created once the components are up.
+        // The demo is created once the components are up, its admin's sign-in link last.
         demo = sqlx::query_as::<_, (flow_common::ids::OrgId, flow_common::ids::FlowId)>(
             "SELECT o.id, f.id FROM organizations o JOIN flows f ON f.org_id = o.id
-             JOIN api_keys k ON k.org_id = o.id WHERE f.name = 'Security Basics'",
+             JOIN api_keys k ON k.org_id = o.id WHERE f.name = 'Security Basics'
+               AND EXISTS (SELECT 1 FROM dashboard_accounts a
+                           JOIN dashboard_sign_in_links l ON l.account_id = a.id
+                           WHERE a.org_id = o.id)",
         )
         .fetch_optional(&pool)
         .await
