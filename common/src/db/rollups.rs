@@ -257,7 +257,7 @@ pub struct Mismatch {
 /// assignment: an operator's check (`flowctl reports verify`), not a report path. Run it in a
 /// REPEATABLE READ transaction (the rows, rollups and deltas of one snapshot).
 pub async fn verify<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<Mismatch>, sqlx::Error> {
-    sqlx::query_as(
+    let sql = format!(
         "WITH counted AS (
             SELECT flow_id, flow_rollup_bucket(assigned_at) AS bucket, status,
                    count(*) AS assignments,
@@ -296,24 +296,24 @@ pub async fn verify<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<Mismatch>, 
                 COALESCE(c.assignments, 0)::int8 AS counted,
                 COALESCE(m.assignments, 0)::int8 AS maintained
          FROM counted c FULL JOIN maintained m USING (flow_id, bucket, status)
-         WHERE COALESCE(c.assignments, 0) <> COALESCE(m.assignments, 0)
-            OR COALESCE(c.durations, 0) <> COALESCE(m.durations, 0)
-            OR abs(COALESCE(c.completion_seconds, 0) - COALESCE(m.completion_seconds, 0))
-               > 0.001 * greatest(COALESCE(c.assignments, 0), 1)
-            OR abs(COALESCE(c.duration_seconds, 0) - COALESCE(m.duration_seconds, 0))
-               > 0.001 * greatest(COALESCE(c.assignments, 0), 1)
+         WHERE {DIFFERS}
          UNION ALL
          SELECT 'flow', flow_id, NULL, status,
                 COALESCE(c.assignments, 0)::int8, COALESCE(m.assignments, 0)::int8
          FROM flow_counted c FULL JOIN flow_maintained m USING (flow_id, status)
-         WHERE COALESCE(c.assignments, 0) <> COALESCE(m.assignments, 0)
+         WHERE {DIFFERS}
+         ORDER BY 1, 2, 3, 4"
+    );
+    sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .fetch_all(executor)
+        .await
+}
+
+/// When a recount `c` and the maintained figures `m` of one key differ: in a count, or in a sum
+/// by more than a millisecond per assignment (float sums merged in another order round apart).
+const DIFFERS: &str = "COALESCE(c.assignments, 0) <> COALESCE(m.assignments, 0)
             OR COALESCE(c.durations, 0) <> COALESCE(m.durations, 0)
             OR abs(COALESCE(c.completion_seconds, 0) - COALESCE(m.completion_seconds, 0))
                > 0.001 * greatest(COALESCE(c.assignments, 0), 1)
             OR abs(COALESCE(c.duration_seconds, 0) - COALESCE(m.duration_seconds, 0))
-               > 0.001 * greatest(COALESCE(c.assignments, 0), 1)
-         ORDER BY 1, 2, 3, 4",
-    )
-    .fetch_all(executor)
-    .await
-}
+               > 0.001 * greatest(COALESCE(c.assignments, 0), 1)";
