@@ -85,8 +85,19 @@ pub async fn fresh_database() -> anyhow::Result<(String, String)> {
                 .execute(&mut *connection)
                 .await?;
             let pool = PgPool::connect(&url_for_database(&template)).await?;
-            flow_common::db::migrate(&pool).await?;
+            let migrated = flow_common::db::migrate(&pool).await;
             pool.close().await;
+            if let Err(error) = migrated {
+                // A half-migrated template must not serve the next test.
+                drop(
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {template} WITH (FORCE)"
+                    )))
+                    .execute(&mut *connection)
+                    .await,
+                );
+                return Err(error.into());
+            }
         }
         let name = format!(
             "flow_test_{}_{}",
