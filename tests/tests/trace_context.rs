@@ -104,17 +104,26 @@ async fn a_webhook_request_continues_the_trace_of_the_assign_request_that_caused
     assert_eq!(received[0].event()["data"]["assignmentId"], json!(id));
     assert_continues(&received[0], &trace_id, &caller_span);
 
-    // The chain's two stores hold the same trace: the outbox row and the delivery row.
+    // The chain's two stores hold the same trace: the outbox row and the delivery row (written
+    // once its first attempt answered).
     let assignment = AssignmentId::parse(&id).expect("id");
-    let (outbox, delivery): (Option<String>, Option<String>) = sqlx::query_as(
-        "SELECT o.traceparent, d.traceparent FROM outbox o
-         JOIN webhook_deliveries d ON d.event_id = o.event_id
-         WHERE o.assignment_id = $1",
-    )
-    .bind(assignment)
-    .fetch_one(&app.db)
-    .await
-    .expect("the event and its delivery");
+    let (outbox, delivery): (Option<String>, Option<String>) = app
+        .eventually(
+            Duration::from_secs(10),
+            "the event and its delivery",
+            || async {
+                sqlx::query_as(
+                    "SELECT o.traceparent, d.traceparent FROM outbox o
+                     JOIN webhook_deliveries d ON d.event_id = o.event_id
+                     WHERE o.assignment_id = $1",
+                )
+                .bind(assignment)
+                .fetch_optional(&app.db)
+                .await
+                .expect("the event and its delivery")
+            },
+        )
+        .await;
     assert_eq!(trace_of(outbox.as_deref().unwrap_or("")), trace_id);
     assert_eq!(outbox, delivery, "the delivery keeps the event's trace");
 }

@@ -1349,3 +1349,177 @@ async fn a_fan_out_retried_after_a_lost_commit_answer_gets_its_own_deliveries_ba
         .unwrap();
     assert_eq!(rows, 2);
 }
+
+/// When the delivery to `endpoint` of each event was written, and when its first attempt was
+/// sent, by the first attempt.
+async fn written_and_sent(
+    app: &TestApp,
+    endpoint: &str,
+) -> Vec<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)> {
+    let id = WebhookEndpointId::parse(endpoint).expect("endpoint id");
+    sqlx::query_as(
+        "SELECT d.created_at, a.attempted_at FROM webhook_deliveries d
+         JOIN webhook_attempts a ON a.delivery_id = d.id AND a.attempt = 1
+         WHERE d.endpoint_id = $1 ORDER BY a.attempted_at",
+    )
+    .bind(id)
+    .fetch_all(&app.db)
+    .await
+    .expect("deliveries")
+}
+
+/// A webhook-worker whose batches wait `inline_wait` for first attempts made before their
+/// deliveries are written.
+fn inline_worker(app: &TestApp, inline_wait: Duration) -> WorkerHandle {
+    app.start_webhook_worker_with(|config| config.inline_wait = inline_wait)
+}
+
+#[tokio::test]
+async fn a_first_attempt_is_sent_before_its_delivery_is_written_then_written_once_with_its_outcome()
+{
+    let mut app = app_with_relay().await;
+    app.webhook_worker = Some(inline_worker(&app, Duration::from_secs(4)));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let prompt = one_endpoint(
+        &app,
+        &receiver,
+        "prompt",
+        Behaviour::Gated(b"ok"),
+        &["ada@example.com"],
+    )
+    .await;
+    app.assign_persisted(&prompt.org, &prompt.flow, "ada@example.com", json!({}))
+        .await;
+    let requests = receiver
+        .wait_for_requests("prompt", 1, Duration::from_secs(10))
+        .await;
+    // The request is out and its answer held back: nothing is written yet.
+    assert!(deliveries_of(&app, &prompt.webhook).await.is_empty());
+    receiver.open_gate();
+
+    wait_until_succeeded_once(&app, std::slice::from_ref(&prompt.webhook)).await;
+    let [(written, sent)] = written_and_sent(&app, &prompt.webhook).await[..] else {
+        panic!("one delivery with its first attempt");
+    };
+    assert!(sent < written, "sent at {sent}, written at {written}");
+    let id: DeliveryId =
+        sqlx::query_scalar("SELECT id FROM webhook_deliveries WHERE endpoint_id = $1")
+            .bind(WebhookEndpointId::parse(&prompt.webhook).expect("id"))
+            .fetch_one(&app.db)
+            .await
+            .expect("delivery");
+    assert_eq!(
+        delivery_state(&app, id).await,
+        ("succeeded".to_owned(), 1, vec![(1, Some(200))])
+    );
+    assert!(requests[0].verifies_with(&prompt.secret));
+    assert_eq!(receiver.received("prompt").len(), 1);
+}
+
+#[tokio::test]
+async fn an_attempt_outlasting_the_inline_wait_is_written_claimed_and_its_endpoint_gets_deliveries_written_first()
+ {
+    let mut app = app_with_relay().await;
+    app.webhook_worker = Some(inline_worker(&app, Duration::from_millis(300)));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let slow = one_endpoint(
+        &app,
+        &receiver,
+        "slow",
+        Behaviour::Gated(b"ok"),
+        &["bo@example.com", "cy@example.com"],
+    )
+    .await;
+    app.assign_persisted(&slow.org, &slow.flow, "bo@example.com", json!({}))
+        .await;
+    receiver
+        .wait_for_requests("slow", 1, Duration::from_secs(10))
+        .await;
+    // The wait is over while the answer is still held: the delivery is written claimed.
+    app.eventually(
+        Duration::from_secs(10),
+        "the delivery to be written claimed",
+        || async {
+            (deliveries_of(&app, &slow.webhook).await == [("delivering".to_owned(), 0)])
+                .then_some(())
+        },
+    )
+    .await;
+    receiver.open_gate();
+    wait_until_succeeded_once(&app, std::slice::from_ref(&slow.webhook)).await;
+
+    // The endpoint answered too late for the inline path: its next delivery is written first.
+    app.assign_persisted(&slow.org, &slow.flow, "cy@example.com", json!({}))
+        .await;
+    app.eventually(
+        Duration::from_secs(10),
+        "both deliveries to succeed",
+        || async {
+            (deliveries_of(&app, &slow.webhook)
+                .await
+                .iter()
+                .filter(|delivery| **delivery == ("succeeded".to_owned(), 1))
+                .count()
+                == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let [(first_written, first_sent), (then_written, then_sent)] =
+        written_and_sent(&app, &slow.webhook).await[..]
+    else {
+        panic!("two deliveries with their first attempts");
+    };
+    assert!(first_sent < first_written);
+    assert!(then_written < then_sent);
+    assert_eq!(receiver.received("slow").len(), 2);
+}
+
+#[tokio::test]
+async fn a_webhook_worker_killed_after_an_inline_attempt_loses_nothing_and_the_event_goes_out_again_with_its_id()
+ {
+    let mut app = app_with_relay().await;
+    let first = inline_worker(&app, Duration::from_secs(4));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let crash = one_endpoint(
+        &app,
+        &receiver,
+        "crash",
+        Behaviour::Gated(b"ok"),
+        &["dee@example.com"],
+    )
+    .await;
+    app.assign_persisted(&crash.org, &crash.flow, "dee@example.com", json!({}))
+        .await;
+    receiver
+        .wait_for_requests("crash", 1, Duration::from_secs(10))
+        .await;
+    // Killed after sending, before writing anything or acking the event.
+    first.kill();
+    assert!(deliveries_of(&app, &crash.webhook).await.is_empty());
+    receiver.open_gate();
+    app.webhook_worker = Some(inline_worker(&app, Duration::from_secs(4)));
+
+    wait_until_succeeded_once(&app, std::slice::from_ref(&crash.webhook)).await;
+    let requests = receiver.received("crash");
+    assert_eq!(
+        requests.len(),
+        2,
+        "the event goes out again after the crash"
+    );
+    assert_eq!(
+        requests[0].header("webhook-id"),
+        requests[1].header("webhook-id")
+    );
+    assert!(
+        requests
+            .iter()
+            .all(|request| request.verifies_with(&crash.secret))
+    );
+}

@@ -262,77 +262,406 @@ const CLAIMED_COLUMNS: &str = "d.id, d.org_id, d.endpoint_id, d.event_id, d.even
     d.payload, d.attempts, d.event_at, d.claim_token, d.traceparent, e.url, e.secret, \
     CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END AS previous_secret";
 
+/// An endpoint an event is to be delivered to, with what sending to it needs.
+#[derive(Debug, Clone, FromRow)]
+pub struct Target {
+    /// Position of the event in the list asked about.
+    pub event_index: i32,
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Endpoint URL.
+    pub url: String,
+    /// Current secret.
+    pub secret: String,
+    /// Previous secret while it still signs.
+    pub previous_secret: Option<String>,
+}
+
+/// The events of `events` with repeats left out (an event published twice can sit twice in one
+/// batch; one statement may not write its delivery twice).
+pub fn distinct_events(events: &[IncomingEvent]) -> Vec<&IncomingEvent> {
+    let mut seen = std::collections::HashSet::with_capacity(events.len());
+    events
+        .iter()
+        .filter(|event| seen.insert(event.event_id))
+        .collect()
+}
+
+/// The enabled endpoints each event goes to (those of its organization that subscribe to its
+/// type) that have no delivery of it yet, so a redelivered or republished event is not sent again.
+/// With `own_claim`, deliveries claimed under that token still count as to do: a fan-out retried
+/// after a commit whose answer was lost gets its own deliveries back. `events` must be distinct.
+pub async fn targets<'e>(
+    executor: impl PgExecutor<'e>,
+    events: &[&IncomingEvent],
+    own_claim: Option<Uuid>,
+) -> Result<Vec<Target>, sqlx::Error> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(
+        "WITH input AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY
+                AS t(event_id, org_id, event_type, ord)
+         )
+         SELECT (i.ord - 1)::int4 AS event_index, e.id AS endpoint_id, e.url, e.secret,
+                CASE WHEN e.previous_secret_expires_at > now() THEN e.previous_secret END
+                    AS previous_secret
+         FROM input i
+         JOIN webhook_endpoints e ON e.org_id = i.org_id AND e.enabled
+              AND (cardinality(e.events) = 0 OR i.event_type = ANY (e.events))
+         -- LATERAL … LIMIT 1 keeps the check an index probe per pair: as an anti-join, a
+         -- planner that misjudges the table (fresh statistics of a growing table) hashes every
+         -- delivery for each batch.
+         LEFT JOIN LATERAL (SELECT 1 AS found FROM webhook_deliveries d
+                            WHERE d.endpoint_id = e.id AND d.event_id = i.event_id
+                              AND (d.claim_token IS DISTINCT FROM $4
+                                   OR d.status <> 'delivering')
+                            LIMIT 1) existing ON true
+         WHERE existing.found IS NULL
+         ORDER BY i.ord, e.id",
+    )
+    .bind(
+        events
+            .iter()
+            .map(|event| event.event_id)
+            .collect::<Vec<_>>(),
+    )
+    .bind(events.iter().map(|event| event.org_id).collect::<Vec<_>>())
+    .bind(
+        events
+            .iter()
+            .map(|event| event.event_type.as_str())
+            .collect::<Vec<_>>(),
+    )
+    .bind(own_claim)
+    .fetch_all(executor)
+    .await
+}
+
+/// What a new delivery row starts as.
+#[derive(Debug, Clone, Copy)]
+pub enum Start<'a> {
+    /// Claimed by the caller under this token (`delivering`, leased): its first attempt is to
+    /// come, or under way.
+    Claimed(Uuid),
+    /// Attempted once already, before the row was written: the outcome of that attempt.
+    Attempted(&'a AttemptOutcome),
+}
+
+/// A delivery to create: one event to one endpoint.
+#[derive(Debug, Clone)]
+pub struct NewDelivery<'a> {
+    /// Id of the new row.
+    pub id: DeliveryId,
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// The event.
+    pub event: &'a IncomingEvent,
+    /// What the row starts as.
+    pub start: Start<'a>,
+}
+
+/// A delivery row written by [`create_deliveries`] (or found claimed under the same token).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, FromRow)]
+pub struct CreatedDelivery {
+    /// Its id (that of the row found, for one claimed earlier under the same token).
+    pub id: DeliveryId,
+    /// Endpoint.
+    pub endpoint_id: WebhookEndpointId,
+    /// Event.
+    pub event_id: EventId,
+}
+
+/// What [`create_deliveries`] wrote.
+#[derive(Debug, Clone, Default)]
+pub struct Created {
+    /// The rows written, and those found claimed under the same token.
+    pub deliveries: Vec<CreatedDelivery>,
+    /// Endpoints the attempts' outcomes disabled.
+    pub disabled: Vec<DisabledEndpoint>,
+}
+
+/// Writes new deliveries in the caller's transaction: claimed ones, and ones attempted already
+/// with their attempt row and the attempt's effect on the endpoint's health (as
+/// [`record_outcomes`] writes it for later attempts), so a first attempt that succeeded costs one
+/// delivery row and one attempt row. A delivery whose event already has one at its endpoint is
+/// not written (unless it is claimed under the same token: a retry after a commit whose answer
+/// was lost gets its rows back), nor one to an endpoint deleted meanwhile (the endpoints are
+/// locked against deletion before deliveries refer to them, so the foreign key cannot fail).
+pub async fn create_deliveries(
+    connection: &mut PgConnection,
+    deliveries: &[NewDelivery<'_>],
+    lease: Duration,
+    disable_after: Duration,
+) -> Result<Created, sqlx::Error> {
+    let attempted: Vec<&AttemptOutcome> = deliveries
+        .iter()
+        .filter_map(|delivery| match delivery.start {
+            Start::Attempted(outcome) => Some(outcome),
+            Start::Claimed(_) => None,
+        })
+        .collect();
+    lock_endpoints_for_health(connection, &attempted).await?;
+    let written = insert_deliveries(connection, deliveries, lease).await?;
+    let written_ids: std::collections::HashSet<DeliveryId> =
+        written.iter().map(|delivery| delivery.id).collect();
+    let recorded: Vec<&AttemptOutcome> = attempted
+        .into_iter()
+        .filter(|outcome| written_ids.contains(&outcome.delivery_id))
+        .collect();
+    insert_attempts(connection, &recorded).await?;
+    let disabled = update_endpoint_health(connection, &recorded, disable_after).await?;
+    Ok(Created {
+        deliveries: written,
+        disabled,
+    })
+}
+
 /// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
 /// type, already claimed by the caller for `lease` under `claim_token`. Events seen before
 /// (redeliveries) create nothing: the caller gets only new deliveries — and the ones it claimed
 /// itself under the same token, so a retry after a commit whose answer was lost (the connection
 /// dropped during COMMIT) gets its deliveries back instead of leaving them claimed by nobody
-/// until the lease expires. An endpoint deleted meanwhile gets none (its row is locked against
-/// deletion before deliveries refer to it, so the foreign key cannot fail).
+/// until the lease expires. An endpoint deleted meanwhile gets none.
 pub async fn fan_out(
     connection: &mut PgConnection,
     events: &[IncomingEvent],
     lease: Duration,
     claim_token: Uuid,
 ) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
-    // An event twice in one batch (published twice) is fanned out once: one statement may not
-    // touch a delivery row twice.
-    let mut seen = std::collections::HashSet::with_capacity(events.len());
-    let events: Vec<&IncomingEvent> = events
+    let events = distinct_events(events);
+    let targets = targets(&mut *connection, &events, Some(claim_token)).await?;
+    let deliveries: Vec<NewDelivery<'_>> = targets
         .iter()
-        .filter(|event| seen.insert(event.event_id))
+        .map(|target| NewDelivery {
+            id: DeliveryId::new(),
+            endpoint_id: target.endpoint_id,
+            event: events[target_event(target)],
+            start: Start::Claimed(claim_token),
+        })
         .collect();
-    if events.is_empty() {
+    let written = insert_deliveries(connection, &deliveries, lease).await?;
+    let ids: std::collections::HashMap<(WebhookEndpointId, EventId), DeliveryId> = written
+        .into_iter()
+        .map(|delivery| ((delivery.endpoint_id, delivery.event_id), delivery.id))
+        .collect();
+    Ok(targets
+        .into_iter()
+        .filter_map(|target| {
+            let event = events[target_event(&target)];
+            let id = *ids.get(&(target.endpoint_id, event.event_id))?;
+            Some(target.claimed(event, id, claim_token))
+        })
+        .collect())
+}
+
+fn target_event(target: &Target) -> usize {
+    usize::try_from(target.event_index).unwrap_or(usize::MAX)
+}
+
+impl Target {
+    /// The delivery of `event` to this target as claimed under `claim_token`, before any attempt.
+    pub fn claimed(
+        self,
+        event: &IncomingEvent,
+        id: DeliveryId,
+        claim_token: Uuid,
+    ) -> ClaimedDelivery {
+        ClaimedDelivery {
+            id,
+            org_id: event.org_id,
+            endpoint_id: self.endpoint_id,
+            event_id: event.event_id,
+            event_type: event.event_type.clone(),
+            payload: event.payload.clone(),
+            attempts: 0,
+            event_at: event.event_at,
+            url: self.url,
+            secret: self.secret,
+            previous_secret: self.previous_secret,
+            claim_token,
+            traceparent: event.traceparent.clone(),
+        }
+    }
+}
+
+/// Inserts delivery rows (see [`create_deliveries`]); returns those written or found claimed
+/// under the same token.
+async fn insert_deliveries(
+    connection: &mut PgConnection,
+    deliveries: &[NewDelivery<'_>],
+    lease: Duration,
+) -> Result<Vec<CreatedDelivery>, sqlx::Error> {
+    if deliveries.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
-    let orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
-    let types: Vec<&str> = events
-        .iter()
-        .map(|event| event.event_type.as_str())
-        .collect();
-    let payloads: Vec<&serde_json::Value> = events.iter().map(|event| &event.payload).collect();
-    let times: Vec<DateTime<Utc>> = events.iter().map(|event| event.event_at).collect();
-    let traceparents: Vec<Option<&str>> = events
-        .iter()
-        .map(|event| event.traceparent.as_deref())
-        .collect();
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let mut columns = DeliveryColumns::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        columns.push(delivery);
+    }
+    sqlx::query_as(
         "WITH input AS (
-            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::jsonb[], $5::timestamptz[],
-                                 $8::text[])
-                AS t(event_id, org_id, event_type, payload, event_at, traceparent)
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
+                                 $6::jsonb[], $7::timestamptz[], $8::text[], $9::text[], $10::int[],
+                                 $11::timestamptz[], $12::uuid[], $13::int[], $14::text[],
+                                 $15::timestamptz[])
+                AS t(id, endpoint_id, event_id, org_id, event_type, payload, event_at, traceparent,
+                     status, attempts, next_attempt_at, claim_token, last_status_code, last_error,
+                     delivered_at)
          ), endpoints AS (
-            SELECT e.id, e.org_id, e.events FROM webhook_endpoints e
-            WHERE e.org_id IN (SELECT DISTINCT org_id FROM input) AND e.enabled
+            SELECT e.id FROM webhook_endpoints e
+            WHERE e.id IN (SELECT endpoint_id FROM input)
             ORDER BY e.id
             FOR KEY SHARE
-         ), inserted AS (
-            INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
-                                            status, lease_until, claim_token, event_at, traceparent)
-            SELECT gen_random_uuid(), i.org_id, e.id, i.event_id, i.event_type, i.payload,
-                   'delivering', now() + $6 * interval '1 millisecond', $7, i.event_at,
-                   i.traceparent
-            FROM input i
-            JOIN endpoints e ON e.org_id = i.org_id
-                 AND (cardinality(e.events) = 0 OR i.event_type = ANY (e.events))
-            ON CONFLICT (endpoint_id, event_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
-            WHERE webhook_deliveries.claim_token = EXCLUDED.claim_token
-              AND webhook_deliveries.status = 'delivering'
-            RETURNING *
          )
-         SELECT {CLAIMED_COLUMNS} FROM inserted d JOIN webhook_endpoints e ON e.id = d.endpoint_id"
-    )))
-    .bind(&ids)
-    .bind(&orgs)
-    .bind(&types)
-    .bind(&payloads)
-    .bind(&times)
+         INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
+                                         status, attempts, next_attempt_at, lease_until,
+                                         claim_token, last_status_code, last_error, event_at,
+                                         delivered_at, traceparent)
+         SELECT i.id, i.org_id, i.endpoint_id, i.event_id, i.event_type, i.payload, i.status,
+                i.attempts, COALESCE(i.next_attempt_at, now()),
+                CASE WHEN i.status = 'delivering'
+                     THEN now() + $16 * interval '1 millisecond' END,
+                i.claim_token, i.last_status_code, i.last_error, i.event_at, i.delivered_at,
+                i.traceparent
+         FROM input i JOIN endpoints e ON e.id = i.endpoint_id
+         ON CONFLICT (endpoint_id, event_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
+         WHERE webhook_deliveries.claim_token = EXCLUDED.claim_token
+           AND webhook_deliveries.status = 'delivering'
+         RETURNING id, endpoint_id, event_id",
+    )
+    .bind(&columns.ids)
+    .bind(&columns.endpoints)
+    .bind(&columns.events)
+    .bind(&columns.orgs)
+    .bind(&columns.types)
+    .bind(&columns.payloads)
+    .bind(&columns.event_times)
+    .bind(&columns.traceparents)
+    .bind(&columns.statuses)
+    .bind(&columns.attempts)
+    .bind(&columns.next_times)
+    .bind(&columns.claim_tokens)
+    .bind(&columns.status_codes)
+    .bind(&columns.errors)
+    .bind(&columns.delivered)
     .bind(i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
-    .bind(claim_token)
-    .bind(&traceparents)
     .fetch_all(&mut *connection)
     .await
+}
+
+/// The columns of new delivery rows, as arrays for one UNNEST.
+struct DeliveryColumns<'a> {
+    ids: Vec<DeliveryId>,
+    endpoints: Vec<WebhookEndpointId>,
+    events: Vec<EventId>,
+    orgs: Vec<OrgId>,
+    types: Vec<&'a str>,
+    payloads: Vec<&'a serde_json::Value>,
+    event_times: Vec<DateTime<Utc>>,
+    traceparents: Vec<Option<&'a str>>,
+    statuses: Vec<&'static str>,
+    attempts: Vec<i32>,
+    next_times: Vec<Option<DateTime<Utc>>>,
+    claim_tokens: Vec<Option<Uuid>>,
+    status_codes: Vec<Option<i32>>,
+    errors: Vec<Option<String>>,
+    delivered: Vec<Option<DateTime<Utc>>>,
+}
+
+impl<'a> DeliveryColumns<'a> {
+    fn with_capacity(capacity: usize) -> Self {
+        Self {
+            ids: Vec::with_capacity(capacity),
+            endpoints: Vec::with_capacity(capacity),
+            events: Vec::with_capacity(capacity),
+            orgs: Vec::with_capacity(capacity),
+            types: Vec::with_capacity(capacity),
+            payloads: Vec::with_capacity(capacity),
+            event_times: Vec::with_capacity(capacity),
+            traceparents: Vec::with_capacity(capacity),
+            statuses: Vec::with_capacity(capacity),
+            attempts: Vec::with_capacity(capacity),
+            next_times: Vec::with_capacity(capacity),
+            claim_tokens: Vec::with_capacity(capacity),
+            status_codes: Vec::with_capacity(capacity),
+            errors: Vec::with_capacity(capacity),
+            delivered: Vec::with_capacity(capacity),
+        }
+    }
+
+    fn push(&mut self, delivery: &NewDelivery<'a>) {
+        let event = delivery.event;
+        self.ids.push(delivery.id);
+        self.endpoints.push(delivery.endpoint_id);
+        self.events.push(event.event_id);
+        self.orgs.push(event.org_id);
+        self.types.push(&event.event_type);
+        self.payloads.push(&event.payload);
+        self.event_times.push(event.event_at);
+        self.traceparents.push(event.traceparent.as_deref());
+        match delivery.start {
+            Start::Claimed(token) => {
+                self.statuses.push("delivering");
+                self.attempts.push(0);
+                self.next_times.push(None);
+                self.claim_tokens.push(Some(token));
+                self.status_codes.push(None);
+                self.errors.push(None);
+                self.delivered.push(None);
+            }
+            Start::Attempted(outcome) => {
+                let (status, next_at) = outcome.next.stored();
+                self.statuses.push(status);
+                self.attempts.push(outcome.attempt);
+                self.next_times.push(next_at);
+                self.claim_tokens.push(None);
+                self.status_codes.push(outcome.status_code);
+                self.errors.push(outcome.stored_error());
+                self.delivered
+                    .push((outcome.next == NextStep::Succeeded).then_some(outcome.attempted_at));
+            }
+        }
+    }
+}
+
+/// Attempt rows of `outcomes` (whose deliveries exist); an attempt already recorded is left as it
+/// is.
+async fn insert_attempts(
+    connection: &mut PgConnection,
+    outcomes: &[&AttemptOutcome],
+) -> Result<(), sqlx::Error> {
+    if outcomes.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
+                                       latency_ms, error, response_excerpt)
+         SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::int[],
+                              $6::text[], $7::text[])
+         ON CONFLICT (delivery_id, attempt) DO NOTHING",
+    )
+    .bind(outcomes.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.attempt).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.status_code).collect::<Vec<_>>())
+    .bind(outcomes.iter().map(|o| o.latency_ms).collect::<Vec<_>>())
+    .bind(
+        outcomes
+            .iter()
+            .map(|o| o.stored_error())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        outcomes
+            .iter()
+            .map(|o| o.stored_excerpt())
+            .collect::<Vec<_>>(),
+    )
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
 }
 
 /// Claims up to `limit` deliveries that are due (a retry whose time has come, or a claim whose
@@ -494,53 +823,18 @@ pub async fn record_outcomes(
     if outcomes.is_empty() {
         return Ok(Recorded::default());
     }
-    // Endpoints first, in id order: an endpoint deletion locks the endpoint and then its
-    // deliveries, so taking them in the same order cannot deadlock with it.
-    let mut endpoints: Vec<WebhookEndpointId> = outcomes
-        .iter()
-        .filter(|outcome| outcome.verdict != EndpointVerdict::Unchanged)
-        .map(|outcome| outcome.endpoint_id)
-        .collect();
-    endpoints.sort();
-    endpoints.dedup();
-    if !endpoints.is_empty() {
-        sqlx::query(
-            "SELECT id FROM webhook_endpoints WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
-        )
-        .bind(&endpoints)
-        .execute(&mut *connection)
-        .await?;
-    }
-    let (statuses, next_times): (Vec<&str>, Vec<Option<DateTime<Utc>>>) = outcomes
-        .iter()
-        .map(|outcome| match outcome.next {
-            NextStep::Succeeded => ("succeeded", None),
-            NextStep::Failed => ("failed", None),
-            NextStep::RetryAt(at) => ("pending", Some(at)),
-            NextStep::Deferred(at) => ("pending", Some(at)),
-        })
-        .unzip();
+    let all: Vec<&AttemptOutcome> = outcomes.iter().collect();
+    lock_endpoints_for_health(connection, &all).await?;
+    let (statuses, next_times): (Vec<&str>, Vec<Option<DateTime<Utc>>>) =
+        outcomes.iter().map(|outcome| outcome.next.stored()).unzip();
     let attempts: Vec<Option<i32>> = outcomes
         .iter()
         .map(|outcome| (!matches!(outcome.next, NextStep::Deferred(_))).then_some(outcome.attempt))
         .collect();
-    let errors: Vec<Option<String>> = outcomes
-        .iter()
-        .map(|outcome| {
-            outcome
-                .error
-                .as_deref()
-                .map(|error| storable_text(error, STORED_TEXT_BYTES))
-        })
-        .collect();
+    let errors: Vec<Option<String>> = outcomes.iter().map(AttemptOutcome::stored_error).collect();
     let excerpts: Vec<Option<String>> = outcomes
         .iter()
-        .map(|outcome| {
-            outcome
-                .response_excerpt
-                .as_deref()
-                .map(|excerpt| storable_text(excerpt, STORED_TEXT_BYTES))
-        })
+        .map(AttemptOutcome::stored_excerpt)
         .collect();
     // The deliveries still held under the outcomes' claims are locked in id order (recorders of
     // several workers cannot deadlock), moved to their next step with the claim cleared, and only
@@ -606,6 +900,66 @@ pub async fn record_outcomes(
         stale: stale.iter().map(|outcome| outcome.delivery_id).collect(),
         disabled,
     })
+}
+
+/// Locks, in id order, the endpoints whose health `outcomes` will write: those with a failure
+/// verdict, and those with a success verdict that are failing now (a success on a healthy endpoint
+/// writes nothing, so it takes no lock and concurrent recorders do not queue on a busy endpoint's
+/// row). An endpoint deletion locks the endpoint and then its deliveries; taking the endpoints
+/// before the deliveries, in one order, cannot deadlock with it.
+async fn lock_endpoints_for_health(
+    connection: &mut PgConnection,
+    outcomes: &[&AttemptOutcome],
+) -> Result<(), sqlx::Error> {
+    let mut healthy = Vec::new();
+    let mut unhealthy = Vec::new();
+    for outcome in outcomes {
+        match outcome.verdict {
+            EndpointVerdict::Unchanged => {}
+            EndpointVerdict::Healthy => healthy.push(outcome.endpoint_id),
+            EndpointVerdict::Failing | EndpointVerdict::Gone => unhealthy.push(outcome.endpoint_id),
+        }
+    }
+    if healthy.is_empty() && unhealthy.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "SELECT id FROM webhook_endpoints
+         WHERE id = ANY ($2) OR (id = ANY ($1) AND failing_since IS NOT NULL)
+         ORDER BY id FOR NO KEY UPDATE",
+    )
+    .bind(&healthy)
+    .bind(&unhealthy)
+    .execute(&mut *connection)
+    .await?;
+    Ok(())
+}
+
+impl NextStep {
+    /// The delivery's status and next attempt time for this step, as stored.
+    fn stored(self) -> (&'static str, Option<DateTime<Utc>>) {
+        match self {
+            Self::Succeeded => ("succeeded", None),
+            Self::Failed => ("failed", None),
+            Self::RetryAt(at) | Self::Deferred(at) => ("pending", Some(at)),
+        }
+    }
+}
+
+impl AttemptOutcome {
+    /// The error as stored: without NUL characters, within the bound.
+    fn stored_error(&self) -> Option<String> {
+        self.error
+            .as_deref()
+            .map(|error| storable_text(error, STORED_TEXT_BYTES))
+    }
+
+    /// The response excerpt as stored.
+    fn stored_excerpt(&self) -> Option<String> {
+        self.response_excerpt
+            .as_deref()
+            .map(|excerpt| storable_text(excerpt, STORED_TEXT_BYTES))
+    }
 }
 
 /// The latest verdict per endpoint decides its health; healthy endpoints are not written to.

@@ -3,6 +3,9 @@
 //! small once an attempt failed); deliveries beyond that queue go back to Postgres (deferred) and
 //! are claimed again later, so a slow or dead endpoint costs its own slots and nothing else.
 //!
+//! A first attempt can also be made before its delivery is written ([`Dispatcher::attempt_inline`]),
+//! for endpoints that answer promptly: the handler then writes the delivery once, with its outcome.
+//!
 //! Every delivery held in memory keeps its lease: a renewer extends the leases of all of them
 //! (waiting or in flight) well before they end, so however slowly an endpoint's queue drains,
 //! no other worker takes its deliveries over and sends them a second time. A delivery whose
@@ -19,7 +22,7 @@ use chrono::Utc;
 use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
 use flow_common::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -43,6 +46,9 @@ pub struct Limits {
     pub lease: Duration,
     /// Longest an attempt takes: one starts only while its claim has at least this long left.
     pub attempt_timeout: Duration,
+    /// An endpoint whose attempts take longer than this is slow: its first attempts are not made
+    /// inline but after the delivery is written.
+    pub inline_wait: Duration,
 }
 
 /// Most leases renewed in one statement.
@@ -60,9 +66,22 @@ struct Slot {
     permits: Semaphore,
     queued: AtomicUsize,
     failing: AtomicBool,
+    /// Its last attempt (or a wait for a free request slot) took longer than the inline wait.
+    slow: AtomicBool,
 }
 
 impl Slot {
+    /// Notes how the endpoint answered an attempt.
+    fn answered(&self, outcome: &AttemptOutcome, limits: &Limits) {
+        self.failing.store(
+            outcome.verdict != EndpointVerdict::Healthy,
+            Ordering::Release,
+        );
+        let took = Duration::from_millis(u64::try_from(outcome.latency_ms).unwrap_or(u64::MAX));
+        self.slow
+            .store(took > limits.inline_wait, Ordering::Release);
+    }
+
     fn capacity(&self, limits: &Limits) -> usize {
         if self.failing.load(Ordering::Acquire) {
             limits.failing_endpoint_queue.min(limits.endpoint_queue)
@@ -113,6 +132,7 @@ impl Dispatcher {
                     permits: Semaphore::new(self.limits.endpoint_concurrency.max(1)),
                     queued: AtomicUsize::new(0),
                     failing: AtomicBool::new(false),
+                    slow: AtomicBool::new(false),
                 })
             })
             .clone()
@@ -163,14 +183,78 @@ impl Dispatcher {
                     );
                     return;
                 };
-                slot.failing.store(
-                    outcome.verdict != EndpointVerdict::Healthy,
-                    Ordering::Release,
-                );
+                slot.answered(&outcome, &dispatcher.limits);
                 record_metrics(&outcome, &delivery);
                 drop(dispatcher.outcomes.send(outcome));
             });
         }
+    }
+
+    /// Starts the first attempt of a delivery that is not written yet, if its endpoint takes one
+    /// now: it answered its last attempt in time and with success, and has room in its queue.
+    /// The attempt waits for a request slot until `deadline` at most, then gives up unsent.
+    /// Otherwise the delivery is handed back, to be written and dispatched.
+    pub fn attempt_inline(
+        self: &Arc<Self>,
+        delivery: ClaimedDelivery,
+        deadline: Instant,
+    ) -> Inline {
+        let slot = self.slot(delivery.endpoint_id);
+        if slot.failing.load(Ordering::Acquire)
+            || slot.slow.load(Ordering::Acquire)
+            || self.tasks.is_closed()
+        {
+            return Inline::Declined(delivery);
+        }
+        if slot.queued.fetch_add(1, Ordering::AcqRel) >= slot.capacity(&self.limits) {
+            slot.queued.fetch_sub(1, Ordering::AcqRel);
+            return Inline::Declined(delivery);
+        }
+        let (started, started_answer) = oneshot::channel();
+        let (outcome, outcome_answer) = oneshot::channel();
+        let dispatcher = self.clone();
+        let attempted = delivery.clone();
+        self.tasks.spawn(async move {
+            let permits = tokio::time::timeout_at(deadline, async {
+                let endpoint = slot.permits.acquire().await;
+                let global = dispatcher.global.acquire().await;
+                (endpoint, global)
+            })
+            .await;
+            let Ok(_permits) = permits else {
+                // No request slot in time: the caller writes the delivery unsent.
+                slot.queued.fetch_sub(1, Ordering::AcqRel);
+                return;
+            };
+            let _ = started.send(());
+            let result = dispatcher.sender.attempt(&attempted).await;
+            slot.queued.fetch_sub(1, Ordering::AcqRel);
+            slot.answered(&result, &dispatcher.limits);
+            record_metrics(&result, &attempted);
+            drop(outcome.send(result));
+        });
+        Inline::Started(InlineAttempt {
+            delivery,
+            started: started_answer,
+            outcome: outcome_answer,
+        })
+    }
+
+    /// Takes an endpoint's next first attempts off the inline path, until one of its attempts
+    /// answers in time again.
+    pub fn mark_slow(&self, endpoint: WebhookEndpointId) {
+        self.slot(endpoint).slow.store(true, Ordering::Release);
+    }
+
+    /// Sends the outcome of an attempt that began inline and outlasted the wait to the recorder,
+    /// once its delivery has been written as claimed.
+    pub fn record_later(&self, outcome: oneshot::Receiver<AttemptOutcome>) {
+        let outcomes = self.outcomes.clone();
+        self.tasks.spawn(async move {
+            if let Ok(outcome) = outcome.await {
+                drop(outcomes.send(outcome));
+            }
+        });
     }
 
     /// Whether the delivery is still held under its claim with time enough for a whole attempt
@@ -258,14 +342,19 @@ impl Dispatcher {
         }));
     }
 
-    /// Endpoints whose queue is full (the poller does not claim for them), forgetting idle ones.
+    /// Endpoints whose queue is full (the poller does not claim for them), forgetting idle ones
+    /// that answered their last attempt in time and with success (what is known of the others
+    /// keeps their next first attempts off the inline path).
     pub fn saturated(&self) -> Vec<WebhookEndpointId> {
         let mut slots = self
             .slots
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         slots.retain(|_, slot| {
-            Arc::strong_count(slot) > 1 || slot.queued.load(Ordering::Acquire) > 0
+            Arc::strong_count(slot) > 1
+                || slot.queued.load(Ordering::Acquire) > 0
+                || slot.failing.load(Ordering::Acquire)
+                || slot.slow.load(Ordering::Acquire)
         });
         slots
             .iter()
@@ -283,6 +372,53 @@ impl Dispatcher {
     pub async fn finish(&self) {
         self.tasks.close();
         self.tasks.wait().await;
+    }
+}
+
+/// What [`Dispatcher::attempt_inline`] did with a delivery.
+pub enum Inline {
+    /// Its first attempt is starting.
+    Started(InlineAttempt),
+    /// Its endpoint takes no inline attempt now: the delivery is to be written, then dispatched.
+    Declined(ClaimedDelivery),
+}
+
+/// A first attempt started before its delivery was written.
+pub struct InlineAttempt {
+    delivery: ClaimedDelivery,
+    started: oneshot::Receiver<()>,
+    outcome: oneshot::Receiver<AttemptOutcome>,
+}
+
+/// Where an inline attempt stands when its wait ends.
+pub enum Settled {
+    /// Answered: the delivery is written with this outcome.
+    Attempted(ClaimedDelivery, AttemptOutcome),
+    /// Still under way: the delivery is written as claimed, and the outcome recorded when it comes
+    /// ([`Dispatcher::record_later`]).
+    UnderWay(ClaimedDelivery, oneshot::Receiver<AttemptOutcome>),
+    /// Never sent (no request slot in time): the delivery is written as claimed and dispatched.
+    Unsent(ClaimedDelivery),
+}
+
+impl InlineAttempt {
+    /// Waits for the attempt until `deadline`, then says where it stands.
+    pub async fn settle(mut self, deadline: Instant) -> Settled {
+        match tokio::time::timeout_at(deadline, &mut self.outcome).await {
+            Ok(Ok(outcome)) => Settled::Attempted(self.delivery, outcome),
+            // The task ended without an outcome: it gave up before sending (or, had it started,
+            // it failed mid-attempt and the delivery is sent again after its lease).
+            Ok(Err(_)) => match self.started.try_recv() {
+                Ok(()) => Settled::UnderWay(self.delivery, self.outcome),
+                Err(_) => Settled::Unsent(self.delivery),
+            },
+            // A task still waiting for a request slot gives up at the same deadline, so this
+            // answer comes at once.
+            Err(_) => match self.started.await {
+                Ok(()) => Settled::UnderWay(self.delivery, self.outcome),
+                Err(_) => Settled::Unsent(self.delivery),
+            },
+        }
     }
 }
 

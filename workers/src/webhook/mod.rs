@@ -2,12 +2,17 @@
 //! Webhooks v1), retried on a durable schedule, never lost.
 //!
 //! 1. It consumes `{prefix}.webhooks` (every event of the events exchange) and fans each event
-//!    out to the enabled endpoints of its organization that subscribe to its type: one delivery
-//!    row per endpoint, created already claimed by this worker (a lease), in one transaction per
-//!    batch, acked after commit. A redelivered event creates no second delivery (unique per
-//!    endpoint and event id).
-//! 2. The dispatcher attempts the claimed deliveries at once, a bounded number per endpoint, and
-//!    renews the leases of those it holds until they are attempted.
+//!    out to the enabled endpoints of its organization that subscribe to its type that have no
+//!    delivery of it yet (a redelivered or republished event is not sent again).
+//! 2. To an endpoint that answers promptly, the first attempt is made at once, before anything is
+//!    written (the event is still unacked in the broker, so a crash loses nothing: the event comes
+//!    back and is sent again, with the same `webhook-id`). The batch then writes each delivery
+//!    once, in one transaction: with its outcome when the attempt answered within
+//!    `WEBHOOK_INLINE_WAIT`, else claimed by this worker (a lease) while the attempt goes on; and
+//!    acks after commit. A delivered event thus costs one delivery row and one attempt row.
+//!    Deliveries to endpoints that are failing, slow or busy are written claimed first and handed
+//!    to the dispatcher, which attempts them a bounded number per endpoint and renews the leases
+//!    of those it holds until they are attempted.
 //! 3. A recorder writes each attempt and the delivery's next step: done, retry at a time from the
 //!    schedule, or failed; a 410, or days of failures, disable the endpoint. Every write is fenced
 //!    by the claim's token, so a worker that lost its claim changes nothing.
@@ -17,6 +22,7 @@
 pub mod dispatch;
 pub mod sender;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,12 +30,12 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
-use flow_common::db::webhooks::{self, IncomingEvent};
+use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
 use flow_common::events::{
     EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
 };
-use flow_common::ids::{EventId, OrgId};
+use flow_common::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_common::telemetry;
 use flow_common::webhook::{AddressPolicy, RetrySchedule, SecretVault, parse_duration};
 use lapin::message::Delivery;
@@ -40,7 +46,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
-use dispatch::{Dispatcher, Limits};
+use dispatch::{Dispatcher, Inline, Limits, Settled};
 use sender::Sender;
 
 const ROLE: &str = "webhook-worker";
@@ -107,6 +113,12 @@ pub struct WebhookWorkerConfig {
     #[arg(long, env = "WEBHOOK_LEASE", default_value = "1m", value_parser = parse_duration)]
     pub lease: Duration,
 
+    /// How long a batch of events waits for first attempts made before their deliveries are
+    /// written; an attempt that takes longer goes on, and its endpoint's next first attempts are
+    /// made after the delivery is written. `0s` writes every delivery before its first attempt.
+    #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "1s", value_parser = parse_duration)]
+    pub inline_wait: Duration,
+
     /// Longest wait between two looks for due retries.
     #[arg(long, env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub poll_interval: Duration,
@@ -164,6 +176,7 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
             failing_endpoint_queue: config.failing_endpoint_queue,
             lease: config.lease,
             attempt_timeout: config.timeout,
+            inline_wait: config.inline_wait.min(config.timeout),
         },
         outcomes,
     );
@@ -201,13 +214,16 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         prefetch: config.prefetch,
         batch_size: config.batch_size.max(1),
         batch_bytes: usize::MAX,
-        concurrency: 2,
+        // A batch waits for its first attempts: more batches in flight keep the queue moving.
+        concurrency: 4,
         liveness: config.health.add_loop(format!("{ROLE}.consumer"), None),
     };
     let handler = EventsHandler {
         pool: pool.clone(),
         dispatcher: dispatcher.clone(),
         lease: config.lease,
+        inline_wait: config.inline_wait.min(config.timeout),
+        disable_after: config.disable_after,
     };
     let consumed = consumer::run(&config.core, settings, Arc::new(handler), pool, shutdown).await;
     drop(poller.await);
@@ -220,11 +236,14 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
     consumed
 }
 
-/// Fans events out into claimed deliveries and hands them to the dispatcher.
+/// Fans events out: first attempts inline where the endpoint allows, every delivery written once.
 struct EventsHandler {
     pool: PgPool,
     dispatcher: Arc<Dispatcher>,
     lease: Duration,
+    /// How long a batch waits for its inline first attempts (zero: none are made).
+    inline_wait: Duration,
+    disable_after: Duration,
 }
 
 impl BatchHandler for EventsHandler {
@@ -246,11 +265,8 @@ impl BatchHandler for EventsHandler {
         if events.is_empty() {
             return ack_all(&messages).await;
         }
-        match self.fan_out(&events, &context.shutdown).await {
-            Ok((claimed, claimed_at)) => {
-                // The deliveries are committed and claimed by this worker: send them even if the
-                // ack below fails (a redelivered event then fans out to nothing new).
-                self.dispatcher.dispatch(claimed, claimed_at);
+        match self.deliver(&events, &context.shutdown).await {
+            Ok(()) => {
                 metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                     .increment(events.len() as u64);
                 ack_all(&messages).await
@@ -279,6 +295,125 @@ impl BatchHandler for EventsHandler {
 }
 
 impl EventsHandler {
+    /// Delivers a batch of events: first attempts inline to the endpoints that take them, then
+    /// every delivery written in one transaction, then the claimed ones dispatched and the
+    /// outcomes of attempts still under way handed to the recorder. The deliveries are committed
+    /// when this returns: the caller acks.
+    async fn deliver(
+        &self,
+        events: &[IncomingEvent],
+        shutdown: &CancellationToken,
+    ) -> Result<(), sqlx::Error> {
+        if self.inline_wait.is_zero() {
+            let (claimed, claimed_at) = self.fan_out(events, shutdown).await?;
+            self.dispatcher.dispatch(claimed, claimed_at);
+            return Ok(());
+        }
+        let events = webhooks::distinct_events(events);
+        let targets =
+            consumer::retry_transient("fan-out", shutdown, database::is_transient, || {
+                webhooks::targets(&self.pool, &events, None)
+            })
+            .await?;
+        // One token for every claim of the batch, and for every try of its transaction: a retry
+        // after a lost COMMIT answer gets its own claimed rows back.
+        let claim_token = uuid::Uuid::new_v4();
+        let deadline = Instant::now() + self.inline_wait;
+        let mut inline = Vec::new();
+        let mut unsent = Vec::new();
+        for target in targets {
+            let event = events[usize::try_from(target.event_index).unwrap_or(usize::MAX)];
+            let delivery = target.claimed(event, DeliveryId::new(), claim_token);
+            match self.dispatcher.attempt_inline(delivery, deadline) {
+                Inline::Started(attempt) => inline.push(attempt),
+                Inline::Declined(delivery) => unsent.push(delivery),
+            }
+        }
+        let mut attempted = Vec::new();
+        let mut under_way = Vec::new();
+        for attempt in inline {
+            match attempt.settle(deadline).await {
+                Settled::Attempted(delivery, outcome) => attempted.push((delivery, outcome)),
+                Settled::UnderWay(delivery, outcome) => {
+                    self.dispatcher.mark_slow(delivery.endpoint_id);
+                    under_way.push((delivery, outcome));
+                }
+                Settled::Unsent(delivery) => {
+                    self.dispatcher.mark_slow(delivery.endpoint_id);
+                    unsent.push(delivery);
+                }
+            }
+        }
+        let by_event: HashMap<EventId, &IncomingEvent> = events
+            .iter()
+            .map(|event| (event.event_id, *event))
+            .collect();
+        let new_delivery = |delivery: &ClaimedDelivery, start| NewDelivery {
+            id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            event: by_event[&delivery.event_id],
+            start,
+        };
+        let rows: Vec<NewDelivery<'_>> = attempted
+            .iter()
+            .map(|(delivery, outcome)| new_delivery(delivery, Start::Attempted(outcome)))
+            .chain(
+                under_way
+                    .iter()
+                    .map(|(delivery, _)| delivery)
+                    .chain(&unsent)
+                    .map(|delivery| new_delivery(delivery, Start::Claimed(claim_token))),
+            )
+            .collect();
+        let claimed_at = Instant::now();
+        let created =
+            consumer::retry_transient("fan-out", shutdown, database::is_transient, || async {
+                let mut transaction = self.pool.begin().await?;
+                let created = webhooks::create_deliveries(
+                    &mut transaction,
+                    &rows,
+                    self.lease,
+                    self.disable_after,
+                )
+                .await?;
+                transaction.commit().await?;
+                Ok(created)
+            })
+            .await?;
+        for endpoint in &created.disabled {
+            tracing::warn!(
+                endpoint_id = %endpoint.id,
+                reason = endpoint.disabled_reason.as_deref().unwrap_or(""),
+                "webhook endpoint disabled"
+            );
+        }
+        let written: HashMap<(WebhookEndpointId, EventId), DeliveryId> = created
+            .deliveries
+            .iter()
+            .map(|row| ((row.endpoint_id, row.event_id), row.id))
+            .collect();
+        let claimed_row = |delivery: &ClaimedDelivery| {
+            written
+                .get(&(delivery.endpoint_id, delivery.event_id))
+                .copied()
+        };
+        for (delivery, outcome) in under_way {
+            if claimed_row(&delivery) == Some(delivery.id) {
+                self.dispatcher.record_later(outcome);
+            }
+        }
+        // A row found claimed under this batch's token (a retried commit) keeps its first id.
+        let unsent: Vec<ClaimedDelivery> = unsent
+            .into_iter()
+            .filter_map(|delivery| {
+                let id = claimed_row(&delivery)?;
+                Some(ClaimedDelivery { id, ..delivery })
+            })
+            .collect();
+        self.dispatcher.dispatch(unsent, claimed_at);
+        Ok(())
+    }
+
     /// Fans events out in one transaction, retrying transient failures until shutdown. Returns
     /// the claimed deliveries and when the transaction that claimed them started.
     async fn fan_out(
