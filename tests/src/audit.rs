@@ -40,7 +40,7 @@ impl TestApp {
                     (SELECT count(*) FROM assignments a
                      WHERE (SELECT count(*) FROM outbox o
                             WHERE o.assignment_id = a.id AND o.event_type = 'flow.assigned') <> 1),
-                    (SELECT count(*) FROM outbox WHERE published_at IS NULL),
+                    (SELECT count(*) FROM outbox_unpublished),
                     (SELECT count(*) FROM (SELECT 1 FROM assignments
                                            WHERE status IN ('pending', 'in_progress', 'overdue')
                                            GROUP BY flow_id, user_id HAVING count(*) > 1) d)",

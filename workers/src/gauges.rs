@@ -46,10 +46,8 @@ where
 /// (age of the oldest of them, 0 when there is none).
 pub async fn outbox(pool: PgPool) -> Result<(), sqlx::Error> {
     let (backlog, oldest_seconds): (i64, Option<f64>) = sqlx::query_as(
-        "SELECT count(*),
-                (SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox
-                 WHERE published_at IS NULL ORDER BY seq LIMIT 1)
-         FROM outbox WHERE published_at IS NULL",
+        "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
+         FROM outbox_unpublished",
     )
     .fetch_one(&pool)
     .await?;

@@ -689,7 +689,7 @@ async fn settle(
             .sum();
         let (aliases, unpublished): (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM assignment_aliases WHERE org_id = $1),
-                    (SELECT count(*) FROM outbox WHERE published_at IS NULL AND org_id = $1)",
+                    (SELECT count(*) FROM outbox_unpublished WHERE org_id = $1)",
         )
         .bind(tenant.org_id)
         .fetch_one(pool)

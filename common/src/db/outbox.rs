@@ -62,37 +62,91 @@ pub struct PendingEvent {
     pub traceparent: Option<String>,
 }
 
-/// Locks up to `limit` unpublished events, oldest first, skipping rows another relay holds: call
-/// inside a transaction and mark them with [`mark_published`] before committing.
-pub async fn claim(
+/// Reads up to `limit` events past the relay's cursor, in the order they are published, and locks
+/// the cursor until the caller's transaction ends; call inside a transaction (as its first
+/// statement) and move the cursor with [`advance`] once the broker confirmed them. `None` when
+/// another relay holds the cursor.
+///
+/// Only events written by transactions older than every transaction of this database still
+/// running are read (see migration 0100): none can later appear before them. The horizon is taken
+/// from this database's sessions, so a long transaction in another database of the same server
+/// does not hold the events back (a transaction's snapshot would count every database's).
+pub async fn next_batch(
     connection: &mut PgConnection,
     limit: i64,
-) -> Result<Vec<PendingEvent>, sqlx::Error> {
+) -> Result<Option<Vec<PendingEvent>>, sqlx::Error> {
+    // The horizon is read before the events' snapshot is taken (the next statement): a
+    // transaction not running then, and older than the next transaction id, had ended then.
+    let (locked, next_xid, running): (Option<i64>, String, Vec<String>) = sqlx::query_as(
+        "WITH cursor AS (SELECT seq FROM outbox_cursor WHERE id = 1 FOR UPDATE SKIP LOCKED)
+         SELECT (SELECT seq FROM cursor),
+                pg_snapshot_xmax(pg_current_snapshot())::text,
+                ARRAY(SELECT backend_xid::text FROM pg_stat_activity
+                      WHERE datname = current_database() AND pid <> pg_backend_pid()
+                        AND backend_xid IS NOT NULL)",
+    )
+    .fetch_one(&mut *connection)
+    .await?;
+    if locked.is_none() {
+        return Ok(None);
+    }
+    let horizon = horizon(&next_xid, &running)?;
     sqlx::query_as(
-        "SELECT seq, event_id, org_id, event_type, payload, created_at, traceparent FROM outbox
-         WHERE published_at IS NULL
-         ORDER BY seq
-         LIMIT $1
-         FOR UPDATE SKIP LOCKED",
+        "SELECT o.seq, o.event_id, o.org_id, o.event_type, o.payload, o.created_at, o.traceparent
+         FROM outbox_cursor c
+         JOIN LATERAL (SELECT * FROM outbox o
+                       WHERE (o.tx, o.seq) > (c.tx, c.seq) AND o.tx < $2::text::xid8
+                       ORDER BY o.tx, o.seq
+                       LIMIT $1) o ON true
+         WHERE c.id = 1
+         ORDER BY o.tx, o.seq",
     )
     .bind(limit)
+    .bind(horizon.to_string())
     .fetch_all(&mut *connection)
     .await
+    .map(Some)
 }
 
-/// Records that the broker confirmed these events.
-pub async fn mark_published(
-    connection: &mut PgConnection,
-    seqs: &[i64],
-) -> Result<(), sqlx::Error> {
-    sqlx::query("UPDATE outbox SET published_at = now() WHERE seq = ANY($1)")
-        .bind(seqs)
-        .execute(&mut *connection)
-        .await
-        .map(|_| ())
+/// The oldest transaction id (64-bit) that may still write: the oldest of `running` (32-bit ids
+/// of this database's transactions), or `next` (the next id to be assigned) when none runs.
+fn horizon(next: &str, running: &[String]) -> Result<u64, sqlx::Error> {
+    let next: u64 = next
+        .parse()
+        .map_err(|_| sqlx::Error::Protocol(format!("unexpected transaction id {next}")))?;
+    running.iter().try_fold(next, |oldest, xid| {
+        let xid: u32 = xid
+            .parse()
+            .map_err(|_| sqlx::Error::Protocol(format!("unexpected transaction id {xid}")))?;
+        Ok(oldest.min(widen(xid, next)))
+    })
 }
 
-/// Deletes events published before `before`, at most `limit` at a time; returns how many.
+/// A 32-bit transaction id of a running transaction as its 64-bit id, given the next 64-bit id:
+/// running transactions are less than 2^31 ids away from it, in either epoch.
+fn widen(xid: u32, next: u64) -> u64 {
+    let candidate = (next & !u64::from(u32::MAX)) | u64::from(xid);
+    if candidate > next.saturating_add(1 << 31) {
+        candidate.saturating_sub(1 << 32)
+    } else {
+        candidate
+    }
+}
+
+/// Moves the relay's cursor to the event `seq` (the last of a batch [`next_batch`] read): it and
+/// every event before it are published.
+pub async fn advance(connection: &mut PgConnection, seq: i64) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE outbox_cursor SET (tx, seq) = (SELECT o.tx, o.seq FROM outbox o WHERE o.seq = $1)
+         WHERE id = 1",
+    )
+    .bind(seq)
+    .execute(&mut *connection)
+    .await
+    .map(|_| ())
+}
+
+/// Deletes published events written before `before`, at most `limit` at a time; returns how many.
 pub async fn prune<'e>(
     executor: impl PgExecutor<'e>,
     before: DateTime<Utc>,
@@ -100,11 +154,34 @@ pub async fn prune<'e>(
 ) -> Result<u64, sqlx::Error> {
     sqlx::query(
         "DELETE FROM outbox WHERE seq IN (
-            SELECT seq FROM outbox WHERE published_at < $1 ORDER BY published_at LIMIT $2)",
+            SELECT o.seq FROM outbox o, outbox_cursor c
+            WHERE (o.tx, o.seq) <= (c.tx, c.seq) AND o.created_at < $1
+            ORDER BY o.tx, o.seq
+            LIMIT $2)",
     )
     .bind(before)
     .bind(limit)
     .execute(executor)
     .await
     .map(|result| result.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn running_transaction_ids_widen_into_the_epoch_they_belong_to() {
+        let epoch = 7u64 << 32;
+        // Same epoch as the next id, before it or assigned just after it was read.
+        assert_eq!(widen(1_000, epoch + 5_000), epoch + 1_000);
+        assert_eq!(widen(5_010, epoch + 5_000), epoch + 5_010);
+        // The next id has just crossed into a new epoch; the running one is from the last.
+        assert_eq!(widen(u32::MAX - 10, epoch + 20), epoch - 11);
+        assert_eq!(
+            horizon("30064776192", &["4294967290".into(), "3".into()]).unwrap(),
+            (7u64 << 32) - 6
+        );
+        assert_eq!(horizon("42", &[]).unwrap(), 42);
+    }
 }

@@ -1,10 +1,10 @@
 //! The outbox relay: publishes the events that state changes wrote to the outbox to the
-//! `{prefix}.events` topic exchange (persistent, with publisher confirms; the events of one claim
-//! go out as one message per event type, see `EventBatch`) and marks them
-//! published in the same transaction that locked them. Several relays share the outbox with
-//! `FOR UPDATE SKIP LOCKED`, so none publishes a row another is publishing. A relay that dies
-//! after the broker confirmed but before its commit leaves the rows unpublished: they go out again
-//! and consumers dedupe them by event id. Woken by `NOTIFY` when events are written, and by a
+//! `{prefix}.events` topic exchange (persistent, with publisher confirms; the events of one batch
+//! go out as one message per event type, see `EventBatch`), in the order of the outbox, and moves
+//! the outbox cursor past them in the transaction that locked it (no row is written per event).
+//! Several relays take turns: one holds the cursor while it publishes a batch, the others skip the
+//! round. A relay that dies after the broker confirmed but before its commit leaves the cursor
+//! where it was: the events go out again and consumers dedupe them by event id. Woken by `NOTIFY` when events are written, and by a
 //! timer in case a notification was missed.
 
 use std::collections::BTreeMap;
@@ -168,11 +168,13 @@ async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration
 /// Publishes one batch of events; returns how many.
 async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow::Result<usize> {
     let mut transaction = pool.begin().await?;
-    let events = outbox::claim(&mut transaction, limit).await?;
-    if events.is_empty() {
+    let events = outbox::next_batch(&mut transaction, limit)
+        .await?
+        .unwrap_or_default();
+    let Some(last) = events.last() else {
         transaction.commit().await?;
         return Ok(0);
-    }
+    };
     let started = Instant::now();
     let exchange = publisher.topology().events_exchange();
     // One message per event type and chunk: routing keys stay the event types.
@@ -219,8 +221,8 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
                 .await
         }
     });
-    // Every publish must be confirmed before the rows are marked; on any failure the transaction
-    // rolls back and the whole batch goes out again (consumers dedupe by event id).
+    // Every publish must be confirmed before the cursor moves; on any failure the transaction rolls
+    // back and the whole batch goes out again (consumers dedupe by event id).
     // The publishing is a trace of its own; each event keeps the trace of the work that caused it
     // (its `traceparent`), which the webhook-worker continues.
     futures::future::try_join_all(publishes)
@@ -230,8 +232,7 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         ))
         .await
         .context("publishing events")?;
-    let seqs: Vec<i64> = events.iter().map(|event| event.seq).collect();
-    outbox::mark_published(&mut transaction, &seqs).await?;
+    outbox::advance(&mut transaction, last.seq).await?;
     transaction.commit().await?;
     let lag = events
         .iter()

@@ -1,0 +1,134 @@
+//! The outbox relay's cursor (migration 0100): events are published in the order of the outbox,
+//! and none is skipped when transactions commit in another order than they wrote their events —
+//! the relay reads past no transaction of its database still running (and a transaction in another
+//! database of the server does not hold it back). Relays take turns on the cursor.
+
+use flow_common::db::outbox::{self, PendingEvent};
+use flow_common::events::{EventType, NewEvent, event_body};
+use flow_common::ids::{AssignmentId, EventId, OrgId};
+use flow_tests::{TestApp, TestOptions};
+use sqlx::PgPool;
+
+fn event() -> NewEvent {
+    let assignment_id = AssignmentId::new();
+    let id = EventId::for_transition(assignment_id, EventType::Assigned.as_str());
+    NewEvent {
+        id,
+        org_id: OrgId::new(),
+        event_type: EventType::Assigned,
+        assignment_id,
+        body: event_body(
+            id,
+            EventType::Assigned.as_str(),
+            chrono::Utc::now(),
+            serde_json::json!({}),
+        ),
+        traceparent: None,
+    }
+}
+
+/// One relay round: the events it would publish, with the cursor moved past them (`None`: another
+/// relay holds the cursor).
+async fn relay_round(db: &PgPool) -> Option<Vec<EventId>> {
+    let mut transaction = db.begin().await.expect("transaction");
+    let batch = outbox::next_batch(&mut transaction, 100)
+        .await
+        .expect("next batch");
+    if let Some(last) = batch.as_ref().and_then(|events| events.last()) {
+        outbox::advance(&mut transaction, last.seq)
+            .await
+            .expect("advance");
+    }
+    transaction.commit().await.expect("commit");
+    batch.map(|events| {
+        events
+            .iter()
+            .map(|event: &PendingEvent| event.event_id)
+            .collect()
+    })
+}
+
+async fn database() -> TestApp {
+    TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_event_committed_after_a_later_one_is_published_and_none_twice() {
+    let app = database().await;
+    let (first, second) = (event(), event());
+    // The first transaction writes its event and stays open while a later one commits.
+    let mut slow = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut slow, std::slice::from_ref(&first))
+        .await
+        .expect("insert");
+    let mut quick = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut quick, std::slice::from_ref(&second))
+        .await
+        .expect("insert");
+    quick.commit().await.expect("commit");
+
+    // The later event is committed, but reading it would move the cursor past the running one.
+    assert_eq!(relay_round(&app.db).await, Some(vec![]));
+    slow.commit().await.expect("commit");
+    assert_eq!(relay_round(&app.db).await, Some(vec![first.id, second.id]));
+    assert_eq!(relay_round(&app.db).await, Some(vec![]), "nothing twice");
+    let unpublished: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_unpublished")
+        .fetch_one(&app.db)
+        .await
+        .expect("count");
+    assert_eq!(unpublished, 0);
+}
+
+#[tokio::test]
+async fn relays_take_turns_on_the_cursor_and_a_failed_round_publishes_again() {
+    let app = database().await;
+    let written = event();
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, std::slice::from_ref(&written))
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+
+    // One relay holds the cursor while it publishes: another skips its round.
+    let mut holder = app.db.begin().await.expect("transaction");
+    let held = outbox::next_batch(&mut holder, 100).await.expect("batch");
+    assert_eq!(
+        held.map(|events| events
+            .iter()
+            .map(|event| event.event_id)
+            .collect::<Vec<_>>()),
+        Some(vec![written.id])
+    );
+    assert_eq!(relay_round(&app.db).await, None);
+    // Its broker did not confirm: it rolls back, and the event goes out in the next round.
+    holder.rollback().await.expect("rollback");
+    assert_eq!(relay_round(&app.db).await, Some(vec![written.id]));
+    assert_eq!(relay_round(&app.db).await, Some(vec![]));
+}
+
+#[tokio::test]
+async fn a_transaction_left_open_in_another_database_does_not_hold_events_back() {
+    let app = database().await;
+    // Another database of the same server, with a write transaction left open.
+    let other = PgPool::connect(&flow_tests::server_url())
+        .await
+        .expect("the server's own database");
+    let mut elsewhere = other.begin().await.expect("transaction");
+    sqlx::query("SELECT pg_current_xact_id()")
+        .execute(&mut *elsewhere)
+        .await
+        .expect("an id for the open transaction");
+
+    let written = event();
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, std::slice::from_ref(&written))
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    assert_eq!(relay_round(&app.db).await, Some(vec![written.id]));
+    elsewhere.rollback().await.expect("rollback");
+}
