@@ -1,7 +1,8 @@
 //! The status rule is defined once in SQL (migration 0070: `flow_effective_status`,
 //! `flow_is_active`) and once in Rust (`AssignmentStatus::effective`, `AssignmentStatus::ACTIVE`);
 //! these tests hold the two to the same answers, and check that the SQL spelling keeps the
-//! indexes it must use.
+//! indexes it must use and that every SQL function of the rule and of the report rollups is
+//! inlined.
 
 use chrono::{Duration, Utc};
 use flow_common::domain::AssignmentStatus;
@@ -107,4 +108,31 @@ async fn explain(connection: &mut sqlx::PgConnection, query: &str) -> String {
         .await
         .expect("explaining");
     lines.join("\n")
+}
+
+/// Every SQL function of the status rule and the report rollups is inlined where it is called:
+/// one that is not runs as a separate SQL-function execution per row, which made the rollup
+/// trigger a third of the assign-worker's insert (migration 0110). A function's declared
+/// volatility must not be stricter than its body's, or Postgres silently stops inlining it.
+#[tokio::test]
+async fn sql_functions_are_inlined_where_they_are_called() {
+    let (url, _) = fresh_database().await.expect("a database");
+    let pool = PgPool::connect(&url).await.expect("connecting");
+    let mut connection = pool.acquire().await.expect("a connection");
+    let functions = [
+        "flow_effective_status(status, due_at, now())",
+        "flow_is_active(status)",
+        "flow_rollup_bucket(assigned_at)",
+        "flow_completion_seconds(status, assigned_at, completed_at)",
+        "flow_duration_seconds(status, started_at, completed_at)",
+    ];
+    for call in functions {
+        let plan = explain(
+            &mut connection,
+            &format!("(VERBOSE) SELECT {call} FROM assignments"),
+        )
+        .await;
+        let name = &call[..call.find('(').expect("a call")];
+        assert!(!plan.contains(name), "{name} is not inlined: {plan}");
+    }
 }
