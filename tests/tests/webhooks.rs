@@ -888,7 +888,7 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
     // The deletion holds its lock until it commits, while the fan-out reads the endpoint.
     let mut deletion = app.db.begin().await.expect("transaction");
     assert!(
-        webhook_rows::delete(&mut *deletion, org.id, deleted)
+        webhook_rows::delete(&mut deletion, org.id, deleted)
             .await
             .expect("delete")
     );
@@ -937,6 +937,104 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
             .collect::<Vec<_>>(),
         [kept]
     );
+}
+
+/// Deleting an endpoint deletes its deliveries and their attempts (no foreign key cascades it,
+/// migration 0111), also when a recorder holds one of its deliveries at that moment: the deletion
+/// waits for the recorder and then deletes the attempt it wrote, leaving no attempt without its
+/// delivery; another endpoint's rows are untouched.
+#[tokio::test]
+async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_behind() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (deleted, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/deleted", None).await;
+    let (kept, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/kept", None).await;
+    for webhook in [&deleted, &kept] {
+        let ping = app
+            .post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
+            .await;
+        assert_eq!(ping.status, 202, "{:?}", ping.body);
+    }
+    let claims = claim(&app, Duration::from_secs(60)).await;
+    assert_eq!(claims.len(), 2);
+    let outcomes: Vec<AttemptOutcome> = claims
+        .iter()
+        .map(|claim| outcome(claim, NextStep::Succeeded, 200))
+        .collect();
+    let deleted_id = WebhookEndpointId::parse(&deleted).expect("id");
+    let (held, other): (Vec<AttemptOutcome>, Vec<AttemptOutcome>) = outcomes
+        .into_iter()
+        .partition(|outcome| outcome.endpoint_id == deleted_id);
+    assert!(record(&app, &other).await.is_empty());
+
+    // The recorder holds the delivery (its attempt written, not committed) while the deletion runs.
+    let mut recorder = app.db.begin().await.expect("transaction");
+    let recorded =
+        webhook_rows::record_outcomes(&mut recorder, &held, Duration::from_secs(5 * 86_400))
+            .await
+            .expect("record");
+    assert!(recorded.stale.is_empty());
+    let (pool, org_id) = (app.db.clone(), org.id);
+    let deletion = tokio::spawn(async move {
+        let mut transaction = pool.begin().await?;
+        let found = webhook_rows::delete(&mut transaction, org_id, deleted_id).await?;
+        transaction.commit().await?;
+        Ok::<_, sqlx::Error>(found)
+    });
+    app.eventually(
+        Duration::from_secs(10),
+        "the deletion to wait for the recorder's lock",
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(&app.db)
+            .await
+            .expect("activity");
+            (waiting > 0).then_some(())
+        },
+    )
+    .await;
+    recorder.commit().await.expect("commit");
+    assert!(
+        deletion
+            .await
+            .expect("task")
+            .expect("the deletion succeeds")
+    );
+
+    assert!(deliveries_of(&app, &deleted).await.is_empty());
+    assert_eq!(
+        deliveries_of(&app, &kept).await,
+        [("succeeded".to_owned(), 1)]
+    );
+    let (orphans, attempts): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE d.id IS NULL), count(*)
+         FROM webhook_attempts a LEFT JOIN webhook_deliveries d ON d.id = a.delivery_id",
+    )
+    .fetch_one(&app.db)
+    .await
+    .expect("attempts");
+    assert_eq!(
+        (orphans, attempts),
+        (0, 1),
+        "only the kept endpoint's attempt remains"
+    );
+    let again = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/v1/webhooks/{deleted}"),
+            Some(&org.key),
+            None,
+            &[],
+        )
+        .await;
+    assert_eq!(again.status, 404);
 }
 
 /// An outcome of `claim`'s attempt.

@@ -456,7 +456,7 @@ async fn delete(
     account.require_admin()?;
     let current = endpoint(&state, &account, &id).await?;
     let mut transaction = state.db.begin().await?;
-    if !webhooks::delete(&mut *transaction, account.org.id, current.id).await? {
+    if !webhooks::delete(&mut transaction, account.org.id, current.id).await? {
         return Err(PageError::not_found());
     }
     audit::record(

@@ -363,20 +363,21 @@ pub async fn delete_endpoint(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<StatusCode, ApiError> {
-    if webhooks::delete(&state.db, auth.org_id(), endpoint_id(&id)?).await? {
-        audit::record(
-            &state.db,
-            auth.org_id(),
-            Actor::ApiKey(auth.key_id),
-            "webhook.deleted",
-            &id,
-            "",
-        )
-        .await?;
-        Ok(StatusCode::NO_CONTENT)
-    } else {
-        Err(ApiError::not_found("webhook endpoint"))
+    let mut transaction = state.db.begin().await?;
+    if !webhooks::delete(&mut transaction, auth.org_id(), endpoint_id(&id)?).await? {
+        return Err(ApiError::not_found("webhook endpoint"));
     }
+    audit::record(
+        &mut *transaction,
+        auth.org_id(),
+        Actor::ApiKey(auth.key_id),
+        "webhook.deleted",
+        &id,
+        "",
+    )
+    .await?;
+    transaction.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// Rotate an endpoint's signing secret.
@@ -475,7 +476,9 @@ pub async fn send_test(
     );
     let mut transaction = state.db.begin().await?;
     let delivery_id =
-        webhooks::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now).await?;
+        webhooks::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
+            .await?
+            .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
     transaction.commit().await?;
     Ok((
         StatusCode::ACCEPTED,

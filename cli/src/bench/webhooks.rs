@@ -552,7 +552,12 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     // Remove the endpoints (and their deliveries), so no webhook-worker sharing this database
     // ever retries toward the receiver that is gone.
     for endpoint in endpoints {
-        if let Err(error) = webhooks::delete(&pool, org_id, endpoint).await {
+        let deleted = async {
+            let mut transaction = pool.begin().await?;
+            webhooks::delete(&mut transaction, org_id, endpoint).await?;
+            transaction.commit().await
+        };
+        if let Err(error) = deleted.await {
             tracing::warn!(%error, "could not delete a benchmark endpoint");
         }
     }

@@ -172,18 +172,39 @@ pub async fn update<'e>(
     .await
 }
 
-/// Deletes an endpoint with its deliveries; false when it does not exist in the organization.
-pub async fn delete<'e>(
-    executor: impl PgExecutor<'e>,
+/// Deletes an endpoint with its deliveries and their attempts, in the caller's transaction; false
+/// when it does not exist in the organization.
+///
+/// No foreign key cascades this (migration 0111), so the order matters. The endpoint goes first:
+/// its row lock makes a fan-out or a test ping that is about to write to it wait, and then write
+/// nothing. Its deliveries are then locked, which waits for any recorder that holds one and lets
+/// none start; only then, in a statement that sees what those recorders committed, are their
+/// attempts deleted, and the deliveries last.
+pub async fn delete(
+    connection: &mut PgConnection,
     org_id: OrgId,
     id: WebhookEndpointId,
 ) -> Result<bool, sqlx::Error> {
-    sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1 AND org_id = $2")
+    let deleted = sqlx::query("DELETE FROM webhook_endpoints WHERE id = $1 AND org_id = $2")
         .bind(id)
         .bind(org_id)
-        .execute(executor)
-        .await
-        .map(|result| result.rows_affected() == 1)
+        .execute(&mut *connection)
+        .await?;
+    if deleted.rows_affected() == 0 {
+        return Ok(false);
+    }
+    for statement in [
+        "SELECT 1 FROM webhook_deliveries WHERE endpoint_id = $1 FOR UPDATE",
+        "DELETE FROM webhook_attempts a USING webhook_deliveries d
+         WHERE d.endpoint_id = $1 AND a.delivery_id = d.id",
+        "DELETE FROM webhook_deliveries WHERE endpoint_id = $1",
+    ] {
+        sqlx::query(statement)
+            .bind(id)
+            .execute(&mut *connection)
+            .await?;
+    }
+    Ok(true)
 }
 
 /// Replaces the secret; the previous one keeps signing for `overlap`.
@@ -1033,19 +1054,24 @@ async fn update_endpoint_health(
     .await
 }
 
-/// Creates a `webhook.test` delivery to one endpoint, due now, and wakes the webhook-workers.
+/// Creates a `webhook.test` delivery to one endpoint, due now, and wakes the webhook-workers;
+/// `None` when the endpoint was deleted meanwhile (its row is locked against deletion while the
+/// delivery is written).
 pub async fn create_test_delivery(
     connection: &mut PgConnection,
     endpoint: &Endpoint,
     event_id: EventId,
     payload: &serde_json::Value,
     at: DateTime<Utc>,
-) -> Result<DeliveryId, sqlx::Error> {
+) -> Result<Option<DeliveryId>, sqlx::Error> {
     let id = DeliveryId::new();
-    sqlx::query(
-        "INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
+    let written = sqlx::query(
+        "WITH endpoint AS (
+            SELECT id FROM webhook_endpoints WHERE id = $3 AND org_id = $2 FOR KEY SHARE
+         )
+         INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
                                          event_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         SELECT $1, $2, endpoint.id, $4, $5, $6, $7 FROM endpoint",
     )
     .bind(id)
     .bind(endpoint.org_id)
@@ -1056,8 +1082,11 @@ pub async fn create_test_delivery(
     .bind(at)
     .execute(&mut *connection)
     .await?;
+    if written.rows_affected() == 0 {
+        return Ok(None);
+    }
     super::notify(&mut *connection, super::WEBHOOK_CHANNEL, "").await?;
-    Ok(id)
+    Ok(Some(id))
 }
 
 /// A delivery as the API lists it.
