@@ -64,7 +64,6 @@ pub async fn build_state(
     config
         .webhook_secrets
         .check()
-        .map_err(anyhow::Error::msg)
         .context("checking WEBHOOK_SECRET_KEY")?;
     let db = flow_common::db::connect_with_retry(
         &config.core.database_url,

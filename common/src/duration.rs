@@ -1,5 +1,8 @@
-//! Human-readable durations: the largest two units, e.g. `"2 hours 30 minutes"`, `"45 minutes"`,
-//! `"3 days 4 hours"`.
+//! Durations as people write them: read in the short form of configuration (`250ms`, `5s`,
+//! `2h`), written in words with the largest two units (`"2 hours 30 minutes"`, `"45 minutes"`,
+//! `"3 days 4 hours"`).
+
+use std::time::Duration;
 
 const UNITS: [(u64, &str); 4] = [
     (86_400, "day"),
@@ -34,6 +37,40 @@ pub fn humanize_minutes(minutes: u64) -> String {
     humanize_seconds(minutes.saturating_mul(60))
 }
 
+/// Why a text is not a duration such as `250ms` or `5s`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    /// Digits only.
+    #[error("`{0}` has no unit (ms, s, m, h or d)")]
+    NoUnit(String),
+    /// No number before the unit.
+    #[error("`{0}` does not start with a number")]
+    NoNumber(String),
+    /// A unit other than ms, s, m, h or d.
+    #[error("`{0}` has an unknown unit (ms, s, m, h or d)")]
+    UnknownUnit(String),
+}
+
+/// Parses `250ms`, `5s`, `30m`, `2h`, `5d`.
+pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| DurationError::NoUnit(text.to_owned()))?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| DurationError::NoNumber(text.to_owned()))?;
+    let millis = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(DurationError::UnknownUnit(text.to_owned())),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(millis)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,5 +88,26 @@ mod tests {
         assert_eq!(humanize_minutes(0), "0 minutes");
         assert_eq!(humanize_seconds(61), "1 minute 1 second");
         assert_eq!(humanize_seconds(59), "59 seconds");
+    }
+
+    #[test]
+    fn short_durations_parse_with_their_unit() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(
+            parse_duration("5d").unwrap(),
+            Duration::from_secs(5 * 86_400)
+        );
+        assert_eq!(
+            parse_duration("5").unwrap_err().to_string(),
+            "`5` has no unit (ms, s, m, h or d)"
+        );
+        assert_eq!(
+            parse_duration("ms").unwrap_err().to_string(),
+            "`ms` does not start with a number"
+        );
+        assert_eq!(
+            parse_duration("5x").unwrap_err().to_string(),
+            "`5x` has an unknown unit (ms, s, m, h or d)"
+        );
     }
 }

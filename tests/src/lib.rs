@@ -305,11 +305,11 @@ async fn start_api(
     api_config.public_base_url = base_url.clone();
     api_config.publish_channels = 2;
     api_config.lookup_concurrency = 2;
-    api_config.webhook_policy = flow_common::webhook::AddressPolicy {
+    api_config.webhook_policy = flow_common::webhook::address::AddressPolicy {
         allow_private: !options.strict_webhook_policy,
         allow_http: !options.strict_webhook_policy,
     };
-    api_config.webhook_secrets = flow_common::webhook::SecretVault {
+    api_config.webhook_secrets = flow_common::webhook::vault::SecretVault {
         master_key: options.webhook_secret_key.clone(),
     };
     if let Some(dashboard) = &options.dashboard {
@@ -473,11 +473,11 @@ impl TestApp {
         let mut config: flow_workers::webhook::WebhookWorkerConfig =
             flow_common::config::from_env();
         config.core = self.core.clone();
-        config.policy = flow_common::webhook::AddressPolicy {
+        config.policy = flow_common::webhook::address::AddressPolicy {
             allow_private: true,
             allow_http: true,
         };
-        config.secrets = flow_common::webhook::SecretVault {
+        config.secrets = flow_common::webhook::vault::SecretVault {
             master_key: self.options.webhook_secret_key.clone(),
         };
         config.retry_schedule = TEST_RETRY_SCHEDULE.parse().expect("schedule");

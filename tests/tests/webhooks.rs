@@ -90,7 +90,7 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
     let body = br#"{"email":"test@example.com","username":"test_user"}"#;
     let expected = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
     assert_eq!(
-        flow_common::webhook::sign(
+        flow_common::webhook::signing::sign(
             secret,
             "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
             1_649_367_553,
@@ -98,7 +98,7 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
         ),
         expected
     );
-    assert!(flow_common::webhook::verify(
+    assert!(flow_common::webhook::signing::verify(
         secret,
         expected,
         "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
@@ -722,7 +722,7 @@ async fn app_with_relay() -> TestApp {
 fn webhook_worker(app: &TestApp, lease: Duration, endpoint_concurrency: usize) -> WorkerHandle {
     let mut config: flow_workers::webhook::WebhookWorkerConfig = flow_common::config::from_env();
     config.core = app.core.clone();
-    config.policy = flow_common::webhook::AddressPolicy {
+    config.policy = flow_common::webhook::address::AddressPolicy {
         allow_private: true,
         allow_http: true,
     };

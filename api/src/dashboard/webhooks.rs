@@ -21,7 +21,8 @@ use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges,
 use flow_common::events::{EventType, TEST_EVENT_TYPE};
 use flow_common::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
 use flow_common::report::{decode_keyset, encode_keyset};
-use flow_common::webhook::{check_endpoint_url, generate_secret};
+use flow_common::webhook::address::check_endpoint_url;
+use flow_common::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
@@ -257,8 +258,8 @@ async fn check(state: &AppState, form: &EndpointForm) -> Result<Checked, FormErr
     } else {
         match check_endpoint_url(form.url.trim(), state.config.webhook_policy).await {
             Ok(url) => Some(url.to_string()),
-            Err(message) => {
-                errors.url = Some(message);
+            Err(invalid) => {
+                errors.url = Some(invalid.0);
                 None
             }
         }

@@ -14,7 +14,8 @@ use flow_common::domain::TextRule;
 use flow_common::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_common::report::{decode_keyset, encode_keyset};
-use flow_common::webhook::{check_endpoint_url, generate_secret};
+use flow_common::webhook::address::check_endpoint_url;
+use flow_common::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -172,7 +173,7 @@ async fn parse_url(state: &AppState, text: &str) -> Result<String, ApiError> {
     check_endpoint_url(text, state.config.webhook_policy)
         .await
         .map(|url| url.to_string())
-        .map_err(ApiError::InvalidRequest)
+        .map_err(|invalid| ApiError::InvalidRequest(invalid.0))
 }
 
 /// The secret as stored: encrypted when a master key is configured.

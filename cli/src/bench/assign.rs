@@ -381,12 +381,12 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
     };
 
     let secrets: Vec<String> = (0..args.endpoints)
-        .map(|_| flow_common::webhook::generate_secret())
+        .map(|_| flow_common::webhook::signing::generate_secret())
         .collect();
     let mut receiver = Receiver::start_with(receiver_options(0)).await?;
     let whole_system = !args.two_part && args.base_url.is_none();
     if whole_system {
-        let vault: flow_common::webhook::SecretVault = flow_common::config::from_env();
+        let vault: flow_common::webhook::vault::SecretVault = flow_common::config::from_env();
         create_endpoints(
             &pool,
             &secrets,

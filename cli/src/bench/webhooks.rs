@@ -21,7 +21,7 @@ use flow_common::db::{orgs, outbox, webhooks};
 use flow_common::domain::format_timestamp;
 use flow_common::events::{EventType, NewEvent, event_body};
 use flow_common::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
-use flow_common::webhook::SecretVault;
+use flow_common::webhook::vault::SecretVault;
 use hdrhistogram::Histogram;
 use serde_json::json;
 use sqlx::PgPool;
@@ -272,7 +272,7 @@ pub async fn create_endpoints(
                 url: receiver.url(&path),
                 description: Some(format!("Benchmark receiver {index}")),
                 events: events(index),
-                secret: vault.seal(secret).map_err(anyhow::Error::msg)?,
+                secret: vault.seal(secret)?,
             },
         )
         .await?
@@ -451,7 +451,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     let pool = crate::admin::pool(core).await?;
 
     let secrets: Vec<String> = (0..args.endpoints)
-        .map(|_| flow_common::webhook::generate_secret())
+        .map(|_| flow_common::webhook::signing::generate_secret())
         .collect();
     let mut receiver = Receiver::start_with(receiver_options(args.port)).await?;
     let address = receiver.address();

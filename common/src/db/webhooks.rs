@@ -8,10 +8,25 @@ use sqlx::{FromRow, PgConnection, PgExecutor};
 use uuid::Uuid;
 
 use crate::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
-use crate::webhook::{STORED_TEXT_BYTES, storable_text};
 
 /// Most endpoints one organization may have.
 pub const MAX_ENDPOINTS_PER_ORG: i64 = 50;
+
+/// Bytes of a response body kept with an attempt, and the most kept of an attempt's error text.
+pub const STORED_TEXT_BYTES: usize = 1_024;
+
+/// `text` as Postgres can store it in a `text` column: without NUL characters (which Postgres
+/// refuses), cut to at most `max_bytes` bytes on a character boundary, so it stays valid UTF-8.
+pub fn storable_text(text: &str, max_bytes: usize) -> String {
+    let mut stored = String::with_capacity(text.len().min(max_bytes));
+    for character in text.chars().filter(|character| *character != '\0') {
+        if stored.len() + character.len_utf8() > max_bytes {
+            break;
+        }
+        stored.push(character);
+    }
+    stored
+}
 
 /// A customer's endpoint.
 #[derive(Debug, Clone, FromRow)]
@@ -1226,4 +1241,21 @@ pub async fn retry(
     .await?;
     super::notify(&mut *connection, super::WEBHOOK_CHANNEL, "").await?;
     Ok(Ok(record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_text_has_no_nul_and_is_cut_on_a_character_boundary() {
+        assert_eq!(storable_text("ok\0done\0", 1_024), "okdone");
+        assert_eq!(storable_text("plain", 1_024), "plain");
+        // Two-byte characters: 1,024 bytes hold 512 of them, never half of one.
+        let accented = "é".repeat(600);
+        let stored = storable_text(&format!("\0{accented}"), 1_023);
+        assert_eq!(stored, "é".repeat(511));
+        assert_eq!(storable_text(&accented, STORED_TEXT_BYTES).len(), 1_024);
+        assert_eq!(storable_text("\0\0", 10), "");
+    }
 }

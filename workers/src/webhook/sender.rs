@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use flow_common::db::webhooks::{AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
-use flow_common::telemetry;
-use flow_common::webhook::{
-    AddressPolicy, RetrySchedule, STORED_TEXT_BYTES, SecretVault, parse_endpoint_url,
-    signature_header, storable_text,
+use flow_common::db::webhooks::{
+    AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep, STORED_TEXT_BYTES, storable_text,
 };
+use flow_common::telemetry;
+use flow_common::webhook::address::{AddressPolicy, parse_endpoint_url};
+use flow_common::webhook::retry::RetrySchedule;
+use flow_common::webhook::signing::signature_header;
+use flow_common::webhook::vault::SecretVault;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use tracing::Instrument;
@@ -160,13 +162,14 @@ impl Sender {
         timestamp: i64,
         traceparent: Option<&str>,
     ) -> Result<Answer, String> {
-        let url = parse_endpoint_url(&delivery.url, self.policy)?;
+        let url = parse_endpoint_url(&delivery.url, self.policy).map_err(|invalid| invalid.0)?;
         let body = serde_json::to_vec(&delivery.payload).map_err(|error| error.to_string())?;
         let message_id = delivery.event_id.to_string();
         let secrets: Vec<String> = std::iter::once(delivery.secret.as_str())
             .chain(delivery.previous_secret.as_deref())
             .map(|stored| self.vault.open(stored))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<_, _>>()
+            .map_err(|error| error.to_string())?;
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         let signature = signature_header(&secrets, &message_id, timestamp, &body);
         let mut request = self
