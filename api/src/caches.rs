@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
-use flow_common::ids::{FlowId, KeyId, OrgId};
+use flow_domain::ids::{FlowId, KeyId, OrgId};
 use moka::sync::Cache;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;

@@ -2,7 +2,7 @@
 //! caches resolve it, the rate limiter counts it and the handlers scope every query by it.
 
 use flow_common::db::orgs::Organization;
-use flow_common::ids::{KeyId, OrgId};
+use flow_domain::ids::{KeyId, OrgId};
 
 /// Who is calling.
 #[derive(Debug)]

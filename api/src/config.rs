@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use flow_common::config::CoreConfig;
-use flow_common::duration::parse_duration;
 use flow_common::export_store::ExportStoreConfig;
 use flow_common::ops::{Health, OpsAddress};
 use flow_common::webhook::address::AddressPolicy;
 use flow_common::webhook::vault::SecretVault;
+use flow_domain::duration::parse_duration;
 
 /// API settings (environment variables, or flags of `flow-api`).
 #[derive(Debug, Clone, clap::Args)]

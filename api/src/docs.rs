@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use flow_common::events::{EventBody, EventData, EventType, TestEventData};
-use flow_common::ids::EventId;
+use flow_domain::events::{EventBody, EventData, EventType, TestEventData};
+use flow_domain::ids::EventId;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{
     Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItemBuilder,
@@ -381,7 +381,7 @@ impl Modify for Webhooks {
             );
         }
         webhooks = webhooks.path(
-            flow_common::events::TEST_EVENT_TYPE,
+            flow_domain::events::TEST_EVENT_TYPE,
             PathItemBuilder::new()
                 .operation(
                     HttpMethod::Post,

@@ -8,7 +8,7 @@ use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use flow_common::amqp::PublishError;
-use flow_common::domain::Invalid;
+use flow_domain::Invalid;
 use serde::Serialize;
 use utoipa::ToSchema;
 

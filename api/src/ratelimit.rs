@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use flow_common::db::orgs::Tier;
 use flow_common::db::rate_limits;
-use flow_common::ids::OrgId;
+use flow_domain::ids::OrgId;
 use moka::sync::Cache;
 use sqlx::PgPool;
 use tokio::sync::Mutex;

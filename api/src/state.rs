@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::export_store::ExportStore;
-use flow_common::ids::AssignmentIdSigner;
+use flow_domain::ids::AssignmentIdSigner;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
@@ -105,9 +105,9 @@ pub async fn build_state(
         BatchTarget {
             exchange: publisher.topology().commands_exchange(),
             routing_key: QueueKind::Assign.suffix().to_owned(),
-            single_kind: flow_common::messages::ASSIGN_KIND,
-            batch_kind: flow_common::messages::ASSIGN_BATCH_KIND,
-            batch_version: flow_common::messages::ASSIGN_BATCH_VERSION,
+            single_kind: flow_domain::messages::ASSIGN_KIND,
+            batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
+            batch_version: flow_domain::messages::ASSIGN_BATCH_VERSION,
         },
         config.publish_batch_max,
         config.publish_batches_in_flight,

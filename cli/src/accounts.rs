@@ -7,8 +7,8 @@ use clap::{Subcommand, ValueEnum};
 use flow_common::config::CoreConfig;
 use flow_common::db::accounts::{self, Role};
 use flow_common::db::audit::{self, Actor};
-use flow_common::domain::Email;
-use flow_common::ids::OrgId;
+use flow_domain::Email;
+use flow_domain::ids::OrgId;
 use serde::Serialize;
 use sqlx::PgPool;
 

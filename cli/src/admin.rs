@@ -7,8 +7,8 @@ use clap::{Subcommand, ValueEnum};
 use flow_common::config::CoreConfig;
 use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
-use flow_common::domain::{Email, TextRule, parse_timezone};
-use flow_common::ids::{KeyId, OrgId};
+use flow_domain::ids::{KeyId, OrgId};
+use flow_domain::{Email, TextRule, parse_timezone};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
@@ -279,7 +279,7 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
             let mut keys = Vec::new();
             let mut text = String::new();
             for key in db::keys::list(&pool, parse_org(&org)?).await? {
-                let expires_at = key.expires_at.map(flow_common::domain::format_timestamp);
+                let expires_at = key.expires_at.map(flow_domain::format_timestamp);
                 let (state, shown) = match key.expires_at {
                     _ if key.revoked_at.is_some() => ("revoked", "revoked".to_owned()),
                     Some(at) if at <= chrono::Utc::now() => ("expired", "expired".to_owned()),

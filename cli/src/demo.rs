@@ -4,8 +4,8 @@
 use clap::Args;
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
-use flow_common::domain::Email;
-use flow_common::ids::{FlowId, OrgId};
+use flow_domain::Email;
+use flow_domain::ids::{FlowId, OrgId};
 
 /// Options of `flowctl demo`.
 #[derive(Debug, Clone, Args)]

@@ -71,9 +71,7 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outco
                 let body = String::from_utf8_lossy(&letter.payload);
                 let summary = LetterSummary {
                     id: letter.id,
-                    dead_lettered_at: flow_common::domain::format_timestamp(
-                        letter.dead_lettered_at,
-                    ),
+                    dead_lettered_at: flow_domain::format_timestamp(letter.dead_lettered_at),
                     origin_queue: letter.origin_queue,
                     message_id: letter.message_id,
                     reason: letter.reason,

@@ -356,7 +356,7 @@ fn signed_with(secret: &str, headers: &HeaderMap, body: &[u8]) -> bool {
         header("webhook-signature"),
         header("webhook-timestamp").and_then(|text| text.parse::<i64>().ok()),
     ) {
-        (Some(signature), Some(timestamp)) => flow_common::webhook::signing::verify(
+        (Some(signature), Some(timestamp)) => flow_domain::webhook::signing::verify(
             secret,
             signature,
             header("webhook-id").unwrap_or_default(),
@@ -506,7 +506,7 @@ mod tests {
     /// Posts `body` to `path`, signed with `secret`, as event `id`.
     async fn post(receiver: &Receiver, path: &str, secret: &str, id: &str, body: &str) -> u16 {
         let timestamp = Utc::now().timestamp();
-        let signature = flow_common::webhook::signing::signature_header(
+        let signature = flow_domain::webhook::signing::signature_header(
             &[secret],
             id,
             timestamp,

@@ -66,7 +66,7 @@ pub async fn run(core: &CoreConfig, command: ReportsCommand) -> anyhow::Result<O
                 .map(|mismatch| MismatchSummary {
                     level: mismatch.level,
                     flow_id: mismatch.flow_id.to_string(),
-                    bucket: mismatch.bucket.map(flow_common::domain::format_timestamp),
+                    bucket: mismatch.bucket.map(flow_domain::format_timestamp),
                     status: mismatch.status,
                     counted: mismatch.counted,
                     maintained: mismatch.maintained,

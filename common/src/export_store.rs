@@ -5,11 +5,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use flow_domain::ids::ExportId;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-
-use crate::ids::ExportId;
 
 /// Where export files are kept.
 #[derive(Debug, Clone, clap::Args)]

@@ -1,18 +1,13 @@
-//! Shared by every Flow binary: configuration, telemetry, ids, domain types and their validation,
-//! SQL access per aggregate, the AMQP topology and message types.
+//! The infrastructure every Flow binary shares: configuration, telemetry, SQL access per
+//! aggregate, the report engine, the AMQP topology, the export store, the operations endpoints,
+//! shutdown, and the safeguards of webhook delivery. What these carry (ids, domain types,
+//! messages, events) is `flow_domain`'s.
 
 pub mod amqp;
 pub mod config;
 pub mod db;
-#[macro_use]
-pub mod domain;
-pub mod duration;
-pub mod events;
 pub mod export_store;
-pub mod ids;
-pub mod messages;
 pub mod ops;
-pub mod recurrence;
 pub mod report;
 pub mod shutdown;
 pub mod telemetry;

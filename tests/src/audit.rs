@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use flow_common::ids::AssignmentId;
+use flow_domain::ids::AssignmentId;
 
 use crate::{TestApp, TestOrg};
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use flow_common::db::accounts::Role;
-use flow_common::ids::OrgId;
+use flow_domain::ids::OrgId;
 use reqwest::header::{self, HeaderMap};
 
 use crate::TestApp;

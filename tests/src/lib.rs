@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use flow_common::config::CoreConfig;
 use flow_common::db::orgs::{NewOrganization, Tier};
-use flow_common::ids::{FlowId, OrgId};
+use flow_domain::ids::{FlowId, OrgId};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -848,7 +848,7 @@ impl TestApp {
 
     /// Event types written to the outbox for an assignment, oldest first.
     pub async fn events_of(&self, assignment_id: &str) -> Vec<String> {
-        let id = flow_common::ids::AssignmentId::parse(assignment_id).expect("assignment id");
+        let id = flow_domain::ids::AssignmentId::parse(assignment_id).expect("assignment id");
         sqlx::query_scalar("SELECT event_type FROM outbox WHERE assignment_id = $1 ORDER BY seq")
             .bind(id)
             .fetch_all(&self.db)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::orgs::{NewOrganization, Tier};
-use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
 use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 

@@ -3,8 +3,9 @@
 //! shared headers documented on the operations.
 
 use chrono::{TimeZone, Utc};
-use flow_common::events::{AssignmentSnapshot, EventType, NewEvent};
-use flow_common::ids::{AssignmentId, FlowId, OrgId};
+use flow_common::db::lifecycle::AssignmentSnapshot;
+use flow_domain::events::EventType;
+use flow_domain::ids::{AssignmentId, FlowId, OrgId};
 use flow_tests::TestApp;
 use serde_json::{Value, json};
 
@@ -121,7 +122,7 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         started_at: None,
         completed_at: None,
     };
-    let event = NewEvent::about(&snapshot, EventType::Completed, Utc::now(), None);
+    let event = snapshot.event(EventType::Completed, Utc::now(), None);
     let keys = |value: &Value| -> Vec<String> {
         let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
         keys.sort_unstable();

@@ -4,7 +4,7 @@
 //! 4xx (or, for the export, a message without internal detail) and write nothing.
 
 use flow_common::db::orgs::Tier;
-use flow_common::ids::ExportId;
+use flow_domain::ids::ExportId;
 use flow_tests::reports::{report_ok, start_report_worker, wait_for_export};
 use flow_tests::{TestApp, TestOptions, TestOrg, TestResponse};
 use reqwest::Method;

@@ -1124,7 +1124,7 @@ async fn webhook_endpoints_are_managed_with_the_api_address_policy() {
         .unwrap()
         .to_owned();
     assert!(secret.starts_with("whsec_"));
-    let (id, events): (flow_common::ids::WebhookEndpointId, Vec<String>) =
+    let (id, events): (flow_domain::ids::WebhookEndpointId, Vec<String>) =
         sqlx::query_as("SELECT id, events FROM webhook_endpoints")
             .fetch_one(&app.db)
             .await
@@ -1184,7 +1184,7 @@ async fn endpoint_with_receiver(
         .post_form("/dashboard/webhooks", &[("url", &receiver.url(path))])
         .await;
     assert_eq!(created.status, 200, "{}", created.body);
-    let id: flow_common::ids::WebhookEndpointId =
+    let id: flow_domain::ids::WebhookEndpointId =
         sqlx::query_scalar("SELECT id FROM webhook_endpoints WHERE url = $1")
             .bind(receiver.url(path))
             .fetch_one(&app.db)
@@ -1194,7 +1194,7 @@ async fn endpoint_with_receiver(
 }
 
 async fn delivery_statuses(app: &TestApp, endpoint: &str) -> Vec<String> {
-    let id = flow_common::ids::WebhookEndpointId::parse(endpoint).unwrap();
+    let id = flow_domain::ids::WebhookEndpointId::parse(endpoint).unwrap();
     sqlx::query_scalar(
         "SELECT status FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY created_at",
     )
@@ -1712,7 +1712,7 @@ async fn a_flow_page_shows_the_report_chart_and_filtered_assignments() {
         .bind(
             ids[6..8]
                 .iter()
-                .map(|id| flow_common::ids::AssignmentId::parse(id).unwrap())
+                .map(|id| flow_domain::ids::AssignmentId::parse(id).unwrap())
                 .collect::<Vec<_>>(),
         )
         .execute(&app.db)
@@ -1908,7 +1908,7 @@ async fn flowctl_admin_create_refuses_duplicates_and_a_new_link_replaces_the_old
     );
     let unknown = flowctl::accounts::create(
         &app.db,
-        flow_common::ids::OrgId::new(),
+        flow_domain::ids::OrgId::new(),
         "new@example.com",
         role("admin"),
         &app.base_url,

@@ -76,7 +76,7 @@ async fn assign_without_key_or_with_malformed_unknown_or_revoked_key_is_401_unau
         assign_with_auth(&app, Some(&valid), &body).await.status,
         200
     );
-    let key_id: flow_common::ids::KeyId =
+    let key_id: flow_domain::ids::KeyId =
         sqlx::query_scalar("SELECT id FROM api_keys WHERE org_id = $1")
             .bind(org.id)
             .fetch_one(&app.db)

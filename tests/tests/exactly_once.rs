@@ -9,9 +9,9 @@ use std::time::Duration;
 use chrono::Utc;
 use flow_common::amqp::QueueKind;
 use flow_common::db::orgs::Tier;
-use flow_common::domain::Priority;
-use flow_common::ids::{AssignmentId, FlowId, UserId};
-use flow_common::messages::{
+use flow_domain::Priority;
+use flow_domain::ids::{AssignmentId, FlowId, UserId};
+use flow_domain::messages::{
     ASSIGN_BATCH_KIND, ASSIGN_BATCH_VERSION, ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignBatch,
     AssignCommand,
 };

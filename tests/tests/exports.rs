@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use calamine::{Data, DataType, Reader, Xlsx};
 use flow_common::db::orgs::Tier;
-use flow_common::ids::{ExportId, FlowId};
+use flow_domain::ids::{ExportId, FlowId};
 use flow_tests::reports::{
     Fixture, FixtureFlow, all_pages, create_flow, create_org_in_zone, download, export_file,
     insert_assignment, insert_many, insert_progress, insert_schedule, report_ok,

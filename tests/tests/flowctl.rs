@@ -100,7 +100,7 @@ async fn flows_create_reads_a_flow_file_and_keys_can_be_created_and_revoked() {
     )
     .await
     .unwrap();
-    let key_id: flow_common::ids::KeyId =
+    let key_id: flow_domain::ids::KeyId =
         sqlx::query_scalar("SELECT id FROM api_keys WHERE name = 'ci'")
             .fetch_one(&app.db)
             .await
@@ -187,7 +187,7 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
     let mut demo = None;
     for _ in 0..200 {
         // The demo is created once the components are up, its admin's sign-in link last.
-        demo = sqlx::query_as::<_, (flow_common::ids::OrgId, flow_common::ids::FlowId)>(
+        demo = sqlx::query_as::<_, (flow_domain::ids::OrgId, flow_domain::ids::FlowId)>(
             "SELECT o.id, f.id FROM organizations o JOIN flows f ON f.org_id = o.id
              JOIN api_keys k ON k.org_id = o.id WHERE f.name = 'Security Basics'
                AND EXISTS (SELECT 1 FROM dashboard_accounts a

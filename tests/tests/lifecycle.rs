@@ -173,7 +173,7 @@ async fn progress_errors_are_404_400_and_409_with_the_error_body() {
     for path in [
         format!(
             "/v1/assignments/{}/progress",
-            flow_common::ids::AssignmentId::new()
+            flow_domain::ids::AssignmentId::new()
         ),
         "/v1/assignments/nonsense/progress".to_owned(),
     ] {
@@ -308,7 +308,7 @@ async fn two_schedulers_scanning_at_once_emit_one_overdue_event_per_assignment()
         .await;
     assert_eq!(listed.body["data"].as_array().expect("data").len(), 60);
     // So do the rollups (their past-due correction), before and after the scan.
-    let flow_id: flow_common::ids::FlowId = flow.parse().expect("flow id");
+    let flow_id: flow_domain::ids::FlowId = flow.parse().expect("flow id");
     let overdue_now = || async {
         flow_common::db::rollups::lifetime_figures(&app.db, &[flow_id], chrono::Utc::now())
             .await

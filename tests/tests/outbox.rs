@@ -4,8 +4,8 @@
 //! database of the server does not hold it back). Relays take turns on the cursor.
 
 use flow_common::db::outbox::{self, PendingEvent};
-use flow_common::events::{EventType, NewEvent, event_body};
-use flow_common::ids::{AssignmentId, EventId, OrgId};
+use flow_domain::events::{EventType, NewEvent, event_body};
+use flow_domain::ids::{AssignmentId, EventId, OrgId};
 use flow_tests::{TestApp, TestOptions};
 use sqlx::PgPool;
 

@@ -151,7 +151,7 @@ async fn every_accepted_id_is_persisted_exactly_once_when_the_worker_is_killed_m
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), ids.len());
     let uuids: Vec<uuid::Uuid> = ids
         .iter()
-        .map(|id| flow_common::ids::AssignmentId::parse(id).unwrap().0)
+        .map(|id| flow_domain::ids::AssignmentId::parse(id).unwrap().0)
         .collect();
     let stored = app
         .eventually(
@@ -206,20 +206,20 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
     let org = app.create_org(Tier::Enterprise).await;
     app.create_users(&org, &["good@example.com"]).await;
     let flow = app.create_flow(&org, "F", &[5]).await;
-    let user: flow_common::ids::UserId = sqlx::query_scalar("SELECT id FROM users")
+    let user: flow_domain::ids::UserId = sqlx::query_scalar("SELECT id FROM users")
         .fetch_one(&app.db)
         .await
         .unwrap();
-    let command = |user_id| flow_common::messages::AssignCommand {
-        version: flow_common::messages::ASSIGN_COMMAND_VERSION,
-        assignment_id: flow_common::ids::AssignmentId::new(),
+    let command = |user_id| flow_domain::messages::AssignCommand {
+        version: flow_domain::messages::ASSIGN_COMMAND_VERSION,
+        assignment_id: flow_domain::ids::AssignmentId::new(),
         existing_assignment_id: None,
         org_id: org.id,
-        flow_id: flow_common::ids::FlowId::parse(&flow).unwrap(),
+        flow_id: flow_domain::ids::FlowId::parse(&flow).unwrap(),
         flow_name: "F".into(),
         user_id,
         assignee_email: "good@example.com".into(),
-        priority: flow_common::domain::Priority::Medium,
+        priority: flow_domain::Priority::Medium,
         notes: None,
         due_at: None,
         assigned_at: chrono::Utc::now(),
@@ -229,21 +229,21 @@ async fn a_poison_command_inside_a_batch_is_dead_lettered_alone() {
     };
     let good = command(user);
     // A user that does not exist: the foreign key can never be satisfied.
-    let poison = command(flow_common::ids::UserId::new());
-    let batch = flow_common::messages::AssignBatch {
-        version: flow_common::messages::ASSIGN_BATCH_VERSION,
+    let poison = command(flow_domain::ids::UserId::new());
+    let batch = flow_domain::messages::AssignBatch {
+        version: flow_domain::messages::ASSIGN_BATCH_VERSION,
         commands: vec![good.clone(), poison.clone()],
     };
     app.publish_raw(
         "assign",
-        flow_common::messages::ASSIGN_BATCH_KIND,
+        flow_domain::messages::ASSIGN_BATCH_KIND,
         &serde_json::to_vec(&batch).unwrap(),
     )
     .await;
     let topology = app.topology();
     let dead = app.dead_letters(1).await;
     assert_eq!(dead.len(), 1, "only the poison command is dead-lettered");
-    let dead_command = flow_common::messages::AssignCommand::decode(&dead[0].payload).unwrap();
+    let dead_command = flow_domain::messages::AssignCommand::decode(&dead[0].payload).unwrap();
     assert_eq!(dead_command, poison);
     assert_eq!(
         dead[0].origin_queue.as_deref(),

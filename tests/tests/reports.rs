@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_common::ids::{AssignmentId, FlowId};
+use flow_domain::ids::{AssignmentId, FlowId};
 use flow_tests::TestApp;
 use flow_tests::reports::{
     Fixture, REPORTED, all_pages, assignment_ids, create_flow, create_org_in_zone,
@@ -715,11 +715,11 @@ async fn pagination_returns_every_assignment_once_while_assignments_are_inserted
                     .await
                     .expect("assign");
                 assert_eq!(response.status(), 200);
-                let late_user: flow_common::ids::UserId = sqlx::query_scalar(
+                let late_user: flow_domain::ids::UserId = sqlx::query_scalar(
                     "INSERT INTO users (id, org_id, email, email_normalized)
                      VALUES ($1, $2, $3, $3) RETURNING id",
                 )
-                .bind(flow_common::ids::UserId::new())
+                .bind(flow_domain::ids::UserId::new())
                 .bind(org_id)
                 .bind(format!("late-{index}@example.com"))
                 .fetch_one(&pool)

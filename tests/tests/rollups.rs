@@ -5,7 +5,7 @@
 use chrono::{DateTime, Duration, Utc};
 use flow_common::config::CoreConfig;
 use flow_common::db::rollups::{self, Figures};
-use flow_common::ids::FlowId;
+use flow_domain::ids::FlowId;
 use sqlx::PgPool;
 
 /// Figures counted from the rows, statuses read with the one status rule: the oracle.
@@ -110,7 +110,7 @@ async fn periods(db: &PgPool, unit: &str, zone: &str) -> Vec<(DateTime<Utc>, Dat
 
 async fn assert_figures_match(db: &PgPool, flow: FlowId, when: &str) {
     let now = Utc::now();
-    let (open_lower, open_upper) = flow_common::report::ReportParameters::open_bounds();
+    let (open_lower, open_upper) = flow_domain::report::ReportParameters::open_bounds();
     let odd = now - Duration::days(45) + Duration::seconds(7 * 60 + 13);
     let ranges = [
         (open_lower, open_upper),
@@ -286,7 +286,7 @@ async fn concurrent_writers_and_mergers_keep_the_rollups_exact() {
     assert_eq!(total, 6 * 25 * 40);
     flow_tests::assert_rollups_exact(&db).await;
     let now = Utc::now();
-    let (open_lower, open_upper) = flow_common::report::ReportParameters::open_bounds();
+    let (open_lower, open_upper) = flow_domain::report::ReportParameters::open_bounds();
     let lifetime = rollups::lifetime_figures(&db, &flows, now)
         .await
         .expect("lifetime");

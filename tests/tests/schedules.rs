@@ -80,7 +80,7 @@ async fn a_monthly_schedule_from_january_31_lands_on_month_ends_without_drifting
     let expected = next_month_end_after(year, Utc::now());
     assert_eq!(
         advanced["scheduledAt"],
-        json!(flow_common::domain::format_timestamp(expected))
+        json!(flow_domain::format_timestamp(expected))
     );
     assert_eq!(advanced["active"], json!(true));
     let assignment = advanced["currentAssignmentId"]

@@ -5,7 +5,7 @@
 //! inlined.
 
 use chrono::{Duration, Utc};
-use flow_common::domain::AssignmentStatus;
+use flow_domain::AssignmentStatus;
 use flow_tests::fresh_database;
 use sqlx::PgPool;
 

@@ -11,10 +11,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use flow_common::db::webhooks::{ClaimedDelivery, NextStep};
-use flow_common::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_common::webhook::address::AddressPolicy;
-use flow_common::webhook::signing::generate_secret;
 use flow_common::webhook::vault::SecretVault;
+use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use flow_domain::webhook::signing::generate_secret;
 use flow_tests::receiver::Receiver;
 use flow_workers::webhook::sender::Sender;
 use serde_json::json;

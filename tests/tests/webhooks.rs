@@ -11,7 +11,7 @@ use flow_common::db::orgs::Tier;
 use flow_common::db::webhooks::{
     self as webhook_rows, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep,
 };
-use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_tests::receiver::{Behaviour, Receiver};
 use flow_tests::{TEST_RETRY_SCHEDULE, TestApp, TestOptions, TestOrg, WorkerHandle};
 use serde_json::{Value, json};
@@ -90,7 +90,7 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
     let body = br#"{"email":"test@example.com","username":"test_user"}"#;
     let expected = "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=";
     assert_eq!(
-        flow_common::webhook::signing::sign(
+        flow_domain::webhook::signing::sign(
             secret,
             "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",
             1_649_367_553,
@@ -98,7 +98,7 @@ fn signatures_verify_against_the_standard_webhooks_test_vector() {
         ),
         expected
     );
-    assert!(flow_common::webhook::signing::verify(
+    assert!(flow_domain::webhook::signing::verify(
         secret,
         expected,
         "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk",

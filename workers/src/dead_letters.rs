@@ -8,7 +8,7 @@ use std::time::Instant;
 use flow_common::amqp::{self, DEAD_LETTER_REASON_HEADER, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, dead_letters};
-use flow_common::messages::{AssignCommand, decode_assign_message};
+use flow_domain::messages::{AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::flows::{self, FlowSummary};
-use flow_common::ids::FlowId;
+use flow_domain::ids::FlowId;
 use futures::future::join_all;
 use serde::Deserialize;
 

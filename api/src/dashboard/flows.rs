@@ -20,9 +20,9 @@ use chrono::Utc;
 use flow_common::db::dashboard::{self as queries, FlowCounts};
 use flow_common::db::exports::{self, ExportStatus};
 use flow_common::db::flows;
-use flow_common::domain::AssignmentStatus;
-use flow_common::ids::{ExportId, FlowId};
-use flow_common::report::{PageCursor, completion_rate};
+use flow_domain::AssignmentStatus;
+use flow_domain::ids::{ExportId, FlowId};
+use flow_domain::report::{PageCursor, completion_rate};
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;

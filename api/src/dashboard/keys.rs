@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::audit;
 use flow_common::db::keys::{self, ApiKey};
-use flow_common::ids::KeyId;
+use flow_domain::ids::KeyId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;

@@ -11,7 +11,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::dashboard as queries;
 use flow_common::db::schedules;
-use flow_common::ids::ScheduleId;
+use flow_domain::ids::ScheduleId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;

@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use flow_common::db::accounts::{self, Role};
 use flow_common::db::audit;
-use flow_common::domain::Email;
-use flow_common::ids::AccountId;
+use flow_domain::Email;
+use flow_domain::ids::AccountId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;

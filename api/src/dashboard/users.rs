@@ -10,8 +10,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use flow_common::db::dashboard as queries;
 use flow_common::db::users::{self, NewUser};
-use flow_common::domain::Email;
-use flow_common::ids::UserId;
+use flow_domain::Email;
+use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;

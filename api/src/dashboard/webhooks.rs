@@ -18,11 +18,11 @@ use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone,
 use flow_common::db::audit;
 use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
 use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, NewEndpoint};
-use flow_common::events::{EventType, TEST_EVENT_TYPE};
-use flow_common::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
-use flow_common::report::{decode_keyset, encode_keyset};
 use flow_common::webhook::address::check_endpoint_url;
-use flow_common::webhook::signing::generate_secret;
+use flow_domain::events::{EventType, TEST_EVENT_TYPE};
+use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::report::{decode_keyset, encode_keyset};
+use flow_domain::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
@@ -1008,7 +1008,7 @@ async fn recover(
         queries::recover_failed_since(&mut transaction, account.org.id, current.id, since).await?;
     let detail = format!(
         "{recovered} failed since {}",
-        flow_common::domain::format_timestamp(since)
+        flow_domain::format_timestamp(since)
     );
     audit::record(
         &mut *transaction,

@@ -12,10 +12,10 @@ use axum::extract::State;
 use chrono::{DateTime, Utc};
 use flow_common::db::assignments::{ExistingAssignment, LookupKey, RequestKey};
 use flow_common::db::flows::FlowSummary;
-use flow_common::domain::{DayBound, Email, Notes, Priority, parse_date_input};
-use flow_common::duration::humanize_minutes;
-use flow_common::ids::{AssignmentId, FlowId};
-use flow_common::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
+use flow_domain::duration::humanize_minutes;
+use flow_domain::ids::{AssignmentId, FlowId};
+use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
+use flow_domain::{DayBound, Email, Notes, Priority, parse_date_input};
 use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -77,7 +77,7 @@ pub struct AssignResponse {
 #[serde(rename_all = "camelCase")]
 pub struct AssignDetails {
     /// When the assignment was made (RFC 3339, UTC).
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub assigned_at: DateTime<Utc>,
     /// E-mail of the assignee.

@@ -12,12 +12,12 @@ use flow_common::amqp::{Outgoing, QueueKind};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::{self, AssignmentFailure};
 use flow_common::db::lifecycle;
-use flow_common::domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
-use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
-use flow_common::messages::{
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::messages::{
     AssignCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
 };
-use flow_common::report::PageCursor;
+use flow_domain::report::PageCursor;
+use flow_domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -58,19 +58,19 @@ pub struct AssignmentView {
     /// Notes for the assignee.
     pub notes: Option<String>,
     /// Due date.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub due_date: Option<DateTime<Utc>>,
     /// Assignment time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub assigned_at: DateTime<Utc>,
     /// First module activity.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub started_at: Option<DateTime<Utc>>,
     /// Completion time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub completed_at: Option<DateTime<Utc>>,
     /// Modules completed.
@@ -85,7 +85,7 @@ pub struct AssignmentView {
     /// When it failed (status `failed` only).
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "flow_common::domain::timestamp::option::serialize"
+        serialize_with = "flow_domain::timestamp::option::serialize"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub failed_at: Option<DateTime<Utc>>,
@@ -165,14 +165,14 @@ pub struct ModuleProgressView {
     /// Present for completed modules.
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "flow_common::domain::timestamp::option::serialize"
+        serialize_with = "flow_domain::timestamp::option::serialize"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub completed_at: Option<DateTime<Utc>>,
     /// When the module was started (present for modules in progress).
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "flow_common::domain::timestamp::option::serialize"
+        serialize_with = "flow_domain::timestamp::option::serialize"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub started_at: Option<DateTime<Utc>>,
@@ -436,7 +436,7 @@ pub struct ProgressAccepted {
     /// The module's new status.
     pub status: ModuleStatus,
     /// When it happened.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub at: DateTime<Utc>,
 }

@@ -5,9 +5,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
-use flow_common::domain::TextRule;
-use flow_common::duration::humanize_minutes;
-use flow_common::ids::{FlowId, ModuleId};
+use flow_domain::TextRule;
+use flow_domain::duration::humanize_minutes;
+use flow_domain::ids::{FlowId, ModuleId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -75,7 +75,7 @@ pub struct FlowView {
     /// Creation time.
     #[serde(
         skip_serializing_if = "Option::is_none",
-        serialize_with = "flow_common::domain::timestamp::option::serialize"
+        serialize_with = "flow_domain::timestamp::option::serialize"
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<DateTime<Utc>>,

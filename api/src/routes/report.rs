@@ -4,8 +4,8 @@
 //! Figures are exact at read time: the queries derive `overdue` from the due date, so the status
 //! filter, the lists and the metrics agree with what the scheduler will record. An export request
 //! answers with the normal report plus where the file will be; the report-worker writes the file.
-//! Validation, assembly and the rate cost live in `flow_common::report` (`params`, `engine`,
-//! `cost`); this file holds the wire types and the handler.
+//! Validation and the rate cost live in `flow_domain::report` (`params`, `cost`), assembly in
+//! `flow_common::report::engine`; this file holds the wire types and the handler.
 
 use axum::Json;
 use axum::extract::State;
@@ -14,14 +14,14 @@ use flow_common::db::exports::{self, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
 use flow_common::db::snapshot::Snapshot;
-use flow_common::domain::{AssignmentStatus, timestamp};
-use flow_common::duration::humanize_seconds;
-use flow_common::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_common::report::engine::{Page, Report, ReportError};
-use flow_common::report::params::{AggregateFields, ReportFields, ReportParams};
-use flow_common::report::{
+use flow_domain::duration::humanize_seconds;
+use flow_domain::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
+use flow_domain::report::params::{AggregateFields, ReportFields, ReportParams};
+use flow_domain::report::{
     AggregateMetric, AggregateSpec, ReportParameters, completion_rate, cost, whole_seconds,
 };
+use flow_domain::{AssignmentStatus, timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;

@@ -7,9 +7,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::{schedules, users};
-use flow_common::domain::{DayBound, parse_date_input};
-use flow_common::ids::{AssignmentId, FlowId, ScheduleId};
-use flow_common::recurrence::Recurrence;
+use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
+use flow_domain::recurrence::Recurrence;
+use flow_domain::{DayBound, parse_date_input};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -76,7 +76,7 @@ pub struct ScheduleView {
     /// Assignee.
     pub assignee_email: String,
     /// Next (or only) occurrence.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub scheduled_at: DateTime<Utc>,
     /// Status of the current occurrence's assignment (pending before the first).
@@ -96,7 +96,7 @@ pub struct ScheduleView {
     /// The assignment of the latest occurrence.
     pub current_assignment_id: Option<AssignmentId>,
     /// Creation time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
 }

@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::users::{self, NewUser, User};
-use flow_common::domain::{Email, TextRule};
-use flow_common::ids::UserId;
+use flow_domain::ids::UserId;
+use flow_domain::{Email, TextRule};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -65,7 +65,7 @@ pub struct UserView {
     /// Display name.
     pub name: Option<String>,
     /// Creation time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
 }

@@ -10,12 +10,12 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::audit::{self, Actor};
 use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, RetryRefusal};
-use flow_common::domain::TextRule;
-use flow_common::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
-use flow_common::ids::{DeliveryId, EventId, WebhookEndpointId};
-use flow_common::report::{decode_keyset, encode_keyset};
 use flow_common::webhook::address::check_endpoint_url;
-use flow_common::webhook::signing::generate_secret;
+use flow_domain::TextRule;
+use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
+use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::report::{decode_keyset, encode_keyset};
+use flow_domain::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -93,19 +93,19 @@ pub struct EndpointView {
     /// organization.
     pub disabled_reason: Option<String>,
     /// Start of the current run of failed attempts.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub failing_since: Option<DateTime<Utc>>,
     /// Until when the previous secret also signs (after a rotation).
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub previous_secret_expires_at: Option<DateTime<Utc>>,
     /// Creation time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// Last change.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
 }
@@ -498,7 +498,7 @@ pub struct AttemptView {
     /// Number, from 1.
     pub attempt: i32,
     /// When it was sent.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub attempted_at: DateTime<Utc>,
     /// HTTP status, when the endpoint answered.
@@ -528,7 +528,7 @@ pub struct DeliveryView {
     /// Attempts made.
     pub attempts: i32,
     /// Next attempt, while pending.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub next_attempt_at: Option<DateTime<Utc>>,
     /// Status code of the last attempt.
@@ -536,11 +536,11 @@ pub struct DeliveryView {
     /// Error of the last attempt.
     pub last_error: Option<String>,
     /// Creation time.
-    #[serde(serialize_with = "flow_common::domain::timestamp::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub created_at: DateTime<Utc>,
     /// When it succeeded.
-    #[serde(serialize_with = "flow_common::domain::timestamp::option::serialize")]
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub delivered_at: Option<DateTime<Utc>>,
     /// The body sent.

@@ -27,8 +27,8 @@ use clap::Args;
 use flow_common::amqp::{QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
-use flow_common::domain::Email;
-use flow_common::ids::{AssignmentId, FlowId, OrgId, UserId};
+use flow_domain::Email;
+use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use hdrhistogram::Histogram;
 use sqlx::PgPool;
 use tokio::process::Child;
@@ -381,7 +381,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
     };
 
     let secrets: Vec<String> = (0..args.endpoints)
-        .map(|_| flow_common::webhook::signing::generate_secret())
+        .map(|_| flow_domain::webhook::signing::generate_secret())
         .collect();
     let mut receiver = Receiver::start_with(receiver_options(0)).await?;
     let whole_system = !args.two_part && args.base_url.is_none();

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use chrono::Utc;
 use clap::Args;
 use flow_common::config::CoreConfig;
-use flow_common::ids::{AssignmentId, FlowId, OrgId, UserId};
+use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -107,7 +107,7 @@ async fn assign(
         "assignmentId": id.to_string(),
         "message": format!("Flow \"{flow_name}\" assigned to {email}"),
         "details": {
-            "assignedAt": flow_common::domain::format_timestamp(now),
+            "assignedAt": flow_domain::format_timestamp(now),
             "assigneeEmail": email,
             "flowName": flow_name,
             "moduleCount": modules,

@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use clap::Args;
 use flow_common::config::{CoreConfig, from_env};
 use flow_common::db::{self, flows::NewModule, orgs};
-use flow_common::ids::{AssignmentId, FlowId, ModuleId, OrgId, UserId};
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, UserId};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
@@ -484,12 +484,12 @@ async fn measure(
     let mut connection = pool.acquire().await?;
     let scope = flow_common::db::reports::Scope {
         flow_id: seeded.flow_id,
-        lower: flow_common::report::ReportParameters::open_bounds().0,
-        upper: flow_common::report::ReportParameters::open_bounds().1,
+        lower: flow_domain::report::ReportParameters::open_bounds().0,
+        upper: flow_domain::report::ReportParameters::open_bounds().1,
         now: Utc::now(),
         status: None,
     };
-    let spec = flow_common::report::AggregateSpec::parse("week", None)?;
+    let spec = flow_domain::report::AggregateSpec::parse("week", None)?;
     let mut samples = Vec::new();
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();
@@ -654,7 +654,7 @@ async fn measure(
         let generation: Option<f64> = sqlx::query_scalar(
             "SELECT extract(epoch FROM finished_at - started_at)::float8 FROM exports WHERE id = $1",
         )
-        .bind(flow_common::ids::ExportId::parse(export_id))
+        .bind(flow_domain::ids::ExportId::parse(export_id))
         .fetch_optional(pool)
         .await?
         .flatten();

@@ -18,10 +18,10 @@ use flow_common::amqp::{QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{orgs, outbox, webhooks};
 
-use flow_common::domain::format_timestamp;
-use flow_common::events::{EventType, NewEvent, event_body};
-use flow_common::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
 use flow_common::webhook::vault::SecretVault;
+use flow_domain::events::{EventType, NewEvent, event_body};
+use flow_domain::format_timestamp;
+use flow_domain::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
 use hdrhistogram::Histogram;
 use serde_json::json;
 use sqlx::PgPool;
@@ -451,7 +451,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     let pool = crate::admin::pool(core).await?;
 
     let secrets: Vec<String> = (0..args.endpoints)
-        .map(|_| flow_common::webhook::signing::generate_secret())
+        .map(|_| flow_domain::webhook::signing::generate_secret())
         .collect();
     let mut receiver = Receiver::start_with(receiver_options(args.port)).await?;
     let address = receiver.address();

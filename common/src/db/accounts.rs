@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::Email;
+use flow_domain::ids::{AccountId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::orgs::Organization;
-use crate::domain::Email;
-use crate::ids::{AccountId, OrgId};
 
 /// How long a sign-in link works.
 pub const LINK_VALIDITY: Duration = Duration::from_secs(24 * 3600);

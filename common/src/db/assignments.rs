@@ -5,12 +5,13 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
+use flow_domain::AssignmentStatus;
+use flow_domain::events::{EventData, EventType, event_body};
+use flow_domain::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::messages::AssignCommand;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
-use crate::domain::AssignmentStatus;
-use crate::events::{AssignmentSnapshot, EventType, event_body, event_data};
-use crate::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
-use crate::messages::AssignCommand;
+use super::lifecycle::AssignmentSnapshot;
 
 /// What a batch did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -325,7 +326,7 @@ fn assigned_event(command: &AssignCommand, event_id: EventId) -> serde_json::Val
         event_id,
         EventType::Assigned.as_str(),
         command.assigned_at,
-        event_data(&snapshot),
+        EventData::from(&snapshot),
     )
 }
 

@@ -4,9 +4,8 @@
 //! transaction where it has one.
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{KeyId, OrgId};
 use sqlx::{FromRow, PgExecutor};
-
-use crate::ids::{KeyId, OrgId};
 
 /// Who made a change.
 #[derive(Debug, Clone, Copy)]

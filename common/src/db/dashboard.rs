@@ -3,15 +3,15 @@
 //! assignments of a flow searched by e-mail, and the list of schedules.
 
 use chrono::{DateTime, Utc};
+use flow_domain::AssignmentStatus;
+use flow_domain::ids::{
+    AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
+};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
 use super::users::User;
 use super::webhooks::DeliveryRecord;
-use crate::domain::AssignmentStatus;
-use crate::ids::{
-    AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
-};
 
 /// An endpoint's health over the last 24 hours.
 #[derive(Debug, Clone, FromRow)]

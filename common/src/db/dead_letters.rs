@@ -3,10 +3,9 @@
 //! instead of staying "accepted" forever.
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{AssignmentId, OrgId};
+use flow_domain::messages::AssignCommand;
 use sqlx::{FromRow, PgConnection, PgExecutor};
-
-use crate::ids::{AssignmentId, OrgId};
-use crate::messages::AssignCommand;
 
 /// A message as it arrived in the dead-letter queue.
 #[derive(Debug, Clone)]

@@ -8,11 +8,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{ExportId, FlowId, OrgId};
+use flow_domain::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
-
-use crate::ids::{ExportId, FlowId, OrgId};
-use crate::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 
 /// Lifecycle of an export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,9 +1,8 @@
 //! Flows and their ordered modules.
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{FlowId, ModuleId, OrgId};
 use sqlx::{FromRow, PgExecutor, PgPool};
-
-use crate::ids::{FlowId, ModuleId, OrgId};
 
 /// A flow row.
 #[derive(Debug, Clone, FromRow)]

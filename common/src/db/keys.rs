@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{KeyId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgExecutor, PgPool};
 
 use super::audit::{self, Actor};
 use super::orgs::Organization;
-use crate::ids::{KeyId, OrgId};
 
 /// Prefix of every secret key.
 pub const KEY_PREFIX: &str = "fsk_";

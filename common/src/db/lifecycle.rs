@@ -3,13 +3,81 @@
 //! guarded by the assignment's status so applying it twice emits nothing the second time.
 
 use chrono::{DateTime, Utc};
+use flow_domain::events::{EventData, EventType, NewEvent};
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId};
+use flow_domain::messages::ProgressCommand;
+use flow_domain::{AssignmentStatus, ModuleStatus, format_timestamp};
 use sqlx::PgConnection;
 use tracing::Instrument;
 
-use crate::domain::{AssignmentStatus, ModuleStatus};
-use crate::events::{AssignmentSnapshot, EventType, NewEvent, SNAPSHOT_COLUMNS};
-use crate::ids::{AssignmentId, ModuleId, OrgId};
-use crate::messages::ProgressCommand;
+/// The assignment as an event describes it: read in the transaction that changed it (built from
+/// the command for `flow.assigned`).
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct AssignmentSnapshot {
+    /// Assignment.
+    pub id: AssignmentId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Flow name.
+    pub flow_name: String,
+    /// Assignee e-mail.
+    pub assignee_email: String,
+    /// Status after the change.
+    pub status: String,
+    /// Priority.
+    pub priority: String,
+    /// Due date.
+    pub due_at: Option<DateTime<Utc>>,
+    /// Assignment time.
+    pub assigned_at: DateTime<Utc>,
+    /// First module activity.
+    pub started_at: Option<DateTime<Utc>>,
+    /// Completion.
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// Columns of [`AssignmentSnapshot`] over `assignments a JOIN flows f JOIN users u`.
+pub const SNAPSHOT_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, \
+    u.email AS assignee_email, a.status, a.priority, a.due_at, a.assigned_at, a.started_at, \
+    a.completed_at";
+
+impl AssignmentSnapshot {
+    /// The event of type `event_type` about this assignment, happening at `at`, caused by the
+    /// work whose trace context is `traceparent`.
+    pub fn event(
+        &self,
+        event_type: EventType,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+    ) -> NewEvent {
+        NewEvent::about(
+            self.org_id,
+            EventData::from(self),
+            event_type,
+            at,
+            traceparent,
+        )
+    }
+}
+
+impl From<&AssignmentSnapshot> for EventData {
+    fn from(snapshot: &AssignmentSnapshot) -> Self {
+        Self {
+            assignment_id: snapshot.id,
+            flow_id: snapshot.flow_id,
+            flow_name: snapshot.flow_name.clone(),
+            assignee_email: snapshot.assignee_email.clone(),
+            status: snapshot.status.clone(),
+            assigned_at: format_timestamp(snapshot.assigned_at),
+            due_date: snapshot.due_at.map(format_timestamp),
+            started_at: snapshot.started_at.map(format_timestamp),
+            completed_at: snapshot.completed_at.map(format_timestamp),
+            priority: snapshot.priority.clone(),
+        }
+    }
+}
 
 /// What one progress command did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,12 +126,7 @@ pub async fn apply_progress(
         .bind(command.at.max(snapshot.assigned_at))
         .fetch_one(&mut *connection)
         .await?;
-        events.push(NewEvent::about(
-            &snapshot,
-            EventType::Started,
-            Utc::now(),
-            traceparent,
-        ));
+        events.push(snapshot.event(EventType::Started, Utc::now(), traceparent));
     }
     let all_done: bool = sqlx::query_scalar(
         "SELECT count(*) FILTER (WHERE p.status = 'completed') = count(*)
@@ -87,12 +150,7 @@ pub async fn apply_progress(
         .bind(command.at.max(started))
         .fetch_one(&mut *connection)
         .await?;
-        events.push(NewEvent::about(
-            &snapshot,
-            EventType::Completed,
-            Utc::now(),
-            traceparent,
-        ));
+        events.push(snapshot.event(EventType::Completed, Utc::now(), traceparent));
     }
     super::outbox::insert(connection, &events).await?;
     Ok((
@@ -203,7 +261,7 @@ pub async fn mark_overdue(
     let traceparent = crate::telemetry::traceparent(&span);
     let events: Vec<NewEvent> = changed
         .iter()
-        .map(|snapshot| NewEvent::about(snapshot, EventType::Overdue, now, traceparent.as_deref()))
+        .map(|snapshot| snapshot.event(EventType::Overdue, now, traceparent.as_deref()))
         .collect();
     super::outbox::insert(connection, &events)
         .instrument(span)

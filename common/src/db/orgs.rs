@@ -2,10 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use flow_domain::ids::OrgId;
 use serde::Serialize;
 use sqlx::{FromRow, PgExecutor};
-
-use crate::ids::OrgId;
 
 /// Service tier, which sets the default rate limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -2,10 +2,9 @@
 //! relay publishes them to the events exchange afterwards.
 
 use chrono::{DateTime, Utc};
+use flow_domain::events::NewEvent;
+use flow_domain::ids::{AssignmentId, EventId, OrgId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
-
-use crate::events::NewEvent;
-use crate::ids::{AssignmentId, EventId, OrgId};
 
 /// Writes `events` (in the caller's transaction) and wakes the relays when it commits. An event
 /// whose id is already in the outbox is not written again: ids are derived from what the event is

@@ -1,8 +1,7 @@
 //! Shared rate-limit buckets (GCRA in Postgres, see migration 0008).
 
+use flow_domain::ids::OrgId;
 use sqlx::{FromRow, PgExecutor};
-
-use crate::ids::OrgId;
 
 /// The answer of one lease request.
 #[derive(Debug, Clone, Copy, FromRow)]

@@ -11,12 +11,11 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
+use flow_domain::AssignmentStatus;
+use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
+use flow_domain::report::{PageCursor, Period, ReportParameters};
 use futures::stream::BoxStream;
 use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
-
-use crate::domain::AssignmentStatus;
-use crate::ids::{AssignmentId, FlowId, ScheduleId};
-use crate::report::{PageCursor, Period, ReportParameters};
 
 /// The status assignment `a` reports at `$4` (the one rule, migration 0070).
 const EFFECTIVE_STATUS: &str = "flow_effective_status(a.status, a.due_at, $4)";
@@ -283,6 +282,17 @@ pub struct PeriodBounds {
     pub period_end: DateTime<Utc>,
 }
 
+/// The step between two starts of `period`, as a Postgres interval.
+fn interval(period: Period) -> &'static str {
+    match period {
+        Period::Day => "1 day",
+        Period::Week => "1 week",
+        Period::Month => "1 month",
+        Period::Quarter => "3 months",
+        Period::Year => "1 year",
+    }
+}
+
 /// The periods of length `period` in time zone `zone` from the one containing `first` to the one
 /// containing `last`, cut by Postgres (`date_trunc` and `generate_series` on local time, then
 /// back to instants: a day is 23 or 25 hours long across a clock change).
@@ -303,8 +313,9 @@ pub async fn periods<'e>(
          ORDER BY local_start",
     )
     .bind(zone)
-    .bind(period.sql_unit())
-    .bind(period.sql_step())
+    // `date_trunc` names the periods as they are spelled.
+    .bind(period.as_str())
+    .bind(interval(period))
     .bind(first)
     .bind(last)
     .fetch_all(executor)

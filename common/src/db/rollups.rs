@@ -9,9 +9,8 @@
 //! count, compared key by key.
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::FlowId;
 use sqlx::{FromRow, PgExecutor};
-
-use crate::ids::FlowId;
 
 /// Counts and sums over a set of assignments, by the status each reports at the reading time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, FromRow)]

@@ -3,11 +3,10 @@
 //! advances the schedule in the same transaction.
 
 use chrono::{DateTime, Utc};
+use flow_domain::Priority;
+use flow_domain::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
+use flow_domain::recurrence::Recurrence;
 use sqlx::{FromRow, PgConnection, PgExecutor};
-
-use crate::domain::Priority;
-use crate::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
-use crate::recurrence::Recurrence;
 
 /// A new schedule.
 #[derive(Debug, Clone)]

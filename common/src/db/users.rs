@@ -1,10 +1,9 @@
 //! Users (assignees): upserted by e-mail, unique per organization case-insensitively.
 
 use chrono::{DateTime, Utc};
+use flow_domain::Email;
+use flow_domain::ids::{OrgId, UserId};
 use sqlx::{FromRow, PgExecutor};
-
-use crate::domain::Email;
-use crate::ids::{OrgId, UserId};
 
 /// A user row.
 #[derive(Debug, Clone, FromRow)]

@@ -4,10 +4,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 use uuid::Uuid;
-
-use crate::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 
 /// Most endpoints one organization may have.
 pub const MAX_ENDPOINTS_PER_ORG: i64 = 50;
@@ -1092,7 +1091,7 @@ pub async fn create_test_delivery(
     .bind(endpoint.org_id)
     .bind(endpoint.id)
     .bind(event_id)
-    .bind(crate::events::TEST_EVENT_TYPE)
+    .bind(flow_domain::events::TEST_EVENT_TYPE)
     .bind(payload)
     .bind(at)
     .execute(&mut *connection)

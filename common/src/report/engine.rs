@@ -12,19 +12,19 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
+use flow_domain::Invalid;
+use flow_domain::ids::AssignmentId;
+use flow_domain::report::params::PageRequest;
+use flow_domain::report::{AggregateSpec, ExportFormat, MAX_PERIODS, PageCursor, ReportParameters};
 use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::PgConnection;
 
-use super::params::PageRequest;
-use super::{AggregateSpec, ExportFormat, MAX_PERIODS, PageCursor, ReportParameters};
 use crate::db::assignments::{self, ModuleProgressRecord};
 use crate::db::reports::{
     self, AggregateRow, ExportRow, Metrics, PeriodBounds, ReportRow, ScheduleRow, Scope,
 };
 use crate::db::snapshot::Snapshot;
-use crate::domain::Invalid;
-use crate::ids::AssignmentId;
 
 /// Periods aggregated together before the work is split across two lanes.
 const PERIODS_PER_QUERY: usize = 8;

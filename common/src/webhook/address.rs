@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::domain::Invalid;
+use flow_domain::Invalid;
 
 /// Which endpoint addresses are acceptable.
 #[derive(Debug, Clone, Copy, clap::Args)]

@@ -1,6 +1,6 @@
-//! Webhook delivery rules shared by the API and the webhook-worker, one concept per module.
+//! The safeguards of webhook delivery shared by the API and the webhook-worker: endpoint secrets
+//! sealed at rest, and the address policy that keeps endpoints off internal networks. Signatures
+//! and the retry schedule are `flow_domain::webhook`'s.
 
 pub mod address;
-pub mod retry;
-pub mod signing;
 pub mod vault;

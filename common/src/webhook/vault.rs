@@ -110,7 +110,7 @@ impl SecretVault {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::webhook::signing::{SECRET_PREFIX, generate_secret};
+    use flow_domain::webhook::signing::{SECRET_PREFIX, generate_secret};
 
     /// Secrets sealed before the move to aes-gcm 0.11 must still open: this one was sealed by an
     /// independent AES-256-GCM implementation (Python's `cryptography`) with the same layout

@@ -15,7 +15,7 @@ use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db;
 use flow_common::db::assignments::{self, ApplyError};
-use flow_common::messages::{ASSIGN_KIND, AssignCommand, decode_assign_message};
+use flow_domain::messages::{ASSIGN_KIND, AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use sqlx::PgPool;

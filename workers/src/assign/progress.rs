@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use flow_common::db::lifecycle::{self, ProgressOutcome};
-use flow_common::events::EventType;
-use flow_common::messages::ProgressCommand;
+use flow_domain::events::EventType;
+use flow_domain::messages::ProgressCommand;
 use lapin::message::Delivery;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;

@@ -16,11 +16,11 @@ use chrono::Utc;
 use flow_common::amqp::{Outgoing, Publisher, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, outbox};
-use flow_common::events::{
+use flow_common::telemetry::TRACEPARENT;
+use flow_domain::events::{
     BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch,
     MAX_EVENTS_PER_MESSAGE, ORG_HEADER,
 };
-use flow_common::telemetry::TRACEPARENT;
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
@@ -309,8 +309,8 @@ async fn prune(pool: &PgPool, retention_hours: u64) {
 mod tests {
     use chrono::Utc;
     use flow_common::db::outbox::PendingEvent;
-    use flow_common::events::event_body;
-    use flow_common::ids::{EventId, OrgId};
+    use flow_domain::events::event_body;
+    use flow_domain::ids::{EventId, OrgId};
 
     use super::*;
     use crate::webhook::decode_event_message;

@@ -21,7 +21,7 @@ use flow_common::db::snapshot::Snapshot;
 use flow_common::db::{self, flows};
 use flow_common::export_store::ExportStore;
 use flow_common::report::engine::{self, Report, ReportError};
-use flow_common::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
+use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
 use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::PgPool;

@@ -4,10 +4,10 @@
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use flow_common::db::flows::Module;
 use flow_common::db::reports::{AggregateRow, ExportRow, Metrics, ScheduleRow};
-use flow_common::domain::format_timestamp;
-use flow_common::duration::humanize_seconds;
-use flow_common::ids::{ExportId, FlowId};
-use flow_common::report::{
+use flow_domain::duration::humanize_seconds;
+use flow_domain::format_timestamp;
+use flow_domain::ids::{ExportId, FlowId};
+use flow_domain::report::{
     AggregateMetric, AggregateSpec, Period, ReportParameters, completion_rate, whole_seconds,
 };
 

@@ -13,8 +13,8 @@ use std::sync::{Arc, LazyLock};
 
 use chrono::{DateTime, Utc};
 use flow_common::db::reports::{AggregateRow, ExportRow};
-use flow_common::duration::humanize_seconds;
-use flow_common::report::{AggregateMetric, PDF_ROW_LIMIT, completion_rate, whole_seconds};
+use flow_domain::duration::humanize_seconds;
+use flow_domain::report::{AggregateMetric, PDF_ROW_LIMIT, completion_rate, whole_seconds};
 use krilla::Document;
 use krilla::color::rgb;
 use krilla::geom::{PathBuilder, Point, Rect};

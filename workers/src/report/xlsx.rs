@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::reports::ExportRow;
-use flow_common::report::{AggregateMetric, completion_rate, whole_seconds};
+use flow_domain::report::{AggregateMetric, completion_rate, whole_seconds};
 use rust_xlsxwriter::{Format, Workbook, Worksheet, XlsxError};
 
 use super::FormatWriter;
@@ -303,7 +303,7 @@ impl XlsxWriter {
                                     sheet.write_string(
                                         row,
                                         column,
-                                        flow_common::duration::humanize_seconds(seconds),
+                                        flow_domain::duration::humanize_seconds(seconds),
                                     )?;
                                     sheet.write_number(row, column + 1, seconds as f64)?;
                                 }

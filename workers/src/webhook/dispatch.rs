@@ -20,7 +20,7 @@ use std::time::Duration;
 use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::Utc;
 use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
-use flow_common::ids::{DeliveryId, WebhookEndpointId};
+use flow_domain::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;

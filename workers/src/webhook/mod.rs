@@ -32,15 +32,15 @@ use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
-use flow_common::duration::parse_duration;
-use flow_common::events::{
-    EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
-};
-use flow_common::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_common::telemetry;
 use flow_common::webhook::address::AddressPolicy;
-use flow_common::webhook::retry::RetrySchedule;
 use flow_common::webhook::vault::SecretVault;
+use flow_domain::duration::parse_duration;
+use flow_domain::events::{
+    EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
+};
+use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use flow_domain::webhook::retry::RetrySchedule;
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;

@@ -14,9 +14,9 @@ use flow_common::db::webhooks::{
 };
 use flow_common::telemetry;
 use flow_common::webhook::address::{AddressPolicy, parse_endpoint_url};
-use flow_common::webhook::retry::RetrySchedule;
-use flow_common::webhook::signing::signature_header;
 use flow_common::webhook::vault::SecretVault;
+use flow_domain::webhook::retry::RetrySchedule;
+use flow_domain::webhook::signing::signature_header;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::header::{CONTENT_TYPE, HeaderMap, RETRY_AFTER};
 use tracing::Instrument;

@@ -1,11 +1,11 @@
-//! Lifecycle events (README §Lifecycle and events): their types and the body every consumer receives, built from one
-//! snapshot of the assignment taken in the transaction that changed it.
+//! Lifecycle events (README §Lifecycle and events): their types, the body every consumer
+//! receives (its `data` built from one snapshot of the assignment, taken in the transaction that
+//! changed it) and the messages that carry them.
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::FromRow;
 
-use crate::domain::format_timestamp;
+use crate::format_timestamp;
 use crate::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
 
 string_enum!(
@@ -31,38 +31,6 @@ pub const EVENT_KIND: &str = "event";
 /// AMQP header carrying the organization of an event (the body is what customers receive, so the
 /// tenant travels beside it).
 pub const ORG_HEADER: &str = "flow-org-id";
-
-/// The assignment as an event describes it.
-#[derive(Debug, Clone, FromRow)]
-pub struct AssignmentSnapshot {
-    /// Assignment.
-    pub id: AssignmentId,
-    /// Owning organization.
-    pub org_id: OrgId,
-    /// Flow.
-    pub flow_id: FlowId,
-    /// Flow name.
-    pub flow_name: String,
-    /// Assignee e-mail.
-    pub assignee_email: String,
-    /// Status after the change.
-    pub status: String,
-    /// Priority.
-    pub priority: String,
-    /// Due date.
-    pub due_at: Option<DateTime<Utc>>,
-    /// Assignment time.
-    pub assigned_at: DateTime<Utc>,
-    /// First module activity.
-    pub started_at: Option<DateTime<Utc>>,
-    /// Completion.
-    pub completed_at: Option<DateTime<Utc>>,
-}
-
-/// Columns of [`AssignmentSnapshot`] over `assignments a JOIN flows f JOIN users u`.
-pub const SNAPSHOT_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, \
-    u.email AS assignee_email, a.status, a.priority, a.due_at, a.assigned_at, a.started_at, \
-    a.completed_at";
 
 /// What a `flow.*` event says about its assignment: the `data` of the body, as of the change.
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
@@ -96,23 +64,6 @@ pub struct EventData {
     pub priority: String,
 }
 
-impl From<&AssignmentSnapshot> for EventData {
-    fn from(snapshot: &AssignmentSnapshot) -> Self {
-        Self {
-            assignment_id: snapshot.id,
-            flow_id: snapshot.flow_id,
-            flow_name: snapshot.flow_name.clone(),
-            assignee_email: snapshot.assignee_email.clone(),
-            status: snapshot.status.clone(),
-            assigned_at: format_timestamp(snapshot.assigned_at),
-            due_date: snapshot.due_at.map(format_timestamp),
-            started_at: snapshot.started_at.map(format_timestamp),
-            completed_at: snapshot.completed_at.map(format_timestamp),
-            priority: snapshot.priority.clone(),
-        }
-    }
-}
-
 /// The `data` of the `webhook.test` ping (`POST /v1/webhooks/{id}/test`).
 #[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -139,11 +90,6 @@ pub struct EventBody<D> {
     pub timestamp: String,
     /// What the event is about.
     pub data: D,
-}
-
-/// The `data` object of an event about `snapshot`.
-pub fn event_data(snapshot: &AssignmentSnapshot) -> Value {
-    to_json(&EventData::from(snapshot))
 }
 
 /// A whole event body: `{id, type, timestamp, data}`.
@@ -185,22 +131,24 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
-    /// The event of type `event_type` about `snapshot`, happening at `at`, caused by the work
-    /// whose trace context is `traceparent`. Its id is derived from the assignment and the type
-    /// (see [`EventId::for_transition`]).
+    /// The event of type `event_type` about the assignment `data` describes (of organization
+    /// `org_id`), happening at `at`, caused by the work whose trace context is `traceparent`. Its
+    /// id is derived from the assignment and the type (see [`EventId::for_transition`]).
     pub fn about(
-        snapshot: &AssignmentSnapshot,
+        org_id: OrgId,
+        data: EventData,
         event_type: EventType,
         at: DateTime<Utc>,
         traceparent: Option<&str>,
     ) -> Self {
-        let id = EventId::for_transition(snapshot.id, event_type.as_str());
+        let assignment_id = data.assignment_id;
+        let id = EventId::for_transition(assignment_id, event_type.as_str());
         Self {
             id,
-            org_id: snapshot.org_id,
+            org_id,
             event_type,
-            assignment_id: snapshot.id,
-            body: event_body(id, event_type.as_str(), at, event_data(snapshot)),
+            assignment_id,
+            body: event_body(id, event_type.as_str(), at, data),
             traceparent: traceparent.map(str::to_owned),
         }
     }

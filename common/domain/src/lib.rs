@@ -1,5 +1,27 @@
-//! Domain types that validate on construction, so invalid input cannot reach a worker.
+//! The domain of Flow, with no infrastructure in it (no database, broker, object store, HTTP
+//! server or runtime: the compiler keeps it so, this crate does not depend on them): what the
+//! service talks about and the rules it applies, shared by the API, the workers and `flowctl`.
+//!
+//! At the root, the types that validate on construction, so invalid input cannot reach a worker:
+//! statuses, priorities, e-mails, free text, dates and time zones, and the effective-status rule.
 //! Error messages name the field the caller sent (`"userEmail must be a valid e-mail address"`).
+//! In modules: [`ids`], [`recurrence`] of schedules, [`duration`]s, the command [`messages`] of
+//! the queues, lifecycle [`events`] and their bodies, what a [`report`] is about, and the
+//! [`webhook`] signatures and retry schedule.
+//!
+//! Database encodings (ids are stored as plain `uuid`s) are derived only with the `sqlx` feature,
+//! which `flow-common` turns on.
+
+#[macro_use]
+mod macros;
+
+pub mod duration;
+pub mod events;
+pub mod ids;
+pub mod messages;
+pub mod recurrence;
+pub mod report;
+pub mod webhook;
 
 use std::fmt;
 
@@ -134,55 +156,6 @@ impl fmt::Display for Email {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// Declares a string enum with its wire names, parsing that names the allowed values on error.
-macro_rules! string_enum {
-    ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident => $text:literal),+ $(,)? }) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize, ::utoipa::ToSchema)]
-        pub enum $name {
-            $($(#[$vdoc])* #[serde(rename = $text)] #[schema(rename = $text)] $variant),+
-        }
-
-        impl $name {
-            /// Every value, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$variant),+];
-
-            /// The wire name.
-            pub fn as_str(self) -> &'static str {
-                match self { $($name::$variant => $text),+ }
-            }
-
-            /// The allowed values joined for an error message: `low, medium, high`.
-            pub fn allowed() -> String {
-                [$($text),+].join(", ")
-            }
-
-            /// Parses field `field`, naming the allowed values on error.
-            pub fn parse_field(field: &str, text: &str) -> Result<Self, $crate::domain::Invalid> {
-                text.parse().map_err(|_| {
-                    $crate::domain::Invalid(format!("{field} must be one of: {}", Self::allowed()))
-                })
-            }
-        }
-
-        impl ::std::str::FromStr for $name {
-            type Err = $crate::domain::Invalid;
-            fn from_str(text: &str) -> Result<Self, $crate::domain::Invalid> {
-                match text {
-                    $($text => Ok($name::$variant),)+
-                    _ => Err($crate::domain::Invalid(format!("must be one of: {}", Self::allowed()))),
-                }
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
 }
 
 string_enum!(

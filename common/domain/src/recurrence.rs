@@ -5,7 +5,7 @@
 use chrono::{DateTime, Datelike, Days, Months, Utc};
 use chrono_tz::Tz;
 
-use crate::domain::{local_to_utc, year_in_range};
+use crate::{local_to_utc, year_in_range};
 
 string_enum!(
     /// How often a schedule repeats.
@@ -104,7 +104,7 @@ impl Recurrence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::format_timestamp;
+    use crate::format_timestamp;
 
     /// The first occurrence after `now` found by stepping through every one: the reference
     /// [`Recurrence::first_after`] must agree with.

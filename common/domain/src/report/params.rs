@@ -10,8 +10,8 @@ use chrono_tz::Tz;
 use super::{
     AggregateSpec, DEFAULT_PAGE_LIMIT, ExportFormat, MAX_PAGE_LIMIT, PageCursor, ReportParameters,
 };
-use crate::domain::{AssignmentStatus, DayBound, Invalid, parse_date_input, parse_timezone};
 use crate::ids::FlowId;
+use crate::{AssignmentStatus, DayBound, Invalid, parse_date_input, parse_timezone};
 
 /// A report request as the caller wrote it: every field unchecked, as text where the caller sends
 /// text. [`ReportParams::parse`] turns it into parameters or says which field is wrong.

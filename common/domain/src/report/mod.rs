@@ -3,20 +3,20 @@
 //! and the modules that make a report out of a request:
 //!
 //! - [`params`]: a report request validated into those parameters;
-//! - [`engine`]: the one place a report is assembled (metrics, schedules, aggregates, the rows),
-//!   for the API's inline answer and for every export format the report-worker writes;
 //! - [`cost`]: what a report costs against the organization's report limit.
+//!
+//! The one place a report is assembled from the database (metrics, schedules, aggregates, the
+//! rows), for the API's inline answer and every export format, is `flow_common::report::engine`.
 
 pub mod cost;
-pub mod engine;
 pub mod params;
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{AssignmentStatus, Invalid};
 use crate::ids::{AssignmentId, FlowId};
+use crate::{AssignmentStatus, Invalid};
 
 /// Page size of a report when the request gives none.
 pub const DEFAULT_PAGE_LIMIT: u32 = 1_000;
@@ -46,22 +46,6 @@ string_enum!(
 );
 
 impl Period {
-    /// The `date_trunc` field name.
-    pub fn sql_unit(self) -> &'static str {
-        self.as_str()
-    }
-
-    /// The step between two period starts, as a Postgres interval.
-    pub fn sql_step(self) -> &'static str {
-        match self {
-            Self::Day => "1 day",
-            Self::Week => "1 week",
-            Self::Month => "1 month",
-            Self::Quarter => "3 months",
-            Self::Year => "1 year",
-        }
-    }
-
     /// The label of the period starting at the local time `start`.
     pub fn label(self, start: NaiveDateTime) -> String {
         let date = start.date();
@@ -313,7 +297,7 @@ pub fn decode_keyset(text: &str) -> Option<(DateTime<Utc>, uuid::Uuid)> {
     }
     let micros = i64::from_be_bytes(bytes[..8].try_into().ok()?);
     let at = DateTime::<Utc>::from_timestamp_micros(micros)
-        .filter(|at| crate::domain::year_in_range(at.year()))?;
+        .filter(|at| crate::year_in_range(at.year()))?;
     let id = uuid::Uuid::from_slice(&bytes[8..]).ok()?;
     Some((at, id))
 }

@@ -5,8 +5,8 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::domain::{ModuleStatus, Priority};
 use crate::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use crate::{ModuleStatus, Priority};
 
 /// Current version of [`AssignCommand`].
 pub const ASSIGN_COMMAND_VERSION: u16 = 1;
