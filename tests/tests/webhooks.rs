@@ -913,21 +913,7 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
         transaction.commit().await?;
         Ok::<_, sqlx::Error>(claimed)
     });
-    app.eventually(
-        Duration::from_secs(10),
-        "the fan-out to wait for the deletion's lock",
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&app.db)
-            .await
-            .expect("activity");
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
+    waiting_for_a_lock(&app, "the fan-out to wait for the deletion's lock").await;
     deletion.commit().await.expect("commit");
     let claimed = fan_out.await.expect("task").expect("the fan-out succeeds");
     assert_eq!(
@@ -985,21 +971,7 @@ async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_beh
         transaction.commit().await?;
         Ok::<_, sqlx::Error>(found)
     });
-    app.eventually(
-        Duration::from_secs(10),
-        "the deletion to wait for the recorder's lock",
-        || async {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
-            )
-            .fetch_one(&app.db)
-            .await
-            .expect("activity");
-            (waiting > 0).then_some(())
-        },
-    )
-    .await;
+    waiting_for_a_lock(&app, "the deletion to wait for the recorder's lock").await;
     recorder.commit().await.expect("commit");
     assert!(
         deletion
@@ -1025,16 +997,21 @@ async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_beh
         (0, 1),
         "only the kept endpoint's attempt remains"
     );
-    let again = app
-        .request(
-            reqwest::Method::DELETE,
-            &format!("/v1/webhooks/{deleted}"),
-            Some(&org.key),
-            None,
-            &[],
+}
+
+/// Waits until a session of the test's database waits for a lock (`what` says which).
+async fn waiting_for_a_lock(app: &TestApp, what: &str) {
+    app.eventually(Duration::from_secs(10), what, || async {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
         )
-        .await;
-    assert_eq!(again.status, 404);
+        .fetch_one(&app.db)
+        .await
+        .expect("activity");
+        (waiting > 0).then_some(())
+    })
+    .await;
 }
 
 /// An outcome of `claim`'s attempt.
