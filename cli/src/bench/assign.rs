@@ -325,6 +325,22 @@ impl Load {
         })
     }
 
+    /// CPU each watched process spent per item in the measured window, in µs (for a baseline,
+    /// which defers nothing past its answer).
+    fn window_cost(&self, args: &AssignBenchArgs) -> BTreeMap<String, f64> {
+        let seconds = args.duration as f64;
+        self.usage
+            .cores
+            .iter()
+            .map(|(label, cores)| {
+                (
+                    label.clone(),
+                    cores * seconds * 1e6 / self.accepted.max(1) as f64,
+                )
+            })
+            .collect()
+    }
+
     fn per_second(&self, args: &AssignBenchArgs) -> f64 {
         self.accepted as f64 / args.duration as f64
     }
@@ -453,17 +469,29 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
         } else {
             "/v1/flows/assign"
         };
+        let run_start = watched.sample();
         let load = drive(&format!("{base_url}{path}"), &pipeline, args, &watched).await?;
         load.print(args, "assignments");
-        let settled = settle(&pool, &pipeline, &load, whole_system, &receiver).await?;
+        let settled = settle(&pool, &pipeline, &load, whole_system, &receiver, &watched).await?;
         settled.print(&load);
+        // What each process spent per assignment over the whole run, the work deferred past the
+        // load (persisting, relaying, delivering) included: it bounds the rate the machine can
+        // sustain, however the measured window happened to split it.
+        let (cost, machine) = run_start.cost_per_item(&settled.run_end, settled.persisted as u64);
+        println!(
+            "  CPU per assignment over the whole run (warm-up, load and catch-up, {} assignments):",
+            settled.persisted
+        );
+        super::system::print_cost(&cost, Some(machine), "assignment");
         if let Some(baseline) = &baseline {
             println!();
             println!(
-                "pipeline / baseline: {:.2}× the accepted rate ({:.0}/s vs {:.0}/s)",
+                "pipeline / baseline: {:.2}× the accepted rate ({:.0}/s vs {:.0}/s); CPU per assignment {:.0} µs vs {:.0} µs",
                 load.per_second(args) / baseline.per_second(args).max(1e-9),
                 load.per_second(args),
-                baseline.per_second(args)
+                baseline.per_second(args),
+                cost.values().sum::<f64>(),
+                baseline.window_cost(args).values().sum::<f64>()
             );
         }
         anyhow::Ok((load, settled))
@@ -535,6 +563,8 @@ async fn run_baseline(
     drop(child.wait().await);
     let load = outcome?;
     load.print(args, "assignments");
+    println!("  CPU per assignment in the measured window:");
+    super::system::print_cost(&load.window_cost(args), None, "assignment");
     Ok(load)
 }
 
@@ -617,6 +647,8 @@ async fn raw_inserts(
 /// How the system caught up after the load, and whether anything was lost or doubled.
 struct Settled {
     persisted: i64,
+    /// CPU counters once everything had caught up (or the wait gave up).
+    run_end: super::system::Sample,
     persisted_after: Option<Duration>,
     published_after: Option<Duration>,
     delivered_after: Option<Duration>,
@@ -672,6 +704,7 @@ async fn settle(
     load: &Load,
     whole_system: bool,
     receiver: &Receiver,
+    watched: &Watched,
 ) -> anyhow::Result<Settled> {
     let expected = (load.accepted + load.warmup_accepted) as i64;
     let deadline = load.ended + Duration::from_secs(120);
@@ -715,6 +748,8 @@ async fn settle(
         }
         tokio::time::sleep(Duration::from_millis(20).max(asked.elapsed() * 4)).await;
     }
+    // Before the final checks, whose counts are the benchmark's own work.
+    let run_end = watched.sample();
     // The check counts the rows themselves (the rollups are checked by their own tests).
     let persisted: i64 = sqlx::query_scalar("SELECT count(*) FROM assignments WHERE org_id = $1")
         .bind(tenant.org_id)
@@ -753,6 +788,7 @@ async fn settle(
     }
     Ok(Settled {
         persisted,
+        run_end,
         persisted_after,
         published_after,
         delivered_after,

@@ -197,6 +197,44 @@ impl Sample {
     }
 }
 
+impl Sample {
+    /// CPU time each group used from `self` to `later` per item of work, in µs, and the machine's
+    /// busy time per item (every process, this benchmark's or not).
+    pub fn cost_per_item(&self, later: &Sample, items: u64) -> (BTreeMap<String, f64>, f64) {
+        // Clock ticks of 1/100 s, as in `usage_until`.
+        let micros = |ticks: u64| ticks as f64 * 10_000.0 / items.max(1) as f64;
+        let groups = later
+            .groups
+            .iter()
+            .map(|(label, ticks)| {
+                let before = self.groups.get(label).copied().unwrap_or(0);
+                (label.clone(), micros(ticks.saturating_sub(before)))
+            })
+            .collect();
+        // The machine's counters add up both cores.
+        (
+            groups,
+            micros(later.machine.0.saturating_sub(self.machine.0)),
+        )
+    }
+}
+
+/// Prints CPU per item of work: one line per group, their sum, and, when known, what the whole
+/// machine spent (the difference is other work on it).
+pub fn print_cost(groups: &BTreeMap<String, f64>, machine: Option<f64>, item: &str) {
+    for (label, micros) in groups {
+        println!("  {label:<34} {micros:>6.1} µs");
+    }
+    let machine = machine
+        .map(|micros| format!(" (the whole machine: {micros:.1} µs per {item})"))
+        .unwrap_or_default();
+    println!(
+        "  {:<34} {:>6.1} µs{machine}",
+        "sum",
+        groups.values().sum::<f64>()
+    );
+}
+
 impl Usage {
     /// Prints one line per group, then the idle share.
     pub fn print(&self, memory: &BTreeMap<String, f64>) {
