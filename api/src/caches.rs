@@ -11,13 +11,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
 use flow_domain::ids::{FlowId, KeyId, OrgId};
+use flow_common::runtime::{Supervisor, Wakeup};
 use moka::sync::Cache;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::background::Background;
 use crate::caller::Caller;
 
 /// Why a cache could not answer.
@@ -101,7 +100,7 @@ pub struct Caches {
 impl Caches {
     /// Empty caches over `pool`, kept current by a listener for invalidations, with a writer
     /// of the keys' `last_used_at`; both run in `background`.
-    pub fn start(pool: &PgPool, background: &Background) -> Self {
+    pub fn start(pool: &PgPool, background: &Supervisor) -> Self {
         let (touch_queue, touches) = mpsc::channel(10_000);
         let caches = Self::new(touch_queue);
         background.spawn("cache invalidation listener", |stop| {
@@ -215,32 +214,21 @@ impl Caches {
         self.flows.invalidate_all();
     }
 
-    /// Listens for invalidations until `shutdown`; reconnects (dropping everything, since
-    /// notifications may have been missed) when the connection fails.
+    /// Listens for invalidations until `shutdown`; drops everything whenever it starts listening
+    /// again, since notifications may have been missed meanwhile.
     async fn listen(self, pool: PgPool, shutdown: CancellationToken) {
+        let mut wakeup = Wakeup::new(pool, db::INVALIDATE_CHANNEL);
         loop {
-            let listener = async {
-                let mut listener = PgListener::connect_with(&pool).await?;
-                listener.listen(db::INVALIDATE_CHANNEL).await?;
+            if wakeup.listen().await {
                 self.invalidate_everything();
-                loop {
-                    let notification = listener.recv().await?;
-                    self.invalidate(notification.payload());
-                }
-                #[allow(unreachable_code)]
-                Ok::<(), sqlx::Error>(())
-            };
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                result = listener => {
-                    if let Err(error) = result {
-                        tracing::warn!(%error, "cache invalidation listener lost its connection; retrying");
-                    }
-                }
             }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+            match shutdown
+                .run_until_cancelled(wakeup.wait(Duration::from_secs(1)))
+                .await
+            {
+                None => return,
+                Some(Some(payload)) => self.invalidate(&payload),
+                Some(None) => {}
             }
         }
     }

@@ -4,11 +4,11 @@
 //!
 //! Where things are: settings in [`config`], the state handlers share and how it is built in
 //! [`state`], the error type and its mapping to answers in [`error`], the OpenAPI document in
-//! [`docs`], the background tasks' supervisor in [`background`]; the services under the handlers
-//! ([`caches`], [`lookup`], [`ratelimit`]) know nothing of HTTP and return their own errors. This
-//! file wires the routes and middleware together and serves them.
+//! [`docs`]; the services under the handlers ([`caches`], [`lookup`], [`ratelimit`]) know nothing
+//! of HTTP, return their own errors, and run their background tasks under the state's
+//! `flow_common::runtime::Supervisor`. This file wires the routes and middleware together and
+//! serves them.
 
-pub mod background;
 pub mod caches;
 pub mod caller;
 pub mod config;

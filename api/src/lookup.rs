@@ -6,11 +6,10 @@
 use std::sync::Arc;
 
 use flow_common::db::assignments::{self, LookupKey, LookupResult};
+use flow_common::runtime::Supervisor;
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-
-use crate::background::Background;
 
 type Reply = oneshot::Sender<Result<LookupResult, Arc<sqlx::Error>>>;
 
@@ -36,7 +35,7 @@ pub struct Lookup {
 
 impl Lookup {
     /// Starts the batcher in `background`, with at most `concurrency` queries in flight.
-    pub fn start(pool: PgPool, concurrency: usize, background: &Background) -> Self {
+    pub fn start(pool: PgPool, concurrency: usize, background: &Supervisor) -> Self {
         let (queue, receiver) = mpsc::channel(16 * MAX_BATCH);
         background.spawn("assign lookup batcher", |stop| {
             run(pool, receiver, concurrency.max(1), stop)

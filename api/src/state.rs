@@ -8,12 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::export_store::ExportStore;
+use flow_common::runtime::Supervisor;
 use flow_domain::ids::AssignmentIdSigner;
 use metrics_exporter_prometheus::PrometheusHandle;
 use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::background::Background;
 use crate::caches::Caches;
 use crate::config::ApiConfig;
 use crate::lookup::Lookup;
@@ -45,7 +45,7 @@ pub struct AppState {
     pub assignment_ids: AssignmentIdSigner,
     /// The tasks behind the caches, the lookups and the queue gauges; the server stops them
     /// once it has answered its last request.
-    pub background: Background,
+    pub background: Supervisor,
 }
 
 impl AppState {
@@ -92,7 +92,7 @@ pub async fn build_state(
     }
     let export_store =
         ExportStore::open(&config.export_store).context("opening the export store")?;
-    let background = Background::new(&shutdown);
+    let background = Supervisor::new(&shutdown);
     let caches = Caches::start(&db, &background);
     let lookup = Lookup::start(db.clone(), config.lookup_concurrency, &background);
     let amqp_url = config.core.amqp_url.clone();

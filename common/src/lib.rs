@@ -1,6 +1,7 @@
 //! The infrastructure every Flow binary shares: configuration, telemetry, SQL access per
 //! aggregate, the report engine, the AMQP topology, the export store, the operations endpoints,
-//! shutdown, and the safeguards of webhook delivery. What these carry (ids, domain types,
+//! shutdown, the runtime of a long-running process (supervised tasks, Postgres wake-ups,
+//! backoff), and the safeguards of webhook delivery. What these carry (ids, domain types,
 //! messages, events) is `flow_domain`'s.
 
 pub mod amqp;
@@ -9,6 +10,7 @@ pub mod db;
 pub mod export_store;
 pub mod ops;
 pub mod report;
+pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
 pub mod webhook;

@@ -98,32 +98,20 @@ where
 }
 
 /// Connects, retrying with backoff while Postgres is unreachable (start-up ordering in compose,
-/// restarts), until `shutdown`.
+/// restarts), until `shutdown`. `connect` opens one connection, so a pool proves Postgres reachable.
 pub async fn connect_with_retry(
     url: &str,
     max_connections: u32,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Result<PgPool, sqlx::Error> {
-    use backon::{ExponentialBuilder, Retryable};
-    let attempt = || async {
-        let pool = connect(url, max_connections).await?;
-        // `connect` is lazy about nothing: it opens one connection, so this proves reachability.
-        Ok::<_, sqlx::Error>(pool)
-    };
-    let retrying = attempt
-        .retry(
-            ExponentialBuilder::default()
-                .with_min_delay(Duration::from_millis(200))
-                .with_max_delay(Duration::from_secs(10))
-                .with_jitter()
-                .without_max_times(),
-        )
-        .when(is_transient)
-        .notify(|error, delay| {
-            tracing::warn!(%error, ?delay, "Postgres unreachable; retrying");
-        });
-    tokio::select! {
-        result = retrying => result,
-        () = shutdown.cancelled() => Err(sqlx::Error::PoolClosed),
-    }
+    let retrying = crate::runtime::Backoff::reconnect().retry(
+        "connecting to Postgres",
+        shutdown,
+        is_transient,
+        || connect(url, max_connections),
+    );
+    shutdown
+        .run_until_cancelled(retrying)
+        .await
+        .unwrap_or(Err(sqlx::Error::PoolClosed))
 }
