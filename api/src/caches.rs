@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
-use flow_domain::ids::{FlowId, KeyId, OrgId};
 use flow_common::runtime::{Supervisor, Wakeup};
+use flow_domain::ids::{FlowId, KeyId, OrgId};
 use moka::sync::Cache;
 use sqlx::PgPool;
 use tokio::sync::mpsc;

@@ -124,19 +124,19 @@ pub async fn run_until(
         tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
     }
     if args.runs(Component::AssignWorker) {
-        tasks.spawn(flow_workers::assign::run(assign, shutdown.clone()));
+        tasks.spawn(flow_workers::runtime::run(assign, shutdown.clone()));
     }
     if args.runs(Component::ReportWorker) {
-        tasks.spawn(flow_workers::report::run(report, shutdown.clone()));
+        tasks.spawn(flow_workers::runtime::run(report, shutdown.clone()));
     }
     if args.runs(Component::OutboxRelay) {
-        tasks.spawn(flow_workers::relay::run(relay, shutdown.clone()));
+        tasks.spawn(flow_workers::runtime::run(relay, shutdown.clone()));
     }
     if args.runs(Component::Scheduler) {
-        tasks.spawn(flow_workers::scheduler::run(scheduler, shutdown.clone()));
+        tasks.spawn(flow_workers::runtime::run(scheduler, shutdown.clone()));
     }
     if args.runs(Component::WebhookWorker) {
-        tasks.spawn(flow_workers::webhook::run(webhook, shutdown.clone()));
+        tasks.spawn(flow_workers::runtime::run(webhook, shutdown.clone()));
     }
 
     if args.demo {

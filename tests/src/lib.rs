@@ -455,7 +455,7 @@ impl TestApp {
         let mut config: flow_workers::relay::RelayConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.poll_interval_ms = 200;
-        WorkerHandle::spawn(move |shutdown| flow_workers::relay::run(config, shutdown))
+        WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 
     /// Starts a webhook-worker that may deliver to local receivers, with
@@ -485,7 +485,7 @@ impl TestApp {
         config.timeout = Duration::from_secs(5);
         config.endpoint_concurrency = 4;
         tune(&mut config);
-        WorkerHandle::spawn(move |shutdown| flow_workers::webhook::run(config, shutdown))
+        WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 
     /// Starts a scheduler scanning every 100 ms.
@@ -493,7 +493,7 @@ impl TestApp {
         let mut config: flow_workers::scheduler::SchedulerConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.interval_ms = 100;
-        WorkerHandle::spawn(move |shutdown| flow_workers::scheduler::run(config, shutdown))
+        WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 
     /// Starts another API replica on the same database and broker; returns its base URL.
@@ -519,7 +519,7 @@ impl TestApp {
         config.batch_size = 200;
         config.concurrency = 2;
         tune(&mut config);
-        WorkerHandle::spawn(move |shutdown| flow_workers::assign::run(config, shutdown))
+        WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 
     /// Waits until the assign queue has a consumer (the worker is up).

@@ -521,7 +521,7 @@ pub async fn all_pages(app: &TestApp, org: &TestOrg, mut body: Value, limit: u32
 /// Starts a report-worker for this test (polling fast, sweeping rarely: tests sweep explicitly).
 pub fn start_report_worker(app: &TestApp) -> WorkerHandle {
     let config = report_worker_config(app);
-    WorkerHandle::spawn(move |shutdown| flow_workers::report::run(config, shutdown))
+    WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
 }
 
 /// The report-worker settings tests use.

@@ -700,7 +700,7 @@ async fn exports_need_no_broker_and_wait_for_a_worker_to_start() {
     let mut config = report_worker_config(&app);
     config.poll_interval_ms = 3_600_000;
     let worker = flow_tests::WorkerHandle::spawn(move |shutdown| {
-        flow_workers::report::run(config, shutdown)
+        flow_workers::runtime::run(config, shutdown)
     });
     let file = wait_for_export(&app, &org, response["downloadUrl"].as_str().unwrap()).await;
     assert_eq!(file.status, 200);
@@ -743,7 +743,7 @@ async fn an_export_whose_worker_is_killed_is_taken_over_once_the_lease_lapses() 
     let mut config = report_worker_config(&app);
     config.lease_seconds = 5;
     let doomed = flow_tests::WorkerHandle::spawn(move |shutdown| {
-        flow_workers::report::run(config, shutdown)
+        flow_workers::runtime::run(config, shutdown)
     });
     let first_worker = app
         .eventually(

@@ -731,7 +731,7 @@ fn webhook_worker(app: &TestApp, lease: Duration, endpoint_concurrency: usize) -
     config.timeout = Duration::from_secs(1);
     config.lease = lease;
     config.endpoint_concurrency = endpoint_concurrency;
-    WorkerHandle::spawn(move |shutdown| flow_workers::webhook::run(config, shutdown))
+    WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
 }
 
 /// Status and attempt count of every delivery to `endpoint`.

@@ -15,11 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use backon::{BackoffBuilder, ExponentialBuilder};
 use flow_common::amqp::{self, QueueKind, Topology};
-use flow_common::config::CoreConfig;
 use flow_common::db::message_attempts;
 use flow_common::ops::Liveness;
+use flow_common::runtime::Backoff;
 use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
@@ -33,6 +32,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::runtime::Runtime;
 
 /// How a worker consumes its queue.
 #[derive(Debug, Clone)]
@@ -266,52 +267,39 @@ impl Ledger {
     }
 }
 
-/// Consumes until `shutdown`, reconnecting with backoff when the broker connection fails. `pool`
-/// counts the starts of redelivered messages.
+/// Consumes until the role stops, reconnecting with backoff when the broker connection fails.
+/// The role's pool counts the starts of redelivered messages.
 pub async fn run<H: BatchHandler>(
-    core: &CoreConfig,
+    runtime: &Runtime,
     settings: ConsumerSettings,
     handler: Arc<H>,
-    pool: PgPool,
-    shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
     let ledger = Ledger {
-        pool,
-        queue: topology.queue(settings.queue),
-        limit: core.delivery_limit,
+        pool: runtime.pool.clone(),
+        queue: runtime.topology.queue(settings.queue),
+        limit: runtime.core.delivery_limit,
     };
-    let mut backoff = reconnect_backoff();
+    let shutdown = &runtime.shutdown;
+    let mut backoff = Backoff::reconnect();
     while !shutdown.is_cancelled() {
         let mut consumed = false;
-        match consume(
-            core,
-            &topology,
-            &settings,
-            handler.clone(),
-            &ledger,
-            &mut consumed,
-            &shutdown,
-        )
-        .await
-        {
+        match consume(runtime, &settings, handler.clone(), &ledger, &mut consumed).await {
             Ok(()) => break,
             Err(error) => {
                 if consumed {
                     // The connection worked: the next outage starts from the shortest delay.
-                    backoff = reconnect_backoff();
+                    backoff.reset();
                 }
-                let delay = backoff.next().unwrap_or(Duration::from_secs(10));
+                let delay = backoff.delay();
                 tracing::warn!(
                     role = settings.role,
                     error = format!("{error:#}"),
                     ?delay,
                     "consumer stopped; reconnecting"
                 );
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(delay) => {}
-                }
+                shutdown
+                    .run_until_cancelled(tokio::time::sleep(delay))
+                    .await;
             }
         }
     }
@@ -319,25 +307,15 @@ pub async fn run<H: BatchHandler>(
     Ok(())
 }
 
-fn reconnect_backoff() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(10))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
 async fn consume<H: BatchHandler>(
-    core: &CoreConfig,
-    topology: &Topology,
+    runtime: &Runtime,
     settings: &ConsumerSettings,
     handler: Arc<H>,
     ledger: &Ledger,
     consumed: &mut bool,
-    shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let connection = amqp::connect(&core.amqp_url, settings.role)
+    let (topology, shutdown) = (&runtime.topology, &runtime.shutdown);
+    let connection = amqp::connect(&runtime.core.amqp_url, settings.role)
         .await
         .context("connecting to RabbitMQ")?;
     let setup = connection.create_channel().await?;
@@ -634,40 +612,4 @@ pub async fn nack_all(deliveries: &[Delivery]) -> anyhow::Result<()> {
     }))
     .await?;
     Ok(())
-}
-
-/// Runs `attempt` until it succeeds, fails in a way `is_transient` says no retry can fix, or
-/// `shutdown` comes; waits with jittered exponential backoff in between (Postgres restarting,
-/// deadlocks between workers). `what` names the work in the logs.
-pub async fn retry_transient<T, E, Fut>(
-    what: &str,
-    shutdown: &CancellationToken,
-    is_transient: impl Fn(&E) -> bool,
-    mut attempt: impl FnMut() -> Fut,
-) -> Result<T, E>
-where
-    E: std::fmt::Display,
-    Fut: Future<Output = Result<T, E>>,
-{
-    let mut delays = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(20))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build();
-    loop {
-        let error = match attempt().await {
-            Ok(value) => return Ok(value),
-            Err(error) => error,
-        };
-        if !is_transient(&error) || shutdown.is_cancelled() {
-            return Err(error);
-        }
-        let delay = delays.next().unwrap_or(Duration::from_secs(5));
-        tracing::warn!(%error, ?delay, what, "transient database error; retrying");
-        tokio::select! {
-            () = shutdown.cancelled() => return Err(error),
-            () = tokio::time::sleep(delay) => {}
-        }
-    }
 }

@@ -6,14 +6,14 @@
 use std::time::Instant;
 
 use flow_common::amqp::{self, DEAD_LETTER_REASON_HEADER, QueueKind, Topology};
-use flow_common::config::CoreConfig;
 use flow_common::db::{self, dead_letters};
+use flow_common::runtime::retry_transient;
 use flow_domain::messages::{AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;
 
-use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
+use crate::consumer::{BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
 
 const ROLE: &str = "dead-letter-recorder";
 
@@ -38,8 +38,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder writing to `pool`.
-    pub fn new(pool: PgPool, core: &CoreConfig) -> Self {
-        let topology = Topology::new(&core.queue_prefix, core.delivery_limit);
+    pub fn new(pool: PgPool, topology: &Topology) -> Self {
         Self {
             pool,
             assign_queue: topology.queue(QueueKind::Assign),
@@ -156,7 +155,7 @@ fn storable(text: String) -> String {
 impl BatchHandler for Recorder {
     async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
         let started = Instant::now();
-        let recorded = consumer::retry_transient(
+        let recorded = retry_transient(
             "dead-letter record",
             &context.shutdown,
             db::is_transient,

@@ -1,46 +1,9 @@
 //! Gauges an alert can use, polled from Postgres by the role that owns the table: the outbox
 //! backlog (outbox-relay), webhook deliveries due (webhook-worker), schedules due (scheduler),
-//! dead letters waiting (assign-worker, which records them), exports waiting (report-worker). Cheap indexed queries, every
-//! [`POLL_INTERVAL`], in a task that survives failures and panics of a round.
+//! dead letters waiting (assign-worker, which records them), exports waiting (report-worker).
+//! Cheap indexed queries; each is one round of `Runtime::gauge`, which polls it.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::time::Duration;
-
-use futures::FutureExt;
 use sqlx::PgPool;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-/// Time between two polls of a gauge.
-pub const POLL_INTERVAL: Duration = Duration::from_secs(15);
-
-/// Polls `round` now and then every [`POLL_INTERVAL`] until `shutdown`; a failed or panicking
-/// round is logged and the next one runs on schedule.
-pub fn spawn<F, Fut>(
-    what: &'static str,
-    pool: PgPool,
-    shutdown: CancellationToken,
-    round: F,
-) -> JoinHandle<()>
-where
-    F: Fn(PgPool) -> Fut + Send + 'static,
-    Fut: Future<Output = Result<(), sqlx::Error>> + Send + 'static,
-{
-    tokio::spawn(async move {
-        loop {
-            match AssertUnwindSafe(round(pool.clone())).catch_unwind().await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::debug!(%error, what, "could not poll a gauge"),
-                Err(_) => tracing::error!(what, "polling a gauge panicked"),
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(POLL_INTERVAL) => {}
-            }
-        }
-    })
-}
 
 /// `flow_outbox_backlog` (events not yet published) and `flow_outbox_oldest_unpublished_seconds`
 /// (age of the oldest of them, 0 when there is none).

@@ -1,5 +1,7 @@
-//! Flow's background workers. Each binary under `src/bin/` is a thin `main` over one of these
-//! modules' `run` functions, which the tests and `flowctl up` call too.
+//! Flow's background workers. Each role's module holds its own work and its settings, which
+//! implement [`runtime::Role`]; [`runtime`] holds what every role runs on. Each binary under
+//! `src/bin/` is [`runtime::main`] over one role, and the tests and `flowctl up` start roles with
+//! [`runtime::run`].
 
 pub mod assign;
 pub mod consumer;
@@ -7,5 +9,6 @@ pub mod dead_letters;
 pub mod gauges;
 pub mod relay;
 pub mod report;
+pub mod runtime;
 pub mod scheduler;
 pub mod webhook;

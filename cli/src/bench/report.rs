@@ -436,7 +436,7 @@ async fn measure(
     worker.export_store.export_store_url = export_dir.to_string_lossy().into_owned();
     worker.poll_interval_ms = 50;
     worker.concurrency = 1;
-    let worker_task = tokio::spawn(flow_workers::report::run(worker, shutdown.clone()));
+    let worker_task = tokio::spawn(flow_workers::runtime::run(worker, shutdown.clone()));
 
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(600))

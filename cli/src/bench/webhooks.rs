@@ -498,8 +498,8 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
         webhook_batch_size = webhook.batch_size,
         "starting the relay and the webhook-worker"
     );
-    let relay_task = tokio::spawn(flow_workers::relay::run(relay, workers_stop.clone()));
-    let webhook_task = tokio::spawn(flow_workers::webhook::run(webhook, workers_stop.clone()));
+    let relay_task = tokio::spawn(flow_workers::runtime::run(relay, workers_stop.clone()));
+    let webhook_task = tokio::spawn(flow_workers::runtime::run(webhook, workers_stop.clone()));
 
     let outcome = async {
         wait_for_consumer(core).await?;

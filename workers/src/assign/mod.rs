@@ -10,11 +10,10 @@ pub mod progress;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
-use flow_common::db;
 use flow_common::db::assignments::{self, ApplyError};
+use flow_common::runtime::retry_transient;
 use flow_domain::messages::{ASSIGN_KIND, AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
@@ -22,6 +21,7 @@ use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
+use crate::runtime::{Runtime, role};
 
 const ROLE: &str = "assign-worker";
 
@@ -58,16 +58,10 @@ pub struct AssignWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-/// Runs the worker until `shutdown`.
-pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = db::connect_with_retry(
-        &config.core.database_url,
-        config.core.database_max_connections,
-        &shutdown,
-    )
-    .await
-    .context("connecting to Postgres")?;
-    config.health.add_postgres(ROLE, pool.clone());
+role! { AssignWorkerConfig, ROLE, "Flow assign-worker", "0.0.0.0:9101", work }
+
+/// Consumes assign commands, progress commands and dead letters until shutdown.
+async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {
     let batch_size = config.batch_size.max(1);
     let settings = ConsumerSettings {
         role: ROLE,
@@ -77,9 +71,7 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         // About one transaction's worth of commands (an encoded command is a few hundred bytes).
         batch_bytes: batch_size.saturating_mul(COMMAND_BYTES),
         concurrency: config.concurrency,
-        liveness: config
-            .health
-            .add_loop(format!("{ROLE}.assign-consumer"), None),
+        liveness: runtime.liveness("assign-consumer", None),
     };
     let progress_settings = ConsumerSettings {
         role: "progress-worker",
@@ -88,44 +80,20 @@ pub async fn run(config: AssignWorkerConfig, shutdown: CancellationToken) -> any
         batch_size: config.progress_batch_size.max(1),
         batch_bytes: usize::MAX,
         concurrency: 1,
-        liveness: config
-            .health
-            .add_loop(format!("{ROLE}.progress-consumer"), None),
+        liveness: runtime.liveness("progress-consumer", None),
     };
+    let pool = &runtime.pool;
     let progress = progress::ProgressHandler::new(pool.clone());
     let handler = AssignHandler::new(pool.clone(), batch_size);
-    crate::gauges::spawn(
-        "dead letters pending",
-        pool.clone(),
-        shutdown.clone(),
-        crate::gauges::dead_letters,
-    );
-    let recorder = crate::dead_letters::Recorder::new(pool.clone(), &config.core);
+    runtime.gauge("dead letters pending", crate::gauges::dead_letters);
+    let recorder = crate::dead_letters::Recorder::new(pool.clone(), &runtime.topology);
     let (assigned, progressed, recorded) = tokio::join!(
+        consumer::run(&runtime, settings, Arc::new(handler)),
+        consumer::run(&runtime, progress_settings, Arc::new(progress)),
         consumer::run(
-            &config.core,
-            settings,
-            Arc::new(handler),
-            pool.clone(),
-            shutdown.clone()
-        ),
-        consumer::run(
-            &config.core,
-            progress_settings,
-            Arc::new(progress),
-            pool.clone(),
-            shutdown.clone()
-        ),
-        consumer::run(
-            &config.core,
-            crate::dead_letters::settings(
-                config
-                    .health
-                    .add_loop(format!("{ROLE}.dead-letter-consumer"), None)
-            ),
+            &runtime,
+            crate::dead_letters::settings(runtime.liveness("dead-letter-consumer", None)),
             Arc::new(recorder),
-            pool,
-            shutdown
         ),
     );
     assigned.and(progressed).and(recorded)
@@ -315,7 +283,7 @@ impl AssignHandler {
         commands: &[AssignCommand],
         shutdown: &CancellationToken,
     ) -> Result<assignments::BatchOutcome, ApplyError> {
-        consumer::retry_transient("assign batch", shutdown, ApplyError::is_transient, || {
+        retry_transient("assign batch", shutdown, ApplyError::is_transient, || {
             self.apply(commands)
         })
         .await

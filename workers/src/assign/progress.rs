@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use flow_common::db::lifecycle::{self, ProgressOutcome};
+use flow_common::runtime::retry_transient;
 use flow_domain::events::EventType;
 use flow_domain::messages::ProgressCommand;
 use lapin::message::Delivery;
@@ -53,7 +54,7 @@ impl ProgressHandler {
         commands: &[Traced<'_>],
         shutdown: &CancellationToken,
     ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
-        consumer::retry_transient(
+        retry_transient(
             "progress batch",
             shutdown,
             flow_common::db::is_transient,

@@ -11,20 +11,20 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::Utc;
-use flow_common::amqp::{Outgoing, Publisher, Topology};
+use flow_common::amqp::{Outgoing, Publisher};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, outbox};
+use flow_common::runtime::Backoff;
 use flow_common::telemetry::TRACEPARENT;
 use flow_domain::events::{
     BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch,
     MAX_EVENTS_PER_MESSAGE, ORG_HEADER,
 };
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::runtime::{Runtime, role};
 
 const ROLE: &str = "outbox-relay";
 
@@ -52,118 +52,56 @@ pub struct RelayConfig {
     pub health: flow_common::ops::Health,
 }
 
-/// Runs the relay until `shutdown`.
-pub async fn run(config: RelayConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = db::connect_with_retry(
-        &config.core.database_url,
-        config.core.database_max_connections,
-        &shutdown,
-    )
-    .await
-    .context("connecting to Postgres")?;
-    let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
-    let publisher = Publisher::new(
-        &config.core.amqp_url,
-        ROLE,
-        topology,
-        4,
-        Duration::from_secs(10),
-    );
-    config.health.add_postgres(ROLE, pool.clone());
-    config.health.add_broker(ROLE, publisher.clone());
-    let liveness = config
-        .health
-        .add_loop(format!("{ROLE}.loop"), Some(LOOP_STALE_AFTER));
-    crate::gauges::spawn(
-        "outbox backlog",
-        pool.clone(),
-        shutdown.clone(),
-        crate::gauges::outbox,
-    );
-    let mut listener = None;
-    let mut delays = backoff();
+role! { RelayConfig, ROLE, "Flow outbox relay", "0.0.0.0:9103", work }
+
+/// Relays until shutdown.
+async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {
+    let publisher = runtime.publisher(4);
+    let liveness = runtime.liveness("loop", Some(LOOP_STALE_AFTER));
+    runtime.gauge("outbox backlog", crate::gauges::outbox);
+    let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
+    let mut wakeup = runtime.wakeup(db::OUTBOX_CHANNEL);
+    let mut delays = Backoff::reconnect();
     let mut last_prune = Instant::now() - Duration::from_secs(3_600);
     tracing::info!(role = ROLE, "relaying the outbox");
     while !shutdown.is_cancelled() {
         liveness.beat();
-        if listener.is_none() {
-            listener = listen(&pool).await;
-        }
-        match relay_batch(&pool, &publisher, config.batch_size).await {
+        wakeup.listen().await;
+        match relay_batch(pool, &publisher, config.batch_size).await {
             Ok(count) => {
-                delays = backoff();
+                delays.reset();
                 if count as i64 >= config.batch_size {
                     continue;
                 }
             }
             Err(error) => {
-                let delay = delays.next().unwrap_or(Duration::from_secs(10));
+                let delay = delays.delay();
                 tracing::warn!(
                     role = ROLE,
                     error = format!("{error:#}"),
                     ?delay,
                     "relay failed; retrying"
                 );
-                tokio::select! {
-                    () = shutdown.cancelled() => break,
-                    () = tokio::time::sleep(delay) => {}
-                }
+                shutdown
+                    .run_until_cancelled(tokio::time::sleep(delay))
+                    .await;
                 continue;
             }
         }
         if last_prune.elapsed() > Duration::from_secs(600) {
             last_prune = Instant::now();
-            prune(&pool, config.retention_hours).await;
+            prune(pool, config.retention_hours).await;
         }
         let poll = Duration::from_millis(config.poll_interval_ms);
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            woken = wait_for_notification(&mut listener, poll) => {
-                if !woken {
-                    // The listener broke: open a new one on the next round.
-                    listener = None;
-                }
-            }
-        }
+        shutdown.run_until_cancelled(wakeup.wait(poll)).await;
     }
     publisher.close().await;
-    tracing::info!(role = ROLE, "relay stopped");
     Ok(())
 }
 
 /// A relay loop that has not come round for this long is stuck (a round waits at most the poll
 /// interval, a publish at most its confirm timeout, a failure at most the backoff's ten seconds).
 const LOOP_STALE_AFTER: Duration = Duration::from_secs(120);
-
-fn backoff() -> impl Iterator<Item = Duration> {
-    ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(10))
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen(db::OUTBOX_CHANNEL).await.ok()?;
-    Some(listener)
-}
-
-/// Waits for a notification or `poll`; false when the listener is broken.
-async fn wait_for_notification(listener: &mut Option<PgListener>, poll: Duration) -> bool {
-    let Some(active) = listener.as_mut() else {
-        tokio::time::sleep(poll).await;
-        return true;
-    };
-    match tokio::time::timeout(poll, active.recv()).await {
-        Ok(Err(error)) => {
-            tracing::warn!(role = ROLE, %error, "outbox notifications lost; reconnecting");
-            false
-        }
-        _ => true,
-    }
-}
 
 /// Publishes one batch of events; returns how many.
 async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow::Result<usize> {

@@ -13,12 +13,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
+use flow_common::db::flows;
 use flow_common::db::reports::{self, AggregateRow, ExportRow, Scope};
 use flow_common::db::snapshot::Snapshot;
-use flow_common::db::{self, flows};
 use flow_common::export_store::ExportStore;
 use flow_common::report::engine::{self, Report, ReportError};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
@@ -31,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::FormatWriter;
 use super::model::ExportHeader;
 use super::sink::{self, ChannelWriter};
+use crate::runtime::JobError;
 
 /// Rows handed from the reader to the writer at once.
 const ROW_BATCH: usize = 2_000;
@@ -52,16 +52,6 @@ pub struct Context {
     /// Directory for the Excel writer's temporary files (system default when `None`).
     pub temp_dir: Option<PathBuf>,
 }
-
-/// A failure caused by another stage stopping, not a cause in itself.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Interrupted(&'static str);
-
-/// A failure no retry can fix, worded for the caller.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Permanent(String);
 
 enum Rows {
     Batch(Vec<ExportRow>),
@@ -126,7 +116,7 @@ pub async fn run(
             tracing::info!(export_id = %export.id, "export handed back on shutdown");
             "released"
         }
-        Err(error) if is_transient(&error) && export.attempts < context.max_attempts => {
+        Err(error) if error.is_transient() && export.attempts < context.max_attempts => {
             let delay = Duration::from_secs(5 * u64::try_from(export.attempts).unwrap_or(1));
             tracing::warn!(export_id = %export.id, error = format!("{error:#}"), ?delay, "export failed; will retry");
             release(&context, &export, delay, true).await;
@@ -135,11 +125,11 @@ pub async fn run(
         Err(error) => {
             // The caller sees only a reason worded for them; the error chain (which may name
             // internal paths, hosts or queries) stays in the log and the row's error_detail.
-            let detail = format!("{error:#}");
-            let reason = match error.downcast_ref::<Permanent>() {
-                Some(permanent) => permanent.0.clone(),
-                None => "the export could not be generated".to_owned(),
-            };
+            let detail = error.to_string();
+            let reason = error
+                .reason()
+                .unwrap_or("the export could not be generated")
+                .to_owned();
             tracing::error!(export_id = %export.id, error = %detail, "export failed");
             if let Err(error) = exports::fail(
                 &context.pool,
@@ -223,26 +213,6 @@ async fn heartbeat(
     }
 }
 
-/// Whether retrying the export later may succeed.
-fn is_transient(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        if let Some(error) = cause.downcast_ref::<sqlx::Error>() {
-            return db::is_transient(error);
-        }
-        cause.is::<object_store::Error>() || cause.is::<std::io::Error>()
-    })
-}
-
-/// Whether a failure only reports that another stage stopped.
-fn is_interruption(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause.is::<Interrupted>()
-            || cause
-                .downcast_ref::<std::io::Error>()
-                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
-    })
-}
-
 /// The chart period for a span when the request did not aggregate: about 5 to 60 bars.
 fn chart_period(first: DateTime<Utc>, last: DateTime<Utc>) -> Period {
     let days = (last - first).num_days();
@@ -264,13 +234,13 @@ async fn generate(
     export: &ExportRecord,
     progress: &AtomicI64,
     cancel: &CancellationToken,
-) -> anyhow::Result<ExportFile> {
+) -> Result<ExportFile, JobError> {
     let parameters = export.parameters.0.clone();
     let format = export.format();
     let mut snapshot = Snapshot::begin(&context.pool).await?;
     let flow = flows::get(snapshot.connection(), export.org_id, parameters.flow_id)
         .await?
-        .ok_or_else(|| Permanent("the flow no longer exists".into()))?;
+        .ok_or_else(|| JobError::refused("the flow no longer exists"))?;
     let modules = flows::modules(snapshot.connection(), flow.id).await?;
     let mut report = Report::read(&snapshot, &parameters)
         .await
@@ -321,29 +291,33 @@ async fn generate(
     let read = stream_rows(rows, rows_sender, progress, cancel).await;
     let written = writer
         .await
-        .map_err(|error| anyhow::anyhow!("the export writer panicked: {error}"))
+        .map_err(|error| JobError::Permanent {
+            reason: None,
+            error: anyhow::anyhow!("the export writer panicked: {error}"),
+        })
         .and_then(|result| result);
     let uploaded = upload
         .await
         .map_err(|error| anyhow::anyhow!("the export upload panicked: {error}"))
-        .and_then(|result| result);
+        .and_then(|result| result)
+        .map_err(JobError::classify);
     drop(snapshot.close().await);
     let (rows_written, size) = match (read, written, uploaded) {
         (Ok(rows), Ok(()), Ok(size)) => (rows, size),
         (read, written, uploaded) => {
             // Report the root cause, not the stages that stopped because of it.
-            let errors: Vec<anyhow::Error> = [read.err(), written.err(), uploaded.err()]
+            let errors: Vec<JobError> = [read.err(), written.err(), uploaded.err()]
                 .into_iter()
                 .flatten()
                 .collect();
             let cause = errors
                 .iter()
-                .position(|error| !is_interruption(error))
+                .position(|error| !error.is_interruption())
                 .unwrap_or(0);
             return Err(errors
                 .into_iter()
                 .nth(cause)
-                .unwrap_or_else(|| anyhow::anyhow!("the export stopped")));
+                .unwrap_or_else(|| JobError::interrupted("the export stopped")));
         }
     };
     Ok(ExportFile {
@@ -356,9 +330,9 @@ async fn generate(
 }
 
 /// A report that cannot be answered as asked (too many periods) cannot be fixed by retrying.
-fn permanent_if_invalid(error: ReportError) -> anyhow::Error {
+fn permanent_if_invalid(error: ReportError) -> JobError {
     match error {
-        ReportError::Invalid(invalid) => Permanent(invalid.0).into(),
+        ReportError::Invalid(invalid) => JobError::refused(invalid.0),
         ReportError::Database(error) => error.into(),
     }
 }
@@ -369,7 +343,7 @@ async fn chart(
     snapshot: &mut Snapshot,
     scope: &Scope,
     timezone: &str,
-) -> anyhow::Result<(Period, Vec<AggregateRow>)> {
+) -> Result<(Period, Vec<AggregateRow>), JobError> {
     let Some((first, last)) = reports::aggregation_window(snapshot.connection(), scope).await?
     else {
         return Ok((Period::Day, Vec::new()));
@@ -394,16 +368,21 @@ async fn stream_rows(
     sender: mpsc::Sender<Rows>,
     progress: &AtomicI64,
     cancel: &CancellationToken,
-) -> anyhow::Result<i64> {
+) -> Result<i64, JobError> {
     let mut batch = Vec::with_capacity(ROW_BATCH);
     let mut count = 0i64;
-    let stopped = || anyhow::Error::new(Interrupted("the export writer stopped"));
+    let stopped = || JobError::interrupted("the export writer stopped");
     loop {
         let next = tokio::select! {
             biased;
-            () = cancel.cancelled() => anyhow::bail!("the export was interrupted"),
-            next = rows.try_next() => next.context("reading the export rows")?,
+            () = cancel.cancelled() => return Err(JobError::Permanent {
+                reason: None,
+                error: anyhow::anyhow!("the export was interrupted"),
+            }),
+            next = rows.try_next() => next,
         };
+        let next =
+            next.map_err(|error| JobError::from(error).context("reading the export rows"))?;
         let Some(row) = next else { break };
         batch.push(row);
         if batch.len() == ROW_BATCH {
@@ -435,22 +414,25 @@ fn write_file(
     sink: ChannelWriter,
     temp_dir: Option<PathBuf>,
     mut rows: mpsc::Receiver<Rows>,
-) -> anyhow::Result<()> {
+) -> Result<(), JobError> {
     let mut writer: Box<dyn FormatWriter> = match format {
-        ExportFormat::Csv => Box::new(super::csv::CsvWriter::new(header, sink)?),
-        ExportFormat::Excel => Box::new(super::xlsx::XlsxWriter::new(
-            header,
-            sink,
-            temp_dir.as_deref(),
-        )?),
+        ExportFormat::Csv => {
+            Box::new(super::csv::CsvWriter::new(header, sink).map_err(JobError::classify)?)
+        }
+        ExportFormat::Excel => Box::new(
+            super::xlsx::XlsxWriter::new(header, sink, temp_dir.as_deref())
+                .map_err(JobError::classify)?,
+        ),
         ExportFormat::Pdf => Box::new(super::pdf::PdfWriter::new(header, sink)),
     };
     loop {
         match rows.blocking_recv() {
-            Some(Rows::Batch(batch)) => writer.write_rows(&batch)?,
-            Some(Rows::End) => return writer.finish(),
+            Some(Rows::Batch(batch)) => writer.write_rows(&batch).map_err(JobError::classify)?,
+            Some(Rows::End) => return writer.finish().map_err(JobError::classify),
             None => {
-                return Err(Interrupted("the row reader stopped before the last row").into());
+                return Err(JobError::interrupted(
+                    "the row reader stopped before the last row",
+                ));
             }
         }
     }

@@ -25,12 +25,13 @@ use flow_common::config::CoreConfig;
 use flow_common::db::{self, exports};
 use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use flow_common::ops::Liveness;
+use flow_common::runtime::Backoff;
 use flow_domain::ids::ExportId;
-use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+use crate::runtime::{Runtime, role};
 
 const ROLE: &str = "report-worker";
 
@@ -78,19 +79,13 @@ pub struct ReportWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-/// Runs the worker until `shutdown`: exports in progress are handed back for another worker.
-pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = db::connect_with_retry(
-        &config.core.database_url,
-        config.core.database_max_connections,
-        &shutdown,
-    )
-    .await
-    .context("connecting to Postgres")?;
-    config.health.add_postgres(ROLE, pool.clone());
+role! { ReportWorkerConfig, ROLE, "Flow report-worker", "0.0.0.0:9102", work }
+
+/// Generates exports until shutdown, then hands those in progress back for another worker.
+async fn work(config: ReportWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {
     let store = ExportStore::open(&config.export_store).context("opening the export store")?;
     let context = Arc::new(job::Context {
-        pool,
+        pool: runtime.pool.clone(),
         store,
         worker_id: format!(
             "{ROLE}-{}-{}",
@@ -102,43 +97,36 @@ pub async fn run(config: ReportWorkerConfig, shutdown: CancellationToken) -> any
         temp_dir: config.temp_dir.clone(),
     });
     let poll = Duration::from_millis(config.poll_interval_ms.max(10));
-    let liveness = config.health.add_loop(
-        format!("{ROLE}.poller"),
+    let liveness = runtime.liveness(
+        "poller",
         Some(poll.saturating_mul(2) + Duration::from_secs(120)),
     );
-    let gauge = crate::gauges::spawn(
-        "exports waiting",
-        context.pool.clone(),
-        shutdown.clone(),
-        crate::gauges::exports_waiting,
-    );
-    let sweeper = tokio::spawn(sweep_loop(
-        context.clone(),
-        Duration::from_secs(config.sweep_interval_seconds.max(1)),
-        shutdown.clone(),
-    ));
+    runtime.gauge("exports waiting", crate::gauges::exports_waiting);
+    let sweep_interval = Duration::from_secs(config.sweep_interval_seconds.max(1));
+    let sweeper = context.clone();
+    runtime.spawn("export sweeper", move |stop| {
+        sweep_loop(sweeper, sweep_interval, stop)
+    });
     tracing::info!(worker_id = %context.worker_id, concurrency = config.concurrency, "report-worker started");
-    job_loop(context, config.concurrency.max(1), poll, liveness, shutdown).await;
-    drop(sweeper.await);
-    drop(gauge.await);
-    tracing::info!(role = ROLE, "report-worker stopped");
+    job_loop(&runtime, context, config.concurrency.max(1), poll, liveness).await;
     Ok(())
 }
 
 /// Claims exports while there is a free slot; between claims, sleeps until a notification or the
 /// poll interval.
 async fn job_loop(
+    runtime: &Runtime,
     context: Arc<job::Context>,
     concurrency: usize,
     poll: Duration,
     liveness: Liveness,
-    shutdown: CancellationToken,
 ) {
+    let shutdown = &runtime.shutdown;
     let slots = Arc::new(Semaphore::new(concurrency));
     let jobs_stop = CancellationToken::new();
     let mut jobs = JoinSet::new();
-    let mut listener: Option<PgListener> = None;
-    let mut failures = 0u32;
+    let mut wakeup = runtime.wakeup(db::EXPORT_CHANNEL);
+    let mut failures = Backoff::reconnect();
     loop {
         liveness.beat();
         while let Some(done) = jobs.try_join_next() {
@@ -147,9 +135,7 @@ async fn job_loop(
             }
         }
         // Listening before claiming: an export committed in between still wakes this loop.
-        if listener.is_none() {
-            listener = listen(&context.pool).await;
-        }
+        wakeup.listen().await;
         // Every slot may be busy for a long export: the loop still comes round to show it lives.
         let slot = tokio::select! {
             () = shutdown.cancelled() => break,
@@ -168,7 +154,7 @@ async fn job_loop(
         .await;
         let pause = match claimed {
             Ok(Some(export)) => {
-                failures = 0;
+                failures.reset();
                 jobs.spawn(job::run(
                     context.clone(),
                     export,
@@ -178,23 +164,21 @@ async fn job_loop(
                 continue;
             }
             Ok(None) => {
-                failures = 0;
+                failures.reset();
                 poll
             }
             Err(error) => {
-                failures = failures.saturating_add(1);
                 tracing::warn!(%error, "could not claim an export; retrying");
-                Duration::from_millis(200u64.saturating_mul(1 << failures.min(6)))
+                failures.delay()
             }
         };
         drop(slot);
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            woken = wait_for_notification(&mut listener, pause) => {
-                if !woken {
-                    listener = None;
-                }
-            }
+        if shutdown
+            .run_until_cancelled(wakeup.wait(pause))
+            .await
+            .is_none()
+        {
+            break;
         }
     }
     jobs_stop.cancel();
@@ -202,28 +186,6 @@ async fn job_loop(
         if let Err(error) = done {
             tracing::error!(%error, "an export job panicked");
         }
-    }
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen(db::EXPORT_CHANNEL).await.ok()?;
-    Some(listener)
-}
-
-/// Waits for a notification or `pause`; false when the listener is broken (the loop then opens a
-/// new one, and polls meanwhile).
-async fn wait_for_notification(listener: &mut Option<PgListener>, pause: Duration) -> bool {
-    let Some(active) = listener.as_mut() else {
-        tokio::time::sleep(pause).await;
-        return true;
-    };
-    match tokio::time::timeout(pause, active.recv()).await {
-        Ok(Err(error)) => {
-            tracing::warn!(role = ROLE, %error, "export notifications lost; reconnecting");
-            false
-        }
-        _ => true,
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, Publisher, QueueKind, Topology};
+use flow_common::amqp::{Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, lifecycle, rollups, schedules};
 use flow_domain::Priority;
@@ -22,8 +22,9 @@ use flow_domain::ids::AssignmentId;
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
 use flow_domain::recurrence::Recurrence;
 use sqlx::PgPool;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+use crate::runtime::{Runtime, role};
 
 const ROLE: &str = "scheduler";
 
@@ -51,38 +52,20 @@ pub struct SchedulerConfig {
     pub health: flow_common::ops::Health,
 }
 
-/// Runs the scheduler until `shutdown`.
-pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = db::connect_with_retry(
-        &config.core.database_url,
-        config.core.database_max_connections,
-        &shutdown,
-    )
-    .await
-    .context("connecting to Postgres")?;
-    let topology = Topology::new(&config.core.queue_prefix, config.core.delivery_limit);
-    let publisher = Publisher::new(
-        &config.core.amqp_url,
-        ROLE,
-        topology,
-        2,
-        Duration::from_secs(10),
-    );
+role! { SchedulerConfig, ROLE, "Flow scheduler", "0.0.0.0:9104", work }
+
+/// Scans every interval until shutdown.
+async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
+    let publisher = runtime.publisher(2);
     tracing::info!(role = ROLE, interval_ms = config.interval_ms, "scheduling");
     let interval = Duration::from_millis(config.interval_ms.max(10));
-    config.health.add_postgres(ROLE, pool.clone());
-    config.health.add_broker(ROLE, publisher.clone());
     // A round is a scan and the due schedules: generous, so a large backlog is not "stuck".
-    let liveness = config.health.add_loop(
-        format!("{ROLE}.loop"),
+    let liveness = runtime.liveness(
+        "loop",
         Some(interval.saturating_mul(2) + Duration::from_secs(300)),
     );
-    crate::gauges::spawn(
-        "schedules due",
-        pool.clone(),
-        shutdown.clone(),
-        crate::gauges::schedules,
-    );
+    runtime.gauge("schedules due", crate::gauges::schedules);
+    let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
     let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {
         liveness.beat();
@@ -90,38 +73,36 @@ pub async fn run(config: SchedulerConfig, shutdown: CancellationToken) -> anyhow
             last_prune = std::time::Instant::now();
             // Start counts of messages that were dead-lettered or purged since.
             let before = Utc::now() - chrono::Duration::days(1);
-            if let Err(error) = db::message_attempts::prune(&pool, before).await {
+            if let Err(error) = db::message_attempts::prune(pool, before).await {
                 tracing::warn!(role = ROLE, %error, "could not prune message start counts");
             }
         }
-        if let Err(error) = scan_overdue(&pool, config.overdue_batch_size).await {
+        if let Err(error) = scan_overdue(pool, config.overdue_batch_size).await {
             tracing::warn!(
                 role = ROLE,
                 error = format!("{error:#}"),
                 "overdue scan failed; retrying next round"
             );
         }
-        if let Err(error) = merge_rollups(&pool).await {
+        if let Err(error) = merge_rollups(pool).await {
             tracing::warn!(
                 role = ROLE,
                 error = format!("{error:#}"),
                 "rollup merge failed; retrying next round"
             );
         }
-        if let Err(error) = run_schedules(&pool, &publisher, config.schedule_batch_size).await {
+        if let Err(error) = run_schedules(pool, &publisher, config.schedule_batch_size).await {
             tracing::warn!(
                 role = ROLE,
                 error = format!("{error:#}"),
                 "schedules failed; retrying next round"
             );
         }
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            () = tokio::time::sleep(interval) => {}
-        }
+        shutdown
+            .run_until_cancelled(tokio::time::sleep(interval))
+            .await;
     }
     publisher.close().await;
-    tracing::info!(role = ROLE, "scheduler stopped");
     Ok(())
 }
 

@@ -17,9 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use chrono::Utc;
 use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
+use flow_common::runtime::Backoff;
 use flow_domain::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -493,12 +493,7 @@ async fn write_retrying(
     batch: &[AttemptOutcome],
     disable_after: Duration,
 ) -> Result<(), sqlx::Error> {
-    let mut delays = ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(50))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .with_max_times(20)
-        .build();
+    let mut delays = Backoff::transaction().take(20);
     loop {
         match write(pool, batch, disable_after).await {
             Ok(recorded) => {

@@ -32,6 +32,7 @@ use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
+use flow_common::runtime::{Wakeup, retry_transient};
 use flow_common::telemetry;
 use flow_common::webhook::address::AddressPolicy;
 use flow_common::webhook::vault::SecretVault;
@@ -44,11 +45,11 @@ use flow_domain::webhook::retry::RetrySchedule;
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::consumer::{self, BatchContext, BatchHandler, ConsumerSettings, ack_all, nack_all};
+use crate::runtime::{Runtime, role};
 use dispatch::{Dispatcher, Inline, Limits, Settled};
 use sender::Sender;
 
@@ -139,8 +140,10 @@ pub struct WebhookWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-/// Runs the worker until `shutdown`, then finishes the attempts under way and records them.
-pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> anyhow::Result<()> {
+role! { WebhookWorkerConfig, ROLE, "Flow webhook-worker", "0.0.0.0:9105", work }
+
+/// Delivers until shutdown, then finishes the attempts under way and records them.
+async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {
     // A lease renewed every quarter of its length leaves three quarters of it for an attempt.
     anyhow::ensure!(
         config.lease >= config.timeout.saturating_mul(2),
@@ -148,14 +151,6 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         config.lease,
         config.timeout
     );
-    let pool = database::connect_with_retry(
-        &config.core.database_url,
-        config.core.database_max_connections,
-        &shutdown,
-    )
-    .await
-    .context("connecting to Postgres")?;
-    config.health.add_postgres(ROLE, pool.clone());
     config
         .secrets
         .check()
@@ -182,34 +177,33 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         },
         outcomes,
     );
+    let pool = &runtime.pool;
+    // The renewer and the recorder outlive the shutdown: they serve the attempts still under
+    // way, and stop after the dispatcher has finished them.
     let renewing = CancellationToken::new();
-    let renewer = tokio::spawn(
+    let renewer = runtime.spawn("webhook lease renewer", |_| {
         dispatcher
             .clone()
-            .renew_leases(pool.clone(), renewing.clone()),
-    );
-    let recorder = tokio::spawn(dispatch::record_outcomes(
-        pool.clone(),
-        recorded,
-        config.disable_after,
-    ));
-    crate::gauges::spawn(
-        "webhook deliveries due",
-        pool.clone(),
-        shutdown.clone(),
-        crate::gauges::webhook_deliveries,
-    );
-    let poller_liveness = config.health.add_loop(
-        format!("{ROLE}.poller"),
+            .renew_leases(pool.clone(), renewing.clone())
+    });
+    let recorder = runtime.spawn("webhook outcome recorder", |_| {
+        dispatch::record_outcomes(pool.clone(), recorded, config.disable_after)
+    });
+    runtime.gauge("webhook deliveries due", crate::gauges::webhook_deliveries);
+    let poller_liveness = runtime.liveness(
+        "poller",
         Some(config.poll_interval.saturating_mul(2) + Duration::from_secs(120)),
     );
-    let poller = tokio::spawn(poll(
-        poller_liveness,
-        pool.clone(),
-        dispatcher.clone(),
-        config.clone(),
-        shutdown.clone(),
-    ));
+    let poller = runtime.spawn("webhook poller", |stop| {
+        poll(
+            poller_liveness,
+            runtime.wakeup(database::WEBHOOK_CHANNEL),
+            pool.clone(),
+            dispatcher.clone(),
+            config.clone(),
+            stop,
+        )
+    });
     let settings = ConsumerSettings {
         role: ROLE,
         queue: QueueKind::Webhooks,
@@ -218,7 +212,7 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         batch_bytes: usize::MAX,
         // A batch waits for its first attempts: more batches in flight keep the queue moving.
         concurrency: 4,
-        liveness: config.health.add_loop(format!("{ROLE}.consumer"), None),
+        liveness: runtime.liveness("consumer", None),
     };
     let handler = EventsHandler {
         pool: pool.clone(),
@@ -227,14 +221,13 @@ pub async fn run(config: WebhookWorkerConfig, shutdown: CancellationToken) -> an
         inline_wait: config.inline_wait.min(config.timeout),
         disable_after: config.disable_after,
     };
-    let consumed = consumer::run(&config.core, settings, Arc::new(handler), pool, shutdown).await;
+    let consumed = consumer::run(&runtime, settings, Arc::new(handler)).await;
     drop(poller.await);
     dispatcher.finish().await;
     renewing.cancel();
     drop(renewer.await);
     drop(dispatcher);
     drop(recorder.await);
-    tracing::info!(role = ROLE, "webhook-worker stopped");
     consumed
 }
 
@@ -312,11 +305,10 @@ impl EventsHandler {
             return Ok(());
         }
         let events = webhooks::distinct_events(events);
-        let targets =
-            consumer::retry_transient("fan-out", shutdown, database::is_transient, || {
-                webhooks::targets(&self.pool, &events, None)
-            })
-            .await?;
+        let targets = retry_transient("fan-out", shutdown, database::is_transient, || {
+            webhooks::targets(&self.pool, &events, None)
+        })
+        .await?;
         // One token for every claim of the batch, and for every try of its transaction: a retry
         // after a lost COMMIT answer gets its own claimed rows back.
         let claim_token = uuid::Uuid::new_v4();
@@ -368,20 +360,19 @@ impl EventsHandler {
             )
             .collect();
         let claimed_at = Instant::now();
-        let created =
-            consumer::retry_transient("fan-out", shutdown, database::is_transient, || async {
-                let mut transaction = self.pool.begin().await?;
-                let created = webhooks::create_deliveries(
-                    &mut transaction,
-                    &rows,
-                    self.lease,
-                    self.disable_after,
-                )
-                .await?;
-                transaction.commit().await?;
-                Ok(created)
-            })
+        let created = retry_transient("fan-out", shutdown, database::is_transient, || async {
+            let mut transaction = self.pool.begin().await?;
+            let created = webhooks::create_deliveries(
+                &mut transaction,
+                &rows,
+                self.lease,
+                self.disable_after,
+            )
             .await?;
+            transaction.commit().await?;
+            Ok(created)
+        })
+        .await?;
         for endpoint in &created.disabled {
             tracing::warn!(
                 endpoint_id = %endpoint.id,
@@ -425,7 +416,7 @@ impl EventsHandler {
     ) -> Result<(Vec<webhooks::ClaimedDelivery>, Instant), sqlx::Error> {
         // One token for every try: a retry after a lost COMMIT answer reclaims its own rows.
         let claim_token = uuid::Uuid::new_v4();
-        consumer::retry_transient("fan-out", shutdown, database::is_transient, || async {
+        retry_transient("fan-out", shutdown, database::is_transient, || async {
             let started = Instant::now();
             let mut transaction = self.pool.begin().await?;
             let claimed =
@@ -587,19 +578,17 @@ fn incoming(
 /// Claims due deliveries (retries, expired leases, test pings, manual retries) until `shutdown`.
 async fn poll(
     liveness: flow_common::ops::Liveness,
+    mut wakeup: Wakeup,
     pool: PgPool,
     dispatcher: Arc<Dispatcher>,
     config: WebhookWorkerConfig,
     shutdown: CancellationToken,
 ) {
     const CLAIM_BATCH: i64 = 500;
-    let mut listener: Option<PgListener> = None;
     let memory_cap = config.concurrency.saturating_mul(8).max(1_000);
     while !shutdown.is_cancelled() {
         liveness.beat();
-        if listener.is_none() {
-            listener = listen(&pool).await;
-        }
+        wakeup.listen().await;
         let mut claimed_full = false;
         if dispatcher.in_flight() < memory_cap {
             let skip = dispatcher.saturated();
@@ -618,28 +607,8 @@ async fn poll(
         if claimed_full {
             continue;
         }
-        let wait = async {
-            match listener.as_mut() {
-                Some(active) => {
-                    if let Ok(Err(error)) =
-                        tokio::time::timeout(config.poll_interval, active.recv()).await
-                    {
-                        tracing::warn!(%error, "webhook notifications lost; reconnecting");
-                        listener = None;
-                    }
-                }
-                None => tokio::time::sleep(config.poll_interval).await,
-            }
-        };
-        tokio::select! {
-            () = shutdown.cancelled() => break,
-            () = wait => {}
-        }
+        shutdown
+            .run_until_cancelled(wakeup.wait(config.poll_interval))
+            .await;
     }
-}
-
-async fn listen(pool: &PgPool) -> Option<PgListener> {
-    let mut listener = PgListener::connect_with(pool).await.ok()?;
-    listener.listen(database::WEBHOOK_CHANNEL).await.ok()?;
-    Some(listener)
 }
