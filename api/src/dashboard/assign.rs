@@ -19,7 +19,8 @@ use futures::future::join_all;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::view::{Layout, Section, flash};
+use super::session::flash;
+use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::ratelimit::Operation;

@@ -32,7 +32,7 @@ use serde::Deserialize;
 use tower_sessions::Session;
 use uuid::Uuid;
 
-use super::view::flash;
+use super::session::flash;
 use super::{HtmlForm, PageError, PageResult};
 use crate::caller::Caller;
 use crate::state::AppState;

@@ -18,7 +18,8 @@ use flow_domain::ids::KeyId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::view::{Layout, Section, flash};
+use super::session::flash;
+use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
 

@@ -15,7 +15,8 @@ use flow_domain::ids::ScheduleId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::view::{Layout, Section, flash, label};
+use super::session::flash;
+use super::view::{Layout, Section, label};
 use super::{HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
 

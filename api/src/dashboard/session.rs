@@ -4,9 +4,39 @@
 use chrono::{DateTime, Utc};
 use flow_common::db::sessions;
 use sqlx::PgPool;
+use tower_sessions::Session;
 use tower_sessions::cookie::time::OffsetDateTime;
 use tower_sessions::session::{Id, Record};
 use tower_sessions::session_store::{self, SessionStore};
+
+/// Session key of the notice shown once on the next page.
+const FLASH_KEY: &str = "flash";
+
+/// A notice shown once at the top of the next page (after a redirect), kept in the session
+/// until that page takes it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Flash {
+    /// `success`, `error` or `info` (a CSS class).
+    pub kind: String,
+    /// What happened.
+    pub text: String,
+}
+
+/// Stores a notice for the next page.
+pub async fn flash(session: &Session, kind: &str, text: impl Into<String>) {
+    let notice = Flash {
+        kind: kind.to_owned(),
+        text: text.into(),
+    };
+    if let Err(error) = session.insert(FLASH_KEY, notice).await {
+        tracing::warn!(%error, "could not store a dashboard notice");
+    }
+}
+
+/// Takes the pending notice, if any: it is shown once.
+pub async fn take_flash(session: &Session) -> Option<Flash> {
+    session.remove::<Flash>(FLASH_KEY).await.ok().flatten()
+}
 
 /// Sessions in Postgres.
 #[derive(Debug, Clone)]

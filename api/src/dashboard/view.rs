@@ -1,14 +1,10 @@
 //! What every page shows around its content (organization, account, navigation, a one-time
 //! notice), and the formatting of times and figures the pages share.
 
+use super::auth::SignedIn;
+use super::session::{Flash, take_flash};
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use tower_sessions::Session;
-
-use super::auth::SignedIn;
-
-/// Session key of the notice shown once on the next page.
-const FLASH_KEY: &str = "flash";
 
 /// A sidebar section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,26 +37,6 @@ impl Section {
     }
 }
 
-/// A notice shown once at the top of the next page (after a redirect).
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct Flash {
-    /// `success`, `error` or `info` (a CSS class).
-    pub kind: String,
-    /// What happened.
-    pub text: String,
-}
-
-/// Stores a notice for the next page.
-pub async fn flash(session: &Session, kind: &str, text: impl Into<String>) {
-    let notice = Flash {
-        kind: kind.to_owned(),
-        text: text.into(),
-    };
-    if let Err(error) = session.insert(FLASH_KEY, notice).await {
-        tracing::warn!(%error, "could not store a dashboard notice");
-    }
-}
-
 /// The frame of a signed-in page.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -83,12 +59,7 @@ pub struct Layout {
 impl Layout {
     /// The frame for `account` in `section`, taking any pending notice.
     pub async fn new(account: &SignedIn, section: Section) -> Self {
-        let flash = account
-            .session
-            .remove::<Flash>(FLASH_KEY)
-            .await
-            .ok()
-            .flatten();
+        let flash = take_flash(&account.session).await;
         Self {
             org_name: account.org.name.clone(),
             email: account.account.email.clone(),

@@ -26,7 +26,8 @@ use flow_domain::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
-use super::view::{Layout, Section, flash, label, percent};
+use super::session::flash;
+use super::view::{Layout, Section, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
 use crate::extract::{ApiPath, Auth};
