@@ -1345,6 +1345,7 @@ async fn an_outcome_postgres_refuses_costs_only_itself_and_the_rest_of_its_batch
         flow_workers::webhook::dispatch::record_outcomes(
             app.db.clone(),
             recorded,
+            Default::default(),
             Duration::from_secs(5 * 86_400),
         ),
     )

@@ -10,7 +10,9 @@
 //! (waiting or in flight) well before they end, so however slowly an endpoint's queue drains,
 //! no other worker takes its deliveries over and sends them a second time. A delivery whose
 //! lease could not be renewed in time (the database was unreachable, or another worker holds it
-//! now) is dropped from memory unsent. Outcomes are written by one recorder in batches.
+//! now) is dropped from memory unsent. Outcomes are written by one recorder in batches; the
+//! outcomes handed to it and not written yet are counted ([`Unrecorded`]), and the events
+//! consumer takes no new events while there are too many (see [`Unrecorded`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointV
 use flow_common::runtime::Backoff;
 use flow_domain::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -91,6 +93,61 @@ impl Slot {
     }
 }
 
+/// Most outcomes handed to the recorder and not written yet before the events consumer waits
+/// (two of the recorder's batches).
+pub const UNRECORDED_LIMIT: usize = 2_000;
+
+/// The outcomes handed to the recorder and not written yet. An attempted delivery's lease is
+/// renewed while the delivery waits in memory, not once its attempt is over: if the recorder fell
+/// behind by a lease (it writes one batch at a time, and a load beyond what the machine sustains
+/// grows the backlog without bound), another worker would claim the delivery again and send it a
+/// second time. So the events consumer waits while this backlog is over [`UNRECORDED_LIMIT`], and
+/// new events wait in the broker instead.
+#[derive(Debug, Default)]
+pub struct Unrecorded {
+    count: AtomicUsize,
+    written: Notify,
+}
+
+impl Unrecorded {
+    fn add(&self) {
+        let count = self.count.fetch_add(1, Ordering::AcqRel) + 1;
+        metrics::gauge!("flow_webhook_outcomes_unrecorded").set(count as f64);
+    }
+
+    fn written(&self, count: usize) {
+        // Saturating: an outcome sent to the recorder's channel directly was never counted.
+        let before = self
+            .count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                Some(now.saturating_sub(count))
+            })
+            .unwrap_or_default();
+        metrics::gauge!("flow_webhook_outcomes_unrecorded")
+            .set(before.saturating_sub(count) as f64);
+        self.written.notify_waiters();
+    }
+
+    /// Outcomes handed to the recorder and not written yet.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Returns once fewer than `limit` outcomes wait for the recorder.
+    pub async fn below(&self, limit: usize) {
+        loop {
+            let written = self.written.notified();
+            tokio::pin!(written);
+            // Registered before the count is read, so a write in between still wakes us.
+            written.as_mut().enable();
+            if self.count() < limit {
+                return;
+            }
+            written.await;
+        }
+    }
+}
+
 /// Hands claimed deliveries to attempt tasks.
 pub struct Dispatcher {
     sender: Sender,
@@ -99,15 +156,18 @@ pub struct Dispatcher {
     slots: Mutex<HashMap<WebhookEndpointId, Arc<Slot>>>,
     held: Mutex<HashMap<DeliveryId, Held>>,
     outcomes: mpsc::UnboundedSender<AttemptOutcome>,
+    unrecorded: Arc<Unrecorded>,
     tasks: TaskTracker,
 }
 
 impl Dispatcher {
-    /// A dispatcher sending with `sender` and reporting to `outcomes`.
+    /// A dispatcher sending with `sender` and reporting to `outcomes`, counting them in
+    /// `unrecorded` until the recorder has written them.
     pub fn new(
         sender: Sender,
         limits: Limits,
         outcomes: mpsc::UnboundedSender<AttemptOutcome>,
+        unrecorded: Arc<Unrecorded>,
     ) -> Arc<Self> {
         Arc::new(Self {
             sender,
@@ -116,8 +176,23 @@ impl Dispatcher {
             slots: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             outcomes,
+            unrecorded,
             tasks: TaskTracker::new(),
         })
+    }
+
+    /// The outcomes handed to the recorder and not written yet.
+    pub fn unrecorded(&self) -> &Unrecorded {
+        &self.unrecorded
+    }
+
+    /// Hands an outcome to the recorder.
+    fn report(&self, outcome: AttemptOutcome) {
+        self.unrecorded.add();
+        if self.outcomes.send(outcome).is_err() {
+            // The recorder has stopped: nothing will write it.
+            self.unrecorded.written(1);
+        }
     }
 
     fn slot(&self, endpoint: WebhookEndpointId) -> Arc<Slot> {
@@ -185,7 +260,7 @@ impl Dispatcher {
                 };
                 slot.answered(&outcome, &dispatcher.limits);
                 record_metrics(&outcome, &delivery);
-                drop(dispatcher.outcomes.send(outcome));
+                dispatcher.report(outcome);
             });
         }
     }
@@ -248,11 +323,11 @@ impl Dispatcher {
 
     /// Sends the outcome of an attempt that began inline and outlasted the wait to the recorder,
     /// once its delivery has been written as claimed.
-    pub fn record_later(&self, outcome: oneshot::Receiver<AttemptOutcome>) {
-        let outcomes = self.outcomes.clone();
+    pub fn record_later(self: &Arc<Self>, outcome: oneshot::Receiver<AttemptOutcome>) {
+        let dispatcher = self.clone();
         self.tasks.spawn(async move {
             if let Ok(outcome) = outcome.await {
-                drop(outcomes.send(outcome));
+                dispatcher.report(outcome);
             }
         });
     }
@@ -327,7 +402,7 @@ impl Dispatcher {
 
     fn defer(&self, delivery: &ClaimedDelivery) {
         metrics::counter!("flow_webhook_attempts_total", "result" => "deferred").increment(1);
-        drop(self.outcomes.send(AttemptOutcome {
+        self.report(AttemptOutcome {
             delivery_id: delivery.id,
             endpoint_id: delivery.endpoint_id,
             claim_token: delivery.claim_token,
@@ -339,7 +414,7 @@ impl Dispatcher {
             response_excerpt: None,
             next: NextStep::Deferred(Utc::now() + chrono::Duration::seconds(1)),
             verdict: EndpointVerdict::Unchanged,
-        }));
+        });
     }
 
     /// Endpoints whose queue is full (the poller does not claim for them), forgetting idle ones
@@ -448,6 +523,7 @@ fn record_metrics(outcome: &AttemptOutcome, delivery: &ClaimedDelivery) {
 pub async fn record_outcomes(
     pool: PgPool,
     mut outcomes: mpsc::UnboundedReceiver<AttemptOutcome>,
+    unrecorded: Arc<Unrecorded>,
     disable_after: Duration,
 ) {
     let mut batch = Vec::with_capacity(1_000);
@@ -473,6 +549,7 @@ pub async fn record_outcomes(
                 }
             }
         }
+        unrecorded.written(batch.len());
         batch.clear();
     }
 }
@@ -535,4 +612,37 @@ async fn write(
     let recorded = webhooks::record_outcomes(&mut transaction, batch, disable_after).await?;
     transaction.commit().await?;
     Ok(recorded)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Unrecorded;
+
+    #[tokio::test]
+    async fn the_consumer_waits_while_the_recorder_is_behind_and_goes_on_once_it_writes() {
+        let unrecorded = Arc::new(Unrecorded::default());
+        for _ in 0..3 {
+            unrecorded.add();
+        }
+        tokio::time::timeout(Duration::from_millis(50), unrecorded.below(4))
+            .await
+            .expect("under the limit: no wait");
+        let waiting = tokio::spawn({
+            let unrecorded = unrecorded.clone();
+            async move { unrecorded.below(3).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "at the limit: it waits");
+        unrecorded.written(1);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("a write wakes it")
+            .expect("the task");
+        // Outcomes sent to the recorder without being counted never take the count below zero.
+        unrecorded.written(10);
+        assert_eq!(unrecorded.count(), 0);
+    }
 }

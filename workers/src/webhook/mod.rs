@@ -164,6 +164,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
         config.retry_after_max,
     )?;
     let (outcomes, recorded) = tokio::sync::mpsc::unbounded_channel();
+    let unrecorded = Arc::new(dispatch::Unrecorded::default());
     let dispatcher = Dispatcher::new(
         sender,
         Limits {
@@ -176,6 +177,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
             inline_wait: config.inline_wait.min(config.timeout),
         },
         outcomes,
+        unrecorded.clone(),
     );
     let pool = &runtime.pool;
     // The renewer and the recorder outlive the shutdown: they serve the attempts still under
@@ -187,7 +189,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
             .renew_leases(pool.clone(), renewing.clone())
     });
     let recorder = runtime.spawn("webhook outcome recorder", |_| {
-        dispatch::record_outcomes(pool.clone(), recorded, config.disable_after)
+        dispatch::record_outcomes(pool.clone(), recorded, unrecorded, config.disable_after)
     });
     runtime.gauge("webhook deliveries due", crate::gauges::webhook_deliveries);
     let poller_liveness = runtime.liveness(
@@ -259,6 +261,20 @@ impl BatchHandler for EventsHandler {
         }
         if events.is_empty() {
             return ack_all(&messages).await;
+        }
+        // While the recorder is behind, no new events are fanned out: they wait in the broker
+        // (see `dispatch::Unrecorded`).
+        let recorder_caught_up = self
+            .dispatcher
+            .unrecorded()
+            .below(dispatch::UNRECORDED_LIMIT);
+        if context
+            .shutdown
+            .run_until_cancelled(recorder_caught_up)
+            .await
+            .is_none()
+        {
+            return nack_all(&messages).await;
         }
         match self.deliver(&events, &context.shutdown).await {
             Ok(()) => {
