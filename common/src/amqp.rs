@@ -308,14 +308,6 @@ impl Publisher {
         self.live().await.map(|_| ())
     }
 
-    /// True when a connection is up.
-    pub async fn is_connected(&self) -> bool {
-        match self.inner.state.read().await.as_ref() {
-            Some(live) => live._connection.status().connected(),
-            None => false,
-        }
-    }
-
     /// Publishes one persistent message and waits for the broker's confirm.
     pub async fn publish(&self, message: Outgoing<'_>) -> Result<(), PublishError> {
         let live = self.live().await?;
