@@ -333,3 +333,70 @@ async fn flowctl_reports_verify_finds_a_rollup_that_drifted() {
     assert!(message.contains("1 keys differ"), "{message}");
     assert!(message.contains(&flow.to_string()), "{message}");
 }
+
+/// The past-due correction (`flow_past_due_unmarked`, migration 0112) reads the partial overdue
+/// index even when the statistics and costs make the planner prefer reading the table, which at
+/// 10 million assignments turned a 19-row read into a parallel scan of every row.
+#[tokio::test]
+async fn the_past_due_correction_reads_its_index_whatever_the_estimates() {
+    let (url, _name) = flow_tests::fresh_database().await.expect("database");
+    let db = PgPool::connect(&url).await.expect("pool");
+    let flow = FlowId::new();
+    seed(&db, uuid::Uuid::new_v4(), flow, 3_000, 0.75).await;
+    // Most of the table active and past due when the statistics are gathered.
+    sqlx::query(
+        "UPDATE assignments SET status = 'pending', due_at = now() - interval '1 day'
+         WHERE random() < 0.6",
+    )
+    .execute(&db)
+    .await
+    .expect("past due");
+    sqlx::query("ANALYZE assignments")
+        .execute(&db)
+        .await
+        .expect("analyze");
+    let bare = "SELECT a.flow_id, a.status, a.assigned_at FROM assignments a
+                WHERE a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
+                  AND a.due_at <= now()";
+    let mut connection = db.begin().await.expect("a transaction");
+    // And index reads priced as a large table's would be: scattered over pages not in memory.
+    sqlx::query("SET LOCAL random_page_cost = 1000")
+        .execute(&mut *connection)
+        .await
+        .expect("planner cost");
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {bare}")))
+        .fetch_all(&mut *connection)
+        .await
+        .expect("explain");
+    assert!(
+        plan.join("\n").contains("Seq Scan"),
+        "the statistics must make a plain query read the table for this test to mean anything: {plan:?}"
+    );
+    // Scans this backend counted and has not reported yet (earlier statements' included).
+    let scans =
+        "SELECT seq_scan, pg_stat_get_xact_numscans('assignments_overdue_scan_idx'::regclass)
+                 FROM pg_stat_xact_user_tables WHERE relname = 'assignments'";
+    let before: (i64, i64) = sqlx::query_as(scans)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("scan counts");
+    let probed: i64 = sqlx::query_scalar("SELECT count(*) FROM flow_past_due_unmarked(now())")
+        .fetch_one(&mut *connection)
+        .await
+        .expect("probe");
+    let after: (i64, i64) = sqlx::query_as(scans)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("scan counts");
+    let (table_scans, index_scans) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(table_scans, 0, "the probe read the whole table");
+    assert!(index_scans >= 1, "the probe did not read the overdue index");
+    let counted: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM ({bare}) rows"
+    )))
+    .fetch_one(&mut *connection)
+    .await
+    .expect("count");
+    assert!(counted > 100, "the seed has past-due work: {counted}");
+    assert_eq!(probed, counted);
+}

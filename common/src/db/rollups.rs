@@ -93,8 +93,9 @@ pub async fn merge<'e>(executor: impl PgExecutor<'e>, limit: i64) -> Result<u64,
 /// Whole quarter hours come from the rollups and unmerged deltas; the partial quarter hours at
 /// each interval's edges come from the rows (the report index covers them: index-only); active
 /// assignments of the whole quarter hours that are past due at `now` move from their stored
-/// status to `overdue` (read over `assignments_overdue_scan_idx`, which holds only active rows
-/// with a due date; the scheduler keeps the past-due part of it small by marking them).
+/// status to `overdue` (read by `flow_past_due_unmarked` over `assignments_overdue_scan_idx`,
+/// which holds only active rows with a due date; the scheduler keeps the past-due part of it
+/// small by marking them).
 pub async fn interval_figures<'e>(
     executor: impl PgExecutor<'e>,
     flow_id: FlowId,
@@ -120,12 +121,9 @@ pub async fn interval_figures<'e>(
             FROM clipped WHERE lo < hi
          ), late AS MATERIALIZED (
             -- Active and past due at $4 but not marked yet, read once for every interval. Every
-            -- flow's, filtered by flow after (MATERIALIZED keeps the filter out of the scan): the
-            -- scheduler keeps them few and `assignments_overdue_scan_idx` holds only them, while
-            -- with the flow in the scan the planner may read the flow's whole report-index range.
-            SELECT a.flow_id, a.status, a.assigned_at FROM assignments a
-            WHERE a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
-              AND a.due_at <= $4
+            -- flow's, filtered by flow after: the scheduler keeps them few, and the probe
+            -- (migration 0112) reads them over the partial index whatever the planner estimates.
+            SELECT * FROM flow_past_due_unmarked($4)
          ), edges AS (
             -- Whole buckets [whole_lo, whole_hi) when there are any; the rest from the rows.
             SELECT position, lo, hi, whole_lo, whole_hi, whole_lo < whole_hi AS has_whole,
@@ -205,9 +203,7 @@ pub async fn lifetime_figures<'e>(
             SELECT flow_id, position FROM unnest($1::uuid[]) WITH ORDINALITY AS w(flow_id, position)
          ), late AS MATERIALIZED (
             -- Past due and not marked yet, as in `interval_figures`.
-            SELECT a.flow_id, a.status FROM assignments a
-            WHERE a.status IN ('pending', 'in_progress') AND a.due_at IS NOT NULL
-              AND a.due_at <= $2
+            SELECT flow_id, status FROM flow_past_due_unmarked($2)
          ), parts AS (
             SELECT w.position, r.status, r.assignments, r.completion_seconds,
                    r.duration_seconds, r.durations

@@ -22,7 +22,15 @@ use tokio::sync::{Mutex, MutexGuard};
 /// own connection instead.
 pub const HELPER_WAIT: Duration = Duration::from_millis(100);
 
-const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY";
+/// Starts a snapshot's transaction, own or helper. Every statement of a report is planned for
+/// its own parameters (a cached generic plan, chosen after five executions, assumes a typical
+/// flow and range, and one flow may hold millions of assignments while the next holds ten),
+/// without JIT compilation (at millions of rows the estimates pass its threshold and compiling
+/// costs more than the index reads it would speed up) and without parallel workers (a report
+/// reads rollups and index ranges; its parts already run side by side on the snapshot's lanes).
+const BEGIN: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+    SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL jit = off; \
+    SET LOCAL max_parallel_workers_per_gather = 0";
 
 /// A read-only repeatable-read transaction whose snapshot helper connections can share.
 pub struct Snapshot {
