@@ -590,7 +590,7 @@ async fn measure(
     );
 
     // Postgres's own CSV of the same rows, for comparison with the CSV export.
-    let sql = flow_common::db::reports::rows_sql(false)
+    let sql = flow_common::db::reports::rows_sql(flow_common::db::reports::RowsShape::Whole)
         .replace("$8", "NULL")
         .replace("$7", "'00000000-0000-0000-0000-000000000000'::uuid")
         .replace("$6", "'-infinity'::timestamptz")

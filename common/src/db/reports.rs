@@ -402,15 +402,32 @@ pub struct ExportRow {
     pub module_completed: Option<Vec<Option<DateTime<Utc>>>>,
 }
 
+/// How a report's rows are read: a bounded page, every row of the scope, or every row with its
+/// module progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsShape {
+    /// At most `$8` rows (an inline page, a PDF): each row's completed modules counted by its
+    /// own index probe, so the first rows come at once.
+    Page,
+    /// Every row of the scope (a CSV or Excel export): completed modules counted by one grouped
+    /// join over the progress of the scope's assignments, so Postgres may read them in one pass
+    /// (a million probes cost twice the rest of the export; a small flow still probes).
+    Whole,
+    /// With module progress as arrays in flow order (a detailed export or page).
+    Detailed,
+}
+
 /// The SELECT of a report's rows: the assignments of the scope passing the status filter, in
-/// (`assignedAt`, id) order after (`$6`, `$7`), at most `$8` (NULL: all). With `detailed`,
-/// module progress comes along as arrays in flow order. Public so the benchmark can time
-/// Postgres's own `COPY` of the same rows.
-pub fn rows_sql(detailed: bool) -> String {
-    let (progress_columns, progress_join) = if detailed {
-        (
+/// (`assignedAt`, id) order after (`$6`, `$7`), at most `$8` (NULL: all). Public so the
+/// benchmark can time Postgres's own `COPY` of the same rows.
+pub fn rows_sql(shape: RowsShape) -> String {
+    const NO_PROGRESS: &str = "NULL::int[] AS module_positions, NULL::text[] AS module_statuses,
+             NULL::timestamptz[] AS module_started, NULL::timestamptz[] AS module_completed";
+    let (progress_columns, progress_join) = match shape {
+        RowsShape::Detailed => (
             "COALESCE(mp.completed_modules, 0) AS completed_modules, mp.module_positions, \
-             mp.module_statuses, mp.module_started, mp.module_completed",
+             mp.module_statuses, mp.module_started, mp.module_completed"
+                .to_owned(),
             "LEFT JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE p.status = 'completed') AS completed_modules,
                        array_agg(m.position ORDER BY m.position) AS module_positions,
@@ -420,15 +437,25 @@ pub fn rows_sql(detailed: bool) -> String {
                 FROM module_progress p JOIN modules m ON m.id = p.module_id
                 WHERE p.assignment_id = a.id
              ) mp ON true",
-        )
-    } else {
-        (
-            "(SELECT count(*) FROM module_progress p
-              WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules,
-             NULL::int[] AS module_positions, NULL::text[] AS module_statuses,
-             NULL::timestamptz[] AS module_started, NULL::timestamptz[] AS module_completed",
+        ),
+        RowsShape::Page => (
+            format!(
+                "(SELECT count(*) FROM module_progress p
+                  WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules,
+                 {NO_PROGRESS}"
+            ),
             "",
-        )
+        ),
+        RowsShape::Whole => (
+            format!("COALESCE(mp.completed_modules, 0) AS completed_modules, {NO_PROGRESS}"),
+            "LEFT JOIN (
+                SELECT p.assignment_id, count(*) AS completed_modules FROM module_progress p
+                WHERE p.status = 'completed' AND p.assignment_id IN (
+                    SELECT s.id FROM assignments s
+                    WHERE s.flow_id = $1 AND s.assigned_at >= $2 AND s.assigned_at < $3)
+                GROUP BY p.assignment_id
+             ) mp ON mp.assignment_id = a.id",
+        ),
     };
     format!(
         "SELECT {columns}, {progress_columns}
@@ -443,8 +470,9 @@ pub fn rows_sql(detailed: bool) -> String {
     )
 }
 
-static ROWS_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(false));
-static DETAILED_ROWS_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(true));
+static PAGE_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(RowsShape::Page));
+static WHOLE_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(RowsShape::Whole));
+static DETAILED_SQL: LazyLock<String> = LazyLock::new(|| rows_sql(RowsShape::Detailed));
 
 /// Streams the scope's rows after `after` (from the start when `None`), at most `limit` (all when
 /// `None`), from `connection` as Postgres produces them, so memory stays flat whatever the size.
@@ -457,10 +485,10 @@ pub fn rows<'c>(
     after: Option<PageCursor>,
     limit: Option<i64>,
 ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
-    let sql = if detailed {
-        DETAILED_ROWS_SQL.as_str()
-    } else {
-        ROWS_SQL.as_str()
+    let sql = match (detailed, limit) {
+        (true, _) => DETAILED_SQL.as_str(),
+        (false, Some(_)) => PAGE_SQL.as_str(),
+        (false, None) => WHOLE_SQL.as_str(),
     };
     let (after_at, after_id) = match after {
         Some(cursor) => (cursor.assigned_at, cursor.id.0),
