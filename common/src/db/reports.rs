@@ -506,6 +506,21 @@ pub fn rows<'c>(
         .fetch(connection)
 }
 
+/// Memory for the sort and hash joins of one export's rows (`RowsShape::Whole` sorts the whole
+/// scope by assigned time once its joins are done), set for the rest of the snapshot's
+/// transaction: at Postgres's default of 4 MB a million rows sort on disk in many runs, and
+/// this is one statement per running export, not per connection.
+pub const EXPORT_WORK_MEM: &str = "64MB";
+
+/// Gives the rest of the transaction on `connection` [`EXPORT_WORK_MEM`] per sort or hash.
+pub async fn allow_export_memory(connection: &mut PgConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("SELECT set_config('work_mem', $1, true)")
+        .bind(EXPORT_WORK_MEM)
+        .execute(connection)
+        .await
+        .map(|_| ())
+}
+
 /// Module progress rows of the assignments an export holds (sizes the Excel sheets).
 pub async fn export_module_progress_count<'e>(
     executor: impl PgExecutor<'e>,

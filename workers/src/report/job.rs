@@ -265,6 +265,7 @@ async fn generate(
     let key = context
         .store
         .object_key(export.id, export.attempts, &file_name);
+    reports::allow_export_memory(snapshot.connection()).await?;
     let rows = report.rows(snapshot.connection(), format, parameters.detailed);
     let header = Arc::new(ExportHeader {
         export_id: export.id,
