@@ -258,39 +258,67 @@ async fn csv_export_honours_the_range_and_status_filter() {
 }
 
 /// An export without module details counts each assignment's completed modules in one grouped
-/// join over the scope (a page counts them row by row): both give the same rows.
+/// join over the scope (a page counts them row by row), and from `EXPORT_SPLIT_ROWS` rows on is
+/// read as two halves of assigned time on two connections: the file has the rows, order and
+/// counts of the report pages all the same.
 #[tokio::test]
-async fn csv_export_without_details_counts_modules_as_the_pages_do() {
+async fn csv_export_without_details_read_in_two_halves_has_the_pages_rows() {
     let app = TestApp::spawn().await;
-    let _worker = start_report_worker(&app);
-    let (org, flow) = export_fixture(&app, 40).await;
+    let mut config = report_worker_config(&app);
+    config.split_rows = 1;
+    let _worker = flow_tests::WorkerHandle::spawn(move |shutdown| {
+        flow_workers::runtime::run(config, shutdown)
+    });
+    let (org, flow) = export_fixture(&app, 4_500).await;
+    let lower = chrono::DateTime::parse_from_rfc3339("2025-01-01T00:00:00Z")
+        .unwrap()
+        .to_utc();
+    let scope = flow_common::db::reports::Scope {
+        flow_id: flow.id,
+        lower,
+        upper: lower + chrono::Duration::days(3_650),
+        now: chrono::Utc::now(),
+        status: None,
+    };
+    let split = flow_common::db::reports::midpoint(&app.db, &scope)
+        .await
+        .unwrap()
+        .expect("a midpoint");
     let request = json!({ "flowId": flow.id.to_string(), "startDate": "2025-01-01" });
     let mut export = request.clone();
     export["format"] = json!("csv");
     let (_, file) = export_file(&app, &org, export).await;
     let mut reader = csv::Reader::from_reader(file.body.as_slice());
-    let exported: Vec<(String, String)> = reader
+    let fields = ["assignmentId", "assignedAt", "status", "completedModules"];
+    let columns = [0, 2, 3, 4];
+    let exported: Vec<Vec<String>> = reader
         .records()
         .map(Result::unwrap)
-        .map(|record| (record[0].to_owned(), record[4].to_owned()))
+        .map(|record| columns.iter().map(|&i| record[i].to_owned()).collect())
         .collect();
-    let expected: Vec<(String, String)> = all_pages(&app, &org, request, 7)
+    let expected: Vec<Vec<String>> = all_pages(&app, &org, request, 1_000)
         .await
         .iter()
-        .map(|row| {
-            (
-                csv_cell(&row["assignmentId"]),
-                csv_cell(&row["completedModules"]),
-            )
-        })
+        .map(|row| fields.iter().map(|field| csv_cell(&row[field])).collect())
         .collect();
-    assert_eq!(exported.len(), 44);
+    assert_eq!(exported.len(), 4_504);
     assert_eq!(exported, expected);
+    let before = exported
+        .iter()
+        .filter(|row| {
+            row[1].as_str()
+                < split
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+                    .as_str()
+        })
+        .count();
     assert!(
-        exported
-            .iter()
-            .any(|(_, completed)| completed.as_str() > "0"),
-        "the fixture has completed modules: {exported:?}"
+        (1_000..3_500).contains(&before),
+        "the halves split near the middle: {before} rows before {split}"
+    );
+    assert!(
+        exported.iter().any(|row| row[3].as_str() > "0"),
+        "the fixture has completed modules"
     );
 }
 

@@ -506,6 +506,34 @@ pub fn rows<'c>(
         .fetch(connection)
 }
 
+/// The quarter hour of assigned time that splits the scope's assignments about in half, read
+/// from the rollups and unmerged deltas (so it costs what the number of quarter hours does);
+/// `None` when no such instant lies strictly inside the scope's range.
+pub async fn midpoint<'e>(
+    executor: impl PgExecutor<'e>,
+    scope: &Scope,
+) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT bucket FROM (
+            SELECT bucket, sum(sum(n)) OVER (ORDER BY bucket) AS running, sum(sum(n)) OVER () AS total
+            FROM (SELECT bucket, assignments AS n FROM assignment_rollups
+                  WHERE flow_id = $1 AND bucket >= $2 AND bucket < $3
+                  UNION ALL
+                  SELECT bucket, assignments FROM assignment_rollup_deltas
+                  WHERE flow_id = $1 AND bucket >= $2 AND bucket < $3) parts
+            GROUP BY bucket
+         ) counted
+         WHERE running * 2 >= total AND bucket > $2
+         ORDER BY bucket
+         LIMIT 1",
+    )
+    .bind(scope.flow_id)
+    .bind(scope.lower)
+    .bind(scope.upper)
+    .fetch_optional(executor)
+    .await
+}
+
 /// Memory for the sort and hash joins of one export's rows (`RowsShape::Whole` sorts the whole
 /// scope by assigned time once its joins are done), set for the rest of the snapshot's
 /// transaction: at Postgres's default of 4 MB a million rows sort on disk in many runs, and

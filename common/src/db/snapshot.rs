@@ -87,6 +87,18 @@ impl Snapshot {
         Ok(Lane::Own(self.own.lock().await))
     }
 
+    /// A helper connection reading this snapshot, if the pool hands one over within
+    /// [`HELPER_WAIT`]; never the snapshot's own (for work that runs beside a part holding it).
+    pub async fn helper(&self) -> Option<Lane<'_>> {
+        match tokio::time::timeout(HELPER_WAIT, self.pool.acquire()).await {
+            Ok(Ok(connection)) => Some(Lane::Helper {
+                connection,
+                snapshot: &self.id,
+            }),
+            _ => None,
+        }
+    }
+
     /// Ends the snapshot (it only read, so nothing is lost either way).
     pub async fn close(self) -> Result<(), sqlx::Error> {
         self.own.into_inner().rollback().await

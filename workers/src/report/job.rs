@@ -21,8 +21,7 @@ use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
 use flow_common::report::engine::{self, Report, ReportError};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
-use futures::TryStreamExt;
-use futures::stream::BoxStream;
+use futures::stream::{Stream, StreamExt, TryStreamExt};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -51,6 +50,8 @@ pub struct Context {
     pub max_attempts: i32,
     /// Directory for the Excel writer's temporary files (system default when `None`).
     pub temp_dir: Option<PathBuf>,
+    /// Exports of at least this many rows without module details are read as two halves.
+    pub split_rows: i64,
 }
 
 enum Rows {
@@ -265,8 +266,6 @@ async fn generate(
     let key = context
         .store
         .object_key(export.id, export.attempts, &file_name);
-    reports::allow_export_memory(snapshot.connection()).await?;
-    let rows = report.rows(snapshot.connection(), format, parameters.detailed);
     let header = Arc::new(ExportHeader {
         export_id: export.id,
         flow_id: flow.id,
@@ -289,7 +288,17 @@ async fn generate(
     let writer = tokio::task::spawn_blocking(move || {
         write_file(header, format, sink, temp_dir, rows_receiver)
     });
-    let read = stream_rows(rows, rows_sender, progress, cancel).await;
+    let read = read_rows(
+        context,
+        &snapshot,
+        &report,
+        format,
+        parameters.detailed,
+        rows_sender,
+        progress,
+        cancel,
+    )
+    .await;
     let written = writer
         .await
         .map_err(|error| JobError::Permanent {
@@ -364,14 +373,79 @@ async fn chart(
 
 /// Streams the export's rows to the writer in batches; ends with [`Rows::End`] only when every
 /// row was read, so the writer never completes a truncated file.
-async fn stream_rows(
-    mut rows: BoxStream<'_, Result<ExportRow, sqlx::Error>>,
+/// Reads the export's rows into the writer stage, then marks their end. One statement; or, for
+/// an export of at least `split_rows` rows without module details, two halves of assigned time
+/// on two connections of the snapshot: polling the second half once sends its statement, so
+/// Postgres joins and sorts it on the other core while the first half is written (the halves
+/// are disjoint ranges of the ordering key, so their concatenation is the one order).
+#[allow(clippy::too_many_arguments)]
+async fn read_rows(
+    context: &Context,
+    snapshot: &Snapshot,
+    report: &Report,
+    format: ExportFormat,
+    detailed: bool,
     sender: mpsc::Sender<Rows>,
     progress: &AtomicI64,
     cancel: &CancellationToken,
 ) -> Result<i64, JobError> {
+    let mut own = snapshot.lane().await?;
+    let mut first = own.join().await?;
+    reports::allow_export_memory(&mut first).await?;
+    let whole = !detailed && format.row_limit().is_none();
+    let split = if whole && report.export_row_count(format) >= context.split_rows {
+        reports::midpoint(&mut *first, &report.scope).await?
+    } else {
+        None
+    };
+    let helper = match split {
+        Some(_) => snapshot.helper().await,
+        None => None,
+    };
+    let count = match (split, helper) {
+        (Some(at), Some(mut helper)) => {
+            let mut second = helper.join().await?;
+            reports::allow_export_memory(&mut second).await?;
+            let first_half = Scope {
+                upper: at,
+                ..report.scope
+            };
+            let second_half = Scope {
+                lower: at,
+                ..report.scope
+            };
+            let first_rows = reports::rows(&mut first, &first_half, false, None, None);
+            let mut second_rows =
+                reports::rows(&mut second, &second_half, false, None, None).peekable();
+            let (sent, _) = tokio::join!(
+                send_rows(first_rows, &sender, progress, cancel, 0),
+                std::pin::Pin::new(&mut second_rows).peek()
+            );
+            send_rows(second_rows, &sender, progress, cancel, sent?).await?
+        }
+        _ => {
+            let rows = report.rows(&mut first, format, detailed);
+            send_rows(rows, &sender, progress, cancel, 0).await?
+        }
+    };
+    sender
+        .send(Rows::End)
+        .await
+        .map_err(|_| JobError::interrupted("the export writer stopped"))?;
+    progress.store(count, Ordering::Relaxed);
+    Ok(count)
+}
+
+/// Sends `rows` to the writer stage in batches; `count` rows were sent before them. Returns the
+/// count after them.
+async fn send_rows(
+    mut rows: impl Stream<Item = Result<ExportRow, sqlx::Error>> + Unpin,
+    sender: &mpsc::Sender<Rows>,
+    progress: &AtomicI64,
+    cancel: &CancellationToken,
+    mut count: i64,
+) -> Result<i64, JobError> {
     let mut batch = Vec::with_capacity(ROW_BATCH);
-    let mut count = 0i64;
     let stopped = || JobError::interrupted("the export writer stopped");
     loop {
         let next = tokio::select! {
@@ -403,8 +477,6 @@ async fn stream_rows(
             .await
             .map_err(|_| stopped())?;
     }
-    sender.send(Rows::End).await.map_err(|_| stopped())?;
-    progress.store(count, Ordering::Relaxed);
     Ok(count)
 }
 

@@ -70,6 +70,12 @@ pub struct ReportWorkerConfig {
     #[arg(long, env = "EXPORT_MAX_ATTEMPTS", default_value_t = 3)]
     pub max_attempts: i32,
 
+    /// Exports of at least this many rows (CSV and Excel without module details) are read as two
+    /// halves of assigned time on two connections of one snapshot, the second half's joins and
+    /// sort running while the first half is written.
+    #[arg(long, env = "EXPORT_SPLIT_ROWS", default_value_t = 200_000)]
+    pub split_rows: i64,
+
     /// Directory for the Excel writer's temporary files (default: the system's).
     #[arg(long, env = "EXPORT_TEMP_DIR")]
     pub temp_dir: Option<PathBuf>,
@@ -95,6 +101,7 @@ async fn work(config: ReportWorkerConfig, runtime: Runtime) -> anyhow::Result<()
         lease: Duration::from_secs(config.lease_seconds.max(1)),
         max_attempts: config.max_attempts.max(1),
         temp_dir: config.temp_dir.clone(),
+        split_rows: config.split_rows,
     });
     let poll = Duration::from_millis(config.poll_interval_ms.max(10));
     let liveness = runtime.liveness(
@@ -212,6 +219,7 @@ pub async fn sweep_once(config: &ReportWorkerConfig) -> anyhow::Result<()> {
         lease: Duration::from_secs(config.lease_seconds.max(1)),
         max_attempts: config.max_attempts.max(1),
         temp_dir: None,
+        split_rows: config.split_rows,
     };
     let result = sweep(&context).await;
     context.pool.close().await;
