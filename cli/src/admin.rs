@@ -395,7 +395,6 @@ pub enum FlowsCommand {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FlowFile {
-    /// Name.
     pub name: String,
     /// Description.
     #[serde(default)]
@@ -408,7 +407,6 @@ pub struct FlowFile {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModuleFile {
-    /// Name.
     pub name: String,
     /// Estimate in minutes.
     #[serde(default)]
@@ -434,7 +432,6 @@ impl FlowFile {
 pub struct FlowSummary {
     /// Flow id.
     pub id: String,
-    /// Name.
     pub name: String,
     /// Number of modules.
     pub module_count: usize,

@@ -505,7 +505,6 @@ pub async fn queue_depths(
 /// Where a [`BatchPublisher`] sends its batches.
 #[derive(Debug, Clone)]
 pub struct BatchTarget {
-    /// Exchange.
     pub exchange: String,
     /// Routing key.
     pub routing_key: String,

@@ -19,7 +19,6 @@ pub const SESSION_COOKIE: &str = "flow_session";
 pub struct Page {
     /// Status code.
     pub status: u16,
-    /// Headers.
     pub headers: HeaderMap,
     /// Body text.
     pub body: String,

@@ -354,7 +354,6 @@ pub struct TestApp {
 /// An organization and one of its API keys.
 #[derive(Debug, Clone)]
 pub struct TestOrg {
-    /// Id.
     pub id: OrgId,
     /// Secret key.
     pub key: String,
@@ -365,7 +364,6 @@ pub struct TestOrg {
 pub struct TestResponse {
     /// Status code.
     pub status: u16,
-    /// Headers.
     pub headers: HeaderMap,
     /// Body as JSON (`Null` when not JSON).
     pub body: Value,

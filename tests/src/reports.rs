@@ -540,7 +540,6 @@ pub fn report_worker_config(app: &TestApp) -> flow_workers::report::ReportWorker
 pub struct Download {
     /// Status code.
     pub status: u16,
-    /// Headers.
     pub headers: HeaderMap,
     /// Body bytes.
     pub body: Vec<u8>,

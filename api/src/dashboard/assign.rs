@@ -36,9 +36,7 @@ pub fn router() -> Router<AppState> {
 
 /// A flow to choose.
 pub struct FlowChoice {
-    /// Id.
     pub id: String,
-    /// Name.
     pub name: String,
     /// Whether it is selected.
     pub selected: bool,

@@ -26,7 +26,6 @@ pub struct Week {
 pub struct Bar {
     /// Left edge.
     pub x: String,
-    /// Width.
     pub width: String,
     /// Top of the assignments bar.
     pub total_y: String,

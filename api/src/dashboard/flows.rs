@@ -53,13 +53,9 @@ pub fn router() -> Router<AppState> {
 
 /// A flow as the list shows it.
 pub struct FlowRow {
-    /// Id.
     pub id: String,
-    /// Name.
     pub name: String,
-    /// Modules.
     pub modules: i64,
-    /// Assignments.
     pub assignments: String,
     /// Completion rate.
     pub completion: String,
@@ -162,11 +158,9 @@ pub struct Tab {
 
 /// An assignment in the table.
 pub struct AssignmentRow {
-    /// Id.
     pub id: String,
     /// Assignee.
     pub email: String,
-    /// Status.
     pub status: String,
     /// Status in words.
     pub status_text: String,
@@ -174,7 +168,6 @@ pub struct AssignmentRow {
     pub progress: String,
     /// Modules completed, in percent.
     pub progress_value: i64,
-    /// Priority.
     pub priority: String,
     /// Assignment time.
     pub assigned: String,
@@ -188,15 +181,12 @@ pub struct AssignmentRow {
 pub struct MetricsView {
     /// Assignments.
     pub total: String,
-    /// Completed.
     pub completed: String,
     /// Completion rate.
     pub rate: String,
     /// In progress.
     pub in_progress: String,
-    /// Pending.
     pub pending: String,
-    /// Overdue.
     pub overdue: String,
     /// Mean time to complete, or a dash.
     pub average: String,
@@ -462,7 +452,6 @@ async fn request_export(
 
 /// The state of an export as its panel shows it.
 pub struct ExportView {
-    /// Id.
     pub id: String,
     /// Flow id.
     pub flow_id: String,

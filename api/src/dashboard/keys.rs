@@ -50,7 +50,6 @@ pub fn router() -> Router<AppState> {
 pub struct KeyRow {
     /// Id (`key_…`).
     pub id: String,
-    /// Name.
     pub name: String,
     /// Visible prefix.
     pub prefix: String,

@@ -32,7 +32,6 @@ pub fn router() -> Router<AppState> {
 
 /// A schedule in the list.
 pub struct ScheduleRow {
-    /// Id.
     pub id: String,
     /// Flow id.
     pub flow_id: String,

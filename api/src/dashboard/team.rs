@@ -28,7 +28,6 @@ pub fn router() -> Router<AppState> {
 
 /// An account as the list shows it.
 pub struct AccountRow {
-    /// Id.
     pub id: String,
     /// E-mail.
     pub email: String,

@@ -13,9 +13,7 @@ pub enum Section {
     Flows,
     /// Assign form and upload.
     Assign,
-    /// Users.
     Users,
-    /// Schedules.
     Schedules,
     /// Webhook endpoints and deliveries.
     Webhooks,

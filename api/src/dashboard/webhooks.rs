@@ -67,9 +67,7 @@ async fn endpoint(state: &AppState, account: &SignedIn, id: &str) -> Result<Endp
 
 /// An endpoint as the list and its page show it.
 pub struct EndpointRow {
-    /// Id.
     pub id: String,
-    /// URL.
     pub url: String,
     /// Description, or empty.
     pub description: String,
@@ -592,7 +590,6 @@ fn local_input(at: DateTime<Utc>, zone: chrono_tz::Tz) -> String {
 
 /// A filter checkbox.
 pub struct Choice {
-    /// Value.
     pub value: &'static str,
     /// Label.
     pub text: String,
@@ -602,13 +599,11 @@ pub struct Choice {
 
 /// A delivery as the log shows it.
 pub struct DeliveryRow {
-    /// Id.
     pub id: String,
     /// Event id.
     pub event_id: String,
     /// Event kind.
     pub event_type: String,
-    /// Status.
     pub status: String,
     /// Status in words.
     pub status_text: String,
@@ -824,7 +819,6 @@ fn log_url(id: WebhookEndpointId, query: &LogQuery) -> String {
 
 /// An attempt as the delivery page shows it.
 pub struct AttemptRow {
-    /// Number.
     pub number: i32,
     /// When.
     pub at: String,
@@ -832,7 +826,6 @@ pub struct AttemptRow {
     pub status_code: String,
     /// Whether it succeeded.
     pub ok: bool,
-    /// Latency.
     pub latency: String,
     /// Transport error.
     pub error: String,

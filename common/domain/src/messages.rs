@@ -35,7 +35,6 @@ pub struct AssignCommand {
     pub user_id: UserId,
     /// Assignee e-mail as stored (for the event payload).
     pub assignee_email: String,
-    /// Priority.
     pub priority: Priority,
     /// Notes for the assignee.
     #[serde(default, skip_serializing_if = "Option::is_none")]

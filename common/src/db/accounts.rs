@@ -46,7 +46,6 @@ impl Role {
 /// An account (never its password hash).
 #[derive(Debug, Clone, FromRow)]
 pub struct Account {
-    /// Id.
     pub id: AccountId,
     /// Organization.
     pub org_id: OrgId,

@@ -573,7 +573,6 @@ pub async fn lookup<'e>(
 /// An assignment as the API shows it.
 #[derive(Debug, Clone, FromRow)]
 pub struct AssignmentRecord {
-    /// Id.
     pub id: AssignmentId,
     /// Owning organization.
     pub org_id: OrgId,
@@ -587,9 +586,7 @@ pub struct AssignmentRecord {
     pub assignee_email: String,
     /// Stored status (see [`AssignmentRecord::status`] for the reported one).
     pub status: String,
-    /// Priority.
     pub priority: String,
-    /// Notes.
     pub notes: Option<String>,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,

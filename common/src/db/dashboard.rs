@@ -204,7 +204,6 @@ pub struct FlowCounts {
     pub flow_id: FlowId,
     /// Every assignment.
     pub total: i64,
-    /// Completed.
     pub completed: i64,
     /// Past due and not completed.
     pub overdue: i64,
@@ -303,7 +302,6 @@ pub async fn flow_assignments<'e>(
 /// A schedule as the dashboard lists it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ScheduleListing {
-    /// Id.
     pub id: ScheduleId,
     /// Flow.
     pub flow_id: FlowId,

@@ -54,7 +54,6 @@ impl ExportStatus {
 /// An export row.
 #[derive(Debug, Clone, FromRow)]
 pub struct ExportRecord {
-    /// Id.
     pub id: ExportId,
     /// Owning organization.
     pub org_id: OrgId,
@@ -129,7 +128,6 @@ pub struct NewExport {
     pub id: ExportId,
     /// Owning organization.
     pub org_id: OrgId,
-    /// Format.
     pub format: ExportFormat,
     /// The validated request.
     pub parameters: ReportParameters,

@@ -7,13 +7,10 @@ use sqlx::{FromRow, PgExecutor, PgPool};
 /// A flow row.
 #[derive(Debug, Clone, FromRow)]
 pub struct Flow {
-    /// Id.
     pub id: FlowId,
     /// Owning organization.
     pub org_id: OrgId,
-    /// Name.
     pub name: String,
-    /// Description.
     pub description: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
@@ -22,13 +19,11 @@ pub struct Flow {
 /// A module row.
 #[derive(Debug, Clone, FromRow)]
 pub struct Module {
-    /// Id.
     pub id: ModuleId,
     /// Flow it belongs to.
     pub flow_id: FlowId,
     /// Zero-based order within the flow.
     pub position: i32,
-    /// Name.
     pub name: String,
     /// Estimated time to complete, in minutes.
     pub estimated_minutes: i32,
@@ -37,11 +32,9 @@ pub struct Module {
 /// What the assign path needs of a flow; cached by the API.
 #[derive(Debug, Clone, FromRow)]
 pub struct FlowSummary {
-    /// Id.
     pub id: FlowId,
     /// Owning organization.
     pub org_id: OrgId,
-    /// Name.
     pub name: String,
     /// Number of modules.
     pub module_count: i64,
@@ -52,7 +45,6 @@ pub struct FlowSummary {
 /// A module to create.
 #[derive(Debug, Clone)]
 pub struct NewModule {
-    /// Name.
     pub name: String,
     /// Estimate in minutes.
     pub estimated_minutes: i32,

@@ -17,7 +17,6 @@ pub const KEY_PREFIX: &str = "fsk_";
 /// A key record (never the secret).
 #[derive(Debug, Clone, FromRow)]
 pub struct ApiKey {
-    /// Id.
     pub id: KeyId,
     /// Owning organization.
     pub org_id: OrgId,

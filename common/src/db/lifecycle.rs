@@ -26,7 +26,6 @@ pub struct AssignmentSnapshot {
     pub assignee_email: String,
     /// Status after the change.
     pub status: String,
-    /// Priority.
     pub priority: String,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,

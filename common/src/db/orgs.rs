@@ -54,7 +54,6 @@ impl Tier {
 /// An organization row.
 #[derive(Debug, Clone, FromRow)]
 pub struct Organization {
-    /// Id.
     pub id: OrgId,
     /// Display name.
     pub name: String,
@@ -103,7 +102,6 @@ fn positive(value: Option<i32>) -> Option<u32> {
 pub struct NewOrganization {
     /// Display name.
     pub name: String,
-    /// Tier.
     pub tier: Tier,
     /// IANA time zone.
     pub timezone: Tz,

@@ -130,7 +130,6 @@ pub async fn metrics<'e>(
 /// One assignment of a report.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct ReportRow {
-    /// Id.
     pub id: AssignmentId,
     /// Assignee e-mail.
     pub assignee_email: String,
@@ -138,7 +137,6 @@ pub struct ReportRow {
     pub assigned_at: DateTime<Utc>,
     /// Status at the reading time.
     pub status: String,
-    /// Priority.
     pub priority: String,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,
@@ -175,7 +173,6 @@ fn row_columns() -> String {
 /// A schedule of the flow.
 #[derive(Debug, Clone, PartialEq, FromRow)]
 pub struct ScheduleRow {
-    /// Id.
     pub id: ScheduleId,
     /// Assignee e-mail.
     pub assignee_email: String,

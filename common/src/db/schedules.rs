@@ -32,7 +32,6 @@ pub struct NewSchedule {
 /// A schedule as the API shows it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ScheduleRecord {
-    /// Id.
     pub id: ScheduleId,
     /// Flow.
     pub flow_id: FlowId,
@@ -48,9 +47,7 @@ pub struct ScheduleRecord {
     pub occurrence: i32,
     /// Due offset in days.
     pub due_in_days: Option<i32>,
-    /// Priority.
     pub priority: String,
-    /// Notes.
     pub notes: Option<String>,
     /// False once a one-off schedule ran.
     pub active: bool,
@@ -134,7 +131,6 @@ pub async fn delete<'e>(
 /// A schedule whose occurrence is due, locked by the caller's transaction.
 #[derive(Debug, Clone, FromRow)]
 pub struct DueSchedule {
-    /// Id.
     pub id: ScheduleId,
     /// Organization.
     pub org_id: OrgId,
@@ -158,9 +154,7 @@ pub struct DueSchedule {
     pub recurrence: String,
     /// Due offset in days.
     pub due_in_days: Option<i32>,
-    /// Priority.
     pub priority: String,
-    /// Notes.
     pub notes: Option<String>,
 }
 

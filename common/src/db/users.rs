@@ -8,7 +8,6 @@ use sqlx::{FromRow, PgExecutor};
 /// A user row.
 #[derive(Debug, Clone, FromRow)]
 pub struct User {
-    /// Id.
     pub id: UserId,
     /// Owning organization.
     pub org_id: OrgId,

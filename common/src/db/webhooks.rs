@@ -30,7 +30,6 @@ pub fn storable_text(text: &str, max_bytes: usize) -> String {
 /// A customer's endpoint.
 #[derive(Debug, Clone, FromRow)]
 pub struct Endpoint {
-    /// Id.
     pub id: WebhookEndpointId,
     /// Owning organization.
     pub org_id: OrgId,
