@@ -417,11 +417,21 @@ async fn read_rows(
             let first_rows = reports::rows(&mut first, &first_half, false, None, None);
             let mut second_rows =
                 reports::rows(&mut second, &second_half, false, None, None).peekable();
-            let (sent, _) = tokio::join!(
+            // The second half's statement runs while the first half is sent; a failed or
+            // cancelled first half stops waiting for it at once.
+            let warm = async {
+                tokio::select! {
+                    () = cancel.cancelled() => {}
+                    _ = std::pin::Pin::new(&mut second_rows).peek() => {}
+                }
+                Ok(())
+            };
+            let (sent, ()) = futures::future::try_join(
                 send_rows(first_rows, &sender, progress, cancel, 0),
-                std::pin::Pin::new(&mut second_rows).peek()
-            );
-            send_rows(second_rows, &sender, progress, cancel, sent?).await?
+                warm,
+            )
+            .await?;
+            send_rows(second_rows, &sender, progress, cancel, sent).await?
         }
         _ => {
             let rows = report.rows(&mut first, format, detailed);
