@@ -414,6 +414,17 @@ pub enum RowsShape {
     Detailed,
 }
 
+impl RowsShape {
+    /// How rows are read with or without module details, at most `limit` of them (all: `None`).
+    pub fn of(detailed: bool, limit: Option<i64>) -> Self {
+        match (detailed, limit) {
+            (true, _) => Self::Detailed,
+            (false, Some(_)) => Self::Page,
+            (false, None) => Self::Whole,
+        }
+    }
+}
+
 /// The SELECT of a report's rows: the assignments of the scope passing the status filter, in
 /// (`assignedAt`, id) order after (`$6`, `$7`), at most `$8` (NULL: all). Public so the
 /// benchmark can time Postgres's own `COPY` of the same rows.
@@ -482,10 +493,10 @@ pub fn rows<'c>(
     after: Option<PageCursor>,
     limit: Option<i64>,
 ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
-    let sql = match (detailed, limit) {
-        (true, _) => DETAILED_SQL.as_str(),
-        (false, Some(_)) => PAGE_SQL.as_str(),
-        (false, None) => WHOLE_SQL.as_str(),
+    let sql = match RowsShape::of(detailed, limit) {
+        RowsShape::Detailed => DETAILED_SQL.as_str(),
+        RowsShape::Page => PAGE_SQL.as_str(),
+        RowsShape::Whole => WHOLE_SQL.as_str(),
     };
     let (after_at, after_id) = match after {
         Some(cursor) => (cursor.assigned_at, cursor.id.0),

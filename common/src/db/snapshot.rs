@@ -78,11 +78,8 @@ impl Snapshot {
         if let Ok(own) = self.own.try_lock() {
             return Ok(Lane::Own(own));
         }
-        if let Ok(Ok(connection)) = tokio::time::timeout(HELPER_WAIT, self.pool.acquire()).await {
-            return Ok(Lane::Helper {
-                connection,
-                snapshot: &self.id,
-            });
+        if let Some(helper) = self.helper().await {
+            return Ok(helper);
         }
         Ok(Lane::Own(self.own.lock().await))
     }

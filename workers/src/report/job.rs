@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows;
-use flow_common::db::reports::{self, AggregateRow, ExportRow, Scope};
+use flow_common::db::reports::{self, AggregateRow, ExportRow, RowsShape, Scope};
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
 use flow_common::report::engine::{self, Report, ReportError};
@@ -371,9 +371,8 @@ async fn chart(
     Ok((spec.by, rows))
 }
 
-/// Streams the export's rows to the writer in batches; ends with [`Rows::End`] only when every
-/// row was read, so the writer never completes a truncated file.
-/// Reads the export's rows into the writer stage, then marks their end. One statement; or, for
+/// Streams the export's rows to the writer in batches and ends with [`Rows::End`] only when every
+/// row was read, so the writer never completes a truncated file. One statement; or, for
 /// an export of at least `split_rows` rows without module details, two halves of assigned time
 /// on two connections of the snapshot: polling the second half once sends its statement, so
 /// Postgres joins and sorts it on the other core while the first half is written (the halves
@@ -392,7 +391,7 @@ async fn read_rows(
     let mut own = snapshot.lane().await?;
     let mut first = own.join().await?;
     reports::allow_export_memory(&mut first).await?;
-    let whole = !detailed && format.row_limit().is_none();
+    let whole = RowsShape::of(detailed, format.row_limit()) == RowsShape::Whole;
     let split = if whole && report.export_row_count(format) >= context.split_rows {
         reports::midpoint(&mut *first, &report.scope).await?
     } else {
