@@ -205,6 +205,21 @@ pub async fn connect(url: &str, role: &str) -> lapin::Result<Connection> {
     Connection::connect(url, properties).await
 }
 
+/// Deletes every queue and exchange of `topology` over a connection of its own (benchmarks and
+/// tests clean up with it); failures are ignored. The channel is closed before the connection: a
+/// channel merely dropped is closed by lapin in the background, and when that close comes after
+/// the connection's, lapin logs a connection error ("invalid channel state: Closing").
+pub async fn delete_topology(url: &str, role: &str, topology: &Topology) {
+    let Ok(connection) = connect(url, role).await else {
+        return;
+    };
+    if let Ok(channel) = connection.create_channel().await {
+        drop(topology.delete(&channel).await);
+        drop(channel.close(200, "topology deleted".into()).await);
+    }
+    drop(connection.close(200, "topology deleted".into()).await);
+}
+
 /// Opens a consumer channel with the given prefetch window.
 pub async fn consumer_channel(connection: &Connection, prefetch: u16) -> lapin::Result<Channel> {
     let channel = connection.create_channel().await?;

@@ -928,12 +928,7 @@ impl Drop for TestApp {
                 return;
             };
             runtime.block_on(async move {
-                if let Ok(connection) = flow_common::amqp::connect(&amqp, "test-cleanup").await {
-                    if let Ok(channel) = connection.create_channel().await {
-                        drop(topology.delete(&channel).await);
-                    }
-                    drop(connection.close(200, "cleanup".into()).await);
-                }
+                flow_common::amqp::delete_topology(&amqp, "test-cleanup", &topology).await;
                 if let Ok(admin) = PgPool::connect(&server_url()).await {
                     drop(
                         sqlx::query(sqlx::AssertSqlSafe(format!(

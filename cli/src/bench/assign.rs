@@ -177,12 +177,7 @@ pub async fn run(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()>
     );
     let result = measure(&own, &args).await;
     let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
-    if let Ok(connection) = flow_common::amqp::connect(&own.amqp_url, "flowctl-bench").await {
-        if let Ok(channel) = connection.create_channel().await {
-            drop(topology.delete(&channel).await);
-        }
-        drop(connection.close(200, "done".into()).await);
-    }
+    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
     result
 }
 
