@@ -20,9 +20,22 @@ use crate::lookup::Lookup;
 use crate::queue_depths;
 use crate::ratelimit::RateLimiter;
 
-/// Everything handlers share. Cheap to clone.
+/// Everything handlers share, behind one `Arc`: axum clones the state for every extractor and
+/// middleware layer of every request, and a clone of the fields themselves (pool, publishers,
+/// caches, limiter: a dozen reference counts) was 6% of the API's CPU under load.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct Shared {
     /// Postgres pool.
     pub db: PgPool,
     /// Publisher of commands.
@@ -113,7 +126,7 @@ pub async fn build_state(
         config.publish_batches_in_flight,
         shutdown.clone(),
     );
-    Ok(AppState {
+    Ok(AppState(Arc::new(Shared {
         assign_publisher,
         limiter: RateLimiter::new(db.clone()),
         db,
@@ -125,5 +138,5 @@ pub async fn build_state(
         export_store,
         assignment_ids,
         background,
-    })
+    })))
 }
