@@ -91,7 +91,8 @@ fn attempt_directly() {
             endpoint_id: WebhookEndpointId::new(),
             event_id: EventId::new(),
             event_type: "webhook.test".into(),
-            payload: json!({ "type": "webhook.test" }),
+            payload: serde_json::value::to_raw_value(&json!({ "type": "webhook.test" }))
+                .expect("json"),
             attempts: 0,
             event_at: chrono::Utc::now(),
             url: receiver.url("direct"),

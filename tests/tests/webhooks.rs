@@ -896,7 +896,8 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
         event_id: EventId::new(),
         org_id: org.id,
         event_type: "flow.assigned".into(),
-        payload: json!({ "type": "flow.assigned" }),
+        payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
+            .expect("json"),
         event_at: chrono::Utc::now(),
         traceparent: None,
     };
@@ -1382,7 +1383,8 @@ async fn a_fan_out_retried_after_a_lost_commit_answer_gets_its_own_deliveries_ba
         event_id: EventId::new(),
         org_id: org.id,
         event_type: "flow.assigned".into(),
-        payload: json!({ "type": "flow.assigned" }),
+        payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
+            .expect("json"),
         event_at: chrono::Utc::now(),
         traceparent: None,
     };

@@ -167,24 +167,25 @@ pub const MAX_EVENTS_PER_MESSAGE: usize = 500;
 /// The relay publishes what it claims in one transaction this way, so the broker stores, confirms,
 /// delivers and has acked one message for many events; a lone event still goes out as itself
 /// (type [`EVENT_KIND`], the organization in [`ORG_HEADER`], its trace context in the
-/// `traceparent` header).
+/// `traceparent` header). `B` is how an event body is held: a [`Value`] to look into, or the
+/// relay's and webhook-worker's raw JSON text, which pass bodies through without building a tree.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct EventBatch {
+pub struct EventBatch<B = Value> {
     /// Message schema version.
     pub version: u16,
     /// The events, each with its organization.
-    pub events: Vec<BatchedEvent>,
+    pub events: Vec<BatchedEvent<B>>,
 }
 
 /// One event of an [`EventBatch`].
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct BatchedEvent {
+pub struct BatchedEvent<B = Value> {
     /// The organization the event belongs to.
     pub org_id: OrgId,
     /// The event body, exactly as customers receive it.
-    pub event: Value,
+    pub event: B,
     /// W3C trace context of the work that caused the event. Each event carries its own: the
     /// message's header names only one trace, and the events of a batch come from many requests.
     /// Absent in batches published before it existed, and for untraced events.

@@ -53,8 +53,8 @@ pub struct PendingEvent {
     pub org_id: OrgId,
     /// Type (the routing key).
     pub event_type: String,
-    /// Body.
-    pub payload: serde_json::Value,
+    /// Body, as the JSON text Postgres returns (the relay passes it on without parsing it).
+    pub payload: Box<serde_json::value::RawValue>,
     /// When the state change was written.
     pub created_at: DateTime<Utc>,
     /// W3C trace context of the work that caused the event, published with it.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use serde_json::value::RawValue;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 use uuid::Uuid;
 
@@ -251,8 +252,8 @@ pub struct IncomingEvent {
     pub org_id: OrgId,
     /// Type.
     pub event_type: String,
-    /// Body.
-    pub payload: serde_json::Value,
+    /// Body, the JSON text customers receive (passed through, never parsed into a tree).
+    pub payload: Box<RawValue>,
     /// When the state change happened.
     pub event_at: DateTime<Utc>,
     /// W3C trace context of the work that caused the event, kept on its deliveries.
@@ -272,8 +273,8 @@ pub struct ClaimedDelivery {
     pub event_id: EventId,
     /// Event type.
     pub event_type: String,
-    /// Body.
-    pub payload: serde_json::Value,
+    /// Body, the JSON text customers receive.
+    pub payload: Box<RawValue>,
     /// Attempts made so far.
     pub attempts: i32,
     /// When the state change happened.
@@ -537,7 +538,7 @@ async fn insert_deliveries(
     sqlx::query_as(
         "WITH input AS (
             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
-                                 $6::jsonb[], $7::timestamptz[], $8::text[], $9::text[], $10::int[],
+                                 $6::text[], $7::timestamptz[], $8::text[], $9::text[], $10::int[],
                                  $11::timestamptz[], $12::uuid[], $13::int[], $14::text[],
                                  $15::timestamptz[])
                 AS t(id, endpoint_id, event_id, org_id, event_type, payload, event_at, traceparent,
@@ -553,7 +554,7 @@ async fn insert_deliveries(
                                          status, attempts, next_attempt_at, lease_until,
                                          claim_token, last_status_code, last_error, event_at,
                                          delivered_at, traceparent)
-         SELECT i.id, i.org_id, i.endpoint_id, i.event_id, i.event_type, i.payload, i.status,
+         SELECT i.id, i.org_id, i.endpoint_id, i.event_id, i.event_type, i.payload::jsonb, i.status,
                 i.attempts, COALESCE(i.next_attempt_at, now()),
                 CASE WHEN i.status = 'delivering'
                      THEN now() + $16 * interval '1 millisecond' END,
@@ -592,7 +593,8 @@ struct DeliveryColumns<'a> {
     events: Vec<EventId>,
     orgs: Vec<OrgId>,
     types: Vec<&'a str>,
-    payloads: Vec<&'a serde_json::Value>,
+    /// The bodies' JSON text (cast to jsonb by the statement).
+    payloads: Vec<&'a str>,
     event_times: Vec<DateTime<Utc>>,
     traceparents: Vec<Option<&'a str>>,
     statuses: Vec<&'static str>,
@@ -632,7 +634,7 @@ impl<'a> DeliveryColumns<'a> {
         self.events.push(event.event_id);
         self.orgs.push(event.org_id);
         self.types.push(&event.event_type);
-        self.payloads.push(&event.payload);
+        self.payloads.push(event.payload.get());
         self.event_times.push(event.event_at);
         self.traceparents.push(event.traceparent.as_deref());
         match delivery.start {

@@ -202,7 +202,7 @@ impl Message {
             return Ok(Self {
                 id: event.event_id.to_string(),
                 kind: EVENT_KIND,
-                body: serde_json::to_vec(&event.payload)?,
+                body: event.payload.get().as_bytes().to_vec(),
                 org: Some(event.org_id.to_string()),
                 traceparent: event.traceparent.clone(),
             });
@@ -213,7 +213,7 @@ impl Message {
                 .iter()
                 .map(|event| BatchedEvent {
                     org_id: event.org_id,
-                    event: event.payload.clone(),
+                    event: &*event.payload,
                     traceparent: event.traceparent.clone(),
                 })
                 .collect(),
@@ -260,7 +260,13 @@ mod tests {
             event_id,
             org_id: OrgId::new(),
             event_type: "flow.assigned".into(),
-            payload: event_body(event_id, "flow.assigned", Utc::now(), serde_json::json!({})),
+            payload: serde_json::value::to_raw_value(&event_body(
+                event_id,
+                "flow.assigned",
+                Utc::now(),
+                serde_json::json!({}),
+            ))
+            .expect("json"),
             created_at: Utc::now(),
             traceparent: traceparent.map(str::to_owned),
         }

@@ -22,6 +22,7 @@
 pub mod dispatch;
 pub mod sender;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +45,7 @@ use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_domain::webhook::retry::RetrySchedule;
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
+use serde_json::value::RawValue;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -480,7 +482,7 @@ impl EventsHandler {
                     context
                         .dead_letters
                         .send_part(
-                            &serde_json::to_vec(&event.payload)?,
+                            event.payload.get().as_bytes(),
                             &event.event_id.to_string(),
                             EVENT_KIND,
                             &headers,
@@ -534,7 +536,7 @@ pub(crate) fn decode_event_message(
     body: &[u8],
 ) -> Result<Vec<IncomingEvent>, String> {
     if kind == Some(EVENT_BATCH_KIND) {
-        let batch: EventBatch = serde_json::from_slice(body)
+        let batch: EventBatch<Box<RawValue>> = serde_json::from_slice(body)
             .map_err(|error| format!("malformed event batch: {error}"))?;
         if batch.version != EVENT_BATCH_VERSION {
             return Err(format!(
@@ -553,7 +555,7 @@ pub(crate) fn decode_event_message(
             })
             .collect();
     }
-    let payload: serde_json::Value =
+    let payload: Box<RawValue> =
         serde_json::from_slice(body).map_err(|error| format!("malformed event: {error}"))?;
     let org_id = org_header
         .and_then(OrgId::parse)
@@ -565,20 +567,28 @@ pub(crate) fn decode_event_message(
     )?])
 }
 
+/// The fields of an event body the webhook-worker reads (the rest passes through as text).
+#[derive(serde::Deserialize)]
+struct EventHead<'a> {
+    #[serde(borrow)]
+    id: Cow<'a, str>,
+    #[serde(borrow, rename = "type")]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    timestamp: Cow<'a, str>,
+}
+
 /// An event body of organization `org_id`, checked.
 fn incoming(
-    payload: serde_json::Value,
+    payload: Box<RawValue>,
     org_id: OrgId,
     traceparent: Option<String>,
 ) -> Result<IncomingEvent, String> {
-    let field = |name: &str| {
-        payload[name]
-            .as_str()
-            .ok_or_else(|| format!("malformed event: no {name}"))
-    };
-    let event_id = EventId::parse(field("id")?).ok_or("malformed event: bad id")?;
-    let event_type = field("type")?.to_owned();
-    let event_at = DateTime::parse_from_rfc3339(field("timestamp")?)
+    let head: EventHead<'_> =
+        serde_json::from_str(payload.get()).map_err(|error| format!("malformed event: {error}"))?;
+    let event_id = EventId::parse(&head.id).ok_or("malformed event: bad id")?;
+    let event_type = head.event_type.into_owned();
+    let event_at = DateTime::parse_from_rfc3339(&head.timestamp)
         .map_err(|_| "malformed event: bad timestamp")?
         .with_timezone(&Utc);
     Ok(IncomingEvent {

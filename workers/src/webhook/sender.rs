@@ -163,7 +163,7 @@ impl Sender {
         traceparent: Option<&str>,
     ) -> Result<Answer, String> {
         let url = parse_endpoint_url(&delivery.url, self.policy).map_err(|invalid| invalid.0)?;
-        let body = serde_json::to_vec(&delivery.payload).map_err(|error| error.to_string())?;
+        let body = delivery.payload.get().as_bytes().to_vec();
         let message_id = delivery.event_id.to_string();
         let secrets: Vec<String> = std::iter::once(delivery.secret.as_str())
             .chain(delivery.previous_secret.as_deref())
