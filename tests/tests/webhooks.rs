@@ -1244,6 +1244,58 @@ async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
 }
 
 #[tokio::test]
+async fn a_relay_message_of_more_events_than_a_transaction_takes_is_delivered_in_parts_once() {
+    let mut app = app_with_relay().await;
+    // The bulk request's 40 events leave the relay as one message; the worker writes at most 6
+    // per transaction, so the message is fanned out in 7 parts before it is acked.
+    app.webhook_worker = Some(app.start_webhook_worker_with(|config| config.batch_size = 6));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
+        .await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let emails: Vec<String> = (0..40).map(|i| format!("part{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(&app, &receiver, "parts", Behaviour::Succeed, &refs).await;
+    let items: Vec<Value> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect();
+    let bulk = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": items }),
+        )
+        .await;
+    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
+    assert_eq!(bulk.body["succeeded"], json!(40));
+
+    receiver
+        .wait_for_deliveries("parts", 40, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let received = receiver.received("parts");
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (received.len(), ids.len()),
+        (40, 40),
+        "every event exactly once"
+    );
+    let rows = deliveries_of(&app, &webhook).await;
+    assert_eq!(rows.len(), 40);
+    assert!(
+        rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)),
+        "{rows:?}"
+    );
+}
+
+#[tokio::test]
 async fn test_pings_and_manual_retries_beyond_the_limit_get_429() {
     let app = TestApp::spawn_with(TestOptions {
         assign_worker: false,

@@ -224,6 +224,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
         lease: config.lease,
         inline_wait: config.inline_wait.min(config.timeout),
         disable_after: config.disable_after,
+        batch_events: config.batch_size.max(1),
     };
     let consumed = consumer::run(&runtime, settings, Arc::new(handler)).await;
     drop(poller.await);
@@ -243,6 +244,9 @@ struct EventsHandler {
     /// How long a batch waits for its inline first attempts (zero: none are made).
     inline_wait: Duration,
     disable_after: Duration,
+    /// Most events fanned out in one transaction (a message of the relay holds up to 500, so a
+    /// batch of messages is written in parts of this many events).
+    batch_events: usize,
 }
 
 impl BatchHandler for EventsHandler {
@@ -264,37 +268,24 @@ impl BatchHandler for EventsHandler {
         if events.is_empty() {
             return ack_all(&messages).await;
         }
-        // While the recorder is behind, no new events are fanned out: they wait in the broker
-        // (see `dispatch::Unrecorded`).
-        let recorder_caught_up = self
-            .dispatcher
-            .unrecorded()
-            .below(dispatch::UNRECORDED_LIMIT);
-        if context
-            .shutdown
-            .run_until_cancelled(recorder_caught_up)
-            .await
-            .is_none()
-        {
-            return nack_all(&messages).await;
-        }
-        match self.deliver(&events, &context.shutdown).await {
+        match self.deliver_in_parts(&events, &context.shutdown).await {
             Ok(()) => {
                 metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                     .increment(events.len() as u64);
                 ack_all(&messages).await
             }
-            Err(error) if database::is_transient(&error) => {
+            Err(Unfinished::Stopping) => nack_all(&messages).await,
+            Err(Unfinished::Failed(error)) if database::is_transient(&error) => {
                 tracing::warn!(%error, count = messages.len(), "returning events to the queue");
                 nack_all(&messages).await
             }
-            Err(error) if events.len() > 1 => {
+            Err(Unfinished::Failed(error)) if events.len() > 1 => {
                 // One event that cannot be fanned out must not take the others with it.
                 tracing::warn!(%error, count = events.len(), "could not fan out a batch; fanning out one by one");
                 self.fan_out_one_by_one(&events, &owners, &messages, &context)
                     .await
             }
-            Err(error) => {
+            Err(Unfinished::Failed(error)) => {
                 for delivery in &messages {
                     context
                         .dead_letters
@@ -307,7 +298,44 @@ impl BatchHandler for EventsHandler {
     }
 }
 
+/// Why a batch of events was not fanned out to the end.
+enum Unfinished {
+    /// Shutdown came while it waited for the recorder.
+    Stopping,
+    Failed(sqlx::Error),
+}
+
 impl EventsHandler {
+    /// Delivers the events in parts of at most `batch_events`, each in its own transaction, and
+    /// before each part waits while the recorder is behind (see `dispatch::Unrecorded`): a batch
+    /// of relay messages can hold 125,000 events, and as one transaction its statements took
+    /// seconds while the attempts it started piled up for the recorder. A part committed before
+    /// a later one failed is not written twice when the messages come back: their events find
+    /// their deliveries and are skipped.
+    async fn deliver_in_parts(
+        &self,
+        events: &[IncomingEvent],
+        shutdown: &CancellationToken,
+    ) -> Result<(), Unfinished> {
+        for part in events.chunks(self.batch_events) {
+            let recorder_caught_up = self
+                .dispatcher
+                .unrecorded()
+                .below(dispatch::UNRECORDED_LIMIT);
+            if shutdown
+                .run_until_cancelled(recorder_caught_up)
+                .await
+                .is_none()
+            {
+                return Err(Unfinished::Stopping);
+            }
+            self.deliver(part, shutdown)
+                .await
+                .map_err(Unfinished::Failed)?;
+        }
+        Ok(())
+    }
+
     /// Delivers a batch of events: first attempts inline to the endpoints that take them, then
     /// every delivery written in one transaction, then the claimed ones dispatched and the
     /// outcomes of attempts still under way handed to the recorder. The deliveries are committed
