@@ -132,3 +132,71 @@ async fn a_transaction_left_open_in_another_database_does_not_hold_events_back()
     assert_eq!(relay_round(&app.db).await, Some(vec![written.id]));
     elsewhere.rollback().await.expect("rollback");
 }
+
+/// Sequential scans of the outbox this backend made while `read` ran.
+async fn outbox_seq_scans(connection: &mut sqlx::PgConnection, read: &str) -> i64 {
+    let scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'outbox'";
+    let before: i64 = sqlx::query_scalar(scans)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("scan count");
+    sqlx::query(sqlx::AssertSqlSafe(read.to_owned()))
+        .execute(&mut *connection)
+        .await
+        .expect("read");
+    let after: i64 = sqlx::query_scalar(scans)
+        .fetch_one(&mut *connection)
+        .await
+        .expect("scan count");
+    after - before
+}
+
+#[tokio::test]
+async fn the_backlog_is_read_past_the_cursor_in_the_order_index_whatever_the_estimates() {
+    let app = database().await;
+    // 3,000 published events behind the cursor, two unpublished after it.
+    let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &published)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    while relay_round(&app.db)
+        .await
+        .is_some_and(|ids| !ids.is_empty())
+    {}
+    let waiting = [event(), event()];
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &waiting)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    sqlx::query("ANALYZE outbox")
+        .execute(&app.db)
+        .await
+        .expect("analyze");
+
+    let mut connection = app.db.acquire().await.expect("connection");
+    // Index reads priced as high as a planner misled by its estimates would price them.
+    sqlx::query("SET random_page_cost = 1000")
+        .execute(&mut *connection)
+        .await
+        .expect("set");
+    assert!(
+        outbox_seq_scans(&mut connection, "SELECT count(*) FROM outbox_unpublished").await > 0,
+        "the view's comparison with the cursor is read by scanning the table"
+    );
+    assert_eq!(
+        outbox_seq_scans(&mut connection, "SELECT * FROM flow_outbox_backlog(100000)").await,
+        0,
+        "the backlog reads the order index"
+    );
+    let (count, oldest) = outbox::backlog(&mut *connection).await.expect("backlog");
+    assert_eq!(count, 2, "the two unpublished events");
+    assert!(oldest.is_some_and(|seconds| (0.0..60.0).contains(&seconds)));
+    let capped: i64 = sqlx::query_scalar("SELECT backlog FROM flow_outbox_backlog(1)")
+        .fetch_one(&mut *connection)
+        .await
+        .expect("capped backlog");
+    assert_eq!(capped, 1, "a backlog past the cap reads as the cap");
+}

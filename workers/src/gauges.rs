@@ -5,15 +5,11 @@
 
 use sqlx::PgPool;
 
-/// `flow_outbox_backlog` (events not yet published) and `flow_outbox_oldest_unpublished_seconds`
-/// (age of the oldest of them, 0 when there is none).
+/// `flow_outbox_backlog` (events not yet published, counted up to
+/// `outbox::BACKLOG_COUNT_LIMIT`) and `flow_outbox_oldest_unpublished_seconds` (age of the
+/// oldest of them, 0 when there is none).
 pub async fn outbox(pool: PgPool) -> Result<(), sqlx::Error> {
-    let (backlog, oldest_seconds): (i64, Option<f64>) = sqlx::query_as(
-        "SELECT count(*), extract(epoch FROM now() - min(created_at))::float8
-         FROM outbox_unpublished",
-    )
-    .fetch_one(&pool)
-    .await?;
+    let (backlog, oldest_seconds) = flow_common::db::outbox::backlog(&pool).await?;
     metrics::gauge!("flow_outbox_backlog").set(backlog as f64);
     metrics::gauge!("flow_outbox_oldest_unpublished_seconds")
         .set(oldest_seconds.unwrap_or(0.0).max(0.0));

@@ -132,6 +132,20 @@ fn widen(xid: u32, next: u64) -> u64 {
     }
 }
 
+/// Most events [`backlog`] counts: a larger backlog reads as this many (the alert fires at 50,000).
+pub const BACKLOG_COUNT_LIMIT: i64 = 100_000;
+
+/// Events written and not yet published (at most [`BACKLOG_COUNT_LIMIT`]) and the age in seconds
+/// of the oldest of them, read past the cursor in the relay's order index (migration 0113).
+pub async fn backlog<'e>(executor: impl PgExecutor<'e>) -> Result<(i64, Option<f64>), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT backlog, extract(epoch FROM now() - oldest)::float8 FROM flow_outbox_backlog($1)",
+    )
+    .bind(BACKLOG_COUNT_LIMIT)
+    .fetch_one(executor)
+    .await
+}
+
 /// Moves the relay's cursor to the event `seq` (the last of a batch [`next_batch`] read): it and
 /// every event before it are published.
 pub async fn advance(connection: &mut PgConnection, seq: i64) -> Result<(), sqlx::Error> {
