@@ -44,6 +44,11 @@ pub struct ApiConfig {
     #[arg(long, env = "PUBLISH_BATCHES_IN_FLIGHT", default_value_t = 2)]
     pub publish_batches_in_flight: usize,
 
+    /// Longest a batch of assign commands waits to fill (to a quarter of `PUBLISH_BATCH_MAX`)
+    /// while another batch awaits its confirm; a batch alone in flight goes at once.
+    #[arg(long, env = "PUBLISH_BATCH_FILL_WAIT", default_value = "1ms", value_parser = parse_duration)]
+    pub publish_batch_fill_wait: Duration,
+
     /// Longest a request may take to produce its response; past it the API answers 503
     /// `service_unavailable` (the work may or may not have been applied: retry, with the same
     /// `X-Request-ID` for an assign). Bounds what a stuck dependency holds open, and what a

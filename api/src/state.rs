@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flow_common::amqp::{BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
+use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
 use flow_common::export_store::ExportStore;
 use flow_common::runtime::Supervisor;
 use flow_domain::ids::AssignmentIdSigner;
@@ -122,8 +122,11 @@ pub async fn build_state(
             batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
             batch_version: flow_domain::messages::ASSIGN_BATCH_VERSION,
         },
-        config.publish_batch_max,
-        config.publish_batches_in_flight,
+        BatchLimits {
+            max_batch: config.publish_batch_max,
+            in_flight: config.publish_batches_in_flight,
+            fill_wait: config.publish_batch_fill_wait,
+        },
         shutdown.clone(),
     );
     Ok(AppState(Arc::new(Shared {

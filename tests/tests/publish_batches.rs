@@ -1,0 +1,149 @@
+//! The API's batch publisher against a real broker: concurrent commands share broker messages and
+//! every one arrives once; a command alone goes out at once, whatever the fill wait; a batch
+//! that waits to fill while another is in flight waits no longer than the fill wait.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind};
+use flow_domain::messages::{ASSIGN_BATCH_KIND, ASSIGN_BATCH_VERSION, ASSIGN_KIND};
+use flow_tests::{TestApp, TestOptions};
+use lapin::options::BasicGetOptions;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A batch publisher of assign commands into the test's topology.
+async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
+    let publisher = Publisher::new(
+        &flow_tests::amqp_url(),
+        "test-batches",
+        app.topology().clone(),
+        2,
+        Duration::from_secs(10),
+    );
+    publisher.connect_now().await.expect("broker");
+    BatchPublisher::start(
+        publisher,
+        BatchTarget {
+            exchange: app.topology().commands_exchange(),
+            routing_key: QueueKind::Assign.suffix().to_owned(),
+            single_kind: ASSIGN_KIND,
+            batch_kind: ASSIGN_BATCH_KIND,
+            batch_version: ASSIGN_BATCH_VERSION,
+        },
+        BatchLimits {
+            max_batch: 128,
+            in_flight: 2,
+            fill_wait,
+        },
+        CancellationToken::new(),
+    )
+}
+
+/// Publishes `{"n": n}` for each of `numbers` at once; returns when every one is confirmed.
+async fn publish_all(batches: &BatchPublisher, numbers: impl Iterator<Item = usize>) {
+    let publishes = numbers.map(|n| {
+        batches.publish(
+            format!("{{\"n\":{n}}}").into_bytes(),
+            format!("command-{n}"),
+            None,
+            None,
+        )
+    });
+    for outcome in futures::future::join_all(publishes).await {
+        outcome.expect("confirmed");
+    }
+}
+
+/// The commands in the assign queue: how many broker messages, and how often each number came.
+async fn drain(app: &TestApp) -> (usize, BTreeMap<u64, usize>) {
+    let connection = flow_common::amqp::connect(&flow_tests::amqp_url(), "test-batches-read")
+        .await
+        .expect("connect");
+    let channel = connection.create_channel().await.expect("channel");
+    let queue = app.topology().queue(QueueKind::Assign);
+    let (mut messages, mut seen) = (0, BTreeMap::new());
+    while let Some(message) = channel
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .expect("basic.get")
+    {
+        messages += 1;
+        let body: serde_json::Value = serde_json::from_slice(&message.delivery.data).expect("json");
+        let kind = message
+            .delivery
+            .properties
+            .kind()
+            .as_ref()
+            .map(|kind| kind.as_str());
+        let commands = if kind == Some(ASSIGN_BATCH_KIND) {
+            body["commands"].as_array().expect("commands").clone()
+        } else {
+            vec![body]
+        };
+        for command in commands {
+            *seen.entry(command["n"].as_u64().expect("n")).or_default() += 1;
+        }
+    }
+    drop(channel.close(200, "read".into()).await);
+    drop(connection.close(200, "read".into()).await);
+    (messages, seen)
+}
+
+fn app_options() -> TestOptions {
+    TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn concurrent_commands_share_messages_and_each_arrives_once() {
+    let app = TestApp::spawn_with(app_options()).await;
+    let batches = batch_publisher(&app, Duration::from_millis(1)).await;
+    publish_all(&batches, 0..500).await;
+    let (messages, seen) = drain(&app).await;
+    assert_eq!(seen.len(), 500, "every command arrived");
+    assert!(seen.values().all(|count| *count == 1), "none twice");
+    assert!(messages < 100, "500 commands in {messages} messages");
+}
+
+#[tokio::test]
+async fn a_command_alone_goes_at_once_and_a_waiting_batch_waits_at_most_the_fill_wait() {
+    let app = TestApp::spawn_with(app_options()).await;
+    let fill_wait = Duration::from_secs(2);
+    let batches = batch_publisher(&app, fill_wait).await;
+
+    // Nothing in flight: the command does not wait to fill.
+    let started = Instant::now();
+    publish_all(&batches, 0..1).await;
+    assert!(
+        started.elapsed() < fill_wait / 2,
+        "a lone command waited {:?}",
+        started.elapsed()
+    );
+
+    // Streams of single commands, so a batch is often in flight when the next one forms: each
+    // command is answered within the confirm time plus at most one fill wait.
+    let started = Instant::now();
+    let streams = (0..4).map(|stream| {
+        let batches = batches.clone();
+        async move {
+            for step in 0..5 {
+                let n = 1 + stream * 5 + step;
+                let sent = Instant::now();
+                publish_all(&batches, n..n + 1).await;
+                assert!(
+                    sent.elapsed() < fill_wait + Duration::from_secs(1),
+                    "command {n} took {:?}",
+                    sent.elapsed()
+                );
+            }
+        }
+    });
+    futures::future::join_all(streams).await;
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let (_, seen) = drain(&app).await;
+    assert_eq!(seen.len(), 21, "every command arrived");
+    assert!(seen.values().all(|count| *count == 1), "none twice");
+}
