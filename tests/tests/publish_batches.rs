@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 /// A batch publisher of assign commands into the test's topology.
 async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
     let publisher = Publisher::new(
-        &flow_tests::amqp_url(),
+        flow_tests::amqp_url(),
         "test-batches",
-        app.topology().clone(),
+        app.topology(),
         2,
         Duration::from_secs(10),
     );
