@@ -1188,6 +1188,63 @@ async fn a_stale_claim_cannot_overwrite_the_outcome_of_the_claim_that_took_it_ov
     );
 }
 
+/// Assigns a flow to `count` new users in one bulk request, each assignment sending a
+/// `flow.assigned` event to an endpoint at `path` of the receiver (answering as `behaviour`), and
+/// checks that every event arrived exactly once, still so `settle` after the last one, and that
+/// every delivery succeeded at its first attempt.
+async fn bulk_events_arrive_once(
+    app: &TestApp,
+    receiver: &Receiver,
+    path: &str,
+    behaviour: Behaviour,
+    count: usize,
+    settle: Duration,
+) {
+    let emails: Vec<String> = (0..count)
+        .map(|i| format!("{path}{i}@example.com"))
+        .collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(app, receiver, path, behaviour, &refs).await;
+    let items: Vec<Value> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect();
+    let bulk = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": items }),
+        )
+        .await;
+    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
+    assert_eq!(bulk.body["succeeded"], json!(count));
+
+    receiver
+        .wait_for_deliveries(path, count, Duration::from_secs(20))
+        .await;
+    tokio::time::sleep(settle).await;
+    let received = receiver.received(path);
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (received.len(), ids.len()),
+        (count, count),
+        "every event exactly once"
+    );
+    let rows = deliveries_of(app, &webhook).await;
+    assert_eq!(rows.len(), count);
+    assert!(
+        rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)),
+        "{rows:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
     let mut app = app_with_relay().await;
@@ -1199,48 +1256,9 @@ async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 2)
         .await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let emails: Vec<String> = (0..24).map(|i| format!("slow{i}@example.com")).collect();
-    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
-    let OneEndpoint {
-        org, webhook, flow, ..
-    } = one_endpoint(&app, &receiver, "slow", Behaviour::Delay(250), &refs).await;
-    let items: Vec<Value> = emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect();
-    let bulk = app
-        .post(
-            &org,
-            "/v1/flows/assign/bulk",
-            &json!({ "assignments": items }),
-        )
-        .await;
-    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
-    assert_eq!(bulk.body["succeeded"], json!(24));
-
-    receiver
-        .wait_for_deliveries("slow", 24, Duration::from_secs(20))
-        .await;
     // Past another lease: a delivery taken over by the other worker would have arrived again.
-    tokio::time::sleep(lease + Duration::from_secs(1)).await;
-    let received = receiver.received("slow");
-    let mut ids: Vec<&str> = received
-        .iter()
-        .map(|request| request.header("webhook-id"))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(
-        (received.len(), ids.len()),
-        (24, 24),
-        "every event exactly once"
-    );
-    let rows = deliveries_of(&app, &webhook).await;
-    assert_eq!(rows.len(), 24);
-    assert!(
-        rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)),
-        "{rows:?}"
-    );
+    let settle = lease + Duration::from_secs(1);
+    bulk_events_arrive_once(&app, &receiver, "slow", Behaviour::Delay(250), 24, settle).await;
 }
 
 #[tokio::test]
@@ -1252,47 +1270,8 @@ async fn a_relay_message_of_more_events_than_a_transaction_takes_is_delivered_in
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
         .await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let emails: Vec<String> = (0..40).map(|i| format!("part{i}@example.com")).collect();
-    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
-    let OneEndpoint {
-        org, webhook, flow, ..
-    } = one_endpoint(&app, &receiver, "parts", Behaviour::Succeed, &refs).await;
-    let items: Vec<Value> = emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect();
-    let bulk = app
-        .post(
-            &org,
-            "/v1/flows/assign/bulk",
-            &json!({ "assignments": items }),
-        )
-        .await;
-    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
-    assert_eq!(bulk.body["succeeded"], json!(40));
-
-    receiver
-        .wait_for_deliveries("parts", 40, Duration::from_secs(20))
-        .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let received = receiver.received("parts");
-    let mut ids: Vec<&str> = received
-        .iter()
-        .map(|request| request.header("webhook-id"))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(
-        (received.len(), ids.len()),
-        (40, 40),
-        "every event exactly once"
-    );
-    let rows = deliveries_of(&app, &webhook).await;
-    assert_eq!(rows.len(), 40);
-    assert!(
-        rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)),
-        "{rows:?}"
-    );
+    let settle = Duration::from_secs(1);
+    bulk_events_arrive_once(&app, &receiver, "parts", Behaviour::Succeed, 40, settle).await;
 }
 
 #[tokio::test]
