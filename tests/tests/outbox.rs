@@ -200,3 +200,82 @@ async fn the_backlog_is_read_past_the_cursor_in_the_order_index_whatever_the_est
         .expect("capped backlog");
     assert_eq!(capped, 1, "a backlog past the cap reads as the cap");
 }
+
+#[tokio::test]
+async fn the_prune_deletes_old_published_events_and_reads_no_further_than_its_limit() {
+    let app = database().await;
+    // 3,000 published events, then two unpublished ones.
+    let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &published)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    while relay_round(&app.db)
+        .await
+        .is_some_and(|ids| !ids.is_empty())
+    {}
+    let waiting = [event(), event()];
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &waiting)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    let before = chrono::Utc::now() - chrono::Duration::hours(1);
+
+    // None is old enough: nothing is deleted, and the prune reads no more than its limit of the
+    // order index (reading on for old events read all 3,000).
+    let mut transaction = app.db.begin().await.expect("transaction");
+    // The index's entries read in this transaction (`idx_tup_read`, not yet flushed).
+    let reads = "SELECT pg_stat_get_xact_tuples_returned('outbox_order_idx'::regclass)";
+    let read_before: i64 = sqlx::query_scalar(reads)
+        .fetch_one(&mut *transaction)
+        .await
+        .expect("index reads");
+    let pruned = outbox::prune(&mut *transaction, before, 100)
+        .await
+        .expect("prune");
+    let read_after: i64 = sqlx::query_scalar(reads)
+        .fetch_one(&mut *transaction)
+        .await
+        .expect("index reads");
+    transaction.commit().await.expect("commit");
+    assert_eq!(pruned, 0);
+    assert!(
+        read_after - read_before <= 101,
+        "the prune read {} index entries",
+        read_after - read_before
+    );
+
+    // The first 250 published events and both unpublished ones written two days ago: the
+    // published ones go, in rounds of the limit as the relay prunes; the rest stays.
+    let old: Vec<EventId> = published[..250].iter().map(|event| event.id).collect();
+    let waiting_ids: Vec<EventId> = waiting.iter().map(|event| event.id).collect();
+    sqlx::query(
+        "UPDATE outbox SET created_at = now() - interval '2 days' WHERE event_id = ANY($1)",
+    )
+    .bind(old.iter().chain(&waiting_ids).collect::<Vec<_>>())
+    .execute(&app.db)
+    .await
+    .expect("backdate");
+    let mut rounds = Vec::new();
+    loop {
+        let count = outbox::prune(&app.db, before, 100).await.expect("prune");
+        if count == 0 {
+            break;
+        }
+        rounds.push(count);
+    }
+    assert_eq!(rounds, vec![100, 100, 50]);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox")
+        .fetch_one(&app.db)
+        .await
+        .expect("count");
+    assert_eq!(left, 2_750 + 2, "younger and unpublished events stay");
+    let old_left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_id = ANY($1)")
+        .bind(&old)
+        .fetch_one(&app.db)
+        .await
+        .expect("count");
+    assert_eq!(old_left, 0);
+}
