@@ -353,13 +353,10 @@ async fn quiet_connection(core: &CoreConfig) -> anyhow::Result<sqlx::PgConnectio
         .context("connecting to Postgres")
 }
 
-/// Unpublished outbox rows (another run's or another stack's events the relay publishes first).
+/// Unpublished outbox rows (another run's or another stack's events the relay publishes first),
+/// read as the relay's gauges read them (at most [`outbox::BACKLOG_COUNT_LIMIT`]).
 async fn outbox_backlog(pool: &PgPool) -> anyhow::Result<i64> {
-    Ok(
-        sqlx::query_scalar("SELECT count(*) FROM outbox_unpublished")
-            .fetch_one(pool)
-            .await?,
-    )
+    Ok(outbox::backlog(pool).await?.0)
 }
 
 /// Where the time of the measured deliveries went: milliseconds after the state change at which
