@@ -116,6 +116,33 @@ impl ApiError {
         }
     }
 
+    /// The same failure once more, for the next of several items one cause failed together (a
+    /// bulk request's lookup or broker message); an internal error's cause is kept as text.
+    pub fn again(&self) -> Self {
+        match self {
+            Self::InvalidRequest(message) => Self::InvalidRequest(message.clone()),
+            Self::Unauthorized(message) => Self::Unauthorized(message),
+            Self::NotFound(message) => Self::NotFound(message.clone()),
+            Self::MethodNotAllowed => Self::MethodNotAllowed,
+            Self::Conflict(message) => Self::Conflict(message.clone()),
+            Self::NotYet => Self::NotYet,
+            Self::Gone(message) => Self::Gone(message.clone()),
+            Self::PayloadTooLarge(limit) => Self::PayloadTooLarge(*limit),
+            Self::UnsupportedMediaType => Self::UnsupportedMediaType,
+            Self::RateLimited {
+                operation,
+                retry_after,
+                info,
+            } => Self::RateLimited {
+                operation,
+                retry_after: *retry_after,
+                info: *info,
+            },
+            Self::Unavailable(message) => Self::Unavailable(message.clone()),
+            Self::Internal(cause) => Self::Internal(anyhow::anyhow!("{cause:#}")),
+        }
+    }
+
     /// The body as sent (also used per item by bulk endpoints).
     pub fn body(&self) -> ErrorBody {
         let message = match self {

@@ -1,7 +1,8 @@
 //! Batched pre-publish lookups. Concurrent assign requests are resolved together in one query
 //! (user by e-mail, earlier request with the same id, active assignment of the flow): while one
 //! query runs, the next requests queue up and go in the following one, so the batch grows with
-//! the load and a lone request waits for nobody.
+//! the load and a lone request waits for nobody. The items of a bulk request go in as one job,
+//! so they are resolved in one query (or two, beside other requests).
 
 use std::sync::Arc;
 
@@ -11,9 +12,15 @@ use sqlx::PgPool;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-type Reply = oneshot::Sender<Result<LookupResult, Arc<sqlx::Error>>>;
+type Reply = oneshot::Sender<Result<Vec<LookupResult>, Arc<sqlx::Error>>>;
 
-/// Largest number of lookups in one query.
+/// Keys of one caller (one request, or all the items of a bulk request) and where to answer.
+struct Job {
+    keys: Vec<LookupKey>,
+    reply: Reply,
+}
+
+/// Keys in one query: jobs are gathered until they reach this many (a job is never split).
 const MAX_BATCH: usize = 512;
 
 /// Why a lookup got no answer.
@@ -30,13 +37,13 @@ pub enum LookupError {
 /// Handle to the lookup batcher. Cheap to clone.
 #[derive(Clone)]
 pub struct Lookup {
-    queue: mpsc::Sender<(LookupKey, Reply)>,
+    queue: mpsc::Sender<Job>,
 }
 
 impl Lookup {
     /// Starts the batcher in `background`, with at most `concurrency` queries in flight.
     pub fn start(pool: PgPool, concurrency: usize, background: &Supervisor) -> Self {
-        let (queue, receiver) = mpsc::channel(16 * MAX_BATCH);
+        let (queue, receiver) = mpsc::channel(4 * MAX_BATCH);
         background.spawn("assign lookup batcher", |stop| {
             run(pool, receiver, concurrency.max(1), stop)
         });
@@ -45,13 +52,26 @@ impl Lookup {
 
     /// Resolves one request.
     pub async fn resolve(&self, key: LookupKey) -> Result<LookupResult, LookupError> {
+        let mut results = self.resolve_all(vec![key]).await?;
+        results.pop().ok_or(LookupError::ShuttingDown)
+    }
+
+    /// Resolves many keys of one caller, in one query (with other callers' keys when they wait
+    /// at the same time); results are in the order of `keys`.
+    pub async fn resolve_all(
+        &self,
+        keys: Vec<LookupKey>,
+    ) -> Result<Vec<LookupResult>, LookupError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
         let (reply, answer) = oneshot::channel();
         self.queue
-            .send((key, reply))
+            .send(Job { keys, reply })
             .await
             .map_err(|_| LookupError::ShuttingDown)?;
         match answer.await {
-            Ok(Ok(result)) => Ok(result),
+            Ok(Ok(results)) => Ok(results),
             Ok(Err(error)) => Err(LookupError::Database(
                 Arc::try_unwrap(error).unwrap_or_else(|shared| clone_error(&shared)),
             )),
@@ -71,39 +91,65 @@ fn clone_error(error: &sqlx::Error) -> sqlx::Error {
 
 async fn run(
     pool: PgPool,
-    mut receiver: mpsc::Receiver<(LookupKey, Reply)>,
+    mut receiver: mpsc::Receiver<Job>,
     concurrency: usize,
     shutdown: CancellationToken,
 ) {
     let permits = Arc::new(Semaphore::new(concurrency));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    // A job that did not fit in the previous query goes first in the next.
+    let mut held: Option<Job> = None;
     loop {
-        // Wait for a free query slot first: requests keep queueing meanwhile, so the next batch
+        // Wait for a free query slot first: requests keep queueing meanwhile, so the next query
         // takes all of them.
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
-        let received = tokio::select! {
-            () = shutdown.cancelled() => 0,
-            received = receiver.recv_many(&mut batch, MAX_BATCH) => received,
+        let first = match held.take() {
+            Some(job) => job,
+            None => {
+                let received = tokio::select! {
+                    () = shutdown.cancelled() => None,
+                    received = receiver.recv() => received,
+                };
+                match received {
+                    Some(job) => job,
+                    None => return,
+                }
+            }
         };
-        if received == 0 {
-            return;
+        let mut count = first.keys.len();
+        let mut jobs = vec![first];
+        while count < MAX_BATCH {
+            let Ok(job) = receiver.try_recv() else {
+                break;
+            };
+            if count + job.keys.len() > MAX_BATCH {
+                held = Some(job);
+                break;
+            }
+            count += job.keys.len();
+            jobs.push(job);
         }
-        let (keys, replies): (Vec<LookupKey>, Vec<Reply>) = batch.drain(..).unzip();
         let pool = pool.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let mut keys = Vec::with_capacity(count);
+            let mut replies = Vec::with_capacity(jobs.len());
+            for job in jobs {
+                replies.push((job.keys.len(), job.reply));
+                keys.extend(job.keys);
+            }
             metrics::histogram!("flow_lookup_batch_items").record(keys.len() as f64);
             match assignments::lookup(&pool, &keys).await {
                 Ok(results) => {
-                    for (reply, result) in replies.into_iter().zip(results) {
-                        drop(reply.send(Ok(result)));
+                    let mut results = results.into_iter();
+                    for (count, reply) in replies {
+                        drop(reply.send(Ok(results.by_ref().take(count).collect())));
                     }
                 }
                 Err(error) => {
                     let error = Arc::new(error);
-                    for reply in replies {
+                    for (_, reply) in replies {
                         drop(reply.send(Err(error.clone())));
                     }
                 }

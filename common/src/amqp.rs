@@ -249,7 +249,7 @@ pub struct Outgoing<'a> {
 }
 
 /// Why a publish did not succeed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
     /// The broker is unreachable or refused the message: the caller should retry later.
     #[error("message broker unavailable: {0}")]
@@ -544,12 +544,21 @@ pub struct BatchLimits {
 
 type BatchReply = tokio::sync::oneshot::Sender<Result<(), Arc<PublishError>>>;
 
-struct BatchItem {
-    json: Vec<u8>,
-    message_id: String,
-    request_id: Option<String>,
+/// One item for a [`BatchPublisher`]: its JSON and what its message says of it.
+#[derive(Debug)]
+pub struct Submission {
+    /// The item, serialized.
+    pub json: Vec<u8>,
+    /// AMQP `message-id` when the item goes out alone.
+    pub message_id: String,
+    /// The request that submitted it, carried for logs when it goes out alone.
+    pub request_id: Option<String>,
     /// The trace of the request that submitted it (the batch is published from another task).
-    traceparent: Option<String>,
+    pub traceparent: Option<String>,
+}
+
+struct BatchItem {
+    submission: Submission,
     reply: BatchReply,
 }
 
@@ -560,11 +569,15 @@ struct BatchItem {
 /// grow with the load and add no delay when it is light. A batch that would go out while another
 /// is still in flight first waits up to `fill_wait` for a quarter of `max_batch` items: the
 /// broker's work goes with the number of messages, and without the wait the second slot sent
-/// small batches as soon as the first one left. Alone in flight, a batch never waits. Cheap to
-/// clone.
+/// small batches as soon as the first one left. Alone in flight, a batch never waits. A caller
+/// with many items at once (a bulk request) fills its own messages: [`BatchPublisher::publish_all`]
+/// sends them straight away, beside the batches. Cheap to clone.
 #[derive(Clone)]
 pub struct BatchPublisher {
     queue: tokio::sync::mpsc::Sender<BatchItem>,
+    publisher: Publisher,
+    target: Arc<BatchTarget>,
+    max_batch: usize,
 }
 
 impl BatchPublisher {
@@ -580,50 +593,57 @@ impl BatchPublisher {
             in_flight: limits.in_flight.max(1),
             fill_wait: limits.fill_wait,
         };
+        let target = Arc::new(target);
         let (queue, receiver) = tokio::sync::mpsc::channel(limits.max_batch * limits.in_flight * 4);
-        tokio::spawn(run_batches(publisher, target, receiver, limits, shutdown));
-        Self { queue }
+        tokio::spawn(run_batches(
+            publisher.clone(),
+            target.clone(),
+            receiver,
+            limits,
+            shutdown,
+        ));
+        Self {
+            queue,
+            publisher,
+            target,
+            max_batch: limits.max_batch,
+        }
     }
 
-    /// Publishes one item (already serialized JSON) of the trace `traceparent` (the caller's
-    /// span, which the item names itself when it goes out in a batch) and waits for its batch's
-    /// confirm.
-    pub async fn publish(
-        &self,
-        json: Vec<u8>,
-        message_id: String,
-        request_id: Option<String>,
-        traceparent: Option<String>,
-    ) -> Result<(), PublishError> {
+    /// Publishes one item (its trace is the caller's span, which the item names itself when it
+    /// goes out in a batch) and waits for its batch's confirm.
+    pub async fn publish(&self, submission: Submission) -> Result<(), PublishError> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.queue
-            .send(BatchItem {
-                json,
-                message_id,
-                request_id,
-                traceparent,
-                reply,
-            })
+            .send(BatchItem { submission, reply })
             .await
             .map_err(|_| PublishError::Unavailable("shutting down".into()))?;
         match answer.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(match Arc::try_unwrap(error) {
-                Ok(error) => error,
-                Err(shared) => match shared.as_ref() {
-                    PublishError::Unavailable(reason) => PublishError::Unavailable(reason.clone()),
-                    PublishError::Timeout(after) => PublishError::Timeout(*after),
-                    PublishError::Unroutable(reason) => PublishError::Unroutable(reason.clone()),
-                },
-            }),
+            Ok(outcome) => outcome.map_err(Arc::unwrap_or_clone),
             Err(_) => Err(PublishError::Unavailable("shutting down".into())),
         }
+    }
+
+    /// Publishes many items of one caller as messages of at most `max_batch` items, all at once
+    /// (not queued behind the batches of single items, whose in-flight limit is there to make
+    /// messages larger: these are full already), and waits for every confirm. The outcome of
+    /// each item, in order: the outcome of the message it went in.
+    pub async fn publish_all(&self, submissions: &[Submission]) -> Vec<Result<(), PublishError>> {
+        let messages = submissions.chunks(self.max_batch).map(|chunk| async move {
+            let outcome = send_batch(&self.publisher, &self.target, chunk).await;
+            std::iter::repeat_n(outcome, chunk.len())
+        });
+        futures::future::join_all(messages)
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 }
 
 async fn run_batches(
     publisher: Publisher,
-    target: BatchTarget,
+    target: Arc<BatchTarget>,
     mut receiver: tokio::sync::mpsc::Receiver<BatchItem>,
     limits: BatchLimits,
     shutdown: tokio_util::sync::CancellationToken,
@@ -634,7 +654,6 @@ async fn run_batches(
         fill_wait,
     } = limits;
     let permits = Arc::new(tokio::sync::Semaphore::new(in_flight));
-    let target = Arc::new(target);
     let mut items = Vec::with_capacity(max_batch);
     let fill = (max_batch / 4).max(1);
     loop {
@@ -664,18 +683,30 @@ async fn run_batches(
                 }
             }
         }
-        let batch: Vec<BatchItem> = std::mem::take(&mut items);
-        items.reserve(max_batch);
+        let (batch, replies): (Vec<Submission>, Vec<BatchReply>) = items
+            .drain(..)
+            .map(|item| (item.submission, item.reply))
+            .unzip();
         let publisher = publisher.clone();
         let target = target.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            publish_batch(&publisher, &target, batch).await;
+            let outcome = send_batch(&publisher, &target, &batch)
+                .await
+                .map_err(Arc::new);
+            for reply in replies {
+                let _ = reply.send(outcome.clone());
+            }
         });
     }
 }
 
-async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<BatchItem>) {
+/// Publishes `batch` as one message (an item alone as itself) and waits for its confirm.
+async fn send_batch(
+    publisher: &Publisher,
+    target: &BatchTarget,
+    batch: &[Submission],
+) -> Result<(), PublishError> {
     metrics::histogram!("flow_publish_batch_items").record(batch.len() as f64);
     // A message carries one trace: a batch carries its first traced command's.
     let traceparent: Vec<(&str, &str)> = batch
@@ -684,8 +715,8 @@ async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<B
         .map(|traceparent| (crate::telemetry::TRACEPARENT, traceparent))
         .into_iter()
         .collect();
-    let outcome = if let [item] = batch.as_slice() {
-        publisher
+    if let [item] = batch {
+        return publisher
             .publish(Outgoing {
                 exchange: &target.exchange,
                 routing_key: &target.routing_key,
@@ -695,37 +726,32 @@ async fn publish_batch(publisher: &Publisher, target: &BatchTarget, batch: Vec<B
                 request_id: item.request_id.as_deref(),
                 headers: &traceparent,
             })
-            .await
-    } else {
-        let mut payload =
-            Vec::with_capacity(batch.iter().map(|item| item.json.len() + 1).sum::<usize>() + 40);
-        payload.extend_from_slice(
-            format!("{{\"version\":{},\"commands\":[", target.batch_version).as_bytes(),
-        );
-        for (index, item) in batch.iter().enumerate() {
-            if index > 0 {
-                payload.push(b',');
-            }
-            payload.extend_from_slice(&item.json);
-        }
-        payload.extend_from_slice(b"]}");
-        let message_id = format!("batch-{}", uuid::Uuid::now_v7().simple());
-        publisher
-            .publish(Outgoing {
-                exchange: &target.exchange,
-                routing_key: &target.routing_key,
-                payload: &payload,
-                message_id: &message_id,
-                kind: target.batch_kind,
-                request_id: None,
-                headers: &traceparent,
-            })
-            .await
-    };
-    let outcome = outcome.map_err(Arc::new);
-    for item in batch {
-        let _ = item.reply.send(outcome.clone());
+            .await;
     }
+    let mut payload =
+        Vec::with_capacity(batch.iter().map(|item| item.json.len() + 1).sum::<usize>() + 40);
+    payload.extend_from_slice(
+        format!("{{\"version\":{},\"commands\":[", target.batch_version).as_bytes(),
+    );
+    for (index, item) in batch.iter().enumerate() {
+        if index > 0 {
+            payload.push(b',');
+        }
+        payload.extend_from_slice(&item.json);
+    }
+    payload.extend_from_slice(b"]}");
+    let message_id = format!("batch-{}", uuid::Uuid::now_v7().simple());
+    publisher
+        .publish(Outgoing {
+            exchange: &target.exchange,
+            routing_key: &target.routing_key,
+            payload: &payload,
+            message_id: &message_id,
+            kind: target.batch_kind,
+            request_id: None,
+            headers: &traceparent,
+        })
+        .await
 }
 
 /// Header naming the queue of a message a worker dead-lettered itself (RabbitMQ reserves the

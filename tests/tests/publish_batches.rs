@@ -5,10 +5,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind};
+use flow_common::amqp::{
+    BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind, Submission,
+};
+use flow_common::db::orgs::Tier;
 use flow_domain::messages::{ASSIGN_BATCH_KIND, ASSIGN_BATCH_VERSION, ASSIGN_KIND};
 use flow_tests::{TestApp, TestOptions};
 use lapin::options::BasicGetOptions;
+use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -43,26 +47,26 @@ async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
 /// Publishes `{"n": n}` for each of `numbers` at once; returns when every one is confirmed.
 async fn publish_all(batches: &BatchPublisher, numbers: impl Iterator<Item = usize>) {
     let publishes = numbers.map(|n| {
-        batches.publish(
-            format!("{{\"n\":{n}}}").into_bytes(),
-            format!("command-{n}"),
-            None,
-            None,
-        )
+        batches.publish(Submission {
+            json: format!("{{\"n\":{n}}}").into_bytes(),
+            message_id: format!("command-{n}"),
+            request_id: None,
+            traceparent: None,
+        })
     });
     for outcome in futures::future::join_all(publishes).await {
         outcome.expect("confirmed");
     }
 }
 
-/// The commands in the assign queue: how many broker messages, and how often each number came.
-async fn drain(app: &TestApp) -> (usize, BTreeMap<u64, usize>) {
+/// The commands in the assign queue: how many broker messages, and the commands.
+async fn drain_commands(app: &TestApp) -> (usize, Vec<serde_json::Value>) {
     let connection = flow_common::amqp::connect(&flow_tests::amqp_url(), "test-batches-read")
         .await
         .expect("connect");
     let channel = connection.create_channel().await.expect("channel");
     let queue = app.topology().queue(QueueKind::Assign);
-    let (mut messages, mut seen) = (0, BTreeMap::new());
+    let (mut messages, mut seen) = (0, Vec::new());
     while let Some(message) = channel
         .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
         .await
@@ -81,12 +85,20 @@ async fn drain(app: &TestApp) -> (usize, BTreeMap<u64, usize>) {
         } else {
             vec![body]
         };
-        for command in commands {
-            *seen.entry(command["n"].as_u64().expect("n")).or_default() += 1;
-        }
+        seen.extend(commands);
     }
     drop(channel.close(200, "read".into()).await);
     drop(connection.close(200, "read".into()).await);
+    (messages, seen)
+}
+
+/// The commands in the assign queue: how many broker messages, and how often each number came.
+async fn drain(app: &TestApp) -> (usize, BTreeMap<u64, usize>) {
+    let (messages, commands) = drain_commands(app).await;
+    let mut seen = BTreeMap::new();
+    for command in commands {
+        *seen.entry(command["n"].as_u64().expect("n")).or_default() += 1;
+    }
     (messages, seen)
 }
 
@@ -146,4 +158,110 @@ async fn a_command_alone_goes_at_once_and_a_waiting_batch_waits_at_most_the_fill
     let (_, seen) = drain(&app).await;
     assert_eq!(seen.len(), 21, "every command arrived");
     assert!(seen.values().all(|count| *count == 1), "none twice");
+}
+
+#[tokio::test]
+async fn many_items_of_one_caller_fill_their_own_messages_at_once() {
+    let app = TestApp::spawn_with(app_options()).await;
+    // A fill wait far longer than the test may take: these items must not queue for it.
+    let fill_wait = Duration::from_secs(30);
+    let batches = batch_publisher(&app, fill_wait).await;
+    let submissions: Vec<Submission> = (0..300)
+        .map(|n| Submission {
+            json: format!("{{\"n\":{n}}}").into_bytes(),
+            message_id: format!("command-{n}"),
+            request_id: None,
+            traceparent: None,
+        })
+        .collect();
+    let started = Instant::now();
+    let outcomes = batches.publish_all(&submissions).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(outcomes.len(), 300);
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+    let (messages, seen) = drain(&app).await;
+    assert_eq!(messages, 3, "300 items in messages of at most 128");
+    assert_eq!(seen.len(), 300, "every item arrived");
+    assert!(seen.values().all(|count| *count == 1), "none twice");
+}
+
+#[tokio::test]
+async fn a_bulk_request_goes_out_in_full_messages_each_command_once() {
+    let app = TestApp::spawn_with(app_options()).await;
+    let org = app.create_org_with(Tier::Enterprise, Some(10_000)).await;
+    let emails: Vec<String> = (0..300).map(|i| format!("bulk{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    let flow = app.create_flow(&org, "Bulk", &[10]).await;
+    let mut items: Vec<_> = emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect();
+    // Items that fail answer on their own and publish nothing.
+    items.insert(
+        7,
+        json!({ "flowId": flow, "userEmail": "nobody@example.com" }),
+    );
+    items.insert(
+        11,
+        json!({ "flowId": flow, "userEmail": "bulk1@example.com", "priority": "urgent" }),
+    );
+    let response = app
+        .post(
+            &org,
+            "/v1/flows/assign/bulk",
+            &json!({ "assignments": items }),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    assert_eq!(response.body["succeeded"], json!(300));
+    let results = response.body["results"].as_array().expect("results");
+    assert_eq!(results[7]["status"], json!(404));
+    assert_eq!(results[11]["status"], json!(400));
+    let answered: BTreeMap<String, String> = results
+        .iter()
+        .filter(|item| item["status"] == json!(200))
+        .map(|item| {
+            (
+                item["result"]["assignmentId"]
+                    .as_str()
+                    .expect("id")
+                    .to_owned(),
+                item["result"]["details"]["assigneeEmail"]
+                    .as_str()
+                    .expect("email")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(answered.len(), 300, "300 distinct ids");
+
+    let (messages, commands) = drain_commands(&app).await;
+    assert_eq!(
+        messages, 3,
+        "300 commands of one request in messages of at most 128"
+    );
+    let mut published = BTreeMap::new();
+    for command in &commands {
+        let id = command["assignmentId"]
+            .as_str()
+            .expect("assignmentId")
+            .to_owned();
+        let email = command["assigneeEmail"]
+            .as_str()
+            .expect("assigneeEmail")
+            .to_owned();
+        assert!(
+            published.insert(id, email).is_none(),
+            "a command published twice"
+        );
+    }
+    assert_eq!(
+        published, answered,
+        "each answered item published once, as answered"
+    );
 }

@@ -1,5 +1,5 @@
 //! Assign: a form (flow, user, due date, priority, notes) and a CSV upload for bulk, both through
-//! the API's own path — [`AssignInput::parse`] and [`assign_one`], the assign rate limit, the
+//! the API's own path — [`AssignInput::parse`], [`assign_one`] and [`assign_many`], the assign rate limit, the
 //! queue and its guarantees — with a result per row for uploads. The form carries a request id
 //! drawn when it is shown, so submitting it twice assigns once.
 
@@ -15,7 +15,6 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::flows::{self, FlowSummary};
 use flow_domain::ids::FlowId;
-use futures::future::join_all;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
@@ -24,7 +23,7 @@ use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::ratelimit::Operation;
-use crate::routes::assign::{AssignInput, AssignRequest, MAX_BULK_ITEMS, assign_one};
+use crate::routes::assign::{AssignInput, AssignRequest, MAX_BULK_ITEMS, assign_many, assign_one};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -406,55 +405,61 @@ async fn upload(
         .map_err(ApiError::from)?;
     let granted = usize::try_from(granted).unwrap_or(0);
     let now = Utc::now();
-    let outcomes = rows.iter().enumerate().map(|(index, row)| {
-        let (flow_id, flow_name) = resolve(&row.flow);
-        let form = AssignForm {
-            flow: flow_id,
-            email: row.email.clone(),
-            due_date: row.due_date.clone(),
-            priority: row.priority.clone(),
-            notes: row.notes.clone(),
-            request_id: String::new(),
-        };
-        let state = &state;
-        let caller = &account.caller;
-        async move {
-            let outcome = if index >= granted {
+    let caller = &account.caller;
+    let mut flow_names = Vec::with_capacity(rows.len());
+    let items = rows
+        .iter()
+        .enumerate()
+        .map(|(index, row)| {
+            let (flow_id, flow_name) = resolve(&row.flow);
+            flow_names.push(flow_name);
+            let form = AssignForm {
+                flow: flow_id,
+                email: row.email.clone(),
+                due_date: row.due_date.clone(),
+                priority: row.priority.clone(),
+                notes: row.notes.clone(),
+                request_id: String::new(),
+            };
+            let input = if index >= granted {
                 Err(ApiError::InvalidRequest(
                     "Not assigned: the organization's assign limit per minute is used up; upload this row again in a minute.".to_owned(),
                 ))
             } else {
-                match AssignInput::parse(request(&form), caller.zone, now) {
-                    Ok(input) => assign_one(state, caller, input, None, now).await,
-                    Err(error) => Err(error),
-                }
+                AssignInput::parse(request(&form), caller.zone, now)
             };
-            match outcome {
-                Ok(response) => RowResult {
+            (input, None)
+        })
+        .collect();
+    let outcomes = assign_many(&state, caller, items, now).await;
+    let results: Vec<RowResult> = rows
+        .iter()
+        .zip(flow_names)
+        .zip(outcomes)
+        .map(|((row, flow_name), outcome)| match outcome {
+            Ok(response) => RowResult {
+                line: row.line,
+                email: row.email.clone(),
+                flow: flow_name,
+                ok: true,
+                message: response.message,
+                assignment_id: response.assignment_id.to_string(),
+            },
+            Err(error) => {
+                if let ApiError::Internal(cause) = &error {
+                    tracing::error!(error = format!("{cause:#}"), "dashboard upload row failed");
+                }
+                RowResult {
                     line: row.line,
                     email: row.email.clone(),
                     flow: flow_name,
-                    ok: true,
-                    message: response.message,
-                    assignment_id: response.assignment_id.to_string(),
-                },
-                Err(error) => {
-                    if let ApiError::Internal(cause) = &error {
-                        tracing::error!(error = format!("{cause:#}"), "dashboard upload row failed");
-                    }
-                    RowResult {
-                        line: row.line,
-                        email: row.email.clone(),
-                        flow: flow_name,
-                        ok: false,
-                        message: reword(&error.body().message),
-                        assignment_id: String::new(),
-                    }
+                    ok: false,
+                    message: reword(&error.body().message),
+                    assignment_id: String::new(),
                 }
             }
-        }
-    });
-    let results = join_all(outcomes).await;
+        })
+        .collect();
     let succeeded = results.iter().filter(|row| row.ok).count();
     Ok(ResultsPage {
         layout: Layout::new(&account, Section::Assign).await,

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_common::db::assignments::{ExistingAssignment, LookupKey, RequestKey};
+use flow_common::amqp::Submission;
+use flow_common::db::assignments::{LookupKey, LookupResult, RequestKey};
 use flow_common::db::flows::FlowSummary;
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use flow_domain::{DayBound, Email, Notes, Priority, parse_date_input};
-use futures::future::join_all;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -24,6 +24,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, Caller, RequestId};
+use crate::lookup::LookupError;
 use crate::ratelimit::{Operation, RateInfo};
 use crate::state::AppState;
 
@@ -285,54 +286,50 @@ pub async fn assign_bulk(
         });
     }
     let now = Utc::now();
-    let caller: Arc<Caller> = auth.0.clone();
     let items = request
         .assignments
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
-            let state = &state;
-            let caller = caller.clone();
+            let input = if index >= granted {
+                Err(ApiError::RateLimited {
+                    operation: "assign",
+                    retry_after,
+                    info: rate,
+                })
+            } else {
+                AssignInput::parse(item, auth.zone, now)
+            };
             let item_request_id = request_id
                 .caller_supplied()
                 .map(|id| format!("{id}#{index}"));
-            async move {
-                let outcome = if index >= granted {
-                    Err(ApiError::RateLimited {
-                        operation: "assign",
-                        retry_after,
-                        info: rate,
-                    })
-                } else {
-                    match AssignInput::parse(item, caller.zone, now) {
-                        Ok(input) => {
-                            assign_one(state, &caller, input, item_request_id.as_deref(), now).await
-                        }
-                        Err(error) => Err(error),
-                    }
-                };
-                match outcome {
-                    Ok(result) => BulkItemResult {
-                        index,
-                        status: 200,
-                        result: Some(result),
-                        error: None,
-                    },
-                    Err(error) => {
-                        if matches!(error, ApiError::Internal(_)) {
-                            tracing::error!(index, error = %error, "bulk assign item failed");
-                        }
-                        BulkItemResult {
-                            index,
-                            status: error.status().as_u16(),
-                            result: None,
-                            error: Some(error.body()),
-                        }
-                    }
+            (input, item_request_id)
+        })
+        .collect();
+    let results: Vec<BulkItemResult> = assign_many(&state, &auth, items, now)
+        .await
+        .into_iter()
+        .enumerate()
+        .map(|(index, outcome)| match outcome {
+            Ok(result) => BulkItemResult {
+                index,
+                status: 200,
+                result: Some(result),
+                error: None,
+            },
+            Err(error) => {
+                if matches!(error, ApiError::Internal(_)) {
+                    tracing::error!(index, error = %error, "bulk assign item failed");
+                }
+                BulkItemResult {
+                    index,
+                    status: error.status().as_u16(),
+                    result: None,
+                    error: Some(error.body()),
                 }
             }
-        });
-    let results = join_all(items).await;
+        })
+        .collect();
     let succeeded = results.iter().filter(|item| item.status == 200).count();
     Ok((
         rate,
@@ -359,6 +356,117 @@ pub async fn assign_one(
     request_id: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<AssignResponse, ApiError> {
+    let prepared = prepare(state, caller, input, request_id.map(str::to_owned), now).await?;
+    let found = look_up(state, std::slice::from_ref(&prepared))
+        .await?
+        .pop()
+        .ok_or(LookupError::ShuttingDown)?;
+    let planned = prepared.plan(state, found)?;
+    if let Some(command) = &planned.command {
+        state.assign_publisher.publish(submission(command)?).await?;
+    }
+    Ok(planned.response)
+}
+
+/// Assigns many requests of one caller (a bulk request, an uploaded file) as [`assign_one`]
+/// assigns each, but together: one lookup for all of them and their commands in full broker
+/// messages published at once, instead of a lookup and a publish per item. Each item is a
+/// validated request (or why it is not one) with its `X-Request-ID`; the outcomes are in order.
+pub async fn assign_many(
+    state: &AppState,
+    caller: &Caller,
+    items: Vec<(Result<AssignInput, ApiError>, Option<String>)>,
+    now: DateTime<Utc>,
+) -> Vec<Result<AssignResponse, ApiError>> {
+    let mut outcomes = Vec::with_capacity(items.len());
+    let mut pending = Vec::with_capacity(items.len());
+    for (index, (input, request_id)) in items.into_iter().enumerate() {
+        let prepared = match input {
+            Ok(input) => prepare(state, caller, input, request_id, now).await,
+            Err(error) => Err(error),
+        };
+        match prepared {
+            Ok(prepared) => {
+                pending.push((index, prepared));
+                outcomes.push(None);
+            }
+            Err(error) => outcomes.push(Some(Err(error))),
+        }
+    }
+    let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = pending.into_iter().unzip();
+    let found = match look_up(state, &prepared).await {
+        Ok(found) => found,
+        Err(error) => {
+            let failure = ApiError::from(error);
+            for index in indexes {
+                outcomes[index] = Some(Err(failure.again()));
+            }
+            return outcomes.into_iter().flatten().collect();
+        }
+    };
+    // The answers waiting for their command's confirm, and those commands.
+    let mut publishing = Vec::new();
+    let mut submissions = Vec::new();
+    for ((index, prepared), found) in indexes.into_iter().zip(prepared).zip(found) {
+        let planned = prepared.plan(state, found);
+        match planned {
+            Ok(Planned {
+                response,
+                command: Some(command),
+            }) => match submission(&command) {
+                Ok(submission) => {
+                    publishing.push((index, response));
+                    submissions.push(submission);
+                }
+                Err(error) => outcomes[index] = Some(Err(error)),
+            },
+            Ok(Planned {
+                response,
+                command: None,
+            }) => outcomes[index] = Some(Ok(response)),
+            Err(error) => outcomes[index] = Some(Err(error)),
+        }
+    }
+    // A lone command shares a message with concurrent requests' commands; many fill their own.
+    let published = match submissions.len() {
+        0 => Vec::new(),
+        1 => {
+            let submission = submissions.pop().expect("one submission");
+            vec![state.assign_publisher.publish(submission).await]
+        }
+        _ => state.assign_publisher.publish_all(&submissions).await,
+    };
+    for ((index, response), outcome) in publishing.into_iter().zip(published) {
+        outcomes[index] = Some(outcome.map(|()| response).map_err(ApiError::from));
+    }
+    outcomes.into_iter().flatten().collect()
+}
+
+/// An assign request ready for the lookup: its flow found, its lookup key built.
+struct Prepared {
+    input: AssignInput,
+    flow: Arc<FlowSummary>,
+    key: LookupKey,
+    request_id: Option<String>,
+    now: DateTime<Utc>,
+}
+
+/// What a request comes to once looked up: its answer, and the command to publish before giving
+/// it (none when an earlier assignment answers).
+struct Planned {
+    response: AssignResponse,
+    command: Option<AssignCommand>,
+}
+
+/// Finds the request's flow (cached; 404 when it is not the caller's) and builds its lookup key,
+/// with the claim of its `X-Request-ID` when it has one.
+async fn prepare(
+    state: &AppState,
+    caller: &Caller,
+    input: AssignInput,
+    request_id: Option<String>,
+    now: DateTime<Utc>,
+) -> Result<Prepared, ApiError> {
     let org_id = caller.org_id();
     let flow = match input.flow_id {
         Some(flow_id) => state.caches.flow(&state.db, org_id, flow_id).await?,
@@ -366,7 +474,7 @@ pub async fn assign_one(
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
     let email_normalized = input.email.normalized();
-    let request = request_id.map(|id| RequestKey {
+    let request = request_id.as_deref().map(|id| RequestKey {
         assignment_id: AssignmentId::for_request(org_id, id),
         fingerprint: input.fingerprint(flow.id, &email_normalized),
         assigned_at: now,
@@ -375,119 +483,148 @@ pub async fn assign_one(
         org_id,
         flow_id: flow.id,
         email_normalized,
-        request: request.clone(),
+        request,
     };
-    let mut found = state.lookup.resolve(key.clone()).await?;
-    // A key repeated within one lookup batch by a request whose assignee does not exist leaves the
-    // others without a claim: the next batch settles it.
+    Ok(Prepared {
+        input,
+        flow,
+        key,
+        request_id,
+        now,
+    })
+}
+
+/// Looks up prepared requests in one go. A key repeated within one lookup batch by a request
+/// whose assignee does not exist leaves the others without a claim: those are looked up again
+/// (at most three times), and the next batch settles them.
+async fn look_up(
+    state: &AppState,
+    prepared: &[Prepared],
+) -> Result<Vec<LookupResult>, LookupError> {
+    let unsettled = |prepared: &Prepared, found: &LookupResult| {
+        prepared.key.request.is_some() && found.user.is_some() && found.claim.is_none()
+    };
+    let keys = prepared.iter().map(|item| item.key.clone()).collect();
+    let mut found = state.lookup.resolve_all(keys).await?;
     for _ in 0..3 {
-        if request.is_none() || found.user.is_none() || found.claim.is_some() {
+        let again: Vec<usize> = (0..prepared.len())
+            .filter(|&index| unsettled(&prepared[index], &found[index]))
+            .collect();
+        if again.is_empty() {
             break;
         }
-        found = state.lookup.resolve(key.clone()).await?;
-    }
-    let (user_id, email) = found.user.ok_or_else(|| {
-        ApiError::NotFound(format!(
-            "user {} not found in this organization",
-            input.email
-        ))
-    })?;
-    let command = AssignCommand {
-        version: ASSIGN_COMMAND_VERSION,
-        assignment_id: AssignmentId::default(),
-        existing_assignment_id: None,
-        org_id,
-        flow_id: flow.id,
-        flow_name: flow.name.clone(),
-        user_id,
-        assignee_email: email.clone(),
-        priority: input.priority,
-        notes: input.notes,
-        due_at: input.due_at,
-        assigned_at: now,
-        request_id: request_id.map(str::to_owned),
-        schedule_id: None,
-        // The request's span: the command's event and its webhook deliveries continue it.
-        traceparent: flow_common::telemetry::current_traceparent(),
-    };
-    if let Some(request) = request {
-        let claim = found.claim.ok_or_else(|| {
-            ApiError::Unavailable("a concurrent request holds this X-Request-ID; retry".into())
-        })?;
-        if claim.fingerprint != request.fingerprint {
-            return Err(request_id_conflict());
+        let keys = again
+            .iter()
+            .map(|&index| prepared[index].key.clone())
+            .collect();
+        for (index, result) in again.into_iter().zip(state.lookup.resolve_all(keys).await?) {
+            found[index] = result;
         }
-        let created = claim.answer_id == request.assignment_id;
-        if let Some(earlier) = found.by_request {
-            // Persisted. Keys claimed before fingerprints existed are checked on flow and user.
-            if earlier.flow_id != flow.id || earlier.user_id != user_id {
+    }
+    Ok(found)
+}
+
+impl Prepared {
+    /// The answer to this request given what the lookup `found`, and the command to publish
+    /// first, if any.
+    fn plan(self, state: &AppState, found: LookupResult) -> Result<Planned, ApiError> {
+        let Prepared {
+            input,
+            flow,
+            key,
+            request_id,
+            now,
+        } = self;
+        let (user_id, email) = found.user.ok_or_else(|| {
+            ApiError::NotFound(format!(
+                "user {} not found in this organization",
+                input.email
+            ))
+        })?;
+        let command = AssignCommand {
+            version: ASSIGN_COMMAND_VERSION,
+            assignment_id: AssignmentId::default(),
+            existing_assignment_id: None,
+            org_id: key.org_id,
+            flow_id: flow.id,
+            flow_name: flow.name.clone(),
+            user_id,
+            assignee_email: email.clone(),
+            priority: input.priority,
+            notes: input.notes,
+            due_at: input.due_at,
+            assigned_at: now,
+            request_id,
+            schedule_id: None,
+            // The request's span: the command's event and its webhook deliveries continue it.
+            traceparent: flow_common::telemetry::current_traceparent(),
+        };
+        if let Some(request) = key.request {
+            let claim = found.claim.ok_or_else(|| {
+                ApiError::Unavailable("a concurrent request holds this X-Request-ID; retry".into())
+            })?;
+            if claim.fingerprint != request.fingerprint {
                 return Err(request_id_conflict());
             }
-            return Ok(response(
-                earlier.answer_id,
-                earlier.assigned_at,
-                &email,
-                &flow,
-                !created,
-            ));
+            let created = claim.answer_id == request.assignment_id;
+            if let Some(earlier) = found.by_request {
+                // Persisted. Keys claimed before fingerprints existed are checked on flow and user.
+                if earlier.flow_id != flow.id || earlier.user_id != user_id {
+                    return Err(request_id_conflict());
+                }
+                return Ok(Planned {
+                    response: response(
+                        earlier.answer_id,
+                        earlier.assigned_at,
+                        &email,
+                        &flow,
+                        !created,
+                    ),
+                    command: None,
+                });
+            }
+            return Ok(Planned {
+                response: response(claim.answer_id, claim.assigned_at, &email, &flow, !created),
+                command: Some(AssignCommand {
+                    assignment_id: request.assignment_id,
+                    existing_assignment_id: (!created).then_some(claim.answer_id),
+                    assigned_at: claim.assigned_at,
+                    ..command
+                }),
+            });
+        }
+        if let Some(active) = found.active {
+            return Ok(Planned {
+                response: response(active.answer_id, active.assigned_at, &email, &flow, true),
+                command: None,
+            });
         }
         let command = AssignCommand {
-            assignment_id: request.assignment_id,
-            existing_assignment_id: (!created).then_some(claim.answer_id),
-            assigned_at: claim.assigned_at,
+            assignment_id: state.assignment_ids.mint(key.org_id, now),
             ..command
         };
-        publish(state, &command, request_id).await?;
-        return Ok(response(
-            claim.answer_id,
-            claim.assigned_at,
-            &email,
-            &flow,
-            !created,
-        ));
+        Ok(Planned {
+            response: response(command.assignment_id, now, &email, &flow, false),
+            command: Some(command),
+        })
     }
-    if let Some(active) = found.active {
-        return Ok(existing_response(&active, &email, &flow));
-    }
-    let command = AssignCommand {
-        assignment_id: state.assignment_ids.mint(org_id, now),
-        ..command
-    };
-    publish(state, &command, request_id).await?;
-    Ok(response(command.assignment_id, now, &email, &flow, false))
 }
 
 fn request_id_conflict() -> ApiError {
     ApiError::Conflict("X-Request-ID was already used for a different request".into())
 }
 
-fn existing_response(
-    active: &ExistingAssignment,
-    email: &str,
-    flow: &FlowSummary,
-) -> AssignResponse {
-    response(active.answer_id, active.assigned_at, email, flow, true)
-}
-
-/// Publishes an assign command (batched with concurrent ones) and waits for the broker's confirm.
-pub async fn publish(
-    state: &AppState,
-    command: &AssignCommand,
-    request_id: Option<&str>,
-) -> Result<(), ApiError> {
+/// An assign command as the batch publisher takes it.
+fn submission(command: &AssignCommand) -> Result<Submission, ApiError> {
     let json = serde_json::to_vec(command).map_err(|error| {
         ApiError::Internal(anyhow::Error::new(error).context("encoding a command"))
     })?;
-    state
-        .assign_publisher
-        .publish(
-            json,
-            command.assignment_id.to_string(),
-            request_id.map(str::to_owned),
-            command.traceparent.clone(),
-        )
-        .await?;
-    Ok(())
+    Ok(Submission {
+        json,
+        message_id: command.assignment_id.to_string(),
+        request_id: command.request_id.clone(),
+        traceparent: command.traceparent.clone(),
+    })
 }
 
 fn response(
