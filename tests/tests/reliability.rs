@@ -86,6 +86,104 @@ async fn assign_answers_503_and_never_200_while_the_broker_is_unreachable() {
 }
 
 #[tokio::test]
+async fn a_bulk_request_while_the_broker_is_unreachable_is_503_per_item_and_its_retry_assigns_each_once()
+ {
+    let proxy = Proxy::start("127.0.0.1:5672".parse().unwrap()).await;
+    let app = TestApp::spawn_with(TestOptions {
+        api_amqp_url: Some(format!("amqp://guest:guest@{}/%2f", proxy.address)),
+        ..TestOptions::default()
+    })
+    .await;
+    // A limit the request and its retries cannot use up.
+    let org = app.create_org_with(Tier::Enterprise, Some(100_000)).await;
+    // 150 items: two broker messages (128 and 22).
+    let emails: Vec<String> = (0..150).map(|i| format!("b{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    let body = json!({ "assignments": emails
+        .iter()
+        .map(|email| json!({ "flowId": flow, "userEmail": email }))
+        .collect::<Vec<_>>() });
+    let bulk = || {
+        app.post_with(
+            &org,
+            "/v1/flows/assign/bulk",
+            &body,
+            &[("X-Request-ID", "bulk-outage")],
+        )
+    };
+
+    proxy.disable().await;
+    let refused = bulk().await;
+    assert_eq!(refused.status, 200, "{:?}", refused.body);
+    assert_eq!(refused.body["succeeded"], json!(0));
+    let results = refused.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), 150);
+    for item in results {
+        assert_eq!(item["status"], json!(503), "{item}");
+        assert_eq!(item["error"]["error"], json!("service_unavailable"));
+    }
+
+    proxy.enable();
+    // The same request again, as a caller retries it: once the publisher has reconnected every
+    // item is accepted, each under the id its X-Request-ID derives.
+    let accepted = app
+        .eventually(
+            Duration::from_secs(10),
+            "the retried bulk request to succeed",
+            || async {
+                let response = bulk().await;
+                (response.body["succeeded"] == json!(150)).then_some(response)
+            },
+        )
+        .await;
+    let ids: HashSet<String> = accepted.body["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|item| {
+            item["result"]["assignmentId"]
+                .as_str()
+                .expect("id")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 150, "one id per item");
+    app.eventually(
+        Duration::from_secs(15),
+        "the 150 assignments to persist",
+        || async { (app.assignment_count().await == 150).then_some(()) },
+    )
+    .await;
+    let stored: HashSet<String> = sqlx::query_scalar("SELECT id::text FROM assignments")
+        .fetch_all(&app.db)
+        .await
+        .expect("ids")
+        .into_iter()
+        .collect();
+    let answered: HashSet<String> = ids
+        .iter()
+        .map(|id| {
+            flow_domain::ids::AssignmentId::parse(id)
+                .expect("assignment id")
+                .0
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        stored, answered,
+        "the assignments are the ones answered, each once"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        app.assignment_count().await,
+        150,
+        "and nothing more arrives later"
+    );
+}
+
+#[tokio::test]
 async fn every_accepted_id_is_persisted_exactly_once_when_the_worker_is_killed_mid_stream() {
     let mut app = TestApp::spawn().await;
     let org = app.create_org(Tier::Enterprise).await;
