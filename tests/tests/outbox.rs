@@ -11,7 +11,11 @@ use sqlx::PgPool;
 
 fn event() -> NewEvent {
     let assignment_id = AssignmentId::new();
-    let id = EventId::for_transition(assignment_id, EventType::Assigned.as_str());
+    let id = EventId::for_transition(
+        assignment_id,
+        EventType::Assigned.as_str(),
+        chrono::Utc::now(),
+    );
     NewEvent {
         id,
         org_id: OrgId::new(),

@@ -132,17 +132,19 @@ pub struct NewEvent {
 
 impl NewEvent {
     /// The event of type `event_type` about the assignment `data` describes (of organization
-    /// `org_id`), happening at `at`, caused by the work whose trace context is `traceparent`. Its
-    /// id is derived from the assignment and the type (see [`EventId::for_transition`]).
+    /// `org_id`, assigned at `assigned_at`), happening at `at`, caused by the work whose trace
+    /// context is `traceparent`. Its id is derived from the assignment and the type (see
+    /// [`EventId::for_transition`]).
     pub fn about(
         org_id: OrgId,
         data: EventData,
+        assigned_at: DateTime<Utc>,
         event_type: EventType,
         at: DateTime<Utc>,
         traceparent: Option<&str>,
     ) -> Self {
         let assignment_id = data.assignment_id;
-        let id = EventId::for_transition(assignment_id, event_type.as_str());
+        let id = EventId::for_transition(assignment_id, event_type.as_str(), assigned_at);
         Self {
             id,
             org_id,

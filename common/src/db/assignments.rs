@@ -130,7 +130,13 @@ async fn insert_new(
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
     let event_ids: Vec<EventId> = commands
         .iter()
-        .map(|command| EventId::for_transition(command.assignment_id, EventType::Assigned.as_str()))
+        .map(|command| {
+            EventId::for_transition(
+                command.assignment_id,
+                EventType::Assigned.as_str(),
+                command.assigned_at,
+            )
+        })
         .collect();
     let payloads: Vec<serde_json::Value> = commands
         .iter()

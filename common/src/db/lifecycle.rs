@@ -54,6 +54,7 @@ impl AssignmentSnapshot {
         NewEvent::about(
             self.org_id,
             EventData::from(self),
+            self.assigned_at,
             event_type,
             at,
             traceparent,
