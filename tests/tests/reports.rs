@@ -1026,3 +1026,43 @@ async fn reports_are_rate_limited_by_size() {
     );
     assert_eq!(limited.header("ratelimit-limit"), Some("50"));
 }
+
+#[tokio::test]
+async fn a_helper_that_cannot_import_the_snapshot_goes_back_to_the_pool_usable() {
+    use flow_common::db::snapshot::Snapshot;
+    let app = TestApp::spawn_with(flow_tests::TestOptions {
+        assign_worker: false,
+        ..flow_tests::TestOptions::default()
+    })
+    .await;
+    // Two connections: the snapshot's own, and the one helper.
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with((*app.db.connect_options()).clone())
+        .await
+        .expect("pool");
+    let mut snapshot = Snapshot::begin(&pool).await.expect("snapshot");
+    // A failing statement aborts the snapshot's transaction, and its exported snapshot with it
+    // (as when a report's first query fails while another part joins a helper).
+    sqlx::query("SELECT 1 / 0")
+        .execute(snapshot.connection())
+        .await
+        .expect_err("division by zero");
+    {
+        let mut helper = snapshot.helper().await.expect("a helper connection");
+        assert!(
+            helper.join().await.is_err(),
+            "the snapshot cannot be imported"
+        );
+    }
+    // The helper's connection is the pool's only free one: the next user gets it, out of any
+    // transaction (before, it came back inside the aborted import and every statement failed).
+    let mut next = pool.acquire().await.expect("connection");
+    let one: i32 = sqlx::query_scalar("SELECT 1")
+        .fetch_one(&mut *next)
+        .await
+        .expect("the returned connection works");
+    assert_eq!(one, 1);
+    drop(next);
+    snapshot.close().await.ok();
+}

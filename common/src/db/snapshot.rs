@@ -125,8 +125,18 @@ impl Lane<'_> {
                 connection,
                 snapshot,
             } => {
-                let statement = format!("{BEGIN}; SET TRANSACTION SNAPSHOT '{snapshot}'");
-                let transaction = connection.begin_with(AssertSqlSafe(statement)).await?;
+                // The import is its own statement inside the transaction sqlx tracks, so a failed
+                // import (the snapshot's transaction has just failed and taken its export with
+                // it) rolls back when the transaction drops. Sent as part of a custom BEGIN, its
+                // failure left sqlx counting no transaction, and the connection went back to the
+                // pool inside the aborted one: every later user of it failed ("current
+                // transaction is aborted"), including the worker recording the export's failure.
+                let mut transaction = connection.begin_with(BEGIN).await?;
+                sqlx::query(AssertSqlSafe(format!(
+                    "SET TRANSACTION SNAPSHOT '{snapshot}'"
+                )))
+                .execute(&mut *transaction)
+                .await?;
                 Ok(Joined::Helper(transaction))
             }
         }
