@@ -916,31 +916,62 @@ impl Drop for TestApp {
         drop(self.relay.take());
         drop(self.webhook_worker.take());
         drop(self.scheduler.take());
-        let db_name = self.db_name.clone();
-        let topology = self.topology();
-        let amqp = amqp_url();
-        // Clean up on a separate thread: Drop cannot await, and the test's runtime is ending.
-        let cleanup = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            runtime.block_on(async move {
-                flow_common::amqp::delete_topology(&amqp, "test-cleanup", &topology).await;
-                if let Ok(admin) = PgPool::connect(&server_url()).await {
-                    drop(
-                        sqlx::query(sqlx::AssertSqlSafe(format!(
-                            "DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"
-                        )))
-                        .execute(&admin)
-                        .await,
-                    );
-                    admin.close().await;
-                }
-            });
-        });
-        drop(cleanup.join());
+        clean_up(self.db_name.clone(), Some(self.topology()));
     }
+}
+
+/// A fresh, migrated database (see [`fresh_database`]) for a test that needs no services,
+/// dropped with this value.
+pub struct ScratchDatabase {
+    url: String,
+    name: String,
+}
+
+impl ScratchDatabase {
+    /// Creates the database.
+    pub async fn create() -> anyhow::Result<Self> {
+        let (url, name) = fresh_database().await?;
+        Ok(Self { url, name })
+    }
+
+    /// Its connection string.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
+impl Drop for ScratchDatabase {
+    fn drop(&mut self) {
+        clean_up(self.name.clone(), None);
+    }
+}
+
+/// Drops a test's database (and deletes its broker topology) before returning. On a thread of
+/// its own: Drop cannot await, and the test's runtime is ending.
+fn clean_up(db_name: String, topology: Option<flow_common::amqp::Topology>) {
+    let amqp = amqp_url();
+    let cleanup = std::thread::spawn(move || {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async move {
+            if let Some(topology) = topology {
+                flow_common::amqp::delete_topology(&amqp, "test-cleanup", &topology).await;
+            }
+            if let Ok(admin) = PgPool::connect(&server_url()).await {
+                drop(
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"
+                    )))
+                    .execute(&admin)
+                    .await,
+                );
+                admin.close().await;
+            }
+        });
+    });
+    drop(cleanup.join());
 }

@@ -164,8 +164,11 @@ async fn assert_figures_match(db: &PgPool, flow: FlowId, when: &str) {
 
 #[tokio::test]
 async fn rollup_figures_equal_a_count_over_the_rows_for_any_range_and_zone() {
-    let (url, _name) = flow_tests::fresh_database().await.expect("database");
-    let db = PgPool::connect(&url).await.expect("pool");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let db = PgPool::connect(url).await.expect("pool");
     let org = uuid::Uuid::new_v4();
     let flow = FlowId::new();
     seed(&db, org, flow, 3_000, 0.25).await;
@@ -207,8 +210,11 @@ async fn rollup_figures_equal_a_count_over_the_rows_for_any_range_and_zone() {
 
 #[tokio::test]
 async fn concurrent_writers_and_mergers_keep_the_rollups_exact() {
-    let (url, _name) = flow_tests::fresh_database().await.expect("database");
-    let db = PgPool::connect(&url).await.expect("pool");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let db = PgPool::connect(url).await.expect("pool");
     let org = uuid::Uuid::new_v4();
     let flows: Vec<FlowId> = (0..3).map(|_| FlowId::new()).collect();
     let writing = tokio_util::sync::CancellationToken::new();
@@ -298,12 +304,15 @@ async fn concurrent_writers_and_mergers_keep_the_rollups_exact() {
 
 #[tokio::test]
 async fn flowctl_reports_verify_finds_a_rollup_that_drifted() {
-    let (url, _name) = flow_tests::fresh_database().await.expect("database");
-    let db = PgPool::connect(&url).await.expect("pool");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let db = PgPool::connect(url).await.expect("pool");
     let flow = FlowId::new();
     seed(&db, uuid::Uuid::new_v4(), flow, 200, 0.75).await;
     let core = CoreConfig {
-        database_url: url,
+        database_url: url.to_owned(),
         database_max_connections: 2,
         amqp_url: flow_tests::amqp_url(),
         queue_prefix: flow_tests::unique_prefix(),
@@ -339,8 +348,11 @@ async fn flowctl_reports_verify_finds_a_rollup_that_drifted() {
 /// 10 million assignments turned a 19-row read into a parallel scan of every row.
 #[tokio::test]
 async fn the_past_due_correction_reads_its_index_whatever_the_estimates() {
-    let (url, _name) = flow_tests::fresh_database().await.expect("database");
-    let db = PgPool::connect(&url).await.expect("pool");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let db = PgPool::connect(url).await.expect("pool");
     let flow = FlowId::new();
     seed(&db, uuid::Uuid::new_v4(), flow, 3_000, 0.75).await;
     // Most of the table active and past due when the statistics are gathered.

@@ -6,7 +6,6 @@
 
 use chrono::{Duration, Utc};
 use flow_domain::AssignmentStatus;
-use flow_tests::fresh_database;
 use sqlx::PgPool;
 
 const STATUSES: [AssignmentStatus; 4] = [
@@ -18,8 +17,11 @@ const STATUSES: [AssignmentStatus; 4] = [
 
 #[tokio::test]
 async fn sql_effective_status_agrees_with_rust_for_every_status_and_due_date() {
-    let (url, _) = fresh_database().await.expect("a database");
-    let pool = PgPool::connect(&url).await.expect("connecting");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let pool = PgPool::connect(url).await.expect("connecting");
     let now = Utc::now();
     let dues = [
         None,
@@ -49,8 +51,11 @@ async fn sql_effective_status_agrees_with_rust_for_every_status_and_due_date() {
 
 #[tokio::test]
 async fn sql_active_set_agrees_with_rust() {
-    let (url, _) = fresh_database().await.expect("a database");
-    let pool = PgPool::connect(&url).await.expect("connecting");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let pool = PgPool::connect(url).await.expect("connecting");
     for status in STATUSES {
         let sql: bool = sqlx::query_scalar("SELECT flow_is_active($1)")
             .bind(status.as_str())
@@ -69,8 +74,11 @@ async fn sql_active_set_agrees_with_rust() {
 /// index, and a report's status filter is an inlined expression over the report index.
 #[tokio::test]
 async fn status_functions_keep_their_indexes() {
-    let (url, _) = fresh_database().await.expect("a database");
-    let pool = PgPool::connect(&url).await.expect("connecting");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let pool = PgPool::connect(url).await.expect("connecting");
     let mut connection = pool.acquire().await.expect("a connection");
     sqlx::query("SET enable_seqscan = off")
         .execute(&mut *connection)
@@ -116,8 +124,11 @@ async fn explain(connection: &mut sqlx::PgConnection, query: &str) -> String {
 /// volatility must not be stricter than its body's, or Postgres silently stops inlining it.
 #[tokio::test]
 async fn sql_functions_are_inlined_where_they_are_called() {
-    let (url, _) = fresh_database().await.expect("a database");
-    let pool = PgPool::connect(&url).await.expect("connecting");
+    let database = flow_tests::ScratchDatabase::create()
+        .await
+        .expect("a database");
+    let url = database.url();
+    let pool = PgPool::connect(url).await.expect("connecting");
     let mut connection = pool.acquire().await.expect("a connection");
     let functions = [
         "flow_effective_status(status, due_at, now())",
