@@ -50,12 +50,6 @@ impl Lookup {
         Self { queue }
     }
 
-    /// Resolves one request.
-    pub async fn resolve(&self, key: LookupKey) -> Result<LookupResult, LookupError> {
-        let mut results = self.resolve_all(vec![key]).await?;
-        results.pop().ok_or(LookupError::ShuttingDown)
-    }
-
     /// Resolves many keys of one caller, in one query (with other callers' keys when they wait
     /// at the same time); results are in the order of `keys`.
     pub async fn resolve_all(

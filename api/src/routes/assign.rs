@@ -348,7 +348,7 @@ pub async fn assign_bulk(
 /// lookup round trip) with a fingerprint of the whole request: every request with that key, on
 /// any replica, persisted yet or not, gets the first one's answer, or 409 when it asks for
 /// something else. Until the command is persisted, a retry publishes it again (the worker applies
-/// it once), so a 503 on the first attempt costs nothing.
+/// it once), so a 503 on the first attempt costs nothing. It is [`assign_many`] of one item.
 pub async fn assign_one(
     state: &AppState,
     caller: &Caller,
@@ -356,22 +356,26 @@ pub async fn assign_one(
     request_id: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<AssignResponse, ApiError> {
-    let prepared = prepare(state, caller, input, request_id.map(str::to_owned), now).await?;
-    let found = look_up(state, std::slice::from_ref(&prepared))
-        .await?
-        .pop()
-        .ok_or(LookupError::ShuttingDown)?;
-    let planned = prepared.plan(state, found)?;
-    if let Some(command) = &planned.command {
-        state.assign_publisher.publish(submission(command)?).await?;
-    }
-    Ok(planned.response)
+    assign_many(
+        state,
+        caller,
+        vec![(Ok(input), request_id.map(str::to_owned))],
+        now,
+    )
+    .await
+    .pop()
+    .unwrap_or_else(|| {
+        Err(ApiError::Internal(anyhow::anyhow!(
+            "no outcome for the request"
+        )))
+    })
 }
 
-/// Assigns many requests of one caller (a bulk request, an uploaded file) as [`assign_one`]
-/// assigns each, but together: one lookup for all of them and their commands in full broker
-/// messages published at once, instead of a lookup and a publish per item. Each item is a
-/// validated request (or why it is not one) with its `X-Request-ID`; the outcomes are in order.
+/// Assigns the requests of one caller (one request, a bulk request, an uploaded file) together,
+/// each as [`assign_one`] describes: one lookup for all of them, then their commands — a lone
+/// one batched with concurrent requests' commands, many in full broker messages published at
+/// once. Each item is a validated request (or why it is not one) with its `X-Request-ID`; the
+/// outcomes are in order.
 pub async fn assign_many(
     state: &AppState,
     caller: &Caller,
