@@ -765,6 +765,22 @@ impl TestApp {
         assert_eq!(response.status, 200, "{:?}", response.body);
     }
 
+    /// POSTs a bulk assign of `items` (see [`assign_items`]) with the org's key and extra headers.
+    pub async fn assign_bulk(
+        &self,
+        org: &TestOrg,
+        items: &[Value],
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        self.post_with(
+            org,
+            "/v1/flows/assign/bulk",
+            &serde_json::json!({ "assignments": items }),
+            headers,
+        )
+        .await
+    }
+
     /// Creates a flow over HTTP with modules of the given minutes; returns its id.
     pub async fn create_flow(&self, org: &TestOrg, name: &str, minutes: &[i32]) -> String {
         let modules: Vec<Value> = minutes
@@ -918,6 +934,14 @@ impl Drop for TestApp {
         drop(self.scheduler.take());
         clean_up(self.db_name.clone(), Some(self.topology()));
     }
+}
+
+/// The items of a bulk assign of `flow` to each of `emails`.
+pub fn assign_items(flow: &str, emails: &[String]) -> Vec<Value> {
+    emails
+        .iter()
+        .map(|email| serde_json::json!({ "flowId": flow, "userEmail": email }))
+        .collect()
 }
 
 /// A fresh, migrated database (see [`fresh_database`]) for a test that needs no services,

@@ -274,17 +274,8 @@ async fn bulk_items_beyond_the_rate_limit_are_429_individually() {
     let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
     app.create_users(&org, &refs).await;
     let flow = app.create_flow(&org, "F", &[10]).await;
-    let items: Vec<_> = emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect();
-    let response = app
-        .post(
-            &org,
-            "/v1/flows/assign/bulk",
-            &json!({ "assignments": items }),
-        )
-        .await;
+    let items = flow_tests::assign_items(&flow, &emails);
+    let response = app.assign_bulk(&org, &items, &[]).await;
     assert_eq!(response.status, 200, "{:?}", response.body);
     let statuses: Vec<u64> = response.body["results"]
         .as_array()

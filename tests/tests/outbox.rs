@@ -52,6 +52,25 @@ async fn relay_round(db: &PgPool) -> Option<Vec<EventId>> {
     })
 }
 
+/// 3,000 events written and published (the cursor past them), then two written after them and
+/// not published yet.
+async fn published_then_waiting(db: &PgPool) -> (Vec<NewEvent>, [NewEvent; 2]) {
+    let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
+    let mut transaction = db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &published)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    while relay_round(db).await.is_some_and(|ids| !ids.is_empty()) {}
+    let waiting = [event(), event()];
+    let mut transaction = db.begin().await.expect("transaction");
+    outbox::insert(&mut transaction, &waiting)
+        .await
+        .expect("insert");
+    transaction.commit().await.expect("commit");
+    (published, waiting)
+}
+
 async fn database() -> TestApp {
     TestApp::spawn_with(TestOptions {
         assign_worker: false,
@@ -159,22 +178,7 @@ async fn outbox_seq_scans(connection: &mut sqlx::PgConnection, read: &str) -> i6
 async fn the_backlog_is_read_past_the_cursor_in_the_order_index_whatever_the_estimates() {
     let app = database().await;
     // 3,000 published events behind the cursor, two unpublished after it.
-    let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
-    let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &published)
-        .await
-        .expect("insert");
-    transaction.commit().await.expect("commit");
-    while relay_round(&app.db)
-        .await
-        .is_some_and(|ids| !ids.is_empty())
-    {}
-    let waiting = [event(), event()];
-    let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &waiting)
-        .await
-        .expect("insert");
-    transaction.commit().await.expect("commit");
+    published_then_waiting(&app.db).await;
     sqlx::query("ANALYZE outbox")
         .execute(&app.db)
         .await
@@ -209,22 +213,7 @@ async fn the_backlog_is_read_past_the_cursor_in_the_order_index_whatever_the_est
 async fn the_prune_deletes_old_published_events_and_reads_no_further_than_its_limit() {
     let app = database().await;
     // 3,000 published events, then two unpublished ones.
-    let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
-    let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &published)
-        .await
-        .expect("insert");
-    transaction.commit().await.expect("commit");
-    while relay_round(&app.db)
-        .await
-        .is_some_and(|ids| !ids.is_empty())
-    {}
-    let waiting = [event(), event()];
-    let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &waiting)
-        .await
-        .expect("insert");
-    transaction.commit().await.expect("commit");
+    let (published, waiting) = published_then_waiting(&app.db).await;
     let before = chrono::Utc::now() - chrono::Duration::hours(1);
 
     // None is old enough: nothing is deleted, and the prune reads no more than its limit of the

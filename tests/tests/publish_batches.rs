@@ -197,10 +197,7 @@ async fn a_bulk_request_goes_out_in_full_messages_each_command_once() {
     let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
     app.create_users(&org, &refs).await;
     let flow = app.create_flow(&org, "Bulk", &[10]).await;
-    let mut items: Vec<_> = emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect();
+    let mut items = flow_tests::assign_items(&flow, &emails);
     // Items that fail answer on their own and publish nothing.
     items.insert(
         7,
@@ -210,13 +207,7 @@ async fn a_bulk_request_goes_out_in_full_messages_each_command_once() {
         11,
         json!({ "flowId": flow, "userEmail": "bulk1@example.com", "priority": "urgent" }),
     );
-    let response = app
-        .post(
-            &org,
-            "/v1/flows/assign/bulk",
-            &json!({ "assignments": items }),
-        )
-        .await;
+    let response = app.assign_bulk(&org, &items, &[]).await;
     assert_eq!(response.status, 200, "{:?}", response.body);
     assert_eq!(response.body["succeeded"], json!(300));
     let results = response.body["results"].as_array().expect("results");

@@ -101,18 +101,8 @@ async fn a_bulk_request_while_the_broker_is_unreachable_is_503_per_item_and_its_
     let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
     app.create_users(&org, &refs).await;
     let flow = app.create_flow(&org, "F", &[5]).await;
-    let body = json!({ "assignments": emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect::<Vec<_>>() });
-    let bulk = || {
-        app.post_with(
-            &org,
-            "/v1/flows/assign/bulk",
-            &body,
-            &[("X-Request-ID", "bulk-outage")],
-        )
-    };
+    let items = flow_tests::assign_items(&flow, &emails);
+    let bulk = || app.assign_bulk(&org, &items, &[("X-Request-ID", "bulk-outage")]);
 
     proxy.disable().await;
     let refused = bulk().await;

@@ -1207,17 +1207,8 @@ async fn bulk_events_arrive_once(
     let OneEndpoint {
         org, webhook, flow, ..
     } = one_endpoint(app, receiver, path, behaviour, &refs).await;
-    let items: Vec<Value> = emails
-        .iter()
-        .map(|email| json!({ "flowId": flow, "userEmail": email }))
-        .collect();
-    let bulk = app
-        .post(
-            &org,
-            "/v1/flows/assign/bulk",
-            &json!({ "assignments": items }),
-        )
-        .await;
+    let items = flow_tests::assign_items(&flow, &emails);
+    let bulk = app.assign_bulk(&org, &items, &[]).await;
     assert_eq!(bulk.status, 200, "{:?}", bulk.body);
     assert_eq!(bulk.body["succeeded"], json!(count));
 
