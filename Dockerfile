@@ -16,6 +16,8 @@ RUN cargo chef prepare --recipe-path recipe.json
 
 FROM chef AS build
 COPY --from=planner /src/recipe.json recipe.json
+# The C build flags the dependencies are built with (mimalloc's arena default) come with them.
+COPY .cargo .cargo
 RUN cargo chef cook --release --locked --recipe-path recipe.json
 COPY . .
 RUN cargo build --release --locked --bins \

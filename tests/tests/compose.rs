@@ -195,6 +195,12 @@ fn the_image_contains_flowctl_and_uses_it_as_its_healthcheck() {
         dockerfile.contains("cargo chef cook"),
         "dependencies cached"
     );
+    // The cached dependencies (mimalloc among them) are built with the repository's C flags.
+    let cargo_config = dockerfile
+        .find("COPY .cargo .cargo")
+        .expect("the cargo configuration copied into the build");
+    assert!(cargo_config < dockerfile.find("cargo chef cook").unwrap());
+    assert!(repository_file(".cargo/config.toml").contains("-DMI_DEFAULT_ARENA_EAGER_COMMIT=0"));
     let ignored = repository_file(".dockerignore");
     for entry in ["target/", ".git/", ".env"] {
         assert!(ignored.lines().any(|line| line == entry), "{entry}");
