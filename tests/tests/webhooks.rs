@@ -1623,3 +1623,88 @@ async fn a_webhook_worker_killed_after_an_inline_attempt_loses_nothing_and_the_e
             .all(|request| request.verifies_with(&crash.secret))
     );
 }
+
+/// An endpoint's deliveries arrive in time order; the index that lists them newest first (keyed
+/// on those growing values) fills its pages as they come, and the listing reads it backwards
+/// without sorting. Declared descending, the index split every full page in half and stayed at
+/// about 75 entries a page here (migration 0114).
+#[tokio::test]
+async fn the_listing_index_of_an_endpoints_deliveries_stays_dense_as_deliveries_arrive() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let (endpoint_id, _) = endpoint(&app, &org, "http://127.0.0.1:9/hooks/dense", None).await;
+    let endpoint_id = WebhookEndpointId::parse(&endpoint_id).expect("id");
+    let (batches, per_batch) = (40, 250);
+    let mut newest = None;
+    for _ in 0..batches {
+        let events: Vec<webhook_rows::IncomingEvent> = (0..per_batch)
+            .map(|_| webhook_rows::IncomingEvent {
+                event_id: EventId::new(),
+                org_id: org.id,
+                event_type: "flow.assigned".into(),
+                payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
+                    .expect("json"),
+                event_at: chrono::Utc::now(),
+                traceparent: None,
+            })
+            .collect();
+        let mut transaction = app.db.begin().await.expect("transaction");
+        let claimed = webhook_rows::fan_out(
+            &mut transaction,
+            &events,
+            Duration::from_secs(60),
+            uuid::Uuid::new_v4(),
+        )
+        .await
+        .expect("fan-out");
+        transaction.commit().await.expect("commit");
+        assert_eq!(claimed.len(), per_batch);
+        newest = claimed.iter().map(|delivery| delivery.id).max();
+    }
+
+    let pages: i64 = sqlx::query_scalar(
+        "SELECT pg_relation_size('webhook_deliveries_endpoint_idx') / current_setting('block_size')::bigint",
+    )
+    .fetch_one(&app.db)
+    .await
+    .expect("index size");
+    let per_page = (batches * per_batch) as i64 / pages;
+    assert!(
+        per_page >= 110,
+        "{per_page} entries per index page ({pages} pages): the index splits its pages half empty"
+    );
+
+    let page = webhook_rows::list_deliveries(&app.db, org.id, endpoint_id, None, None, 50)
+        .await
+        .expect("listing");
+    assert_eq!(page.first().map(|delivery| delivery.id), newest);
+    assert!(
+        page.windows(2)
+            .all(|pair| (pair[0].created_at, pair[0].id) > (pair[1].created_at, pair[1].id)),
+        "newest first"
+    );
+    sqlx::query("ANALYZE webhook_deliveries")
+        .execute(&app.db)
+        .await
+        .expect("analyze");
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT d.id FROM webhook_deliveries d
+         WHERE d.endpoint_id = $1 AND d.org_id = $2
+         ORDER BY d.created_at DESC, d.id DESC LIMIT 50",
+    )
+    .bind(endpoint_id)
+    .bind(org.id)
+    .fetch_all(&app.db)
+    .await
+    .expect("plan");
+    let plan = plan.join("\n");
+    assert!(
+        plan.contains("Index Scan Backward using webhook_deliveries_endpoint_idx")
+            && !plan.contains("Sort"),
+        "{plan}"
+    );
+}
