@@ -11,7 +11,7 @@ use flow_common::db::orgs::Tier;
 use flow_common::db::webhooks::{
     self as webhook_rows, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep,
 };
-use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_tests::receiver::{Behaviour, Receiver};
 use flow_tests::{TEST_RETRY_SCHEDULE, TestApp, TestOptions, TestOrg, WorkerHandle};
 use serde_json::{Value, json};
@@ -892,27 +892,16 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
             .await
             .expect("delete")
     );
-    let event = webhook_rows::IncomingEvent {
-        event_id: EventId::new(),
-        org_id: org.id,
-        event_type: "flow.assigned".into(),
-        payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
-            .expect("json"),
-        event_at: chrono::Utc::now(),
-        traceparent: None,
-    };
+    let event = assigned_event(org.id);
     let pool = app.db.clone();
     let fan_out = tokio::spawn(async move {
-        let mut transaction = pool.begin().await?;
-        let claimed = webhook_rows::fan_out(
-            &mut transaction,
+        fan_out_committed(
+            &pool,
             &[event],
             Duration::from_secs(60),
             uuid::Uuid::new_v4(),
         )
-        .await?;
-        transaction.commit().await?;
-        Ok::<_, sqlx::Error>(claimed)
+        .await
     });
     waiting_for_a_lock(&app, "the fan-out to wait for the deletion's lock").await;
     deletion.commit().await.expect("commit");
@@ -998,6 +987,32 @@ async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_beh
         (0, 1),
         "only the kept endpoint's attempt remains"
     );
+}
+
+/// An event of type `flow.assigned` of `org_id`, as the relay publishes it.
+fn assigned_event(org_id: OrgId) -> webhook_rows::IncomingEvent {
+    webhook_rows::IncomingEvent {
+        event_id: EventId::new(),
+        org_id,
+        event_type: "flow.assigned".into(),
+        payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
+            .expect("json"),
+        event_at: chrono::Utc::now(),
+        traceparent: None,
+    }
+}
+
+/// Fans `events` out in a transaction of their own, as the webhook-worker does, and commits.
+async fn fan_out_committed(
+    pool: &sqlx::PgPool,
+    events: &[webhook_rows::IncomingEvent],
+    lease: Duration,
+    claim_token: uuid::Uuid,
+) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let claimed = webhook_rows::fan_out(&mut transaction, events, lease, claim_token).await?;
+    transaction.commit().await?;
+    Ok(claimed)
 }
 
 /// Waits until a session of the test's database waits for a lock (`what` says which).
@@ -1401,30 +1416,19 @@ async fn a_fan_out_retried_after_a_lost_commit_answer_gets_its_own_deliveries_ba
     let org = app.create_org(Tier::Standard).await;
     endpoint(&app, &org, "http://127.0.0.1:9/hooks/a", None).await;
     endpoint(&app, &org, "http://127.0.0.1:9/hooks/b", None).await;
-    let event = webhook_rows::IncomingEvent {
-        event_id: EventId::new(),
-        org_id: org.id,
-        event_type: "flow.assigned".into(),
-        payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
-            .expect("json"),
-        event_at: chrono::Utc::now(),
-        traceparent: None,
-    };
+    let event = assigned_event(org.id);
     let fan_out = |token: uuid::Uuid| {
         let pool = app.db.clone();
         let event = event.clone();
         async move {
-            let mut transaction = pool.begin().await.expect("transaction");
-            let claimed = webhook_rows::fan_out(
-                &mut transaction,
+            fan_out_committed(
+                &pool,
                 &[event.clone(), event],
                 Duration::from_secs(600),
                 token,
             )
             .await
-            .expect("fan-out");
-            transaction.commit().await.expect("commit");
-            claimed
+            .expect("fan-out")
         }
     };
     // The first try committed, but its answer never reached the worker.
@@ -1641,27 +1645,15 @@ async fn the_listing_index_of_an_endpoints_deliveries_stays_dense_as_deliveries_
     let (batches, per_batch) = (40, 250);
     let mut newest = None;
     for _ in 0..batches {
-        let events: Vec<webhook_rows::IncomingEvent> = (0..per_batch)
-            .map(|_| webhook_rows::IncomingEvent {
-                event_id: EventId::new(),
-                org_id: org.id,
-                event_type: "flow.assigned".into(),
-                payload: serde_json::value::to_raw_value(&json!({ "type": "flow.assigned" }))
-                    .expect("json"),
-                event_at: chrono::Utc::now(),
-                traceparent: None,
-            })
-            .collect();
-        let mut transaction = app.db.begin().await.expect("transaction");
-        let claimed = webhook_rows::fan_out(
-            &mut transaction,
+        let events: Vec<_> = (0..per_batch).map(|_| assigned_event(org.id)).collect();
+        let claimed = fan_out_committed(
+            &app.db,
             &events,
             Duration::from_secs(60),
             uuid::Uuid::new_v4(),
         )
         .await
         .expect("fan-out");
-        transaction.commit().await.expect("commit");
         assert_eq!(claimed.len(), per_batch);
         newest = claimed.iter().map(|delivery| delivery.id).max();
     }
