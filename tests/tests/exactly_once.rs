@@ -464,3 +464,68 @@ async fn a_command_repeated_in_a_batch_and_redelivered_writes_one_assignment_and
     assert_eq!(audit.duplicate_events, 0);
     assert_eq!(app.events_of(&id).await, vec!["flow.assigned".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_batch_mixing_new_applied_and_conflicting_commands_applies_each_once() {
+    // The worker inserts a batch as a plain insert first and, when a key is taken, again with
+    // ON CONFLICT: one batch holding a redelivered command, a new pair and a second id for an
+    // active pair must still come out as one assignment per pair, one alias, one event each.
+    let app = TestApp::spawn().await;
+    let (org, flow, emails) = setup(&app, 2).await;
+    let first_user = user_id(&app, &emails[0]).await;
+    let second_user = user_id(&app, &emails[1]).await;
+    let applied = command(&org, &flow, first_user, &emails[0]);
+    app.publish_raw(
+        "assign",
+        ASSIGN_KIND,
+        &serde_json::to_vec(&applied).unwrap(),
+    )
+    .await;
+    let applied_id = applied.assignment_id.to_string();
+    app.resolve_all(
+        &org,
+        std::slice::from_ref(&applied_id),
+        Duration::from_secs(15),
+    )
+    .await;
+
+    let new_pair = command(&org, &flow, second_user, &emails[1]);
+    let same_pair = command(&org, &flow, first_user, &emails[0]);
+    let batch = AssignBatch {
+        version: ASSIGN_BATCH_VERSION,
+        commands: vec![new_pair.clone(), applied.clone(), same_pair.clone()],
+    };
+    app.publish_raw(
+        "assign",
+        ASSIGN_BATCH_KIND,
+        &serde_json::to_vec(&batch).unwrap(),
+    )
+    .await;
+    let new_id = new_pair.assignment_id.to_string();
+    let same_pair_id = same_pair.assignment_id.to_string();
+    let resolved = app
+        .resolve_all(
+            &org,
+            &[applied_id.clone(), new_id.clone(), same_pair_id.clone()],
+            Duration::from_secs(15),
+        )
+        .await;
+    assert_eq!(resolved[&applied_id], applied_id);
+    assert_eq!(resolved[&new_id], new_id, "the new pair is inserted");
+    assert_eq!(
+        resolved[&same_pair_id], applied_id,
+        "a second id for an active pair resolves to its assignment"
+    );
+    let audit = app.audit().await;
+    assert_eq!(audit.assignments, 2);
+    assert_eq!(audit.duplicate_events, 0);
+    assert_eq!(audit.assignments_without_one_assigned_event, 0);
+    assert_eq!(
+        app.events_of(&new_id).await,
+        vec!["flow.assigned".to_owned()]
+    );
+    assert_eq!(
+        app.events_of(&applied_id).await,
+        vec!["flow.assigned".to_owned()]
+    );
+}

@@ -11,6 +11,7 @@ use flow_domain::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleI
 use flow_domain::messages::AssignCommand;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
+use super::Conflicts;
 use super::lifecycle::AssignmentSnapshot;
 
 /// What a batch did.
@@ -82,11 +83,18 @@ pub async fn apply_batch(
     let mut pending: Vec<&AssignCommand> = creating;
     // A concurrent transaction may commit a conflicting active assignment, or complete the one we
     // aliased to, between statements; a few rounds settle it.
-    for _ in 0..5 {
+    for round in 0..5 {
         if pending.is_empty() {
             break;
         }
-        let inserted = insert_new(&mut *connection, &pending).await?;
+        let inserted = if round == 0 {
+            // Most batches are new assignments only: tried as a plain insert first.
+            super::insert_optimistically!(connection, |conflicts| {
+                insert_new(&mut *connection, &pending, conflicts).await
+            })?
+        } else {
+            insert_new(&mut *connection, &pending, Conflicts::Handle).await?
+        };
         outcome.inserted += inserted.len() as u64;
         pending.retain(|command| !inserted.contains(&command.assignment_id));
         if pending.is_empty() {
@@ -112,11 +120,58 @@ pub async fn apply_batch(
     Ok(outcome)
 }
 
-/// Inserts what does not conflict, with one outbox row per inserted assignment; returns the ids
-/// inserted.
+/// The statement of [`insert_new`], with what follows the assignments' and the events' inserts
+/// (`ON CONFLICT …`, or nothing for a plain insert).
+macro_rules! insert_statement {
+    ($assignments_conflict:literal, $events_conflict:literal) => {
+        concat!(
+            "WITH input AS (
+            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
+                                 $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[],
+                                 $10::uuid[], $11::uuid[], $12::jsonb[], $13::text[])
+                AS t(id, org_id, flow_id, user_id, priority, notes, due_at, assigned_at,
+                     request_id, schedule_id, event_id, payload, traceparent)
+         ), inserted AS (
+            INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
+                                     assigned_at, request_id, schedule_id)
+            SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
+                   i.assigned_at, i.request_id, i.schedule_id
+            FROM input i
+            -- The parents must exist in the same organization (checked here, not by foreign
+            -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
+            -- row whatever the planner guesses about the input's size.
+            CROSS JOIN LATERAL (SELECT 1 FROM flows f
+                                WHERE f.id = i.flow_id AND f.org_id = i.org_id LIMIT 1) flow
+            CROSS JOIN LATERAL (SELECT 1 FROM users u
+                                WHERE u.id = i.user_id AND u.org_id = i.org_id LIMIT 1) assignee
+            ",
+            $assignments_conflict,
+            "
+            RETURNING id
+         ), events AS (
+            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
+            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent
+            FROM input i JOIN inserted USING (id)
+            ",
+            $events_conflict,
+            "
+         ), current_schedules AS (
+            UPDATE schedules s SET current_assignment_id = i.id
+            FROM input i JOIN inserted USING (id)
+            WHERE i.schedule_id IS NOT NULL AND s.id = i.schedule_id
+         )
+         SELECT id FROM inserted"
+        )
+    };
+}
+
+/// Inserts the commands' assignments, with one outbox row per inserted assignment; returns the ids
+/// inserted. With [`Conflicts::Handle`], what conflicts is skipped; with [`Conflicts::Fail`], a
+/// taken key fails the statement.
 async fn insert_new(
     connection: &mut PgConnection,
     commands: &[&AssignCommand],
+    conflicts: Conflicts,
 ) -> Result<HashSet<AssignmentId>, sqlx::Error> {
     let ids: Vec<AssignmentId> = commands.iter().map(|c| c.assignment_id).collect();
     let orgs: Vec<OrgId> = commands.iter().map(|c| c.org_id).collect();
@@ -150,40 +205,13 @@ async fn insert_new(
         .iter()
         .map(|c| c.traceparent.as_deref().or(batch_trace.as_deref()))
         .collect();
-    let rows: Vec<(AssignmentId,)> = sqlx::query_as(
-        "WITH input AS (
-            SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
-                                 $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[],
-                                 $10::uuid[], $11::uuid[], $12::jsonb[], $13::text[])
-                AS t(id, org_id, flow_id, user_id, priority, notes, due_at, assigned_at,
-                     request_id, schedule_id, event_id, payload, traceparent)
-         ), inserted AS (
-            INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
-                                     assigned_at, request_id, schedule_id)
-            SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
-                   i.assigned_at, i.request_id, i.schedule_id
-            FROM input i
-            -- The parents must exist in the same organization (checked here, not by foreign
-            -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
-            -- row whatever the planner guesses about the input's size.
-            CROSS JOIN LATERAL (SELECT 1 FROM flows f
-                                WHERE f.id = i.flow_id AND f.org_id = i.org_id LIMIT 1) flow
-            CROSS JOIN LATERAL (SELECT 1 FROM users u
-                                WHERE u.id = i.user_id AND u.org_id = i.org_id LIMIT 1) assignee
-            ON CONFLICT DO NOTHING
-            RETURNING id
-         ), events AS (
-            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
-            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent
-            FROM input i JOIN inserted USING (id)
-            ON CONFLICT (event_id) DO NOTHING
-         ), current_schedules AS (
-            UPDATE schedules s SET current_assignment_id = i.id
-            FROM input i JOIN inserted USING (id)
-            WHERE i.schedule_id IS NOT NULL AND s.id = i.schedule_id
-         )
-         SELECT id FROM inserted",
-    )
+    let rows: Vec<(AssignmentId,)> = sqlx::query_as(match conflicts {
+        Conflicts::Fail => insert_statement!("", ""),
+        Conflicts::Handle => insert_statement!(
+            "ON CONFLICT DO NOTHING",
+            "ON CONFLICT (event_id) DO NOTHING"
+        ),
+    })
     .bind(&ids)
     .bind(&orgs)
     .bind(&flows)

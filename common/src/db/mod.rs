@@ -84,6 +84,45 @@ pub fn is_transient(error: &sqlx::Error) -> bool {
     }
 }
 
+/// How an insert treats rows whose unique keys are already taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Conflicts {
+    /// A plain insert: a taken key fails the statement.
+    Fail,
+    /// `ON CONFLICT`: a taken key is skipped (or handled as the statement says).
+    Handle,
+}
+
+/// Evaluates `$insert` (an async insert, awaited, given `$conflicts`) as a plain insert under a
+/// savepoint and, when a unique key it writes is already taken, rolls back to the savepoint and
+/// evaluates it again with [`Conflicts::Handle`] (`ON CONFLICT`). The hot inserts almost never
+/// meet a taken key (the API resolves duplicates before publishing; redeliveries are rare), and
+/// `ON CONFLICT` costs every row a speculative insertion: a probe of each unique index before the
+/// insert and a confirmation record after it, 2.5 µs of the 15 µs an assignment row takes.
+/// Use inside a transaction, in a function whose errors convert from `sqlx::Error` (`?` is applied
+/// to the savepoint's statements). The savepoint is left open (the transaction's end releases it),
+/// so each use adds one subtransaction.
+macro_rules! insert_optimistically {
+    ($connection:expr, |$conflicts:ident| $insert:expr) => {{
+        sqlx::raw_sql("SAVEPOINT flow_plain_insert")
+            .execute(&mut *$connection)
+            .await?;
+        let $conflicts = $crate::db::Conflicts::Fail;
+        match $insert {
+            Err(sqlx::Error::Database(error)) if error.is_unique_violation() => {
+                tracing::debug!(%error, "a key was taken; inserting again with ON CONFLICT");
+                sqlx::raw_sql("ROLLBACK TO SAVEPOINT flow_plain_insert")
+                    .execute(&mut *$connection)
+                    .await?;
+                let $conflicts = $crate::db::Conflicts::Handle;
+                $insert
+            }
+            result => result,
+        }
+    }};
+}
+pub(crate) use insert_optimistically;
+
 /// Sends a notification on `channel` (delivered when the surrounding transaction commits).
 pub async fn notify<'e, E>(executor: E, channel: &str, payload: &str) -> Result<(), sqlx::Error>
 where

@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use serde_json::value::RawValue;
 use sqlx::{FromRow, PgConnection, PgExecutor};
+
+use super::Conflicts;
 use uuid::Uuid;
 
 /// Most endpoints one organization may have.
@@ -438,19 +440,35 @@ pub async fn create_deliveries(
         })
         .collect();
     lock_endpoints_for_health(connection, &attempted).await?;
-    let written = insert_deliveries(connection, deliveries, lease).await?;
-    let written_ids: std::collections::HashSet<DeliveryId> =
-        written.iter().map(|delivery| delivery.id).collect();
-    let recorded: Vec<&AttemptOutcome> = attempted
-        .into_iter()
-        .filter(|outcome| written_ids.contains(&outcome.delivery_id))
-        .collect();
-    insert_attempts(connection, &recorded).await?;
+    let (written, recorded) = super::insert_optimistically!(connection, |conflicts| {
+        insert_with_attempts(connection, deliveries, &attempted, lease, conflicts).await
+    })?;
     let disabled = update_endpoint_health(connection, &recorded, disable_after).await?;
     Ok(Created {
         deliveries: written,
         disabled,
     })
+}
+
+/// Inserts delivery rows and the attempts of those written: returns the rows written (or found
+/// claimed under the same token) and the attempts recorded.
+async fn insert_with_attempts<'a>(
+    connection: &mut PgConnection,
+    deliveries: &[NewDelivery<'_>],
+    attempted: &[&'a AttemptOutcome],
+    lease: Duration,
+    conflicts: Conflicts,
+) -> Result<(Vec<CreatedDelivery>, Vec<&'a AttemptOutcome>), sqlx::Error> {
+    let written = insert_deliveries(connection, deliveries, lease, conflicts).await?;
+    let written_ids: std::collections::HashSet<DeliveryId> =
+        written.iter().map(|delivery| delivery.id).collect();
+    let recorded: Vec<&AttemptOutcome> = attempted
+        .iter()
+        .copied()
+        .filter(|outcome| written_ids.contains(&outcome.delivery_id))
+        .collect();
+    insert_attempts(connection, &recorded, conflicts).await?;
+    Ok((written, recorded))
 }
 
 /// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
@@ -476,7 +494,9 @@ pub async fn fan_out(
             start: Start::Claimed(claim_token),
         })
         .collect();
-    let written = insert_deliveries(connection, &deliveries, lease).await?;
+    let written = super::insert_optimistically!(connection, |conflicts| {
+        insert_deliveries(connection, &deliveries, lease, conflicts).await
+    })?;
     let ids: std::collections::HashMap<(WebhookEndpointId, EventId), DeliveryId> = written
         .into_iter()
         .map(|delivery| ((delivery.endpoint_id, delivery.event_id), delivery.id))
@@ -521,22 +541,12 @@ impl Target {
     }
 }
 
-/// Inserts delivery rows (see [`create_deliveries`]); returns those written or found claimed
-/// under the same token.
-async fn insert_deliveries(
-    connection: &mut PgConnection,
-    deliveries: &[NewDelivery<'_>],
-    lease: Duration,
-) -> Result<Vec<CreatedDelivery>, sqlx::Error> {
-    if deliveries.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut columns = DeliveryColumns::with_capacity(deliveries.len());
-    for delivery in deliveries {
-        columns.push(delivery);
-    }
-    sqlx::query_as(
-        "WITH input AS (
+/// The statement of [`insert_deliveries`], with what follows its insert (`ON CONFLICT …`, or
+/// nothing for a plain insert).
+macro_rules! insert_deliveries_statement {
+    ($conflict:literal) => {
+        concat!(
+            "WITH input AS (
             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
                                  $6::text[], $7::timestamptz[], $8::text[], $9::text[], $10::int[],
                                  $11::timestamptz[], $12::uuid[], $13::int[], $14::text[],
@@ -561,11 +571,37 @@ async fn insert_deliveries(
                 i.claim_token, i.last_status_code, i.last_error, i.event_at, i.delivered_at,
                 i.traceparent
          FROM input i JOIN endpoints e ON e.id = i.endpoint_id
-         ON CONFLICT (endpoint_id, event_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
+",
+            $conflict,
+            "         RETURNING id, endpoint_id, event_id"
+        )
+    };
+}
+
+/// Inserts delivery rows (see [`create_deliveries`]); returns those written or found claimed
+/// under the same token.
+async fn insert_deliveries(
+    connection: &mut PgConnection,
+    deliveries: &[NewDelivery<'_>],
+    lease: Duration,
+    conflicts: Conflicts,
+) -> Result<Vec<CreatedDelivery>, sqlx::Error> {
+    if deliveries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut columns = DeliveryColumns::with_capacity(deliveries.len());
+    for delivery in deliveries {
+        columns.push(delivery);
+    }
+    sqlx::query_as(match conflicts {
+        Conflicts::Fail => insert_deliveries_statement!(""),
+        Conflicts::Handle => insert_deliveries_statement!(
+            "ON CONFLICT (endpoint_id, event_id) DO UPDATE SET lease_until = EXCLUDED.lease_until
          WHERE webhook_deliveries.claim_token = EXCLUDED.claim_token
            AND webhook_deliveries.status = 'delivering'
-         RETURNING id, endpoint_id, event_id",
-    )
+         "
+        ),
+    })
     .bind(&columns.ids)
     .bind(&columns.endpoints)
     .bind(&columns.events)
@@ -667,17 +703,28 @@ impl<'a> DeliveryColumns<'a> {
 async fn insert_attempts(
     connection: &mut PgConnection,
     outcomes: &[&AttemptOutcome],
+    conflicts: Conflicts,
 ) -> Result<(), sqlx::Error> {
     if outcomes.is_empty() {
         return Ok(());
     }
-    sqlx::query(
-        "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
+    macro_rules! insert_attempts_statement {
+        ($conflict:literal) => {
+            concat!(
+                "INSERT INTO webhook_attempts (delivery_id, attempt, attempted_at, status_code,
                                        latency_ms, error, response_excerpt)
          SELECT * FROM UNNEST($1::uuid[], $2::int[], $3::timestamptz[], $4::int[], $5::int[],
-                              $6::text[], $7::text[])
-         ON CONFLICT (delivery_id, attempt) DO NOTHING",
-    )
+                              $6::text[], $7::text[])",
+                $conflict
+            )
+        };
+    }
+    sqlx::query(match conflicts {
+        Conflicts::Fail => insert_attempts_statement!(""),
+        Conflicts::Handle => {
+            insert_attempts_statement!(" ON CONFLICT (delivery_id, attempt) DO NOTHING")
+        }
+    })
     .bind(outcomes.iter().map(|o| o.delivery_id).collect::<Vec<_>>())
     .bind(outcomes.iter().map(|o| o.attempt).collect::<Vec<_>>())
     .bind(outcomes.iter().map(|o| o.attempted_at).collect::<Vec<_>>())
