@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use flow_common::db::assignments::{self, LookupKey};
 use flow_common::db::orgs::Tier;
+use flow_domain::ids::FlowId;
 use flow_tests::TestApp;
 use serde_json::json;
 
@@ -325,4 +327,51 @@ async fn assignments_are_invisible_to_other_organizations() {
     let foreign_flow = assign(&app, &other, &flow, "f@example.com").await;
     assert_eq!(foreign_flow.status, 404);
     assert_eq!(foreign_flow.body["message"], json!("flow not found"));
+}
+
+#[tokio::test]
+async fn the_lookup_probes_users_by_index_however_many_the_server_holds() {
+    // A lookup of 1,000 keys (a bulk request) once planned a hash join over every user of the
+    // server, read in full on each call: its cost grew with all organizations' users, not with
+    // the keys. Each key must be an index probe.
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let emails: Vec<String> = (0..20_000).map(|i| format!("u{i}@example.com")).collect();
+    for chunk in emails.chunks(1_000) {
+        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        app.create_users(&org, &refs).await;
+    }
+    let flow = FlowId::parse(&app.create_flow(&org, "F", &[10]).await).unwrap();
+    sqlx::query("ANALYZE users").execute(&app.db).await.unwrap();
+    let keys: Vec<LookupKey> = emails
+        .iter()
+        .step_by(20)
+        .map(|email| LookupKey {
+            org_id: org.id,
+            flow_id: flow,
+            email_normalized: email.clone(),
+            request: None,
+        })
+        .collect();
+    let mut transaction = app.db.begin().await.unwrap();
+    let scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'users'";
+    let before: i64 = sqlx::query_scalar(scans)
+        .fetch_one(&mut *transaction)
+        .await
+        .unwrap();
+    let results = assignments::lookup(&mut *transaction, &keys).await.unwrap();
+    let after: i64 = sqlx::query_scalar(scans)
+        .fetch_one(&mut *transaction)
+        .await
+        .unwrap();
+    assert_eq!(results.len(), 1_000);
+    assert!(
+        results
+            .iter()
+            .zip(&keys)
+            .all(|(result, key)| result.user.as_ref().map(|(_, email)| email)
+                == Some(&key.email_normalized)),
+        "every key resolves to its own user"
+    );
+    assert_eq!(after - before, 0, "no sequential scan of users");
 }
