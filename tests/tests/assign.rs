@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use flow_common::db::assignments::{self, LookupKey};
+use flow_common::db::assignments::{self, LookupKey, RequestKey};
 use flow_common::db::orgs::Tier;
-use flow_domain::ids::FlowId;
+use flow_domain::ids::{AssignmentId, FlowId};
 use flow_tests::TestApp;
 use serde_json::json;
 
@@ -374,4 +374,53 @@ async fn the_lookup_probes_users_by_index_however_many_the_server_holds() {
         "every key resolves to its own user"
     );
     assert_eq!(after - before, 0, "no sequential scan of users");
+}
+
+#[tokio::test]
+async fn two_lookups_claiming_the_same_request_ids_in_opposite_orders_do_not_deadlock() {
+    // Two API replicas receive the same retried requests in different orders, and each claims
+    // their X-Request-IDs in one lookup statement. Claimed in the order the requests arrived,
+    // the two statements locked the same claim rows in opposite orders and Postgres aborted one
+    // of them as a deadlock (its requests answered 503).
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let emails: Vec<String> = (0..400).map(|i| format!("d{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    let flow = FlowId::parse(&app.create_flow(&org, "F", &[10]).await).unwrap();
+    for round in 0..10 {
+        let keys: Vec<LookupKey> = emails
+            .iter()
+            .enumerate()
+            .map(|(index, email)| LookupKey {
+                org_id: org.id,
+                flow_id: flow,
+                email_normalized: email.clone(),
+                request: Some(RequestKey {
+                    assignment_id: AssignmentId::for_request(
+                        org.id,
+                        &format!("retry-{round}-{index}"),
+                    ),
+                    fingerprint: [7; 32],
+                    assigned_at: chrono::Utc::now(),
+                }),
+            })
+            .collect();
+        let reversed: Vec<LookupKey> = keys.iter().rev().cloned().collect();
+        let (forward, backward) = tokio::join!(
+            assignments::lookup(&app.db, &keys),
+            assignments::lookup(&app.db, &reversed)
+        );
+        let (forward, backward) = (
+            forward.unwrap_or_else(|error| panic!("round {round}: {error}")),
+            backward.unwrap_or_else(|error| panic!("round {round}: {error}")),
+        );
+        assert!(
+            forward
+                .iter()
+                .zip(backward.iter().rev())
+                .all(|(a, b)| a.claim == b.claim && a.claim.is_some()),
+            "both statements read the same claim of each key"
+        );
+    }
 }

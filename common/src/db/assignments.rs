@@ -524,13 +524,16 @@ pub async fn lookup<'e>(
          ), claimed AS (
             -- The first request with a key writes its fingerprint and answer; any later one
             -- (a retry, a duplicate on another replica) takes the row lock, waits for the first
-            -- to commit and reads what it wrote.
+            -- to commit and reads what it wrote. Keys are claimed in one order, the keys' own:
+            -- two replicas' statements holding the same retried requests in their arrival
+            -- orders locked the rows in opposite orders, and Postgres aborted one as a deadlock.
             INSERT INTO request_claims (assignment_id, org_id, fingerprint, answer_id, assigned_at)
             SELECT request_id, org_id, fingerprint,
                    COALESCE(request_answer_id, active_id, request_id),
                    COALESCE(request_assigned_at, active_assigned_at, proposed_at)
             FROM resolved
             WHERE request_id IS NOT NULL AND user_id IS NOT NULL
+            ORDER BY request_id
             ON CONFLICT (assignment_id) DO UPDATE SET org_id = request_claims.org_id
             RETURNING assignment_id, fingerprint, answer_id, assigned_at
          )
