@@ -432,6 +432,10 @@ pub async fn create_deliveries(
     lease: Duration,
     disable_after: Duration,
 ) -> Result<Created, sqlx::Error> {
+    // Events no endpoint takes (most organizations have none) write nothing: no savepoint either.
+    if deliveries.is_empty() {
+        return Ok(Created::default());
+    }
     let attempted: Vec<&AttemptOutcome> = deliveries
         .iter()
         .filter_map(|delivery| match delivery.start {
@@ -485,6 +489,9 @@ pub async fn fan_out(
 ) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
     let events = distinct_events(events);
     let targets = targets(&mut *connection, &events, Some(claim_token)).await?;
+    if targets.is_empty() {
+        return Ok(Vec::new());
+    }
     let deliveries: Vec<NewDelivery<'_>> = targets
         .iter()
         .map(|target| NewDelivery {
