@@ -571,6 +571,22 @@ impl TestApp {
         self.create_org_with(tier, None).await
     }
 
+    /// An enterprise organization without a practical assign limit, with `count` users
+    /// `user{i}@example.com` (created a thousand a request) and one flow "Onboarding" of two
+    /// modules: its id, and the users' e-mails.
+    pub async fn org_with_users(&self, count: usize) -> (TestOrg, String, Vec<String>) {
+        let org = self
+            .create_org_with(Tier::Enterprise, Some(1_000_000))
+            .await;
+        let emails: Vec<String> = (0..count).map(|i| format!("user{i}@example.com")).collect();
+        for chunk in emails.chunks(1_000) {
+            let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            self.create_users(&org, &refs).await;
+        }
+        let flow = self.create_flow(&org, "Onboarding", &[30, 30]).await;
+        (org, flow, emails)
+    }
+
     /// Creates an organization with a key and an optional assign-limit override.
     pub async fn create_org_with(&self, tier: Tier, assign_limit: Option<u32>) -> TestOrg {
         let org = flow_common::db::orgs::create(

@@ -335,13 +335,8 @@ async fn the_lookup_probes_users_by_index_however_many_the_server_holds() {
     // server, read in full on each call: its cost grew with all organizations' users, not with
     // the keys. Each key must be an index probe.
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Enterprise).await;
-    let emails: Vec<String> = (0..20_000).map(|i| format!("u{i}@example.com")).collect();
-    for chunk in emails.chunks(1_000) {
-        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        app.create_users(&org, &refs).await;
-    }
-    let flow = FlowId::parse(&app.create_flow(&org, "F", &[10]).await).unwrap();
+    let (org, flow, emails) = app.org_with_users(20_000).await;
+    let flow = FlowId::parse(&flow).unwrap();
     sqlx::query("ANALYZE users").execute(&app.db).await.unwrap();
     let keys: Vec<LookupKey> = emails
         .iter()
@@ -383,11 +378,8 @@ async fn two_lookups_claiming_the_same_request_ids_in_opposite_orders_do_not_dea
     // the two statements locked the same claim rows in opposite orders and Postgres aborted one
     // of them as a deadlock (its requests answered 503).
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Enterprise).await;
-    let emails: Vec<String> = (0..400).map(|i| format!("d{i}@example.com")).collect();
-    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
-    app.create_users(&org, &refs).await;
-    let flow = FlowId::parse(&app.create_flow(&org, "F", &[10]).await).unwrap();
+    let (org, flow, emails) = app.org_with_users(400).await;
+    let flow = FlowId::parse(&flow).unwrap();
     for round in 0..10 {
         let keys: Vec<LookupKey> = emails
             .iter()

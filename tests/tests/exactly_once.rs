@@ -19,19 +19,6 @@ use flow_tests::{TestApp, TestOptions, TestOrg};
 use lapin::options::BasicGetOptions;
 use serde_json::{Value, json};
 
-/// An enterprise organization without a practical assign limit, with `count` users
-/// `user{i}@example.com` and one flow.
-async fn setup(app: &TestApp, count: usize) -> (TestOrg, String, Vec<String>) {
-    let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
-    let emails: Vec<String> = (0..count).map(|i| format!("user{i}@example.com")).collect();
-    for chunk in emails.chunks(1_000) {
-        let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
-        app.create_users(&org, &refs).await;
-    }
-    let flow = app.create_flow(&org, "Onboarding", &[30, 30]).await;
-    (org, flow, emails)
-}
-
 async fn user_id(app: &TestApp, email: &str) -> UserId {
     sqlx::query_scalar("SELECT id FROM users WHERE email_normalized = $1")
         .bind(email)
@@ -64,7 +51,7 @@ fn command(org: &TestOrg, flow: &str, user: UserId, email: &str) -> AssignComman
 async fn concurrent_duplicates_across_two_replicas_make_one_assignment_and_one_event_per_id() {
     let app = TestApp::spawn().await;
     let replica = app.start_api_replica().await;
-    let (org, flow, emails) = setup(&app, 300).await;
+    let (org, flow, emails) = app.org_with_users(300).await;
     let mut sends = Vec::new();
     for (index, email) in emails.iter().enumerate() {
         let body = json!({ "flowId": flow, "userEmail": email });
@@ -130,7 +117,7 @@ async fn the_same_request_id_for_a_different_request_is_409_before_and_after_per
     })
     .await;
     let replica = app.start_api_replica().await;
-    let (org, flow, emails) = setup(&app, 2).await;
+    let (org, flow, emails) = app.org_with_users(2).await;
     let other_flow = app.create_flow(&org, "Other", &[10]).await;
     let headers = [("X-Request-ID", "same-1")];
     let original = json!({ "flowId": flow, "userEmail": emails[0], "priority": "low" });
@@ -232,7 +219,7 @@ async fn an_accepted_id_reads_202_until_it_is_persisted_and_never_404() {
         ..TestOptions::default()
     })
     .await;
-    let (org, flow, emails) = setup(&app, 2).await;
+    let (org, flow, emails) = app.org_with_users(2).await;
     let other_org = app.create_org(Tier::Enterprise).await;
     let minted = app
         .post(
@@ -300,7 +287,7 @@ async fn a_command_that_keeps_killing_the_worker_is_dead_lettered_then_replayed(
         ..TestOptions::default()
     })
     .await;
-    let (org, flow, emails) = setup(&app, 1).await;
+    let (org, flow, emails) = app.org_with_users(1).await;
     let response = app
         .post(
             &org,
@@ -378,7 +365,7 @@ async fn broker_connection_drops_do_not_count_against_commands() {
         ..TestOptions::default()
     })
     .await;
-    let (org, flow, emails) = setup(&app, 2_000).await;
+    let (org, flow, emails) = app.org_with_users(2_000).await;
     let users: Vec<(UserId, String)> = sqlx::query_as("SELECT id, email FROM users ORDER BY email")
         .fetch_all(&app.db)
         .await
@@ -436,7 +423,7 @@ async fn broker_connection_drops_do_not_count_against_commands() {
 #[tokio::test]
 async fn a_command_repeated_in_a_batch_and_redelivered_writes_one_assignment_and_one_event() {
     let app = TestApp::spawn().await;
-    let (org, flow, emails) = setup(&app, 1).await;
+    let (org, flow, emails) = app.org_with_users(1).await;
     let user = user_id(&app, &emails[0]).await;
     let command = command(&org, &flow, user, &emails[0]);
     let batch = AssignBatch {
@@ -471,7 +458,7 @@ async fn a_batch_mixing_new_applied_and_conflicting_commands_applies_each_once()
     // ON CONFLICT: one batch holding a redelivered command, a new pair and a second id for an
     // active pair must still come out as one assignment per pair, one alias, one event each.
     let app = TestApp::spawn().await;
-    let (org, flow, emails) = setup(&app, 2).await;
+    let (org, flow, emails) = app.org_with_users(2).await;
     let first_user = user_id(&app, &emails[0]).await;
     let second_user = user_id(&app, &emails[1]).await;
     let applied = command(&org, &flow, first_user, &emails[0]);
