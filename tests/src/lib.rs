@@ -536,29 +536,28 @@ impl TestApp {
         // Up to 30 s: under the whole suite's load a worker that just reconnected may first have
         // to finish the batch it held.
         for _ in 0..600 {
-            // A passive declare of a missing queue closes the channel: use a fresh one each time.
-            let channel = connection.create_channel().await.expect("channel");
-            let declared = channel
-                .queue_declare(
-                    name.clone().into(),
-                    lapin::options::QueueDeclareOptions {
-                        passive: true,
-                        ..Default::default()
-                    },
-                    Default::default(),
-                )
-                .await;
-            if let Ok(queue) = &declared {
-                drop(channel.close(200, "ok".into()).await);
-                if queue.consumer_count() >= count {
-                    found = true;
-                    break;
-                }
+            if declared(&connection, &name)
+                .await
+                .is_some_and(|(_, consumers)| consumers >= count)
+            {
+                found = true;
+                break;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         drop(connection.close(200, "ok".into()).await);
         assert!(found, "{name} did not get {count} consumer(s)");
+    }
+
+    /// Messages of `queue` ready for a consumer (not handed to one yet) and its consumers; `None`
+    /// while the queue does not exist.
+    pub async fn queue_state(&self, queue: flow_common::amqp::QueueKind) -> Option<(u32, u32)> {
+        let connection = flow_common::amqp::connect(&self.core.amqp_url, "test")
+            .await
+            .expect("amqp");
+        let state = declared(&connection, &self.topology().queue(queue)).await;
+        drop(connection.close(200, "ok".into()).await);
+        state
     }
 
     /// The topology of this test.
@@ -913,6 +912,25 @@ impl TestApp {
     pub async fn assert_rollups_exact(&self) {
         assert_rollups_exact(&self.db).await;
     }
+}
+
+/// Ready messages and consumers of the queue `name`, by a passive declare on a channel of its own
+/// (a passive declare of a missing queue closes its channel); `None` if the queue does not exist.
+async fn declared(connection: &lapin::Connection, name: &str) -> Option<(u32, u32)> {
+    let channel = connection.create_channel().await.expect("channel");
+    let queue = channel
+        .queue_declare(
+            name.into(),
+            lapin::options::QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            },
+            Default::default(),
+        )
+        .await
+        .ok()?;
+    drop(channel.close(200, "ok".into()).await);
+    Some((queue.message_count(), queue.consumer_count()))
 }
 
 /// Asserts that the report rollups of `db` equal a recount over the rows, before and after

@@ -2,7 +2,8 @@
 //! Standard Webhooks, retried on failure with the same id, disabled on 410, isolated from slow
 //! endpoints, and endpoints on internal addresses are refused. Bad endpoints cost only
 //! themselves: a response Postgres cannot store as it is, an endpoint deleted mid-flight, a
-//! stale claim, or a queue draining slower than the lease; test pings and retries are limited.
+//! stale claim, or a queue draining slower than the lease; test pings and retries are limited. A
+//! backlog of events waits in the broker, not in a webhook-worker's memory.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -1698,5 +1699,103 @@ async fn the_listing_index_of_an_endpoints_deliveries_stays_dense_as_deliveries_
         plan.contains("Index Scan Backward using webhook_deliveries_endpoint_idx")
             && !plan.contains("Sort"),
         "{plan}"
+    );
+}
+
+#[tokio::test]
+async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_worker() {
+    use flow_common::amqp::QueueKind;
+    let app = TestApp::spawn().await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let count = 60;
+    let emails: Vec<String> = (0..count).map(|i| format!("held{i}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    let OneEndpoint {
+        org, webhook, flow, ..
+    } = one_endpoint(&app, &receiver, "held", Behaviour::Gated(b"ok"), &refs).await;
+    let bulk = app
+        .assign_bulk(&org, &flow_tests::assign_items(&flow, &emails), &[])
+        .await;
+    assert_eq!(bulk.status, 200, "{:?}", bulk.body);
+    app.eventually(
+        Duration::from_secs(20),
+        "every assignment persisted",
+        || async { (app.assignment_count().await == count as i64).then_some(()) },
+    )
+    .await;
+    // A relay publishing one event a message: the webhook-worker's queue gets a message per event.
+    let _relay = {
+        let mut config: flow_workers::relay::RelayConfig = flow_common::config::from_env();
+        config.core = app.core.clone();
+        config.batch_size = 1;
+        WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
+    };
+    let queued = |ready: usize| {
+        let app = &app;
+        async move {
+            app.queue_state(QueueKind::Webhooks)
+                .await
+                .is_some_and(|(found, _)| found as usize == ready)
+                .then_some(())
+        }
+    };
+    app.eventually(
+        Duration::from_secs(20),
+        "one message per event queued",
+        || queued(count),
+    )
+    .await;
+
+    // The endpoint answers nothing until the gate opens, so the worker acks nothing meanwhile: it
+    // holds its prefetch (the default) and the rest of the backlog stays ready in the broker.
+    let prefetch = usize::from(
+        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch,
+    );
+    let waiting = count.saturating_sub(prefetch);
+    let _worker = app.start_webhook_worker_with(|config| {
+        config.timeout = Duration::from_secs(20);
+        config.inline_wait = Duration::from_secs(20);
+    });
+    app.eventually(
+        Duration::from_secs(20),
+        "the worker holding its prefetch",
+        || queued(waiting),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let state = app.queue_state(QueueKind::Webhooks).await;
+    assert!(
+        waiting > 0 && state.is_some_and(|(ready, _)| ready as usize == waiting),
+        "{waiting} of {count} event messages wait in the broker while the worker holds \
+         {prefetch} (WEBHOOK_PREFETCH); the queue: {state:?} (ready, consumers)"
+    );
+
+    receiver.open_gate();
+    receiver
+        .wait_for_deliveries("held", count, Duration::from_secs(30))
+        .await;
+    app.eventually(Duration::from_secs(20), "the queue drained", || queued(0))
+        .await;
+    app.eventually(
+        Duration::from_secs(20),
+        "every delivery recorded",
+        || async {
+            let rows = deliveries_of(&app, &webhook).await;
+            (rows.len() == count && rows.iter().all(|row| *row == ("succeeded".to_owned(), 1)))
+                .then_some(())
+        },
+    )
+    .await;
+    let received = receiver.received("held");
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (received.len(), ids.len()),
+        (count, count),
+        "every event exactly once"
     );
 }
