@@ -1271,14 +1271,14 @@ async fn a_queue_draining_slower_than_the_lease_is_not_sent_twice() {
 #[tokio::test]
 async fn a_relay_message_of_more_events_than_a_transaction_takes_is_delivered_in_parts_once() {
     let mut app = app_with_relay().await;
-    // The bulk request's 40 events leave the relay as one message; the worker writes at most 6
-    // per transaction, so the message is fanned out in 7 parts before it is acked.
+    // The bulk request's 30 events leave the relay as one message (at most 32 events); the worker
+    // writes at most 6 per transaction, so the message is fanned out in 5 parts before it is acked.
     app.webhook_worker = Some(app.start_webhook_worker_with(|config| config.batch_size = 6));
     app.wait_for_consumers(flow_common::amqp::QueueKind::Webhooks, 1)
         .await;
     let receiver = Receiver::start().await.expect("webhook receiver");
     let settle = Duration::from_secs(1);
-    bulk_events_arrive_once(&app, &receiver, "parts", Behaviour::Succeed, 40, settle).await;
+    bulk_events_arrive_once(&app, &receiver, "parts", Behaviour::Succeed, 30, settle).await;
 }
 
 #[tokio::test]
@@ -1707,12 +1707,21 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     use flow_common::amqp::QueueKind;
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let count = 60;
-    let emails: Vec<String> = (0..count).map(|i| format!("held{i}@example.com")).collect();
-    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
-    let OneEndpoint {
-        org, webhook, flow, ..
-    } = one_endpoint(&app, &receiver, "held", Behaviour::Gated(b"ok"), &refs).await;
+    let prefetch = usize::from(
+        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch,
+    );
+    // The prefetch counts messages; with the relay's largest messages it bounds the events a
+    // worker holds, and a bulk backlog waits in the broker beyond that.
+    let most_held = prefetch * flow_domain::events::MAX_EVENTS_PER_MESSAGE;
+    assert!(
+        most_held <= 8_192,
+        "a webhook-worker may hold {most_held} events (WEBHOOK_PREFETCH {prefetch} messages)"
+    );
+    // One message per event, twenty more than the worker's prefetch (the default).
+    let count = prefetch + 20;
+    let (org, flow, emails) = app.org_with_users(count).await;
+    receiver.set("held", Behaviour::Gated(b"ok"));
+    let (webhook, _) = endpoint(&app, &org, &receiver.url("held"), None).await;
     let bulk = app
         .assign_bulk(&org, &flow_tests::assign_items(&flow, &emails), &[])
         .await;
@@ -1747,10 +1756,7 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     .await;
 
     // The endpoint answers nothing until the gate opens, so the worker acks nothing meanwhile: it
-    // holds its prefetch (the default) and the rest of the backlog stays ready in the broker.
-    let prefetch = usize::from(
-        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch,
-    );
+    // holds its prefetch and the rest of the backlog stays ready in the broker.
     let waiting = count.saturating_sub(prefetch);
     let _worker = app.start_webhook_worker_with(|config| {
         config.timeout = Duration::from_secs(20);

@@ -162,8 +162,10 @@ pub const EVENT_BATCH_KIND: &str = "event.batch";
 /// Current version of [`EventBatch`].
 pub const EVENT_BATCH_VERSION: u16 = 1;
 
-/// Most events in one [`EventBatch`] message.
-pub const MAX_EVENTS_PER_MESSAGE: usize = 500;
+/// Most events in one [`EventBatch`] message. Small enough that a consumer's prefetch, which
+/// counts messages, also bounds the events it holds (the webhook-worker's 256 messages: 8,192
+/// events), and large enough that a bulk load still goes out in a few messages per transaction.
+pub const MAX_EVENTS_PER_MESSAGE: usize = 32;
 
 /// Several events of one type in one message of the events exchange (routing key: their type).
 /// The relay publishes what it claims in one transaction this way, so the broker stores, confirms,

@@ -1,11 +1,12 @@
 //! The outbox relay: publishes the events that state changes wrote to the outbox to the
 //! `{prefix}.events` topic exchange (persistent, with publisher confirms; the events of one batch
-//! go out as one message per event type, see `EventBatch`), in the order of the outbox, and moves
-//! the outbox cursor past them in the transaction that locked it (no row is written per event).
-//! Several relays take turns: one holds the cursor while it publishes a batch, the others skip the
-//! round. A relay that dies after the broker confirmed but before its commit leaves the cursor
-//! where it was: the events go out again and consumers dedupe them by event id. Woken by `NOTIFY` when events are written, and by a
-//! timer in case a notification was missed.
+//! go out as messages of one event type and at most `MAX_EVENTS_PER_MESSAGE` events, see
+//! `EventBatch`), in the order of the outbox, and moves the outbox cursor past them in the
+//! transaction that locked it (no row is written per event). Several relays take turns: one
+//! holds the cursor while it publishes a batch, the others skip the round. A relay that dies
+//! after the broker confirmed but before its commit leaves the cursor where it was: the events go
+//! out again and consumers dedupe them by event id. Woken by `NOTIFY` when events are written,
+//! and by a timer in case a notification was missed.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

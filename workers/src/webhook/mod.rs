@@ -130,11 +130,12 @@ pub struct WebhookWorkerConfig {
     pub poll_interval: Duration,
 
     /// Unacknowledged event messages the broker may hand over at once. A message carries up to
-    /// `MAX_EVENTS_PER_MESSAGE` (500) events, so this bounds what a worker holds in memory at
-    /// 8,000 events by default: a backlog waits in the broker, not in the worker. A thousand
-    /// (the earlier default) let the broker push a whole bulk backlog into one worker, whose
-    /// memory then grew with the backlog (169 MiB in one bulk benchmark).
-    #[arg(long, env = "WEBHOOK_PREFETCH", default_value_t = 16)]
+    /// `MAX_EVENTS_PER_MESSAGE` (32) events, so this bounds what a worker holds at 8,192 events
+    /// by default: a backlog waits in the broker, not in the worker. It must also cover the
+    /// messages that arrive while a batch waits for its inline first attempts (up to
+    /// `WEBHOOK_INLINE_WAIT`): a light load comes as many small messages, and too small a
+    /// prefetch would make one slow endpoint hold up the intake of every other's events.
+    #[arg(long, env = "WEBHOOK_PREFETCH", default_value_t = 256)]
     pub prefetch: u16,
 
     /// Largest number of events fanned out in one transaction.
@@ -248,8 +249,8 @@ struct EventsHandler {
     /// How long a batch waits for its inline first attempts (zero: none are made).
     inline_wait: Duration,
     disable_after: Duration,
-    /// Most events fanned out in one transaction (a message of the relay holds up to 500, so a
-    /// batch of messages is written in parts of this many events).
+    /// Most events fanned out in one transaction (a batch of the relay's messages is written in
+    /// parts of this many events).
     batch_events: usize,
 }
 
