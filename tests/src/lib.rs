@@ -918,19 +918,11 @@ impl TestApp {
 /// (a passive declare of a missing queue closes its channel); `None` if the queue does not exist.
 async fn declared(connection: &lapin::Connection, name: &str) -> Option<(u32, u32)> {
     let channel = connection.create_channel().await.expect("channel");
-    let queue = channel
-        .queue_declare(
-            name.into(),
-            lapin::options::QueueDeclareOptions {
-                passive: true,
-                ..Default::default()
-            },
-            Default::default(),
-        )
+    let state = flow_workers::consumer::queue_depth(&channel, name)
         .await
         .ok()?;
     drop(channel.close(200, "ok".into()).await);
-    Some((queue.message_count(), queue.consumer_count()))
+    Some(state)
 }
 
 /// Asserts that the report rollups of `db` equal a recount over the rows, before and after

@@ -1204,6 +1204,21 @@ async fn a_stale_claim_cannot_overwrite_the_outcome_of_the_claim_that_took_it_ov
     );
 }
 
+/// Asserts that `received` holds `count` requests with as many distinct `webhook-id`s.
+fn assert_each_event_once(received: &[flow_tests::receiver::Received], count: usize) {
+    let mut ids: Vec<&str> = received
+        .iter()
+        .map(|request| request.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(
+        (received.len(), ids.len()),
+        (count, count),
+        "every event exactly once"
+    );
+}
+
 /// Assigns a flow to `count` new users in one bulk request, each assignment sending a
 /// `flow.assigned` event to an endpoint at `path` of the receiver (answering as `behaviour`), and
 /// checks that every event arrived exactly once, still so `settle` after the last one, and that
@@ -1233,17 +1248,7 @@ async fn bulk_events_arrive_once(
         .await;
     tokio::time::sleep(settle).await;
     let received = receiver.received(path);
-    let mut ids: Vec<&str> = received
-        .iter()
-        .map(|request| request.header("webhook-id"))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(
-        (received.len(), ids.len()),
-        (count, count),
-        "every event exactly once"
-    );
+    assert_each_event_once(&received, count);
     let rows = deliveries_of(app, &webhook).await;
     assert_eq!(rows.len(), count);
     assert!(
@@ -1793,15 +1798,5 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     )
     .await;
     let received = receiver.received("held");
-    let mut ids: Vec<&str> = received
-        .iter()
-        .map(|request| request.header("webhook-id"))
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(
-        (received.len(), ids.len()),
-        (count, count),
-        "every event exactly once"
-    );
+    assert_each_event_once(&received, count);
 }

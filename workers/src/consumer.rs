@@ -538,7 +538,9 @@ async fn report_queue_depth(channel: Channel, queue: String, shutdown: Cancellat
     }
 }
 
-async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, u32)> {
+/// Messages of `queue` ready for a consumer and its consumers, by a passive declare (which closes
+/// `channel` if the queue does not exist).
+pub async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, u32)> {
     let declared = channel
         .queue_declare(
             queue.into(),
