@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use flow_common::db::exports::{self, ExportRecord, ExportStatus};
+use flow_common::db::exports::{self, CapReached, CreateError, ExportRecord, ExportStatus};
 use flow_domain::ids::ExportId;
 use flow_domain::{format_timestamp, timestamp};
 use futures::TryStreamExt;
@@ -22,6 +22,10 @@ use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;
+
+/// Seconds a caller at its cap of exports waiting or running is asked to wait: about what a
+/// small export takes; `GET /v1/exports/{id}` says when one is ready.
+const QUEUED_RETRY_AFTER_SECONDS: u64 = 15;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -162,4 +166,32 @@ async fn download(state: &AppState, export: &ExportRecord) -> Result<Response, A
         }
     }
     Ok(response)
+}
+
+/// An organization at one of its export caps: 429, to retry once an export finishes (the cap of
+/// exports waiting or running) or once the oldest file expires (the cap of stored bytes).
+impl From<CapReached> for ApiError {
+    fn from(reached: CapReached) -> Self {
+        let retry_after = match &reached {
+            CapReached::Queued { .. } => QUEUED_RETRY_AFTER_SECONDS,
+            CapReached::Stored { oldest_expiry, .. } => oldest_expiry
+                .map(|expiry| (expiry - Utc::now()).num_seconds().saturating_add(1))
+                .unwrap_or(60)
+                .max(1)
+                .unsigned_abs(),
+        };
+        ApiError::Throttled {
+            message: reached.to_string(),
+            retry_after,
+        }
+    }
+}
+
+impl From<CreateError> for ApiError {
+    fn from(error: CreateError) -> Self {
+        match error {
+            CreateError::Cap(reached) => reached.into(),
+            CreateError::Database(error) => error.into(),
+        }
+    }
 }
