@@ -272,6 +272,10 @@ impl From<CacheError> for ApiError {
     fn from(error: CacheError) -> Self {
         match error {
             CacheError::Database(error) => error.into(),
+            CacheError::TooManyUnknownKeys { retry_after } => Self::Throttled {
+                message: error.to_string(),
+                retry_after,
+            },
         }
     }
 }

@@ -18,6 +18,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
+use crate::ratelimit::{Operation, RateInfo};
 use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
@@ -83,6 +84,7 @@ impl From<&ExportRecord> for ExportState {
         (status = 202, description = "Still being generated; poll again after Retry-After seconds", body = ExportState),
         (status = 404, description = "No such export in this organization", body = ErrorBody),
         (status = 410, description = "The export has expired", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
         (status = 500, description = "The export failed; request a new export", body = ErrorBody),
     )
 )]
@@ -90,7 +92,8 @@ pub async fn get_export(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(RateInfo, Response), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = ExportId::parse(&id).ok_or_else(|| ApiError::not_found("export"))?;
     let export = exports::get(&state.db, auth.org_id(), id)
         .await?
@@ -101,7 +104,7 @@ pub async fn get_export(
             format_timestamp(export.expires_at)
         )));
     }
-    match export.status() {
+    let response = match export.status() {
         ExportStatus::Pending | ExportStatus::Running => {
             let mut response =
                 (StatusCode::ACCEPTED, Json(ExportState::from(&export))).into_response();
@@ -125,7 +128,8 @@ pub async fn get_export(
             Ok((StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response())
         }
         ExportStatus::Ready | ExportStatus::Expired => download(&state, &export).await,
-    }
+    }?;
+    Ok((rate, response))
 }
 
 /// Streams the file from the export store without holding it in memory.
