@@ -34,8 +34,11 @@ pub enum Operation {
     /// Requests the service sends to a customer's endpoint on demand: test pings
     /// (`POST /v1/webhooks/{id}/test`) and manual retries
     /// (`POST /v1/webhooks/deliveries/{id}/retry`), limited so the service cannot be used to aim
-    /// traffic at third parties.
+    /// traffic at third parties. A recovery of failed deliveries costs one per delivery.
     WebhookSend,
+    /// The dashboard's "recover failed deliveries since T" action itself, whatever it queues
+    /// (its deliveries count against [`Operation::WebhookSend`]).
+    WebhookRecover,
     /// Reads: every authenticated `GET` under `/v1/`; a list page costs [`page_cost`].
     Read,
     /// Writes that the other limits do not count: module progress, users, flows, cancelling a
@@ -69,6 +72,7 @@ impl Operation {
             Self::Assign => "assign",
             Self::Report => "report",
             Self::WebhookSend => "webhook_send",
+            Self::WebhookRecover => "webhook_recover",
             Self::Read => "read",
             Self::Write => "write",
         }
@@ -82,6 +86,10 @@ impl Operation {
             Self::WebhookSend => match caller.org.tier() {
                 Tier::Standard => 60,
                 Tier::Enterprise => 600,
+            },
+            Self::WebhookRecover => match caller.org.tier() {
+                Tier::Standard => 5,
+                Tier::Enterprise => 20,
             },
             Self::Read => caller.org.report_limit().saturating_mul(READS_PER_REPORT),
             Self::Write => caller.org.assign_limit().saturating_mul(WRITES_PER_ASSIGN),
