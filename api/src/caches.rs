@@ -55,12 +55,12 @@ pub enum CacheError {
     },
 }
 
-/// The lookups of uncached keys of one client address in its current window.
+/// The keys of one client address looked up in vain in its current window.
 #[derive(Debug)]
 struct AddressWindow {
     started: Instant,
-    /// Lookups that did not (or not yet) authenticate a key.
-    lookups: AtomicU32,
+    /// Lookups that found no key.
+    misses: AtomicU32,
     /// Whether the refusals of this window were logged.
     logged: AtomicBool,
 }
@@ -196,7 +196,9 @@ impl Caches {
     /// The caller a secret key authenticates, if any. `client` is the caller's address: a key
     /// neither cached nor remembered as unknown is only looked up in Postgres while that
     /// address has had fewer than [`UNKNOWN_KEYS_PER_ADDRESS`] keys looked up in vain in its
-    /// window.
+    /// window. Misses are counted once known, so that a burst of requests with one valid key
+    /// (a replica that just started, a cache just invalidated) is never refused; lookups already
+    /// under way when the limit is reached still finish.
     pub async fn authenticate(
         &self,
         pool: &PgPool,
@@ -212,7 +214,7 @@ impl Caches {
             None if self.unknown_keys.contains_key(&hash) => None,
             None => {
                 let window = client
-                    .map(|address| self.count_lookup(address))
+                    .map(|address| self.address_window(address))
                     .transpose()?;
                 let epoch = self.keys.epoch();
                 let found = keys::authenticate(pool, &hash)
@@ -225,14 +227,13 @@ impl Caches {
                         Arc::new(Caller { key_id, org, zone })
                     });
                 match &found {
-                    Some(caller) => {
-                        // A key that authenticates is not held against its address.
+                    Some(caller) => self.keys.insert_loaded(epoch, hash, caller.clone()),
+                    None => {
+                        self.unknown_keys.insert(hash, ());
                         if let Some(window) = window {
-                            window.lookups.fetch_sub(1, Ordering::SeqCst);
+                            window.misses.fetch_add(1, Ordering::SeqCst);
                         }
-                        self.keys.insert_loaded(epoch, hash, caller.clone());
                     }
-                    None => self.unknown_keys.insert(hash, ()),
                 }
                 found
             }
@@ -255,22 +256,20 @@ impl Caches {
         Ok(caller)
     }
 
-    /// Counts a lookup of an uncached key from `address` (before it runs, so that concurrent
-    /// lookups are counted too), or refuses it when the address's window is used up.
-    fn count_lookup(&self, address: IpAddr) -> Result<Arc<AddressWindow>, CacheError> {
+    /// The current window of `address`'s group, or a refusal when it has had
+    /// [`UNKNOWN_KEYS_PER_ADDRESS`] misses.
+    fn address_window(&self, address: IpAddr) -> Result<Arc<AddressWindow>, CacheError> {
         let group = address_group(address);
         let window = self.unknown_key_windows.get_with(group, || {
             Arc::new(AddressWindow {
                 started: Instant::now(),
-                lookups: AtomicU32::new(0),
+                misses: AtomicU32::new(0),
                 logged: AtomicBool::new(false),
             })
         });
-        let before = window.lookups.fetch_add(1, Ordering::SeqCst);
-        if before < UNKNOWN_KEYS_PER_ADDRESS {
+        if window.misses.load(Ordering::SeqCst) < UNKNOWN_KEYS_PER_ADDRESS {
             return Ok(window);
         }
-        window.lookups.fetch_sub(1, Ordering::SeqCst);
         if !window.logged.swap(true, Ordering::SeqCst) {
             tracing::warn!(
                 address = %group,

@@ -226,3 +226,22 @@ async fn a_flood_of_unknown_keys_from_one_address_stops_reaching_postgres() {
     let third = client_from(Ipv4Addr::new(127, 0, 0, 3));
     assert_eq!(list_flows(&app, &third, &bogus_key()).await.0, 503);
 }
+
+#[tokio::test]
+async fn a_burst_of_requests_with_a_valid_key_new_to_the_replica_is_never_refused() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let client = client_from(Ipv4Addr::new(127, 0, 0, 1));
+    // Far more requests at once than unknown keys an address may try: the key is looked up by
+    // many of them before any is cached, and none of those lookups is held against the address.
+    let answers =
+        futures::future::join_all((0..200).map(|_| list_flows(&app, &client, &org.key))).await;
+    assert!(
+        answers.iter().all(|(status, _)| *status == 200),
+        "{:?}",
+        answers
+            .iter()
+            .filter(|(status, _)| *status != 200)
+            .collect::<Vec<_>>()
+    );
+}
