@@ -2,11 +2,16 @@
 //! organization) and flow summaries. Every replica listens on a Postgres channel and drops its
 //! copies the moment a key is revoked or an organization or flow changes; a short time-to-live
 //! bounds staleness should a notification be missed.
+//!
+//! Keys that do not authenticate are remembered too, and one client address may only have so
+//! many keys looked up in vain a minute: a flood of made-up keys is answered from memory, not by
+//! Postgres.
 
 use std::hash::Hash;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
@@ -19,12 +24,58 @@ use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
 
+/// Uncached keys one client address may have looked up in Postgres per
+/// [`UNKNOWN_KEY_WINDOW`] without any of them authenticating, on one API replica.
+pub const UNKNOWN_KEYS_PER_ADDRESS: u32 = 20;
+
+/// The window of [`UNKNOWN_KEYS_PER_ADDRESS`]; it starts at the address's first lookup of an
+/// uncached key.
+pub const UNKNOWN_KEY_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long a key that does not authenticate is remembered. Not authenticating is final (keys
+/// are only ever revoked or made to expire sooner, and a secret is unknown before its key
+/// exists), so invalidations leave these entries alone.
+const UNKNOWN_KEY_MEMORY: Duration = Duration::from_secs(600);
+
 /// Why a cache could not answer.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     /// The value was not cached, and Postgres could not be read.
     #[error("loading a cache entry: {0}")]
     Database(#[from] sqlx::Error),
+    /// The client's address had [`UNKNOWN_KEYS_PER_ADDRESS`] keys looked up in vain in this
+    /// window: the key is not looked up.
+    #[error(
+        "too many unknown API keys from this address ({UNKNOWN_KEYS_PER_ADDRESS} a minute); \
+         retry after {retry_after} s with a valid key"
+    )]
+    TooManyUnknownKeys {
+        /// Seconds until the address's window ends.
+        retry_after: u64,
+    },
+}
+
+/// The keys of one client address looked up in vain in its current window.
+#[derive(Debug)]
+struct AddressWindow {
+    started: Instant,
+    /// Lookups that found no key.
+    misses: AtomicU32,
+    /// Whether the refusals of this window were logged.
+    logged: AtomicBool,
+}
+
+/// The group a client address is counted in: an IPv4 address, or the /64 of an IPv6 address
+/// (one host or site gets a whole /64, so counting single IPv6 addresses would count nothing).
+/// IPv4-mapped IPv6 addresses count as their IPv4 address.
+pub fn address_group(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(_) => address,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+    }
 }
 
 /// A cache whose invalidations also reach loads that are under way: a value read from Postgres
@@ -89,7 +140,11 @@ where
 /// The API's caches. Cheap to clone.
 #[derive(Clone)]
 pub struct Caches {
-    keys: EpochCache<[u8; 32], Option<Arc<Caller>>>,
+    keys: EpochCache<[u8; 32], Arc<Caller>>,
+    /// Hashes of keys that did not authenticate.
+    unknown_keys: Cache<[u8; 32], ()>,
+    /// Lookups of uncached keys per client address group, for [`UNKNOWN_KEYS_PER_ADDRESS`].
+    unknown_key_windows: Cache<IpAddr, Arc<AddressWindow>>,
     /// When rolled keys stop working: a cached key is refused from then on.
     key_expiries: Cache<KeyId, DateTime<Utc>>,
     flows: EpochCache<FlowId, Arc<FlowSummary>>,
@@ -116,6 +171,14 @@ impl Caches {
     fn new(touch_queue: mpsc::Sender<KeyId>) -> Self {
         Self {
             keys: EpochCache::new(100_000, Duration::from_secs(60)),
+            unknown_keys: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(UNKNOWN_KEY_MEMORY)
+                .build(),
+            unknown_key_windows: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(UNKNOWN_KEY_WINDOW)
+                .build(),
             flows: EpochCache::new(100_000, Duration::from_secs(600)),
             // Outlives the key entry it guards.
             key_expiries: Cache::builder()
@@ -130,19 +193,29 @@ impl Caches {
         }
     }
 
-    /// The caller a secret key authenticates, if any.
+    /// The caller a secret key authenticates, if any. `client` is the caller's address: a key
+    /// neither cached nor remembered as unknown is only looked up in Postgres while that
+    /// address has had fewer than [`UNKNOWN_KEYS_PER_ADDRESS`] keys looked up in vain in its
+    /// window. Misses are counted once known, so that a burst of requests with one valid key
+    /// (a replica that just started, a cache just invalidated) is never refused; lookups already
+    /// under way when the limit is reached still finish.
     pub async fn authenticate(
         &self,
         pool: &PgPool,
         secret: &str,
+        client: Option<IpAddr>,
     ) -> Result<Option<Arc<Caller>>, CacheError> {
         if !secret.starts_with(keys::KEY_PREFIX) || secret.len() > 200 {
             return Ok(None);
         }
         let hash = keys::hash_secret(secret);
         let caller = match self.keys.get(&hash) {
-            Some(cached) => cached,
+            Some(cached) => Some(cached),
+            None if self.unknown_keys.contains_key(&hash) => None,
             None => {
+                let window = client
+                    .map(|address| self.address_window(address))
+                    .transpose()?;
                 let epoch = self.keys.epoch();
                 let found = keys::authenticate(pool, &hash)
                     .await?
@@ -153,7 +226,15 @@ impl Caches {
                         let zone = org.zone();
                         Arc::new(Caller { key_id, org, zone })
                     });
-                self.keys.insert_loaded(epoch, hash, found.clone());
+                match &found {
+                    Some(caller) => self.keys.insert_loaded(epoch, hash, caller.clone()),
+                    None => {
+                        self.unknown_keys.insert(hash, ());
+                        if let Some(window) = window {
+                            window.misses.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
                 found
             }
         };
@@ -173,6 +254,34 @@ impl Caches {
             let _ = self.touch_queue.try_send(caller.key_id);
         }
         Ok(caller)
+    }
+
+    /// The current window of `address`'s group, or a refusal when it has had
+    /// [`UNKNOWN_KEYS_PER_ADDRESS`] misses.
+    fn address_window(&self, address: IpAddr) -> Result<Arc<AddressWindow>, CacheError> {
+        let group = address_group(address);
+        let window = self.unknown_key_windows.get_with(group, || {
+            Arc::new(AddressWindow {
+                started: Instant::now(),
+                misses: AtomicU32::new(0),
+                logged: AtomicBool::new(false),
+            })
+        });
+        if window.misses.load(Ordering::SeqCst) < UNKNOWN_KEYS_PER_ADDRESS {
+            return Ok(window);
+        }
+        if !window.logged.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                address = %group,
+                limit = UNKNOWN_KEYS_PER_ADDRESS,
+                "a client address tried too many unknown API keys; refusing its lookups until its window ends"
+            );
+        }
+        metrics::counter!("flow_api_unknown_key_refusals_total").increment(1);
+        let left = UNKNOWN_KEY_WINDOW.saturating_sub(window.started.elapsed());
+        Err(CacheError::TooManyUnknownKeys {
+            retry_after: left.as_secs_f64().ceil().max(1.0) as u64,
+        })
     }
 
     /// The summary of a flow of `org_id`; `None` when it does not exist or is another
@@ -264,6 +373,16 @@ async fn record_key_use(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv6_addresses_are_counted_by_their_64_and_mapped_ipv4_as_ipv4() {
+        let group = |text: &str| address_group(text.parse().unwrap()).to_string();
+        assert_eq!(group("203.0.113.7"), "203.0.113.7");
+        assert_eq!(group("2001:db8:1:2:aaaa:bbbb:cccc:dddd"), "2001:db8:1:2::");
+        assert_eq!(group("2001:db8:1:2::1"), group("2001:db8:1:2:ffff::9"));
+        assert_ne!(group("2001:db8:1:2::1"), group("2001:db8:1:3::1"));
+        assert_eq!(group("::ffff:203.0.113.7"), "203.0.113.7");
+    }
 
     #[test]
     fn a_load_that_started_before_an_invalidation_is_not_cached() {

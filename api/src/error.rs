@@ -68,6 +68,15 @@ pub enum ApiError {
         /// The `RateLimit-*` headers.
         info: RateInfo,
     },
+    /// 429 `rate_limit_exceeded` for a cap that is not a per-minute rate (queued or stored
+    /// exports, unknown keys from one address): `Retry-After` without the `RateLimit-*` headers.
+    #[error("{message}")]
+    Throttled {
+        /// What was refused and why, with what to do.
+        message: String,
+        /// Seconds to wait.
+        retry_after: u64,
+    },
     /// 503 `service_unavailable`: a dependency is down; nothing was accepted.
     #[error("{0}")]
     Unavailable(String),
@@ -93,7 +102,7 @@ impl ApiError {
             Self::Gone(_) => StatusCode::GONE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited { .. } | Self::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -110,7 +119,7 @@ impl ApiError {
             Self::Gone(_) => "gone",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::UnsupportedMediaType => "unsupported_media_type",
-            Self::RateLimited { .. } => "rate_limit_exceeded",
+            Self::RateLimited { .. } | Self::Throttled { .. } => "rate_limit_exceeded",
             Self::Unavailable(_) => "service_unavailable",
             Self::Internal(_) => "internal_error",
         }
@@ -138,8 +147,25 @@ impl ApiError {
                 retry_after: *retry_after,
                 info: *info,
             },
+            Self::Throttled {
+                message,
+                retry_after,
+            } => Self::Throttled {
+                message: message.clone(),
+                retry_after: *retry_after,
+            },
             Self::Unavailable(message) => Self::Unavailable(message.clone()),
             Self::Internal(cause) => Self::Internal(anyhow::anyhow!("{cause:#}")),
+        }
+    }
+
+    /// Seconds to wait before retrying, on a 429.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited { retry_after, .. } | Self::Throttled { retry_after, .. } => {
+                Some(*retry_after)
+            }
+            _ => None,
         }
     }
 
@@ -149,10 +175,7 @@ impl ApiError {
             Self::Internal(_) => "an internal error occurred; it has been logged".to_owned(),
             other => other.to_string(),
         };
-        let retry_after = match self {
-            Self::RateLimited { retry_after, .. } => Some(*retry_after),
-            _ => None,
-        };
+        let retry_after = self.retry_after();
         ErrorBody {
             error: self.code(),
             message,
@@ -179,6 +202,9 @@ impl IntoResponse for ApiError {
             } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
                 write_rate_headers(info, headers);
+            }
+            Self::Throttled { retry_after, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after));
             }
             Self::Unauthorized(_) => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -246,6 +272,10 @@ impl From<CacheError> for ApiError {
     fn from(error: CacheError) -> Self {
         match error {
             CacheError::Database(error) => error.into(),
+            CacheError::TooManyUnknownKeys { retry_after } => Self::Throttled {
+                message: error.to_string(),
+                retry_after,
+            },
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Extractors whose rejections are the service's own errors: JSON bodies, query strings, path
 //! parameters, the caller's organization (Bearer key), and the request id.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
@@ -172,7 +174,9 @@ fn article(expected: &str) -> String {
 }
 
 /// The caller's organization, from `Authorization: Bearer <API_KEY>`. Missing, malformed,
-/// unknown and revoked keys are all 401 `unauthorized`.
+/// unknown and revoked keys are all 401 `unauthorized`; a client address that tried too many
+/// unknown keys is answered 429 without its key being looked up
+/// ([`crate::caches::UNKNOWN_KEYS_PER_ADDRESS`]).
 #[derive(Debug, Clone)]
 pub struct Auth(pub Arc<Caller>);
 
@@ -204,7 +208,15 @@ impl FromRequestParts<AppState> for Auth {
                 "malformed Authorization header: expected Bearer <API_KEY>",
             ));
         }
-        let caller = state.caches.authenticate(&state.db, key.trim()).await?;
+        // The TCP peer: behind a proxy, every client shares the proxy's address.
+        let client = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|info| info.0.ip());
+        let caller = state
+            .caches
+            .authenticate(&state.db, key.trim(), client)
+            .await?;
         caller
             .map(Auth)
             .ok_or(ApiError::Unauthorized("invalid or revoked API key"))

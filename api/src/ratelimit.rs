@@ -34,8 +34,35 @@ pub enum Operation {
     /// Requests the service sends to a customer's endpoint on demand: test pings
     /// (`POST /v1/webhooks/{id}/test`) and manual retries
     /// (`POST /v1/webhooks/deliveries/{id}/retry`), limited so the service cannot be used to aim
-    /// traffic at third parties.
+    /// traffic at third parties. A recovery of failed deliveries costs one per delivery.
     WebhookSend,
+    /// The dashboard's "recover failed deliveries since T" action itself, whatever it queues
+    /// (its deliveries count against [`Operation::WebhookSend`]).
+    WebhookRecover,
+    /// Reads: every authenticated `GET` under `/v1/`; a list page costs [`page_cost`].
+    Read,
+    /// Writes that the other limits do not count: module progress, users, flows, cancelling a
+    /// schedule, creating and deleting webhook endpoints.
+    Write,
+}
+
+/// Read requests allowed per report request of the organization's limit: standard 1,000 a
+/// minute, enterprise 10,000 (a raised report limit raises it too).
+pub const READS_PER_REPORT: u32 = 20;
+
+/// Write requests allowed per assign request of the organization's limit: standard 1,000 a
+/// minute, enterprise 10,000 (a raised assign limit raises it too), so that the progress of what
+/// was assigned fits.
+pub const WRITES_PER_ASSIGN: u32 = 10;
+
+/// Items of a list page (or of a bulk write) that cost one read (or write) request.
+pub const ITEMS_PER_REQUEST: i64 = 100;
+
+/// What a page of `limit` items (or a bulk write of `limit` items) costs: one request per started
+/// [`ITEMS_PER_REQUEST`], so a page of 1,000 costs as much as ten of 100.
+pub fn page_cost(limit: i64) -> u32 {
+    let pages = (limit.max(1) - 1) / ITEMS_PER_REQUEST + 1;
+    u32::try_from(pages).unwrap_or(u32::MAX)
 }
 
 impl Operation {
@@ -45,6 +72,9 @@ impl Operation {
             Self::Assign => "assign",
             Self::Report => "report",
             Self::WebhookSend => "webhook_send",
+            Self::WebhookRecover => "webhook_recover",
+            Self::Read => "read",
+            Self::Write => "write",
         }
     }
 
@@ -57,6 +87,12 @@ impl Operation {
                 Tier::Standard => 60,
                 Tier::Enterprise => 600,
             },
+            Self::WebhookRecover => match caller.org.tier() {
+                Tier::Standard => 5,
+                Tier::Enterprise => 20,
+            },
+            Self::Read => caller.org.report_limit().saturating_mul(READS_PER_REPORT),
+            Self::Write => caller.org.assign_limit().saturating_mul(WRITES_PER_ASSIGN),
         }
     }
 }

@@ -198,10 +198,12 @@ async fn rate_limit_retry_after_and_request_id_headers_are_documented() {
         "{parameters:?}"
     );
     assert!(list["responses"]["200"]["headers"]["X-Request-ID"].is_object());
-    assert!(
-        list["responses"]["200"]["headers"]["RateLimit-Limit"].is_null(),
-        "listing flows is not rate-limited"
-    );
+    for header in ["RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"] {
+        assert!(
+            list["responses"]["200"]["headers"][header].is_object(),
+            "listing flows counts against the read limit: its 200 documents {header}"
+        );
+    }
 }
 
 #[tokio::test]

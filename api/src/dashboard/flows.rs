@@ -546,7 +546,7 @@ async fn download(
     Path(id): Path<String>,
 ) -> PageResult<Response> {
     // The API's own download: 202 while generating, the file, 410 once expired.
-    let response = crate::routes::exports::get_export(
+    let (_, response) = crate::routes::exports::get_export(
         State(state.clone()),
         Auth(account.caller.clone()),
         ApiPath(id.clone()),

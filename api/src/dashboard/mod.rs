@@ -118,6 +118,8 @@ async fn security_headers(request: Request, next: Next) -> Response {
 pub struct PageError {
     status: StatusCode,
     message: String,
+    /// Seconds to wait, sent as `Retry-After` (on 429).
+    retry_after: Option<u64>,
 }
 
 #[derive(Template, WebTemplate)]
@@ -133,6 +135,15 @@ impl PageError {
         Self {
             status,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 429: a limit is used up; `Retry-After` says when to try again.
+    pub fn too_many(message: impl Into<String>, retry_after: u64) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, message)
         }
     }
 
@@ -184,7 +195,13 @@ impl IntoResponse for PageError {
             title,
             message: self.message,
         };
-        (self.status, page).into_response()
+        let mut response = (self.status, page).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -197,7 +214,10 @@ impl From<ApiError> for PageError {
                 if matches!(other, ApiError::Unavailable(_)) {
                     tracing::warn!(error = %other, "dependency unavailable");
                 }
-                Self::new(other.status(), other.body().message)
+                Self {
+                    retry_after: other.retry_after(),
+                    ..Self::new(other.status(), other.body().message)
+                }
             }
         }
     }

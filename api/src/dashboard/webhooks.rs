@@ -3,7 +3,8 @@
 //! and rotation; a test event; per endpoint a delivery log with multi-select filters (status,
 //! event kind), a time range, search by event, delivery or assignment id, and keyset pages; each
 //! delivery with its attempts and a resend; "recover every failed delivery since T", counted
-//! before it is done.
+//! before it is done, at most [`MAX_RECOVERY`] at a time and each delivery charged to the
+//! organization's `webhook_send` limit, like a resend.
 
 use std::collections::HashMap;
 
@@ -31,11 +32,15 @@ use super::view::{Layout, Section, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
 use crate::extract::{ApiPath, Auth};
+use crate::ratelimit::Operation;
 use crate::routes::webhooks::{MAX_DESCRIPTION_CHARS, ROTATION_OVERLAP};
 use crate::state::AppState;
 
 /// Deliveries per page of the log.
 const PAGE_SIZE: i64 = 25;
+
+/// Most deliveries one recovery queues (the oldest first); recovering again takes the next.
+pub const MAX_RECOVERY: i64 = 500;
 
 /// Statuses a delivery can have, in the order the filter offers them.
 const DELIVERY_STATUSES: [&str; 4] = ["succeeded", "failed", "pending", "delivering"];
@@ -940,6 +945,10 @@ struct RecoverPage {
     count: i64,
     disabled: bool,
     error: Option<String>,
+    /// [`MAX_RECOVERY`].
+    max_recovery: i64,
+    /// The organization's `webhook_send` limit, per minute.
+    send_limit: u32,
 }
 
 async fn recover_preview(
@@ -962,6 +971,8 @@ async fn recover_preview(
             count: 0,
             disabled: !current.enabled,
             error: Some("Choose the date and time to recover from.".to_owned()),
+            max_recovery: MAX_RECOVERY,
+            send_limit: Operation::WebhookSend.limit(&account.caller),
         };
         return Ok((StatusCode::BAD_REQUEST, page).into_response());
     };
@@ -975,6 +986,8 @@ async fn recover_preview(
         count,
         disabled: !current.enabled,
         error: None,
+        max_recovery: MAX_RECOVERY,
+        send_limit: Operation::WebhookSend.limit(&account.caller),
     }
     .into_response())
 }
@@ -987,6 +1000,10 @@ pub struct RecoverForm {
     pub since: String,
 }
 
+/// Queues failed deliveries since a time for another attempt: the oldest first, at most
+/// [`MAX_RECOVERY`], and no more than the organization's `webhook_send` allowance grants now
+/// (one per delivery); the action itself is limited too (`webhook_recover`). Says how many were
+/// queued and how many are left.
 async fn recover(
     State(state): State<AppState>,
     account: SignedIn,
@@ -997,13 +1014,74 @@ async fn recover(
     let current = endpoint(&state, &account, &id).await?;
     let since = local_time(&form.since, account.zone())
         .ok_or_else(|| PageError::bad_request("Choose the date and time to recover from."))?;
+    let caller = &account.caller;
+    state
+        .limiter
+        .check(caller, Operation::WebhookRecover, 1)
+        .await
+        .map_err(|error| match ApiError::from(error) {
+            ApiError::RateLimited {
+                retry_after, info, ..
+            } => PageError::too_many(
+                format!(
+                    "Recoveries are limited to {} a minute. Try again in {retry_after} s.",
+                    info.limit
+                ),
+                retry_after,
+            ),
+            other => other.into(),
+        })?;
+    let failed = queries::count_failed_since(&state.db, account.org.id, current.id, since).await?;
+    let wanted = failed.min(MAX_RECOVERY);
+    if wanted == 0 {
+        flash(
+            &account.session,
+            "success",
+            "There were no failed deliveries to recover.",
+        )
+        .await;
+        return Ok(Redirect::to(&format!("/dashboard/webhooks/{}", current.id)).into_response());
+    }
+    let send_limit = Operation::WebhookSend.limit(caller);
+    let (granted, rate, wait) = state
+        .limiter
+        .check_up_to(
+            caller,
+            Operation::WebhookSend,
+            u32::try_from(wanted).unwrap_or(u32::MAX),
+        )
+        .await
+        .map_err(ApiError::from)?;
+    if granted == 0 {
+        return Err(PageError::too_many(
+            format!(
+                "Nothing was queued: each recovered delivery counts against the webhook send \
+                 limit ({send_limit} a minute, shared with test events and resends), and it is \
+                 used up. Try again in {wait} s."
+            ),
+            wait,
+        ));
+    }
     let mut transaction = state.db.begin().await?;
-    let recovered =
-        queries::recover_failed_since(&mut transaction, account.org.id, current.id, since).await?;
-    let detail = format!(
-        "{recovered} failed since {}",
-        flow_domain::format_timestamp(since)
-    );
+    let recovered = queries::recover_failed_since(
+        &mut transaction,
+        account.org.id,
+        current.id,
+        since,
+        i64::from(granted),
+    )
+    .await?;
+    let detail = if recovered == failed.unsigned_abs() {
+        format!(
+            "{recovered} failed since {}",
+            flow_domain::format_timestamp(since)
+        )
+    } else {
+        format!(
+            "{recovered} failed since {} (of {failed})",
+            flow_domain::format_timestamp(since)
+        )
+    };
     audit::record(
         &mut *transaction,
         account.org.id,
@@ -1014,11 +1092,27 @@ async fn recover(
     )
     .await?;
     transaction.commit().await?;
-    let text = match recovered {
-        0 => "There were no failed deliveries to recover.".to_owned(),
+    let queued = match recovered {
+        0 => "No failed delivery was queued.".to_owned(),
         1 => "1 failed delivery is queued for another attempt.".to_owned(),
         many => format!("{many} failed deliveries are queued for another attempt."),
     };
-    flash(&account.session, "success", text).await;
+    let left = failed.unsigned_abs().saturating_sub(recovered);
+    let kind = if left == 0 { "success" } else { "warning" };
+    let text = if left == 0 {
+        queued
+    } else if i64::from(granted) < wanted {
+        format!(
+            "{queued} {left} more failed since then: the webhook send limit ({send_limit} a \
+             minute) allows no more now. Recover again in {} s for the next ones, oldest first.",
+            rate.reset_seconds.max(1)
+        )
+    } else {
+        format!(
+            "{queued} {left} more failed since then: one recovery queues at most \
+             {MAX_RECOVERY}. Recover again for the next ones, oldest first."
+        )
+    };
+    flash(&account.session, kind, text).await;
     Ok(Redirect::to(&format!("/dashboard/webhooks/{}", current.id)).into_response())
 }

@@ -26,6 +26,7 @@ use utoipa_axum::routes;
 use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
+use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -250,15 +251,17 @@ async fn resolve(state: &AppState, org: OrgId, id: AssignmentId) -> Result<Resol
         (status = 202, description = "Accepted and not persisted yet; retry after `Retry-After` seconds", body = AssignmentAccepted,
             headers(("Retry-After" = u64, description = "Seconds to wait before reading again"))),
         (status = 404, description = "No such assignment in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn get_assignment(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(RateInfo, Response), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
-    match resolve(&state, auth.org_id(), id).await? {
+    let response = match resolve(&state, auth.org_id(), id).await? {
         Resolution::Persisted(record) => {
             let progress = assignments::module_progress(&state.db, &[record.id]).await?;
             let progress = progress.into_iter().map(ModuleProgressView::from).collect();
@@ -280,7 +283,8 @@ pub async fn get_assignment(
         )
             .into_response()),
         Resolution::Unknown => Err(ApiError::not_found("assignment")),
-    }
+    }?;
+    Ok((rate, response))
 }
 
 impl AssignmentView {
@@ -338,7 +342,8 @@ pub struct AssignmentFilter {
 
 /// List assignments.
 ///
-/// In (`assignedAt`, id) order, `limit` per page (default 100, at most 1,000).
+/// In (`assignedAt`, id) order, `limit` per page (default 100, at most 1,000). A page counts as one
+/// read request per started 100 of its `limit`.
 #[utoipa::path(
     get,
     path = "/v1/assignments",
@@ -347,6 +352,7 @@ pub struct AssignmentFilter {
     responses(
         (status = 200, description = "A page of assignments", body = Page<AssignmentView>),
         (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn list_assignments(
@@ -354,8 +360,12 @@ pub async fn list_assignments(
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<AssignmentFilter>,
-) -> Result<Json<Page<AssignmentView>>, ApiError> {
+) -> Result<(RateInfo, Json<Page<AssignmentView>>), ApiError> {
     let limit = page.limit()?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
     let after = page.cursor(PageCursor::decode)?;
     let status = filter
         .status
@@ -373,10 +383,13 @@ pub async fn list_assignments(
         Some(text) => match FlowId::parse(text.trim()) {
             Some(id) => Some(id),
             None => {
-                return Ok(Json(Page {
-                    data: Vec::new(),
-                    next_cursor: None,
-                }));
+                return Ok((
+                    rate,
+                    Json(Page {
+                        data: Vec::new(),
+                        next_cursor: None,
+                    }),
+                ));
             }
         },
     };
@@ -394,7 +407,7 @@ pub async fn list_assignments(
         now,
     )
     .await?;
-    Ok(Json(Page::from_rows(
+    let page = Page::from_rows(
         rows,
         limit,
         |row| {
@@ -405,7 +418,8 @@ pub async fn list_assignments(
             .encode()
         },
         |row| AssignmentView::new(row, None, now),
-    )))
+    );
+    Ok((rate, Json(page)))
 }
 
 /// Body of the progress operation.
@@ -448,7 +462,7 @@ const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
 ///
 /// The first module activity starts the assignment (`flow.started`); completing every module
 /// completes it (`flow.completed`), also when it is overdue. Completed is final. Applied by a
-/// worker moments after the 202.
+/// worker moments after the 202. Counts against the organization's write limit.
 #[utoipa::path(
     post,
     path = "/v1/assignments/{id}/progress",
@@ -460,6 +474,7 @@ const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 404, description = "No such assignment, or module not in its flow", body = ErrorBody),
         (status = 409, description = "The assignment is already completed, not persisted yet (with `Retry-After`), or could not be persisted", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
         (status = 503, description = "Could not be queued durably; nothing was accepted", body = ErrorBody),
     )
 )]
@@ -469,7 +484,7 @@ pub async fn record_progress(
     request_id: RequestId,
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<ProgressRequest>,
-) -> Result<(StatusCode, Json<ProgressAccepted>), ApiError> {
+) -> Result<(StatusCode, RateInfo, Json<ProgressAccepted>), ApiError> {
     let now = Utc::now();
     let module_text = request.module_id.unwrap_or_default();
     if module_text.trim().is_empty() {
@@ -494,6 +509,7 @@ pub async fn record_progress(
             at
         }
     };
+    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
     let record = match resolve(&state, auth.org_id(), id).await? {
         Resolution::Persisted(record) => *record,
@@ -550,6 +566,7 @@ pub async fn record_progress(
         .await?;
     Ok((
         StatusCode::ACCEPTED,
+        rate,
         Json(ProgressAccepted {
             accepted: true,
             assignment_id: record.id,

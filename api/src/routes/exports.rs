@@ -7,7 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use flow_common::db::exports::{self, ExportRecord, ExportStatus};
+use flow_common::db::exports::{self, CapReached, CreateError, ExportRecord, ExportStatus};
 use flow_domain::ids::ExportId;
 use flow_domain::{format_timestamp, timestamp};
 use futures::TryStreamExt;
@@ -18,10 +18,15 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
+use crate::ratelimit::{Operation, RateInfo};
 use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;
+
+/// Seconds a caller at its cap of exports waiting or running is asked to wait: about what a
+/// small export takes; `GET /v1/exports/{id}` says when one is ready.
+const QUEUED_RETRY_AFTER_SECONDS: u64 = 15;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -79,6 +84,7 @@ impl From<&ExportRecord> for ExportState {
         (status = 202, description = "Still being generated; poll again after Retry-After seconds", body = ExportState),
         (status = 404, description = "No such export in this organization", body = ErrorBody),
         (status = 410, description = "The export has expired", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
         (status = 500, description = "The export failed; request a new export", body = ErrorBody),
     )
 )]
@@ -86,7 +92,8 @@ pub async fn get_export(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(RateInfo, Response), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = ExportId::parse(&id).ok_or_else(|| ApiError::not_found("export"))?;
     let export = exports::get(&state.db, auth.org_id(), id)
         .await?
@@ -97,7 +104,7 @@ pub async fn get_export(
             format_timestamp(export.expires_at)
         )));
     }
-    match export.status() {
+    let response = match export.status() {
         ExportStatus::Pending | ExportStatus::Running => {
             let mut response =
                 (StatusCode::ACCEPTED, Json(ExportState::from(&export))).into_response();
@@ -121,7 +128,8 @@ pub async fn get_export(
             Ok((StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response())
         }
         ExportStatus::Ready | ExportStatus::Expired => download(&state, &export).await,
-    }
+    }?;
+    Ok((rate, response))
 }
 
 /// Streams the file from the export store without holding it in memory.
@@ -162,4 +170,32 @@ async fn download(state: &AppState, export: &ExportRecord) -> Result<Response, A
         }
     }
     Ok(response)
+}
+
+/// An organization at one of its export caps: 429, to retry once an export finishes (the cap of
+/// exports waiting or running) or once the oldest file expires (the cap of stored bytes).
+impl From<CapReached> for ApiError {
+    fn from(reached: CapReached) -> Self {
+        let retry_after = match &reached {
+            CapReached::Queued { .. } => QUEUED_RETRY_AFTER_SECONDS,
+            CapReached::Stored { oldest_expiry, .. } => oldest_expiry
+                .map(|expiry| (expiry - Utc::now()).num_seconds().saturating_add(1))
+                .unwrap_or(60)
+                .max(1)
+                .unsigned_abs(),
+        };
+        ApiError::Throttled {
+            message: reached.to_string(),
+            retry_after,
+        }
+    }
+}
+
+impl From<CreateError> for ApiError {
+    fn from(error: CreateError) -> Self {
+        match error {
+            CreateError::Cap(reached) => reached.into(),
+            CreateError::Database(error) => error.into(),
+        }
+    }
 }

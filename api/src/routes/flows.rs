@@ -15,6 +15,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
 
@@ -134,6 +135,8 @@ fn summary_view(flow: FlowSummary) -> FlowView {
 }
 
 /// Create a flow.
+///
+/// Counts against the organization's write limit: one request per started 100 modules.
 #[utoipa::path(
     post,
     path = "/v1/flows",
@@ -142,13 +145,14 @@ fn summary_view(flow: FlowSummary) -> FlowView {
     responses(
         (status = 201, description = "Created", body = FlowView),
         (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn create_flow(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<CreateFlowRequest>,
-) -> Result<(StatusCode, Json<FlowView>), ApiError> {
+) -> Result<(StatusCode, RateInfo, Json<FlowView>), ApiError> {
     let name = TextRule::NAME.parse("name", request.name.as_deref().unwrap_or(""))?;
     if name.is_empty() {
         return Err(ApiError::InvalidRequest("name is required".into()));
@@ -185,6 +189,8 @@ pub async fn create_flow(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let cost = page_cost(i64::try_from(modules.len()).unwrap_or(i64::MAX));
+    let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
     let (flow, modules) = flows::create(
         &state.db,
         auth.org_id(),
@@ -193,7 +199,7 @@ pub async fn create_flow(
         &modules,
     )
     .await?;
-    Ok((StatusCode::CREATED, Json(flow_view(flow, modules))))
+    Ok((StatusCode::CREATED, rate, Json(flow_view(flow, modules))))
 }
 
 /// List the organization's flows.
@@ -204,22 +210,23 @@ pub async fn create_flow(
     params(PageQuery),
     responses(
         (status = 200, description = "A page of flows", body = Page<FlowView>),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn list_flows(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
-) -> Result<Json<Page<FlowView>>, ApiError> {
+) -> Result<(RateInfo, Json<Page<FlowView>>), ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(FlowId::parse)?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
     let rows = flows::list(&state.db, auth.org_id(), after, limit + 1).await?;
-    Ok(Json(Page::from_rows(
-        rows,
-        limit,
-        |flow| flow.id.to_string(),
-        summary_view,
-    )))
+    let page = Page::from_rows(rows, limit, |flow| flow.id.to_string(), summary_view);
+    Ok((rate, Json(page)))
 }
 
 /// Get a flow with its modules.
@@ -231,17 +238,19 @@ pub async fn list_flows(
     responses(
         (status = 200, description = "The flow", body = FlowView),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn get_flow(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<FlowView>, ApiError> {
+) -> Result<(RateInfo, Json<FlowView>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
     let flow = flows::get(&state.db, auth.org_id(), id)
         .await?
         .ok_or_else(|| ApiError::not_found("flow"))?;
     let modules = flows::modules(&state.db, id).await?;
-    Ok(Json(flow_view(flow, modules)))
+    Ok((rate, Json(flow_view(flow, modules))))
 }

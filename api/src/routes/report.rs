@@ -10,7 +10,7 @@
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_common::db::exports::{self, ExportRecord, NewExport};
+use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
 use flow_common::db::snapshot::Snapshot;
@@ -450,7 +450,7 @@ impl From<ReportError> for ApiError {
         (status = 200, description = "The report (and the export result when a format was asked)", body = ReportResponse),
         (status = 400, description = "Invalid request, e.g. endDate not after startDate", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
-        (status = 429, description = "Rate limit exceeded", body = ErrorBody),
+        (status = 429, description = "Rate limit exceeded, or (with a format) the organization has as many exports waiting or running, or as many bytes of export files, as allowed", body = ErrorBody),
         (status = 503, description = "The database is unavailable; no export was recorded", body = ErrorBody),
     )
 )]
@@ -470,6 +470,13 @@ pub async fn report(
             cost::page(params.page.limit, allowance),
         )
         .await?;
+    // Refused before the report is read; checked again when the export row is written.
+    let export_caps = ExportCaps::for_tier(auth.org.tier());
+    if params.format.is_some() {
+        exports::usage(&state.db, auth.org_id())
+            .await?
+            .check(export_caps)?;
+    }
     let flow = match params.flow_id {
         Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
         None => None,
@@ -503,6 +510,7 @@ pub async fn report(
             request_id.caller_supplied(),
             report.generated_at,
         ),
+        export_caps,
     )
     .await?;
     let response = ReportResponse::new(&flow, &parameters, report, page)

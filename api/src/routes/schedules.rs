@@ -219,18 +219,20 @@ pub async fn create_schedule(
     responses(
         (status = 200, description = "The schedule", body = ScheduleView),
         (status = 404, description = "No such schedule in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn get_schedule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<ScheduleView>, ApiError> {
+) -> Result<(RateInfo, Json<ScheduleView>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     let record = schedules::get(&state.db, auth.org_id(), id, Utc::now())
         .await?
         .ok_or_else(|| ApiError::not_found("schedule"))?;
-    Ok(Json(record.into()))
+    Ok((rate, Json(record.into())))
 }
 
 /// Delete a schedule: no further occurrences; assignments already made stay.
@@ -242,16 +244,18 @@ pub async fn get_schedule(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such schedule in this organization", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn delete_schedule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<(RateInfo, StatusCode), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     if schedules::delete(&state.db, auth.org_id(), id).await? {
-        Ok(StatusCode::NO_CONTENT)
+        Ok((rate, StatusCode::NO_CONTENT))
     } else {
         Err(ApiError::not_found("schedule"))
     }

@@ -14,6 +14,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiQuery, Auth};
+use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
 
@@ -91,14 +92,16 @@ impl From<User> for UserView {
         (status = 201, description = "Created", body = UserView),
         (status = 200, description = "Already existed; updated", body = UserView),
         (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn upsert_user(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(input): ApiJson<UserInput>,
-) -> Result<(StatusCode, Json<UserView>), ApiError> {
+) -> Result<(StatusCode, RateInfo, Json<UserView>), ApiError> {
     let user = input.parse("")?;
+    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let mut rows = users::upsert(&state.db, auth.org_id(), &[user]).await?;
     let user = rows
         .pop()
@@ -108,7 +111,7 @@ pub async fn upsert_user(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(user.into())))
+    Ok((status, rate, Json(user.into())))
 }
 
 /// Body of the bulk upsert.
@@ -133,6 +136,8 @@ pub struct BulkUsersResponse {
 }
 
 /// Create or update up to 1,000 users in one transaction (all or nothing).
+///
+/// Counts against the organization's write limit: one request per started 100 users.
 #[utoipa::path(
     post,
     path = "/v1/users/bulk",
@@ -141,13 +146,14 @@ pub struct BulkUsersResponse {
     responses(
         (status = 200, description = "Upserted", body = BulkUsersResponse),
         (status = 400, description = "Invalid request (nothing was written)", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded (nothing was written)", body = ErrorBody),
     )
 )]
 pub async fn upsert_users(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<BulkUsersRequest>,
-) -> Result<Json<BulkUsersResponse>, ApiError> {
+) -> Result<(RateInfo, Json<BulkUsersResponse>), ApiError> {
     if request.users.is_empty() || request.users.len() > MAX_BULK_USERS {
         return Err(ApiError::InvalidRequest(format!(
             "users must contain between 1 and {MAX_BULK_USERS} items"
@@ -159,13 +165,16 @@ pub async fn upsert_users(
         .enumerate()
         .map(|(index, user)| user.parse(&format!("users[{index}].")))
         .collect::<Result<Vec<_>, _>>()?;
+    let cost = page_cost(i64::try_from(users.len()).unwrap_or(i64::MAX));
+    let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
     let rows = users::upsert(&state.db, auth.org_id(), &users).await?;
     let created = rows.iter().filter(|user| user.created).count();
-    Ok(Json(BulkUsersResponse {
+    let response = BulkUsersResponse {
         updated: rows.len() - created,
         created,
         users: rows.into_iter().map(UserView::from).collect(),
-    }))
+    };
+    Ok((rate, Json(response)))
 }
 
 /// Filters of the user list.
@@ -185,6 +194,7 @@ pub struct UserFilter {
     responses(
         (status = 200, description = "A page of users", body = Page<UserView>),
         (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn list_users(
@@ -192,22 +202,24 @@ pub async fn list_users(
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<UserFilter>,
-) -> Result<Json<Page<UserView>>, ApiError> {
+) -> Result<(RateInfo, Json<Page<UserView>>), ApiError> {
     if let Some(email) = filter.email {
         let email = Email::parse("email", &email)?;
+        let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
         let found = users::find_by_email(&state.db, auth.org_id(), &email).await?;
-        return Ok(Json(Page {
+        let page = Page {
             data: found.into_iter().map(UserView::from).collect(),
             next_cursor: None,
-        }));
+        };
+        return Ok((rate, Json(page)));
     }
     let limit = page.limit()?;
     let after = page.cursor(UserId::parse)?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
     let rows = users::list(&state.db, auth.org_id(), after, limit + 1).await?;
-    Ok(Json(Page::from_rows(
-        rows,
-        limit,
-        |user| user.id.to_string(),
-        UserView::from,
-    )))
+    let page = Page::from_rows(rows, limit, |user| user.id.to_string(), UserView::from);
+    Ok((rate, Json(page)))
 }

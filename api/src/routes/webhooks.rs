@@ -24,7 +24,7 @@ use utoipa_axum::routes;
 use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use crate::ratelimit::{Operation, RateInfo};
+use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::state::AppState;
 
 /// How long a rotated-out secret keeps signing beside the new one.
@@ -199,13 +199,15 @@ fn endpoint_id(text: &str) -> Result<WebhookEndpointId, ApiError> {
         (status = 201, description = "Created; the secret is shown this once", body = EndpointWithSecret),
         (status = 400, description = "Invalid request (including a refused address)", body = ErrorBody),
         (status = 409, description = "The organization has the most endpoints allowed", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn create_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<CreateEndpointRequest>,
-) -> Result<(StatusCode, Json<EndpointWithSecret>), ApiError> {
+) -> Result<(StatusCode, RateInfo, Json<EndpointWithSecret>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let url_text = request
         .url
         .filter(|url| !url.trim().is_empty())
@@ -246,6 +248,7 @@ pub async fn create_endpoint(
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
     Ok((
         StatusCode::CREATED,
+        rate,
         Json(EndpointWithSecret {
             endpoint: endpoint.into(),
             secret,
@@ -261,22 +264,28 @@ pub async fn create_endpoint(
     params(PageQuery),
     responses(
         (status = 200, description = "A page of endpoints", body = Page<EndpointView>),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn list_endpoints(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
-) -> Result<Json<Page<EndpointView>>, ApiError> {
+) -> Result<(RateInfo, Json<Page<EndpointView>>), ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(WebhookEndpointId::parse)?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
     let rows = webhooks::list(&state.db, auth.org_id(), after, limit + 1).await?;
-    Ok(Json(Page::from_rows(
+    let page = Page::from_rows(
         rows,
         limit,
         |endpoint| endpoint.id.to_string(),
         EndpointView::from,
-    )))
+    );
+    Ok((rate, Json(page)))
 }
 
 /// Get a webhook endpoint.
@@ -288,17 +297,19 @@ pub async fn list_endpoints(
     responses(
         (status = 200, description = "The endpoint", body = EndpointView),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn get_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<EndpointView>, ApiError> {
+) -> Result<(RateInfo, Json<EndpointView>), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
         .await?
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    Ok(Json(endpoint.into()))
+    Ok((rate, Json(endpoint.into())))
 }
 
 /// Update a webhook endpoint.
@@ -357,13 +368,15 @@ pub async fn update_endpoint(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn delete_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<(RateInfo, StatusCode), ApiError> {
+    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let mut transaction = state.db.begin().await?;
     if !webhooks::delete(&mut transaction, auth.org_id(), endpoint_id(&id)?).await? {
         return Err(ApiError::not_found("webhook endpoint"));
@@ -378,7 +391,7 @@ pub async fn delete_endpoint(
     )
     .await?;
     transaction.commit().await?;
-    Ok(StatusCode::NO_CONTENT)
+    Ok((rate, StatusCode::NO_CONTENT))
 }
 
 /// Rotate an endpoint's signing secret.
@@ -590,6 +603,7 @@ const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivering", "succeeded", "fai
         (status = 200, description = "A page of deliveries", body = Page<DeliveryView>),
         (status = 400, description = "Invalid filter", body = ErrorBody),
         (status = 404, description = "No such endpoint in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
     )
 )]
 pub async fn list_deliveries(
@@ -598,7 +612,7 @@ pub async fn list_deliveries(
     ApiPath(id): ApiPath<String>,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<DeliveryFilter>,
-) -> Result<Json<Page<DeliveryView>>, ApiError> {
+) -> Result<(RateInfo, Json<Page<DeliveryView>>), ApiError> {
     let limit = page.limit()?;
     let before = page.cursor(decode_keyset)?;
     if let Some(status) = filter.status.as_deref()
@@ -609,6 +623,10 @@ pub async fn list_deliveries(
             DELIVERY_STATUSES.join(", ")
         )));
     }
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
     let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
         .await?
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
@@ -623,7 +641,7 @@ pub async fn list_deliveries(
     .await?;
     let ids: Vec<DeliveryId> = rows.iter().map(|row| row.id).collect();
     let mut attempts = webhooks::attempts(&state.db, &ids).await?;
-    Ok(Json(Page::from_rows(
+    let page = Page::from_rows(
         rows,
         limit,
         |row| encode_keyset(row.created_at, &row.id.0),
@@ -634,7 +652,8 @@ pub async fn list_deliveries(
                 .collect();
             DeliveryView::new(row, log)
         },
-    )))
+    );
+    Ok((rate, Json(page)))
 }
 
 fn attempt_view(attempt: webhooks::AttemptRecord) -> AttemptView {

@@ -172,22 +172,31 @@ pub async fn count_failed_since<'e>(
     .await
 }
 
-/// Queues every failed delivery of the endpoint created since `since` for one more attempt now
-/// (as a manual retry does for one) and wakes the webhook-workers. Returns how many.
+/// Queues failed deliveries of the endpoint created since `since` for one more attempt now (as a
+/// manual retry does for one), the oldest first and at most `limit`, and wakes the
+/// webhook-workers. Returns how many. Deliveries another recovery is queueing at the same moment
+/// are skipped, not waited for.
 pub async fn recover_failed_since(
     connection: &mut PgConnection,
     org_id: OrgId,
     endpoint_id: WebhookEndpointId,
     since: DateTime<Utc>,
+    limit: i64,
 ) -> Result<u64, sqlx::Error> {
     let recovered = sqlx::query(
         "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at = now(),
                 lease_until = NULL
-         WHERE endpoint_id = $1 AND org_id = $2 AND status = 'failed' AND created_at >= $3",
+         WHERE id IN (
+            SELECT id FROM webhook_deliveries
+            WHERE endpoint_id = $1 AND org_id = $2 AND status = 'failed' AND created_at >= $3
+            ORDER BY created_at, id
+            LIMIT $4
+            FOR UPDATE SKIP LOCKED)",
     )
     .bind(endpoint_id)
     .bind(org_id)
     .bind(since)
+    .bind(limit)
     .execute(&mut *connection)
     .await?
     .rows_affected();

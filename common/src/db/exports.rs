@@ -4,11 +4,18 @@
 //! its id, a lease), renews the lease while it works and fences every later write on still
 //! holding it, so a job is only ever worked on by one worker at a time; a job whose lease lapsed
 //! (its worker died) is claimable again.
+//!
+//! Organizations share the workers fairly: each may have a few exports waiting or running and a
+//! bounded number of bytes of files at a time ([`ExportCaps`], checked when an export is
+//! requested), and claims go round the organizations that have exports waiting
+//! ([`claim_next`]), so one organization's backlog does not delay another's export.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{ExportId, FlowId, OrgId};
+
+use super::orgs::Tier;
 use flow_domain::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -165,9 +172,136 @@ impl NewExport {
     }
 }
 
-/// Inserts a pending export and wakes the report-workers when it commits.
-pub async fn create(pool: &PgPool, new: &NewExport) -> Result<ExportRecord, sqlx::Error> {
+/// How much of the report-workers and of the export store one organization may hold at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportCaps {
+    /// Exports waiting or running at once.
+    pub queued: i64,
+    /// Bytes of files of unexpired exports.
+    pub stored_bytes: i64,
+}
+
+/// One gibibyte.
+const GIB: i64 = 1 << 30;
+
+impl ExportCaps {
+    /// The caps of a tier: standard 5 exports waiting or running and 1 GiB of files,
+    /// enterprise 20 and 10 GiB.
+    pub fn for_tier(tier: Tier) -> Self {
+        match tier {
+            Tier::Standard => Self {
+                queued: 5,
+                stored_bytes: GIB,
+            },
+            Tier::Enterprise => Self {
+                queued: 20,
+                stored_bytes: 10 * GIB,
+            },
+        }
+    }
+}
+
+/// What an organization's unexpired exports hold now.
+#[derive(Debug, Clone, Copy, FromRow)]
+pub struct ExportUsage {
+    /// Exports waiting or running.
+    pub queued: i64,
+    /// Bytes of the files of ready exports.
+    pub stored_bytes: i64,
+    /// When the oldest ready export expires (its file then stops counting).
+    pub oldest_expiry: Option<DateTime<Utc>>,
+}
+
+/// Why an organization may not request another export now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CapReached {
+    /// As many exports as allowed are waiting or running.
+    #[error(
+        "this organization has {queued} exports waiting or running, the most allowed at once; \
+         request another once one of them is ready"
+    )]
+    Queued {
+        /// The cap.
+        queued: i64,
+    },
+    /// The files of unexpired exports take the organization's whole allowance.
+    #[error(
+        "this organization's unexpired export files take {} MiB of its {} MiB of export storage; \
+         new exports are refused until older ones expire (24 hours after they were requested)",
+        stored_bytes / (1 << 20),
+        cap_bytes / (1 << 20)
+    )]
+    Stored {
+        /// Bytes held now.
+        stored_bytes: i64,
+        /// The cap.
+        cap_bytes: i64,
+        /// When the oldest file expires.
+        oldest_expiry: Option<DateTime<Utc>>,
+    },
+}
+
+impl ExportUsage {
+    /// Whether one more export fits within `caps`.
+    pub fn check(&self, caps: ExportCaps) -> Result<(), CapReached> {
+        if self.queued >= caps.queued {
+            return Err(CapReached::Queued {
+                queued: caps.queued,
+            });
+        }
+        if self.stored_bytes >= caps.stored_bytes {
+            return Err(CapReached::Stored {
+                stored_bytes: self.stored_bytes,
+                cap_bytes: caps.stored_bytes,
+                oldest_expiry: self.oldest_expiry,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What the unexpired exports of `org_id` hold now.
+pub async fn usage<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+) -> Result<ExportUsage, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE status IN ('pending', 'running')) AS queued,
+                coalesce(sum(size_bytes) FILTER (WHERE status = 'ready'), 0)::BIGINT AS stored_bytes,
+                min(expires_at) FILTER (WHERE status = 'ready') AS oldest_expiry
+         FROM exports
+         WHERE org_id = $1 AND status IN ('pending', 'running', 'ready') AND expires_at > now()",
+    )
+    .bind(org_id)
+    .fetch_one(executor)
+    .await
+}
+
+/// Why an export was not created.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError {
+    /// The organization is at one of its caps.
+    #[error(transparent)]
+    Cap(#[from] CapReached),
+    /// Postgres failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// Inserts a pending export, if the organization is within `caps`, and wakes the report-workers
+/// when it commits. Requests of one organization take turns on a transaction-scoped lock, so two
+/// at once cannot both take its last place.
+pub async fn create(
+    pool: &PgPool,
+    new: &NewExport,
+    caps: ExportCaps,
+) -> Result<ExportRecord, CreateError> {
     let mut transaction = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('exports of ' || $1::text, 0))")
+        .bind(new.org_id)
+        .execute(&mut *transaction)
+        .await?;
+    usage(&mut *transaction, new.org_id).await?.check(caps)?;
     let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO exports (id, org_id, flow_id, format, parameters, rows_total, request_id,
                               created_at, available_at, expires_at)
@@ -215,9 +349,16 @@ fn interval_ms(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// Claims the oldest export that is waiting (and not backing off), or whose worker stopped
-/// renewing its lease, for `worker_id` until `lease` from now. `SKIP LOCKED` lets any number of
-/// workers claim side by side without waiting on each other.
+/// Claims an export that is waiting (and not backing off), or whose worker stopped renewing its
+/// lease, for `worker_id` until `lease` from now; organizations take turns.
+///
+/// Each claimable export gets a place in line: its rank among its organization's claimable
+/// exports (oldest first) plus the organization's exports running now. The lowest place goes
+/// first, so every organization's first export waiting comes before anyone's second, and an
+/// organization with exports running waits behind those with none; among equal places the
+/// organization whose last claim is the oldest (or that never had one) goes first, then the
+/// oldest export. `SKIP LOCKED` lets any number of workers claim side by side: one that finds the
+/// first in line locked by another takes the next (rechecked as still claimable once locked).
 pub async fn claim_next<'e>(
     executor: impl PgExecutor<'e>,
     worker_id: &str,
@@ -225,16 +366,44 @@ pub async fn claim_next<'e>(
     max_attempts: i32,
 ) -> Result<Option<ExportRecord>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "UPDATE exports SET status = 'running', worker_id = $1,
-                lease_until = now() + $2 * interval '1 millisecond',
-                attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL
-         WHERE id = (
-            SELECT id FROM exports
+        "WITH waiting AS (
+            SELECT id, org_id, created_at,
+                   row_number() OVER (PARTITION BY org_id ORDER BY created_at, id) AS rank
+            FROM exports
             WHERE {CLAIMABLE} AND attempts < $3
-            ORDER BY created_at
-            FOR UPDATE SKIP LOCKED
-            LIMIT 1)
-         RETURNING {COLUMNS}"
+         ),
+         organizations AS (
+            SELECT queued.org_id, turns.last_claimed_at,
+                   (SELECT count(*) FROM exports running
+                    WHERE running.org_id = queued.org_id AND running.status = 'running'
+                      AND running.lease_until >= now() AND running.expires_at > now()) AS running
+            FROM (SELECT DISTINCT org_id FROM waiting) queued
+            LEFT JOIN export_claim_turns turns ON turns.org_id = queued.org_id
+         ),
+         next AS (
+            SELECT exports.id FROM exports
+            JOIN waiting ON waiting.id = exports.id
+            JOIN organizations ON organizations.org_id = waiting.org_id
+            WHERE {CLAIMABLE} AND exports.attempts < $3
+            ORDER BY waiting.rank + organizations.running,
+                     organizations.last_claimed_at NULLS FIRST,
+                     waiting.created_at, waiting.id
+            LIMIT 1
+            FOR UPDATE OF exports SKIP LOCKED
+         ),
+         claimed AS (
+            UPDATE exports SET status = 'running', worker_id = $1,
+                   lease_until = now() + $2 * interval '1 millisecond',
+                   attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL
+            WHERE id = (SELECT id FROM next)
+            RETURNING {COLUMNS}
+         ),
+         turn AS (
+            INSERT INTO export_claim_turns (org_id, last_claimed_at)
+            SELECT org_id, now() FROM claimed
+            ON CONFLICT (org_id) DO UPDATE SET last_claimed_at = excluded.last_claimed_at
+         )
+         SELECT {COLUMNS} FROM claimed"
     )))
     .bind(worker_id)
     .bind(interval_ms(lease))

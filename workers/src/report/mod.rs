@@ -1,9 +1,12 @@
 //! The report-worker: generates report exports (CSV, Excel, PDF) into the export store.
 //!
 //! The `exports` row is the job queue, and the API writing it is the request's one commit point.
-//! A worker with a free slot claims the oldest waiting export in Postgres (`FOR UPDATE SKIP
-//! LOCKED`, with a lease it renews while it works), so any number of workers share the load and a
-//! long export is never handed to a second worker while the first is alive. The API's `NOTIFY`
+//! A worker with a free slot claims a waiting export in Postgres (`FOR UPDATE SKIP LOCKED`, with a
+//! lease it renews while it works), so any number of workers share the load and a long export is
+//! never handed to a second worker while the first is alive. Organizations take turns: the claim
+//! goes to the organization with the fewest exports running and waiting ahead, then to the one
+//! whose last claim is the oldest (`exports::claim_next`), so one organization's backlog does not
+//! hold up another's export. The API's `NOTIFY`
 //! (sent when the row commits) wakes the workers at once; they also poll, so an export requested
 //! while no worker listened, or whose worker died (its lease lapses), is picked up all the same.
 //! No broker is involved. A sweeper fails exports that keep killing their workers and purges
