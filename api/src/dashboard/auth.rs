@@ -4,12 +4,14 @@
 //! Passwords are argon2id hashes. A session remembers the account and when it signed in: it ends
 //! after [`crate::config::DashboardConfig::session_idle`] without a request (the store's expiry
 //! slides on each request) and [`crate::config::DashboardConfig::session_max`] after sign-in
-//! whatever the activity. The session id changes at sign-in. Failed sign-ins are counted in
-//! Postgres per account e-mail and per client address, so guessing is throttled across replicas.
+//! whatever the activity. The session id changes at sign-in. Sign-in attempts are throttled in
+//! Postgres by a growing delay per account e-mail and per client address group (see
+//! [`accounts::ACCOUNT_THROTTLE`], [`accounts::ADDRESS_THROTTLE`]), counted before the password
+//! is hashed, so guessing is throttled across replicas and in parallel. Password hashes run at
+//! most [`hashing_permits`] at once in a process (each takes 19 MiB).
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, LazyLock};
 
 use argon2::Argon2;
 use argon2::password_hash::phc::PasswordHash;
@@ -24,11 +26,12 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
-use flow_common::db::accounts::{self, Account, FailureScope, Role};
+use flow_common::db::accounts::{self, Account, Admission, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
 use flow_domain::ids::{AccountId, KeyId};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 use tower_sessions::Session;
 use uuid::Uuid;
 
@@ -41,13 +44,6 @@ use crate::state::AppState;
 const ACCOUNT_KEY: &str = "account";
 /// Session key of the sign-in time (Unix seconds).
 const SIGNED_IN_KEY: &str = "signed_in_at";
-
-/// Failed sign-ins of one e-mail within [`FAILURE_WINDOW`] before it is refused.
-pub const ACCOUNT_FAILURE_LIMIT: i64 = 5;
-/// Failed sign-ins from one address within [`FAILURE_WINDOW`] before it is refused.
-pub const ADDRESS_FAILURE_LIMIT: i64 = 20;
-/// How long failed sign-ins count.
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
 
 /// Shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 10;
@@ -224,9 +220,25 @@ impl OptionalFromRequestParts<AppState> for SignedIn {
     }
 }
 
-/// The client's address (for throttling); `unknown` when the server was not given it.
+/// The client's address group (for throttling); `unknown` when the server was not given it.
 fn client_address(parts_address: Option<&ConnectInfo<SocketAddr>>) -> String {
-    parts_address.map_or_else(|| "unknown".to_owned(), |info| info.0.ip().to_string())
+    parts_address.map_or_else(|| "unknown".to_owned(), |info| address_group(info.0.ip()))
+}
+
+/// What sign-in attempts are throttled by for a client address: an IPv4 address itself (also
+/// when it arrives IPv4-mapped, `::ffff:a.b.c.d`), and an IPv6 address's /64, the smallest block
+/// a network is given, which one client can fill with addresses at will.
+pub fn address_group(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let network = u128::from(v6) & !(u128::from(u64::MAX));
+                format!("{}/64", std::net::Ipv6Addr::from(network))
+            }
+        },
+    }
 }
 
 /// Where to go after signing in: only a dashboard page of this service.
@@ -328,38 +340,26 @@ async fn sign_in(
     };
     let address = client_address(address.as_ref().map(|extension| &extension.0));
     let normalized = email.normalized();
-    for (scope, subject, limit) in [
-        (
-            FailureScope::Account,
-            normalized.as_str(),
-            ACCOUNT_FAILURE_LIMIT,
-        ),
-        (
-            FailureScope::Address,
-            address.as_str(),
-            ADDRESS_FAILURE_LIMIT,
-        ),
-    ] {
-        let (failures, clears_at) =
-            accounts::recent_failures(&state.db, scope, subject, FAILURE_WINDOW).await?;
-        if failures >= limit {
-            let minutes = clears_at
-                .map(|at| ((at - Utc::now()).num_seconds().max(1) + 59) / 60)
-                .unwrap_or(15);
-            let mut response = refuse(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "Too many failed sign-ins. Wait {minutes} minute{} and try again, or ask an \
-                     admin for a new sign-in link.",
-                    if minutes == 1 { "" } else { "s" }
-                ),
-            );
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                HeaderValue::from(minutes * 60),
-            );
-            return Ok(response);
-        }
+    // Counted before the password is hashed: concurrent guesses count one by one.
+    let wait = match accounts::admit_sign_in(&state.db, &normalized, &address).await? {
+        Admission::Check => None,
+        Admission::AccountWait(wait) => Some((wait, "for this e-mail address")),
+        Admission::AddressWait(wait) => Some((wait, "from your network address")),
+    };
+    if let Some((wait, whose)) = wait {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let mut response = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "Too many failed sign-ins {whose}. Wait {} and try again, or ask an admin for a \
+                 new sign-in link.",
+                in_words(seconds)
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
+        return Ok(response);
     }
     let credentials = accounts::credentials(&state.db, &email).await?;
     let stored = credentials
@@ -367,24 +367,29 @@ async fn sign_in(
         .and_then(|found| found.password_hash.clone());
     let password = form.password.clone();
     // Unknown accounts cost the same hashing work, so timing does not reveal which exist.
-    let verified =
-        tokio::task::spawn_blocking(move || verify_password(&password, stored.as_deref()))
-            .await
-            .map_err(PageError::internal)?;
+    let verified = hashing(move || verify_password(&password, stored.as_deref())).await?;
     let account = match (verified, credentials) {
         (true, Some(found)) => found.account,
         _ => {
-            accounts::record_failure(&state.db, &normalized, &address).await?;
             return Ok(refuse(
                 StatusCode::UNAUTHORIZED,
                 "The e-mail or the password is not right.",
             ));
         }
     };
-    accounts::clear_failures(&state.db, &normalized).await?;
+    accounts::sign_in_succeeded(&state.db, &normalized, &address).await?;
     start_session(&session, account.id).await?;
     tracing::info!(account_id = %account.id, "dashboard sign-in");
     Ok(Redirect::to(&next).into_response())
+}
+
+/// A wait in words: seconds under two minutes, whole minutes (rounded up) above.
+fn in_words(seconds: u64) -> String {
+    match seconds {
+        1 => "1 second".to_owned(),
+        0..120 => format!("{seconds} seconds"),
+        _ => format!("{} minutes", seconds.div_ceil(60)),
+    }
 }
 
 /// Signs `account` in on a fresh session id.
@@ -401,6 +406,24 @@ async fn start_session(session: &Session, account: AccountId) -> Result<(), Page
 async fn sign_out(session: Session) -> PageResult {
     session.flush().await?;
     Ok(Redirect::to("/dashboard/sign-in?signed_out=1").into_response())
+}
+
+/// Password hashes (and checks) run at once in this process: one per core. Each takes 19 MiB
+/// and a core for tens of milliseconds; more requests wait for a permit (within the request
+/// timeout) rather than exhaust memory.
+pub fn hashing_permits() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+static HASHING: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(hashing_permits()));
+
+/// Runs a password hash or check off the async threads, holding one of the process's
+/// [`hashing_permits`].
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> PageResult<T> {
+    let _permit = HASHING.acquire().await.map_err(PageError::internal)?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(PageError::internal)
 }
 
 /// A PHC string of a throwaway password, to verify against when the account has none.
@@ -507,9 +530,8 @@ async fn set_password(
             .into_response());
     }
     let password = form.password;
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(PageError::internal)?
+    let hash = hashing(move || hash_password(&password))
+        .await?
         .map_err(PageError::internal)?;
     let mut connection = state.db.acquire().await?;
     let Some(account) = accounts::set_password_with_link(&mut connection, &token, &hash).await?
@@ -518,7 +540,7 @@ async fn set_password(
         return Ok(link_invalid());
     };
     drop(connection);
-    accounts::clear_failures(&state.db, &account.email.to_lowercase()).await?;
+    accounts::forget_failures(&state.db, &account.email.to_lowercase()).await?;
     start_session(&session, account.id).await?;
     flash(
         &session,
@@ -531,4 +553,34 @@ async fn set_password(
     .await;
     tracing::info!(account_id = %account.id, "dashboard password set");
     Ok(Redirect::to("/dashboard/flows").into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(text: &str) -> String {
+        address_group(text.parse().expect("an address"))
+    }
+
+    #[test]
+    fn ipv6_addresses_of_one_64_share_a_throttle_and_ipv4_ones_do_not() {
+        assert_eq!(group("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            group("2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            group("2001:db8:1:2::1")
+        );
+        assert_ne!(group("2001:db8:1:3::1"), group("2001:db8:1:2::1"));
+        assert_eq!(group("203.0.113.7"), "203.0.113.7");
+        assert_ne!(group("203.0.113.8"), group("203.0.113.7"));
+        assert_eq!(group("::ffff:203.0.113.7"), "203.0.113.7");
+    }
+
+    #[test]
+    fn waits_read_in_seconds_then_minutes() {
+        assert_eq!(in_words(1), "1 second");
+        assert_eq!(in_words(60), "60 seconds");
+        assert_eq!(in_words(900), "15 minutes");
+        assert_eq!(in_words(601), "11 minutes");
+    }
 }

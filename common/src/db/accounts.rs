@@ -1,6 +1,7 @@
 //! Dashboard accounts: people of one organization who sign in to the dashboard as `admin` or
 //! `viewer`, their one-time sign-in links (invitation or password reset, valid 24 hours; only a
-//! SHA-256 of the token is kept), and the failed sign-in attempts that throttle guessing.
+//! SHA-256 of the token is kept), and the sign-in throttle (a growing delay per account e-mail
+//! and per client address).
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use chrono::{DateTime, Utc};
 use flow_domain::Email;
 use flow_domain::ids::{AccountId, OrgId};
 use sha2::{Digest, Sha256};
-use sqlx::{FromRow, PgConnection, PgExecutor};
+use sqlx::{FromRow, PgConnection, PgExecutor, PgPool};
 
 use super::orgs::Organization;
 
@@ -277,77 +278,6 @@ pub async fn set_password_with_link(
     .await
 }
 
-/// What a failed sign-in is counted against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureScope {
-    /// The e-mail that was tried.
-    Account,
-    /// The client address it came from.
-    Address,
-}
-
-impl FailureScope {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Account => "account",
-            Self::Address => "address",
-        }
-    }
-}
-
-/// Failed sign-ins of `subject` within the last `window`, and when the oldest of them leaves the
-/// window (so the caller can say how long to wait).
-pub async fn recent_failures<'e>(
-    executor: impl PgExecutor<'e>,
-    scope: FailureScope,
-    subject: &str,
-    window: Duration,
-) -> Result<(i64, Option<DateTime<Utc>>), sqlx::Error> {
-    sqlx::query_as(
-        "SELECT count(*), min(failed_at) + $3 * interval '1 millisecond'
-         FROM dashboard_sign_in_failures
-         WHERE scope = $1 AND subject = $2 AND failed_at > now() - $3 * interval '1 millisecond'",
-    )
-    .bind(scope.as_str())
-    .bind(subject)
-    .bind(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-    .fetch_one(executor)
-    .await
-}
-
-/// Records a failed sign-in against the account e-mail and the address, and forgets failures
-/// older than a day.
-pub async fn record_failure<'e>(
-    executor: impl PgExecutor<'e>,
-    email_normalized: &str,
-    address: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "WITH pruned AS (
-            DELETE FROM dashboard_sign_in_failures WHERE failed_at < now() - interval '1 day'
-         )
-         INSERT INTO dashboard_sign_in_failures (scope, subject)
-         VALUES ('account', $1), ('address', $2)",
-    )
-    .bind(email_normalized)
-    .bind(address)
-    .execute(executor)
-    .await
-    .map(|_| ())
-}
-
-/// Forgets the failed sign-ins of an account after it signed in.
-pub async fn clear_failures<'e>(
-    executor: impl PgExecutor<'e>,
-    email_normalized: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM dashboard_sign_in_failures WHERE scope = 'account' AND subject = $1")
-        .bind(email_normalized)
-        .execute(executor)
-        .await
-        .map(|_| ())
-}
-
 /// Creates an account and its first sign-in link in the caller's transaction; `None` when the
 /// e-mail already has an account.
 pub async fn invite(
@@ -363,10 +293,219 @@ pub async fn invite(
     Ok(Some((account, token, expires_at)))
 }
 
+/// A growing delay between the sign-in attempts of one subject (an account e-mail, or a client
+/// address group). The first [`ThrottleRule::free`] attempts of a streak are checked at once;
+/// from then on each checked attempt doubles the wait before the next one is even checked, from
+/// [`ThrottleRule::first_delay`] up to [`ThrottleRule::max_delay`]. A streak is forgotten
+/// [`ThrottleRule::forget_after`] its last checked attempt (and an account's when it signs in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleRule {
+    /// Failed attempts of a streak checked without waiting.
+    pub free: u32,
+    /// The wait after the first failure past the free ones.
+    pub first_delay: Duration,
+    /// The longest wait.
+    pub max_delay: Duration,
+    /// Quiet time after which a streak starts over.
+    pub forget_after: Duration,
+}
+
+impl ThrottleRule {
+    /// The wait before the next attempt is checked, after `failures` failed attempts of a streak.
+    pub fn delay(&self, failures: u32) -> Duration {
+        match failures.checked_sub(self.free) {
+            None => Duration::ZERO,
+            Some(past) => self
+                .first_delay
+                .saturating_mul(2_u32.saturating_pow(past))
+                .min(self.max_delay),
+        }
+    }
+}
+
+/// Per account e-mail (known or not, so the answers do not tell which exist): 3 failures at once,
+/// then 2 s, 4 s, 8 s, … capped at one minute, forgotten after 15 quiet minutes. The cap is low so
+/// that a stranger who knows an address can make its owner wait a minute at most per attempt of
+/// theirs, and their own address's delay ([`ADDRESS_THROTTLE`]) limits how often they can.
+pub const ACCOUNT_THROTTLE: ThrottleRule = ThrottleRule {
+    free: 3,
+    first_delay: Duration::from_secs(2),
+    max_delay: Duration::from_secs(60),
+    forget_after: Duration::from_secs(15 * 60),
+};
+
+/// Per client address (an IPv4 address, an IPv6 /64): 20 failures at once (people behind one
+/// proxy share it), then 2 s, 4 s, … capped at 15 minutes (reached after 29 failures), forgotten
+/// after a quiet hour.
+pub const ADDRESS_THROTTLE: ThrottleRule = ThrottleRule {
+    free: 20,
+    first_delay: Duration::from_secs(2),
+    max_delay: Duration::from_secs(15 * 60),
+    forget_after: Duration::from_secs(3600),
+};
+
+/// What a sign-in attempt may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Check the password: the attempt is counted as a failure until
+    /// [`sign_in_succeeded`] takes it back.
+    Check,
+    /// The client address failed too often: wait this long.
+    AddressWait(Duration),
+    /// The account e-mail failed too often: wait this long.
+    AccountWait(Duration),
+}
+
+/// The wait still due for a subject with `failures` failures, the last checked `age` ago, and the
+/// failures that count (none once the streak is forgotten).
+fn throttle_state(rule: &ThrottleRule, failures: i32, age: Duration) -> (Duration, u32) {
+    let failures = if age >= rule.forget_after {
+        0
+    } else {
+        u32::try_from(failures).unwrap_or(0)
+    };
+    (rule.delay(failures).saturating_sub(age), failures)
+}
+
+/// Admits a sign-in attempt of the account e-mail `account` (normalized) from the client
+/// address group `address`, or says how long to wait. An admitted attempt is counted as a failure
+/// of both before its password is checked, under the rows' locks, so concurrent guesses are
+/// counted one by one and only the ones their delays allow are checked. A refused attempt counts
+/// for nothing: it neither waits longer nor makes anyone else wait.
+pub async fn admit_sign_in(
+    pool: &PgPool,
+    account: &str,
+    address: &str,
+) -> Result<Admission, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let mut states = Vec::with_capacity(2);
+    // The account's row first, then the address's, in every transaction: no deadlock.
+    for (scope, subject, rule) in [
+        ("account", account, &ACCOUNT_THROTTLE),
+        ("address", address, &ADDRESS_THROTTLE),
+    ] {
+        let (failures, age_ms): (i32, i64) = sqlx::query_as(
+            "INSERT INTO dashboard_sign_in_throttle AS t (scope, subject) VALUES ($1, $2)
+             ON CONFLICT (scope, subject) DO UPDATE SET failures = t.failures
+             RETURNING failures,
+                       (extract(epoch FROM now() - last_attempt_at) * 1000)::bigint",
+        )
+        .bind(scope)
+        .bind(subject)
+        .fetch_one(&mut *transaction)
+        .await?;
+        let age = Duration::from_millis(u64::try_from(age_ms).unwrap_or(0));
+        states.push(throttle_state(rule, failures, age));
+    }
+    let [
+        (account_wait, account_failures),
+        (address_wait, address_failures),
+    ] = states[..]
+    else {
+        unreachable!("two subjects");
+    };
+    if !address_wait.is_zero() {
+        return Ok(Admission::AddressWait(address_wait));
+    }
+    if !account_wait.is_zero() {
+        return Ok(Admission::AccountWait(account_wait));
+    }
+    sqlx::query(
+        "UPDATE dashboard_sign_in_throttle t SET failures = v.failures, last_attempt_at = now()
+         FROM (VALUES ('account', $1, $3::int), ('address', $2, $4::int)) v (scope, subject, failures)
+         WHERE t.scope = v.scope AND t.subject = v.subject",
+    )
+    .bind(account)
+    .bind(address)
+    .bind(i32::try_from(account_failures.saturating_add(1)).unwrap_or(i32::MAX))
+    .bind(i32::try_from(address_failures.saturating_add(1)).unwrap_or(i32::MAX))
+    .execute(&mut *transaction)
+    .await?;
+    transaction.commit().await?;
+    // Forgotten streaks, a few at a time.
+    sqlx::query(
+        "DELETE FROM dashboard_sign_in_throttle WHERE (scope, subject) IN (
+            SELECT scope, subject FROM dashboard_sign_in_throttle
+            WHERE last_attempt_at < now() - $1 * interval '1 millisecond'
+            LIMIT 100 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(
+        i64::try_from(
+            ADDRESS_THROTTLE
+                .forget_after
+                .max(ACCOUNT_THROTTLE.forget_after)
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX),
+    )
+    .execute(pool)
+    .await?;
+    Ok(Admission::Check)
+}
+
+/// Takes back an admitted attempt whose password was right: the account's streak is forgotten,
+/// and the address's loses this attempt (it was not a failure).
+pub async fn sign_in_succeeded<'e>(
+    executor: impl PgExecutor<'e>,
+    account: &str,
+    address: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "WITH forgotten AS (
+            DELETE FROM dashboard_sign_in_throttle WHERE scope = 'account' AND subject = $1
+         )
+         UPDATE dashboard_sign_in_throttle SET failures = GREATEST(failures - 1, 0)
+         WHERE scope = 'address' AND subject = $2",
+    )
+    .bind(account)
+    .bind(address)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
+/// Forgets the sign-in failures of an account e-mail (its password was just set).
+pub async fn forget_failures<'e>(
+    executor: impl PgExecutor<'e>,
+    account: &str,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("DELETE FROM dashboard_sign_in_throttle WHERE scope = 'account' AND subject = $1")
+        .bind(account)
+        .execute(executor)
+        .await
+        .map(|_| ())
+}
+
 /// The address of a sign-in link on a service reachable at `base_url`.
 pub fn link_url(base_url: &str, token: &str) -> String {
     format!(
         "{}/dashboard/welcome/{token}",
         base_url.trim_end_matches('/')
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_delay_doubles_past_the_free_failures_up_to_its_cap() {
+        let account: Vec<u64> = (0..12)
+            .map(|failures| ACCOUNT_THROTTLE.delay(failures).as_secs())
+            .collect();
+        assert_eq!(account, [0, 0, 0, 2, 4, 8, 16, 32, 60, 60, 60, 60]);
+        assert_eq!(ADDRESS_THROTTLE.delay(19), Duration::ZERO);
+        assert_eq!(ADDRESS_THROTTLE.delay(20), Duration::from_secs(2));
+        assert_eq!(ADDRESS_THROTTLE.delay(28), Duration::from_secs(512));
+        assert_eq!(ADDRESS_THROTTLE.delay(29), Duration::from_secs(900));
+        assert_eq!(ADDRESS_THROTTLE.delay(u32::MAX), Duration::from_secs(900));
+    }
+
+    #[test]
+    fn a_streak_is_forgotten_after_its_quiet_time() {
+        let (wait, failures) = throttle_state(&ACCOUNT_THROTTLE, 5, Duration::from_secs(3));
+        assert_eq!((wait, failures), (Duration::from_secs(5), 5));
+        let (wait, failures) = throttle_state(&ACCOUNT_THROTTLE, 50, Duration::from_secs(15 * 60));
+        assert_eq!((wait, failures), (Duration::ZERO, 0));
+    }
 }
