@@ -1,7 +1,7 @@
 //! The dashboard over HTTP: sign-in links and passwords, sessions (new id at sign-in, idle and
 //! maximum age), cross-site refusal, viewers, organization scoping, escaping, the
 //! Content-Security-Policy, and each page's actions against the real services. Sign-in
-//! throttling is in `sign_in.rs`.
+//! throttling is in `sign_in.rs`, account changes in `accounts.rs`.
 
 use std::time::Duration;
 

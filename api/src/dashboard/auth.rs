@@ -1,14 +1,15 @@
 //! Signing in and out, one-time sign-in links (where a person sets a password), and the
 //! extractors that give every page its signed-in account.
 //!
-//! Passwords are argon2id hashes. A session remembers the account and when it signed in: it ends
-//! after [`crate::config::DashboardConfig::session_idle`] without a request (the store's expiry
-//! slides on each request) and [`crate::config::DashboardConfig::session_max`] after sign-in
-//! whatever the activity. The session id changes at sign-in. Sign-in attempts are throttled in
-//! Postgres by a growing delay per account e-mail and per client address group (see
-//! [`accounts::ACCOUNT_THROTTLE`], [`accounts::ADDRESS_THROTTLE`]), counted before the password
-//! is hashed, so guessing is throttled across replicas and in parallel. Password hashes run at
-//! most [`hashing_permits`] at once in a process (each takes 19 MiB).
+//! Passwords are argon2id hashes, at most [`hashing_permits`] at once in a process (each takes
+//! 19 MiB). A session remembers the account, its session generation and when it signed in: it
+//! ends after [`crate::config::DashboardConfig::session_idle`] without a request (the store's
+//! expiry slides on each request), [`crate::config::DashboardConfig::session_max`] after sign-in
+//! whatever the activity, and as soon as the account is disabled or its generation moves on
+//! (removed, demoted, password set or reset). The session id changes at sign-in. Sign-in attempts
+//! are throttled in Postgres by a growing delay per account e-mail and per client address group
+//! (see [`accounts::ACCOUNT_THROTTLE`], [`accounts::ADDRESS_THROTTLE`]), counted before the
+//! password is hashed, so guessing is throttled across replicas and in parallel.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, LazyLock};
@@ -40,10 +41,12 @@ use super::{HtmlForm, PageError, PageResult};
 use crate::caller::Caller;
 use crate::state::AppState;
 
-/// Session key of the signed-in account's id.
-const ACCOUNT_KEY: &str = "account";
+/// Session key of the signed-in account's id (what ending an account's sessions looks for).
+const ACCOUNT_KEY: &str = flow_common::db::sessions::ACCOUNT_KEY;
 /// Session key of the sign-in time (Unix seconds).
 const SIGNED_IN_KEY: &str = "signed_in_at";
+/// Session key of the account's session generation at sign-in.
+const GENERATION_KEY: &str = "generation";
 
 /// Shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 10;
@@ -177,6 +180,12 @@ impl FromRequestParts<AppState> for SignedIn {
         let (Some(account_id), Some(signed_in_at)) = (account_id, signed_in_at) else {
             return Err(required(false));
         };
+        // Sessions from before generations existed started under generation 0.
+        let generation: i64 = session
+            .get(GENERATION_KEY)
+            .await
+            .map_err(failed)?
+            .unwrap_or(0);
         let max_age =
             i64::try_from(state.config.dashboard.session_max.as_secs()).unwrap_or(i64::MAX);
         if Utc::now().timestamp().saturating_sub(signed_in_at) >= max_age {
@@ -190,6 +199,11 @@ impl FromRequestParts<AppState> for SignedIn {
             session.flush().await.map_err(failed)?;
             return Err(required(false));
         };
+        if found.account.disabled || found.account.session_generation != generation {
+            // Disabled, demoted, or its password set or reset since this session began.
+            session.flush().await.map_err(failed)?;
+            return Err(required(true));
+        }
         let zone = found.org.zone();
         Ok(Self {
             caller: Arc::new(Caller {
@@ -378,7 +392,13 @@ async fn sign_in(
         }
     };
     accounts::sign_in_succeeded(&state.db, &normalized, &address).await?;
-    start_session(&session, account.id).await?;
+    if account.disabled {
+        return Ok(refuse(
+            StatusCode::FORBIDDEN,
+            "This account is disabled. Ask an admin of your organization to enable it.",
+        ));
+    }
+    start_session(&session, &account).await?;
     tracing::info!(account_id = %account.id, "dashboard sign-in");
     Ok(Redirect::to(&next).into_response())
 }
@@ -392,13 +412,16 @@ fn in_words(seconds: u64) -> String {
     }
 }
 
-/// Signs `account` in on a fresh session id.
-async fn start_session(session: &Session, account: AccountId) -> Result<(), PageError> {
+/// Signs `account` in on a fresh session id, under its current session generation.
+async fn start_session(session: &Session, account: &Account) -> Result<(), PageError> {
     session.cycle_id().await?;
     session.clear().await;
-    session.insert(ACCOUNT_KEY, account.to_string()).await?;
+    session.insert(ACCOUNT_KEY, account.id.to_string()).await?;
     session
         .insert(SIGNED_IN_KEY, Utc::now().timestamp())
+        .await?;
+    session
+        .insert(GENERATION_KEY, account.session_generation)
         .await?;
     Ok(())
 }
@@ -533,15 +556,16 @@ async fn set_password(
     let hash = hashing(move || hash_password(&password))
         .await?
         .map_err(PageError::internal)?;
-    let mut connection = state.db.acquire().await?;
-    let Some(account) = accounts::set_password_with_link(&mut connection, &token, &hash).await?
+    // Every other session of the account ends with the password it knew.
+    let mut transaction = state.db.begin().await?;
+    let Some(account) = accounts::set_password_with_link(&mut transaction, &token, &hash).await?
     else {
         // Used or expired meanwhile.
         return Ok(link_invalid());
     };
-    drop(connection);
-    accounts::forget_failures(&state.db, &account.email.to_lowercase()).await?;
-    start_session(&session, account.id).await?;
+    accounts::forget_failures(&mut *transaction, &account.email.to_lowercase()).await?;
+    transaction.commit().await?;
+    start_session(&session, &account).await?;
     flash(
         &session,
         "success",

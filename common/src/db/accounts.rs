@@ -1,7 +1,9 @@
 //! Dashboard accounts: people of one organization who sign in to the dashboard as `admin` or
 //! `viewer`, their one-time sign-in links (invitation or password reset, valid 24 hours; only a
-//! SHA-256 of the token is kept), and the sign-in throttle (a growing delay per account e-mail
-//! and per client address).
+//! SHA-256 of the token is kept), the changes an admin or `flowctl` makes to them (remove,
+//! disable, enable, role, new link; each ends the sessions it must and writes its audit row in
+//! its own transaction), and the sign-in throttle (a growing delay per account e-mail and per
+//! client address).
 
 use std::time::Duration;
 
@@ -11,7 +13,9 @@ use flow_domain::ids::{AccountId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection, PgExecutor, PgPool};
 
+use super::audit::{self, Actor};
 use super::orgs::Organization;
+use super::sessions;
 
 /// How long a sign-in link works.
 pub const LINK_VALIDITY: Duration = Duration::from_secs(24 * 3600);
@@ -56,6 +60,10 @@ pub struct Account {
     pub role: String,
     /// Whether a password has been set (through a sign-in link).
     pub has_password: bool,
+    /// Whether the account is disabled: it cannot sign in, and its sessions have ended.
+    pub disabled: bool,
+    /// The account's session generation: a session started under another one has ended.
+    pub session_generation: i64,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }
@@ -67,8 +75,9 @@ impl Account {
     }
 }
 
-const ACCOUNT_COLUMNS: &str =
-    "a.id, a.org_id, a.email, a.role, (a.password_hash IS NOT NULL) AS has_password, a.created_at";
+const ACCOUNT_COLUMNS: &str = "a.id, a.org_id, a.email, a.role, \
+    (a.password_hash IS NOT NULL) AS has_password, (a.disabled_at IS NOT NULL) AS disabled, \
+    a.session_generation, a.created_at";
 
 /// Creates an account; `None` when the e-mail already has an account (in any organization).
 pub async fn create<'e>(
@@ -143,7 +152,9 @@ pub struct SessionAccount {
     pub org: Organization,
 }
 
-/// The account behind a session, with its organization; `None` once the account is gone.
+/// The account behind a session, with its organization; `None` once the account is gone. The
+/// caller compares the account's [`Account::session_generation`] and [`Account::disabled`] with
+/// the session.
 pub async fn session_account<'e>(
     executor: impl PgExecutor<'e>,
     id: AccountId,
@@ -240,7 +251,8 @@ pub async fn issue_link(
     Ok((token, expires_at))
 }
 
-/// The account a live (unused, unexpired) link token opens.
+/// The account a live (unused, unexpired) link token opens; links of a disabled account open
+/// nothing.
 pub async fn link_account<'e>(
     executor: impl PgExecutor<'e>,
     token: &str,
@@ -248,34 +260,71 @@ pub async fn link_account<'e>(
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ACCOUNT_COLUMNS} FROM dashboard_sign_in_links l
          JOIN dashboard_accounts a ON a.id = l.account_id
-         WHERE l.token_hash = $1 AND l.used_at IS NULL AND l.expires_at > now()"
+         WHERE l.token_hash = $1 AND l.used_at IS NULL AND l.expires_at > now()
+           AND a.disabled_at IS NULL"
     )))
     .bind(token_hash(token).as_slice())
     .fetch_optional(executor)
     .await
 }
 
-/// Uses a live link: sets the account's password hash and spends the link, at most once even
-/// under concurrent use. `None` when the link is unknown, used or expired.
+/// Uses a live link: sets the account's password hash, spends the link (at most once even under
+/// concurrent use) and ends every other session of the account (see [`end_sessions`]), in the
+/// caller's transaction; the caller then starts the new session under the returned account's
+/// generation. `None` when the link is unknown, used or expired, or its account disabled.
 pub async fn set_password_with_link(
     connection: &mut PgConnection,
     token: &str,
     password_hash: &str,
 ) -> Result<Option<Account>, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let account: Option<Account> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH spent AS (
             UPDATE dashboard_sign_in_links SET used_at = now()
             WHERE token_hash = $1 AND used_at IS NULL AND expires_at > now()
+              AND account_id IN (SELECT id FROM dashboard_accounts WHERE disabled_at IS NULL)
             RETURNING account_id
          )
-         UPDATE dashboard_accounts a SET password_hash = $2, updated_at = now()
+         UPDATE dashboard_accounts a SET password_hash = $2, updated_at = now(),
+                session_generation = a.session_generation + 1
          FROM spent WHERE a.id = spent.account_id
          RETURNING {ACCOUNT_COLUMNS}"
     )))
     .bind(token_hash(token).as_slice())
     .bind(password_hash)
     .fetch_optional(&mut *connection)
-    .await
+    .await?;
+    if let Some(account) = &account {
+        sessions::delete_for_account(&mut *connection, &account.id.to_string()).await?;
+        audit::record(
+            &mut *connection,
+            account.org_id,
+            Actor::Account(&account.email),
+            "account.password_set",
+            &account.id.to_string(),
+            &account.email,
+        )
+        .await?;
+    }
+    Ok(account)
+}
+
+/// Ends every session of an account at once, on every replica: its session generation moves on,
+/// so a session that is in flight or being started now is refused at its next request, and its
+/// session rows are deleted. In the caller's transaction.
+pub async fn end_sessions(
+    connection: &mut PgConnection,
+    account_id: AccountId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE dashboard_accounts SET session_generation = session_generation + 1,
+                updated_at = now()
+         WHERE id = $1",
+    )
+    .bind(account_id)
+    .execute(&mut *connection)
+    .await?;
+    sessions::delete_for_account(&mut *connection, &account_id.to_string()).await?;
+    Ok(())
 }
 
 /// Creates an account and its first sign-in link in the caller's transaction; `None` when the
@@ -291,6 +340,243 @@ pub async fn invite(
     };
     let (token, expires_at) = issue_link(connection, account.id).await?;
     Ok(Some((account, token, expires_at)))
+}
+
+/// A change an admin (on the Team page) or an operator (`flowctl admin`) makes to an account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccountChange {
+    /// Deletes the account (and its links) and ends its sessions.
+    Remove,
+    /// The account can no longer sign in; its sessions and live links end.
+    Disable,
+    /// The account signs in again (with its password, or a new link if it had none).
+    Enable,
+    /// Makes the account an admin or a viewer; a demotion ends its sessions.
+    SetRole(Role),
+}
+
+/// Why a change to an account was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeError {
+    /// No such account in the organization.
+    #[error("no such dashboard account in this organization")]
+    NotFound,
+    /// The change would leave the organization without an enabled admin.
+    #[error(
+        "{0} is the last admin of its organization and cannot be removed, disabled or made a \
+         viewer: make another account an admin first"
+    )]
+    LastAdmin(String),
+    /// A sign-in link was asked for a disabled account.
+    #[error("{0} is disabled: enable it before issuing a sign-in link")]
+    Disabled(String),
+    /// Postgres failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// What a change did.
+#[derive(Debug, Clone)]
+pub struct Changed {
+    /// The account as it is now (as it was, once removed).
+    pub account: Account,
+    /// False when the account was already so: nothing was written.
+    pub changed: bool,
+}
+
+/// Locks, in the caller's transaction, the organization's enabled admins (in id order, so
+/// concurrent changes queue instead of deadlocking) and then the account `id`; returns the
+/// admins' ids and the account. The admin count then holds until commit: two admins demoting
+/// each other at once cannot leave none.
+async fn lock_for_change(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    id: AccountId,
+) -> Result<(Vec<AccountId>, Account), ChangeError> {
+    let admins: Vec<AccountId> = sqlx::query_scalar(
+        "SELECT id FROM dashboard_accounts
+         WHERE org_id = $1 AND role = 'admin' AND disabled_at IS NULL
+         ORDER BY id FOR UPDATE",
+    )
+    .bind(org_id)
+    .fetch_all(&mut *connection)
+    .await?;
+    let account: Account = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ACCOUNT_COLUMNS} FROM dashboard_accounts a
+         WHERE a.id = $1 AND a.org_id = $2 FOR UPDATE"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(&mut *connection)
+    .await?
+    .ok_or(ChangeError::NotFound)?;
+    Ok((admins, account))
+}
+
+/// Removes, disables, enables or changes the role of the account `id` of `org_id`, with its
+/// audit row, in one transaction. Removing, disabling and demoting end every session of the
+/// account at once (see [`end_sessions`]). The last enabled admin of an organization cannot be
+/// removed, disabled or demoted, by anyone.
+pub async fn change(
+    pool: &PgPool,
+    org_id: OrgId,
+    id: AccountId,
+    change: AccountChange,
+    actor: Actor<'_>,
+) -> Result<Changed, ChangeError> {
+    let mut transaction = pool.begin().await?;
+    let (admins, account) = lock_for_change(&mut transaction, org_id, id).await?;
+    let loses_admin = match change {
+        AccountChange::Remove | AccountChange::Disable => true,
+        AccountChange::SetRole(role) => role != Role::Admin,
+        AccountChange::Enable => false,
+    };
+    if loses_admin && admins == [account.id] {
+        return Err(ChangeError::LastAdmin(account.email));
+    }
+    let unchanged = match change {
+        AccountChange::Remove => false,
+        AccountChange::Disable => account.disabled,
+        AccountChange::Enable => !account.disabled,
+        AccountChange::SetRole(role) => account.role() == role,
+    };
+    if unchanged {
+        return Ok(Changed {
+            account,
+            changed: false,
+        });
+    }
+    let target = account.id.to_string();
+    let (action, detail) = match change {
+        AccountChange::Remove => {
+            sessions::delete_for_account(&mut *transaction, &target).await?;
+            sqlx::query("DELETE FROM dashboard_accounts WHERE id = $1")
+                .bind(account.id)
+                .execute(&mut *transaction)
+                .await?;
+            (
+                "account.removed",
+                format!("{} ({})", account.email, account.role),
+            )
+        }
+        AccountChange::Disable => {
+            sqlx::query(
+                "UPDATE dashboard_accounts SET disabled_at = now(), updated_at = now()
+                 WHERE id = $1",
+            )
+            .bind(account.id)
+            .execute(&mut *transaction)
+            .await?;
+            expire_links(&mut transaction, account.id).await?;
+            end_sessions(&mut transaction, account.id).await?;
+            ("account.disabled", account.email.clone())
+        }
+        AccountChange::Enable => {
+            sqlx::query(
+                "UPDATE dashboard_accounts SET disabled_at = NULL, updated_at = now()
+                 WHERE id = $1",
+            )
+            .bind(account.id)
+            .execute(&mut *transaction)
+            .await?;
+            ("account.enabled", account.email.clone())
+        }
+        AccountChange::SetRole(role) => {
+            sqlx::query(
+                "UPDATE dashboard_accounts SET role = $2, updated_at = now() WHERE id = $1",
+            )
+            .bind(account.id)
+            .bind(role.as_str())
+            .execute(&mut *transaction)
+            .await?;
+            if role != Role::Admin {
+                end_sessions(&mut transaction, account.id).await?;
+            }
+            (
+                "account.role_changed",
+                format!("{}: {} → {}", account.email, account.role, role.as_str()),
+            )
+        }
+    };
+    audit::record(&mut *transaction, org_id, actor, action, &target, &detail).await?;
+    let account = match change {
+        AccountChange::Remove => account,
+        _ => get(&mut *transaction, org_id, id)
+            .await?
+            .ok_or(ChangeError::NotFound)?,
+    };
+    transaction.commit().await?;
+    Ok(Changed {
+        account,
+        changed: true,
+    })
+}
+
+/// Makes the account's unused links stop working.
+async fn expire_links(
+    connection: &mut PgConnection,
+    account_id: AccountId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "UPDATE dashboard_sign_in_links SET expires_at = now()
+         WHERE account_id = $1 AND used_at IS NULL AND expires_at > now()",
+    )
+    .bind(account_id)
+    .execute(&mut *connection)
+    .await
+    .map(|_| ())
+}
+
+/// Issues a new one-time sign-in link for the account `id` of `org_id` that resets it: its
+/// password stops working, every session of it ends and earlier links stop working, at once;
+/// with its audit row, in one transaction. The person sets a new password with the link. Refused
+/// for a disabled account.
+pub async fn reset_with_link(
+    pool: &PgPool,
+    org_id: OrgId,
+    id: AccountId,
+    actor: Actor<'_>,
+) -> Result<(Account, String, DateTime<Utc>), ChangeError> {
+    let mut transaction = pool.begin().await?;
+    let account: Account = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {ACCOUNT_COLUMNS} FROM dashboard_accounts a
+         WHERE a.id = $1 AND a.org_id = $2 FOR UPDATE"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .fetch_optional(&mut *transaction)
+    .await?
+    .ok_or(ChangeError::NotFound)?;
+    if account.disabled {
+        return Err(ChangeError::Disabled(account.email));
+    }
+    sqlx::query(
+        "UPDATE dashboard_accounts SET password_hash = NULL, updated_at = now() WHERE id = $1",
+    )
+    .bind(account.id)
+    .execute(&mut *transaction)
+    .await?;
+    end_sessions(&mut transaction, account.id).await?;
+    let (token, expires_at) = issue_link(&mut transaction, account.id).await?;
+    let detail = if account.has_password {
+        format!("{} (password reset)", account.email)
+    } else {
+        account.email.clone()
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        actor,
+        "account.link_issued",
+        &account.id.to_string(),
+        &detail,
+    )
+    .await?;
+    let account = get(&mut *transaction, org_id, id)
+        .await?
+        .ok_or(ChangeError::NotFound)?;
+    transaction.commit().await?;
+    Ok((account, token, expires_at))
 }
 
 /// A growing delay between the sign-in attempts of one subject (an account e-mail, or a client

@@ -6,6 +6,10 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgExecutor;
 
+/// The key of a session's data holding its dashboard account's id (`acc_…`), which
+/// [`delete_for_account`] and the index of migration 0121 read.
+pub const ACCOUNT_KEY: &str = "account";
+
 /// Inserts a new session; false when the id is taken (the caller draws another).
 pub async fn insert<'e>(
     executor: impl PgExecutor<'e>,
@@ -30,9 +34,9 @@ pub async fn insert<'e>(
 }
 
 /// Writes the data and expiry of a session that still exists; false when it is gone (signed out,
-/// or expired and pruned). It never inserts: a request that loaded a session before it was
-/// signed out must not bring it back when it saves on the way out. Only [`insert`] creates a
-/// session.
+/// expired and pruned, or ended for its account). It never inserts: a request that loaded a
+/// session before it was signed out must not bring it back when it saves on the way out. Only
+/// [`insert`] creates a session.
 pub async fn save<'e>(
     executor: impl PgExecutor<'e>,
     id: &str,
@@ -68,4 +72,17 @@ pub async fn delete<'e>(executor: impl PgExecutor<'e>, id: &str) -> Result<(), s
         .execute(executor)
         .await
         .map(|_| ())
+}
+
+/// Deletes every session of a dashboard account (`account_id` as the session stores it,
+/// `acc_…`); returns how many there were.
+pub async fn delete_for_account<'e>(
+    executor: impl PgExecutor<'e>,
+    account_id: &str,
+) -> Result<u64, sqlx::Error> {
+    sqlx::query("DELETE FROM dashboard_sessions WHERE data ->> 'account' = $1")
+        .bind(account_id)
+        .execute(executor)
+        .await
+        .map(|result| result.rows_affected())
 }
