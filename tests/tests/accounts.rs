@@ -1,11 +1,13 @@
 //! Dashboard accounts change and their access ends at once: admins (on the Team page) and
 //! operators (`flowctl admin`) remove, disable, enable and change the role of accounts; removing,
 //! disabling, demoting and resetting with a new link end every session of the account on every
-//! replica; the last admin stays; every change is in the audit trail.
+//! replica; the last admin stays; every change is in the audit trail; and the invite form says
+//! nothing about other organizations' accounts.
 
 use flow_common::db::accounts::{self, AccountChange, ChangeError, Role};
 use flow_common::db::audit::Actor;
 use flow_common::db::orgs::Tier;
+use flow_domain::Email;
 use flow_domain::ids::{AccountId, OrgId};
 use flow_tests::dashboard::{DashboardClient, account_id, between, create_account, role};
 use flow_tests::{TestApp, TestOrg};
@@ -518,4 +520,62 @@ async fn flowctl_admin_lists_disables_enables_demotes_resets_and_removes_account
             "account.removed"
         ]
     );
+}
+
+#[tokio::test]
+async fn inviting_an_address_of_another_organization_says_nothing_about_it() {
+    let app = TestApp::spawn().await;
+    let team = team(&app, "viewer").await;
+    let other = app.create_org(Tier::Standard).await;
+    // Accounts of another organization: active, invited (no password yet), disabled.
+    let active = "active@elsewhere.example";
+    let link = create_account(&app, other.id, active, role("admin")).await;
+    DashboardClient::with_link(&app, &link, PASSWORD).await;
+    let invited = "invited@elsewhere.example";
+    create_account(&app, other.id, invited, role("viewer")).await;
+    let disabled = "disabled@elsewhere.example";
+    create_account(&app, other.id, disabled, role("viewer")).await;
+    flowctl::accounts::change(&app.db, disabled, AccountChange::Disable)
+        .await
+        .unwrap();
+    for email in [active, invited, disabled] {
+        let refused = team
+            .admin
+            .post_form(
+                "/dashboard/settings/team",
+                &[("email", email), ("role", "viewer")],
+            )
+            .await;
+        assert_eq!(refused.status, 409, "{}", refused.body);
+        let said = between(&refused.body, "<span class=\"field-error\">", "</span>")
+            .expect("a message beside the field");
+        let expected =
+            flow_api::dashboard::team::cannot_invite(&Email::parse("email", email).unwrap());
+        assert_eq!(said, expected, "the same answer for {email}");
+        for revealing in ["already", "account", "organization"] {
+            assert!(!said.contains(revealing), "{said:?} says {revealing:?}");
+        }
+    }
+    // An account of this organization may be named.
+    let ours = team
+        .admin
+        .post_form(
+            "/dashboard/settings/team",
+            &[("email", &team.pat_email), ("role", "admin")],
+        )
+        .await;
+    assert_eq!(ours.status, 409);
+    assert!(
+        ours.body
+            .contains(&format!("{} is already on this team", team.pat_email)),
+        "{}",
+        ours.body
+    );
+    let accounts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM dashboard_accounts WHERE org_id = $1")
+            .bind(team.org.id)
+            .fetch_one(&app.db)
+            .await
+            .unwrap();
+    assert_eq!(accounts, 2, "nothing invited");
 }

@@ -1772,7 +1772,13 @@ async fn admins_invite_people_with_a_one_time_link() {
         )
         .await;
     assert_eq!(taken.status, 409);
-    assert!(taken.body.contains("already has a dashboard account"));
+    assert!(
+        taken
+            .body
+            .contains("NEW@example.com is already on this team"),
+        "{}",
+        taken.body
+    );
     let bad = client
         .post_form(
             "/dashboard/settings/team",

@@ -155,15 +155,18 @@ async fn invite(
     let Some((invited, token, expires_at)) =
         accounts::invite(&mut transaction, account.org.id, &email, role).await?
     else {
-        let page = page(
-            &state,
-            &account,
-            None,
-            Some(refuse(format!(
-                "{email} already has a dashboard account (accounts belong to one organization)."
-            ))),
-        )
-        .await?;
+        drop(transaction);
+        // Name the account only when it is this organization's: whether an address has an
+        // account elsewhere is another organization's business.
+        let ours = accounts::find_by_email(&state.db, &email)
+            .await?
+            .is_some_and(|existing| existing.org_id == account.org.id);
+        let message = if ours {
+            format!("{email} is already on this team; use New sign-in link in the list below.")
+        } else {
+            cannot_invite(&email)
+        };
+        let page = page(&state, &account, None, Some(refuse(message))).await?;
         return Ok((StatusCode::CONFLICT, page).into_response());
     };
     audit::record(
@@ -184,6 +187,13 @@ async fn invite(
     Ok(page(&state, &account, Some(link), None)
         .await?
         .into_response())
+}
+
+/// What the invite form says about an address it cannot invite that is not on this team. An
+/// e-mail address names one account across every organization, so the invitation is refused, but
+/// the words say nothing of where the address is used.
+pub fn cannot_invite(email: &Email) -> String {
+    format!("{email} cannot be invited. Ask the person for another e-mail address.")
 }
 
 async fn new_link(
