@@ -19,7 +19,10 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 pub const MAX_REQUEST_ID_LEN: usize = 200;
 
 /// Validates or generates the request id, echoes it on the response, and logs the request in a
-/// span that carries it.
+/// span that carries it. The span names the request's route template (`route`, e.g.
+/// `/dashboard/welcome/{token}`, recorded by [`record_metrics`] once the router has matched it;
+/// absent for an unmatched request), never its path or query: those can carry secrets, such as
+/// the one-time token of a sign-in link, and every log line and exported span would repeat them.
 pub async fn request_context(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let supplied = request.headers().get(REQUEST_ID_HEADER).cloned();
@@ -37,8 +40,12 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
         None => (generated(), false),
     };
     let method = request.method().clone();
-    let path = request.uri().path().to_owned();
-    let span = tracing::info_span!("request", request_id = %request_id.value, %method, %path);
+    let span = tracing::info_span!(
+        "request",
+        request_id = %request_id.value,
+        %method,
+        route = tracing::field::Empty,
+    );
     // A caller's W3C trace continues here, and on into the messages this request publishes.
     flow_common::telemetry::continue_trace(
         &span,
@@ -88,7 +95,9 @@ fn valid_request_id(value: &HeaderValue) -> Option<&str> {
     ok.then_some(text)
 }
 
-/// Counts requests and their latency by route and status.
+/// Counts requests and their latency by route template and status, and names the route template
+/// in the request's span (see [`request_context`]). Runs as a route layer, after routing, where
+/// the template is known.
 pub async fn record_metrics(request: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = request
@@ -96,6 +105,7 @@ pub async fn record_metrics(request: Request, next: Next) -> Response {
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
+    tracing::Span::current().record("route", route.as_str());
     let method = request.method().to_string();
     let response = next.run(request).await;
     let status = response.status().as_u16().to_string();

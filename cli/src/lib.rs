@@ -60,7 +60,8 @@ pub enum Command {
     /// API keys.
     #[command(subcommand)]
     Key(admin::KeyCommand),
-    /// Dashboard accounts: create one (prints its sign-in link), or a new link.
+    /// Dashboard accounts: create one (prints its sign-in link), a new link (resets it), list,
+    /// remove, disable, enable, change a role.
     #[command(subcommand)]
     Admin(accounts::AdminCommand),
     /// Users.

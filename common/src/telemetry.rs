@@ -10,18 +10,23 @@ use opentelemetry::trace::{TraceContextExt, TracerProvider};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::FilterFn;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`); `LOG_FORMAT=json`
 /// switches to one JSON object per line. Spans carry W3C trace context (see [`continue_trace`]);
 /// with `OTEL_EXPORTER_OTLP_ENDPOINT` set they are also exported over OTLP/HTTP (service name from
-/// `OTEL_SERVICE_NAME`). Calling it twice is harmless (tests do).
+/// `OTEL_SERVICE_NAME`). Libraries' events that would log a request's raw path are dropped
+/// ([`hide_raw_paths`]). Calling it twice is harmless (tests do).
 pub fn init() {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn,lapin=warn"));
     let json = std::env::var("LOG_FORMAT").is_ok_and(|format| format.eq_ignore_ascii_case("json"));
     let traces = tracing_opentelemetry::layer().with_tracer(tracer_provider().tracer("flow"));
-    let registry = tracing_subscriber::registry().with(filter).with(traces);
+    let registry = tracing_subscriber::registry()
+        .with(hide_raw_paths())
+        .with(filter)
+        .with(traces);
     let result = if json {
         registry
             .with(
@@ -36,6 +41,17 @@ pub fn init() {
     };
     // Already installed (several binaries in one process, or tests): keep the first.
     drop(result);
+}
+
+/// A filter that drops the events of libraries that log a request's raw path, whatever
+/// `RUST_LOG` says: a path can carry a secret (the one-time token of a dashboard sign-in link),
+/// and our own request span names the route template instead. Today that is tower-http's CSRF
+/// layer, which logs `uri` at trace level.
+pub fn hide_raw_paths() -> FilterFn<impl Fn(&tracing::Metadata<'_>) -> bool> {
+    tracing_subscriber::filter::filter_fn(|metadata| {
+        !(metadata.target().starts_with("tower_http::csrf")
+            && *metadata.level() == tracing::Level::TRACE)
+    })
 }
 
 /// The process's tracer provider: it gives spans their trace and span ids, and exports them over

@@ -64,15 +64,32 @@ pub struct DashboardClient {
 impl DashboardClient {
     /// A client without a session.
     pub fn new(app: &TestApp) -> Self {
+        Self::from_address(app, None)
+    }
+
+    /// A client without a session whose connections come from `address` (a loopback address such
+    /// as `127.0.0.2`, so that a test can play several clients of the sign-in throttle), or from
+    /// the default one.
+    pub fn from_address(app: &TestApp, address: Option<std::net::IpAddr>) -> Self {
         Self {
             base_url: app.base_url.clone(),
             client: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(Duration::from_secs(30))
+                .local_address(address)
                 .build()
                 .expect("http client"),
             cookie: Mutex::new(None),
         }
+    }
+
+    /// Signs in with `email` and `password` on the sign-in form.
+    pub async fn sign_in(&self, email: &str, password: &str) -> Page {
+        self.post_form(
+            "/dashboard/sign-in",
+            &[("email", email), ("password", password)],
+        )
+        .await
     }
 
     /// Opens `link`, sets `password`, and keeps the session it starts.
@@ -243,4 +260,15 @@ pub fn between<'a>(html: &'a str, start: &str, end: &str) -> Option<&'a str> {
 /// The role of an account, from its name (for brevity in tests).
 pub fn role(name: &str) -> Role {
     Role::parse(name).expect("admin or viewer")
+}
+
+/// The id (`acc_…`) of the dashboard account with `email`.
+pub async fn account_id(app: &TestApp, email: &str) -> String {
+    let id: flow_domain::ids::AccountId =
+        sqlx::query_scalar("SELECT id FROM dashboard_accounts WHERE email_normalized = lower($1)")
+            .bind(email)
+            .fetch_one(&app.db)
+            .await
+            .expect("the account");
+    id.to_string()
 }

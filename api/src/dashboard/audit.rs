@@ -1,5 +1,6 @@
 //! Settings → Audit log: who generated, revoked or rolled keys, created, changed, rotated or
-//! deleted webhook endpoints, and invited people, from the dashboard, the API or `flowctl`.
+//! deleted webhook endpoints, and invited, removed, disabled, enabled or changed the role of
+//! people (or reset them with a new link), from the dashboard, the API or `flowctl`.
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -51,6 +52,11 @@ pub fn describe(action: &str) -> String {
         "webhook.recovered" => "Recovered failed webhook deliveries",
         "account.invited" => "Invited a person to the dashboard",
         "account.link_issued" => "Issued a new sign-in link",
+        "account.password_set" => "Set a password with a sign-in link",
+        "account.removed" => "Removed a dashboard account",
+        "account.disabled" => "Disabled a dashboard account",
+        "account.enabled" => "Enabled a dashboard account",
+        "account.role_changed" => "Changed the role of a dashboard account",
         other => other,
     }
     .to_owned()

@@ -1,15 +1,18 @@
 //! Signing in and out, one-time sign-in links (where a person sets a password), and the
 //! extractors that give every page its signed-in account.
 //!
-//! Passwords are argon2id hashes. A session remembers the account and when it signed in: it ends
-//! after [`crate::config::DashboardConfig::session_idle`] without a request (the store's expiry
-//! slides on each request) and [`crate::config::DashboardConfig::session_max`] after sign-in
-//! whatever the activity. The session id changes at sign-in. Failed sign-ins are counted in
-//! Postgres per account e-mail and per client address, so guessing is throttled across replicas.
+//! Passwords are argon2id hashes, at most [`hashing_permits`] at once in a process (each takes
+//! 19 MiB). A session remembers the account, its session generation and when it signed in: it
+//! ends after [`crate::config::DashboardConfig::session_idle`] without a request (the store's
+//! expiry slides on each request), [`crate::config::DashboardConfig::session_max`] after sign-in
+//! whatever the activity, and as soon as the account is disabled or its generation moves on
+//! (removed, demoted, password set or reset). The session id changes at sign-in. Sign-in attempts
+//! are throttled in Postgres by a growing delay per account e-mail and per client address group
+//! (see [`accounts::ACCOUNT_THROTTLE`], [`accounts::ADDRESS_THROTTLE`]), counted before the
+//! password is hashed, so guessing is throttled across replicas and in parallel.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, LazyLock};
 
 use argon2::Argon2;
 use argon2::password_hash::phc::PasswordHash;
@@ -24,11 +27,12 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
-use flow_common::db::accounts::{self, Account, FailureScope, Role};
+use flow_common::db::accounts::{self, Account, Admission, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
 use flow_domain::ids::{AccountId, KeyId};
 use serde::Deserialize;
+use tokio::sync::Semaphore;
 use tower_sessions::Session;
 use uuid::Uuid;
 
@@ -37,17 +41,12 @@ use super::{HtmlForm, PageError, PageResult};
 use crate::caller::Caller;
 use crate::state::AppState;
 
-/// Session key of the signed-in account's id.
-const ACCOUNT_KEY: &str = "account";
+/// Session key of the signed-in account's id (what ending an account's sessions looks for).
+const ACCOUNT_KEY: &str = flow_common::db::sessions::ACCOUNT_KEY;
 /// Session key of the sign-in time (Unix seconds).
 const SIGNED_IN_KEY: &str = "signed_in_at";
-
-/// Failed sign-ins of one e-mail within [`FAILURE_WINDOW`] before it is refused.
-pub const ACCOUNT_FAILURE_LIMIT: i64 = 5;
-/// Failed sign-ins from one address within [`FAILURE_WINDOW`] before it is refused.
-pub const ADDRESS_FAILURE_LIMIT: i64 = 20;
-/// How long failed sign-ins count.
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(15 * 60);
+/// Session key of the account's session generation at sign-in.
+const GENERATION_KEY: &str = "generation";
 
 /// Shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 10;
@@ -181,6 +180,12 @@ impl FromRequestParts<AppState> for SignedIn {
         let (Some(account_id), Some(signed_in_at)) = (account_id, signed_in_at) else {
             return Err(required(false));
         };
+        // Sessions from before generations existed started under generation 0.
+        let generation: i64 = session
+            .get(GENERATION_KEY)
+            .await
+            .map_err(failed)?
+            .unwrap_or(0);
         let max_age =
             i64::try_from(state.config.dashboard.session_max.as_secs()).unwrap_or(i64::MAX);
         if Utc::now().timestamp().saturating_sub(signed_in_at) >= max_age {
@@ -194,6 +199,11 @@ impl FromRequestParts<AppState> for SignedIn {
             session.flush().await.map_err(failed)?;
             return Err(required(false));
         };
+        if found.account.disabled || found.account.session_generation != generation {
+            // Disabled, demoted, or its password set or reset since this session began.
+            session.flush().await.map_err(failed)?;
+            return Err(required(true));
+        }
         let zone = found.org.zone();
         Ok(Self {
             caller: Arc::new(Caller {
@@ -224,9 +234,25 @@ impl OptionalFromRequestParts<AppState> for SignedIn {
     }
 }
 
-/// The client's address (for throttling); `unknown` when the server was not given it.
+/// The client's address group (for throttling); `unknown` when the server was not given it.
 fn client_address(parts_address: Option<&ConnectInfo<SocketAddr>>) -> String {
-    parts_address.map_or_else(|| "unknown".to_owned(), |info| info.0.ip().to_string())
+    parts_address.map_or_else(|| "unknown".to_owned(), |info| address_group(info.0.ip()))
+}
+
+/// What sign-in attempts are throttled by for a client address: an IPv4 address itself (also
+/// when it arrives IPv4-mapped, `::ffff:a.b.c.d`), and an IPv6 address's /64, the smallest block
+/// a network is given, which one client can fill with addresses at will.
+pub fn address_group(address: IpAddr) -> String {
+    match address {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let network = u128::from(v6) & !(u128::from(u64::MAX));
+                format!("{}/64", std::net::Ipv6Addr::from(network))
+            }
+        },
+    }
 }
 
 /// Where to go after signing in: only a dashboard page of this service.
@@ -328,38 +354,26 @@ async fn sign_in(
     };
     let address = client_address(address.as_ref().map(|extension| &extension.0));
     let normalized = email.normalized();
-    for (scope, subject, limit) in [
-        (
-            FailureScope::Account,
-            normalized.as_str(),
-            ACCOUNT_FAILURE_LIMIT,
-        ),
-        (
-            FailureScope::Address,
-            address.as_str(),
-            ADDRESS_FAILURE_LIMIT,
-        ),
-    ] {
-        let (failures, clears_at) =
-            accounts::recent_failures(&state.db, scope, subject, FAILURE_WINDOW).await?;
-        if failures >= limit {
-            let minutes = clears_at
-                .map(|at| ((at - Utc::now()).num_seconds().max(1) + 59) / 60)
-                .unwrap_or(15);
-            let mut response = refuse(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "Too many failed sign-ins. Wait {minutes} minute{} and try again, or ask an \
-                     admin for a new sign-in link.",
-                    if minutes == 1 { "" } else { "s" }
-                ),
-            );
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                HeaderValue::from(minutes * 60),
-            );
-            return Ok(response);
-        }
+    // Counted before the password is hashed: concurrent guesses count one by one.
+    let wait = match accounts::admit_sign_in(&state.db, &normalized, &address).await? {
+        Admission::Check => None,
+        Admission::AccountWait(wait) => Some((wait, "for this e-mail address")),
+        Admission::AddressWait(wait) => Some((wait, "from your network address")),
+    };
+    if let Some((wait, whose)) = wait {
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let mut response = refuse(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "Too many failed sign-ins {whose}. Wait {} and try again, or ask an admin for a \
+                 new sign-in link.",
+                in_words(seconds)
+            ),
+        );
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
+        return Ok(response);
     }
     let credentials = accounts::credentials(&state.db, &email).await?;
     let stored = credentials
@@ -367,33 +381,47 @@ async fn sign_in(
         .and_then(|found| found.password_hash.clone());
     let password = form.password.clone();
     // Unknown accounts cost the same hashing work, so timing does not reveal which exist.
-    let verified =
-        tokio::task::spawn_blocking(move || verify_password(&password, stored.as_deref()))
-            .await
-            .map_err(PageError::internal)?;
+    let verified = hashing(move || verify_password(&password, stored.as_deref())).await?;
     let account = match (verified, credentials) {
         (true, Some(found)) => found.account,
         _ => {
-            accounts::record_failure(&state.db, &normalized, &address).await?;
             return Ok(refuse(
                 StatusCode::UNAUTHORIZED,
                 "The e-mail or the password is not right.",
             ));
         }
     };
-    accounts::clear_failures(&state.db, &normalized).await?;
-    start_session(&session, account.id).await?;
+    accounts::sign_in_succeeded(&state.db, &normalized, &address).await?;
+    if account.disabled {
+        return Ok(refuse(
+            StatusCode::FORBIDDEN,
+            "This account is disabled. Ask an admin of your organization to enable it.",
+        ));
+    }
+    start_session(&session, &account).await?;
     tracing::info!(account_id = %account.id, "dashboard sign-in");
     Ok(Redirect::to(&next).into_response())
 }
 
-/// Signs `account` in on a fresh session id.
-async fn start_session(session: &Session, account: AccountId) -> Result<(), PageError> {
+/// A wait in words: seconds under two minutes, whole minutes (rounded up) above.
+fn in_words(seconds: u64) -> String {
+    match seconds {
+        1 => "1 second".to_owned(),
+        0..120 => format!("{seconds} seconds"),
+        _ => format!("{} minutes", seconds.div_ceil(60)),
+    }
+}
+
+/// Signs `account` in on a fresh session id, under its current session generation.
+async fn start_session(session: &Session, account: &Account) -> Result<(), PageError> {
     session.cycle_id().await?;
     session.clear().await;
-    session.insert(ACCOUNT_KEY, account.to_string()).await?;
+    session.insert(ACCOUNT_KEY, account.id.to_string()).await?;
     session
         .insert(SIGNED_IN_KEY, Utc::now().timestamp())
+        .await?;
+    session
+        .insert(GENERATION_KEY, account.session_generation)
         .await?;
     Ok(())
 }
@@ -401,6 +429,24 @@ async fn start_session(session: &Session, account: AccountId) -> Result<(), Page
 async fn sign_out(session: Session) -> PageResult {
     session.flush().await?;
     Ok(Redirect::to("/dashboard/sign-in?signed_out=1").into_response())
+}
+
+/// Password hashes (and checks) run at once in this process: one per core. Each takes 19 MiB
+/// and a core for tens of milliseconds; more requests wait for a permit (within the request
+/// timeout) rather than exhaust memory.
+pub fn hashing_permits() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
+
+static HASHING: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(hashing_permits()));
+
+/// Runs a password hash or check off the async threads, holding one of the process's
+/// [`hashing_permits`].
+async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> PageResult<T> {
+    let _permit = HASHING.acquire().await.map_err(PageError::internal)?;
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(PageError::internal)
 }
 
 /// A PHC string of a throwaway password, to verify against when the account has none.
@@ -507,19 +553,19 @@ async fn set_password(
             .into_response());
     }
     let password = form.password;
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(PageError::internal)?
+    let hash = hashing(move || hash_password(&password))
+        .await?
         .map_err(PageError::internal)?;
-    let mut connection = state.db.acquire().await?;
-    let Some(account) = accounts::set_password_with_link(&mut connection, &token, &hash).await?
+    // Every other session of the account ends with the password it knew.
+    let mut transaction = state.db.begin().await?;
+    let Some(account) = accounts::set_password_with_link(&mut transaction, &token, &hash).await?
     else {
         // Used or expired meanwhile.
         return Ok(link_invalid());
     };
-    drop(connection);
-    accounts::clear_failures(&state.db, &account.email.to_lowercase()).await?;
-    start_session(&session, account.id).await?;
+    accounts::forget_failures(&mut *transaction, &account.email.to_lowercase()).await?;
+    transaction.commit().await?;
+    start_session(&session, &account).await?;
     flash(
         &session,
         "success",
@@ -531,4 +577,34 @@ async fn set_password(
     .await;
     tracing::info!(account_id = %account.id, "dashboard password set");
     Ok(Redirect::to("/dashboard/flows").into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(text: &str) -> String {
+        address_group(text.parse().expect("an address"))
+    }
+
+    #[test]
+    fn ipv6_addresses_of_one_64_share_a_throttle_and_ipv4_ones_do_not() {
+        assert_eq!(group("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_eq!(
+            group("2001:db8:1:2:ffff:ffff:ffff:ffff"),
+            group("2001:db8:1:2::1")
+        );
+        assert_ne!(group("2001:db8:1:3::1"), group("2001:db8:1:2::1"));
+        assert_eq!(group("203.0.113.7"), "203.0.113.7");
+        assert_ne!(group("203.0.113.8"), group("203.0.113.7"));
+        assert_eq!(group("::ffff:203.0.113.7"), "203.0.113.7");
+    }
+
+    #[test]
+    fn waits_read_in_seconds_then_minutes() {
+        assert_eq!(in_words(1), "1 second");
+        assert_eq!(in_words(60), "60 seconds");
+        assert_eq!(in_words(900), "15 minutes");
+        assert_eq!(in_words(601), "11 minutes");
+    }
 }

@@ -1,5 +1,7 @@
 //! The dashboard's session store: tower-sessions records kept in Postgres (`dashboard_sessions`),
-//! so every API replica sees the same sessions and a signed-out session is gone everywhere.
+//! so every API replica sees the same sessions and a signed-out session is gone everywhere. Only
+//! `create` inserts a record; `save` updates an existing one, so a request that loaded a session
+//! before it was signed out cannot write it back.
 
 use chrono::{DateTime, Utc};
 use flow_common::db::sessions;
@@ -88,15 +90,22 @@ impl SessionStore for PostgresStore {
         Ok(())
     }
 
+    /// Updates the session if it still exists. A session deleted meanwhile (signed out, ended
+    /// for its account) stays deleted: the request that saves it loaded it before, and its cookie
+    /// now names nothing.
     async fn save(&self, record: &Record) -> session_store::Result<()> {
-        sessions::save(
+        let saved = sessions::save(
             &self.pool,
             &record.id.to_string(),
             &encode(record)?,
             to_chrono(record.expiry_date),
         )
         .await
-        .map_err(backend)
+        .map_err(backend)?;
+        if !saved {
+            tracing::debug!("a session ended during the request was not saved back");
+        }
+        Ok(())
     }
 
     async fn load(&self, id: &Id) -> session_store::Result<Option<Record>> {

@@ -1,20 +1,24 @@
-//! Settings → Team: the organization's dashboard accounts; admins invite people (a one-time
-//! sign-in link, valid 24 hours, shown once) and issue new links (a forgotten password).
+//! Settings → Team: the organization's dashboard accounts. Admins invite people (a one-time
+//! sign-in link, valid 24 hours, shown once), issue new links (which reset the password: the old
+//! one and every session end at once), remove, disable and enable accounts and change their role.
+//! Removing, disabling and demoting end the account's sessions on every replica; the last admin
+//! cannot be removed, disabled or demoted; each change is in the audit log.
 
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use flow_common::db::accounts::{self, Role};
+use flow_common::db::accounts::{self, AccountChange, ChangeError, Role};
 use flow_common::db::audit;
 use flow_domain::Email;
 use flow_domain::ids::AccountId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
+use super::session::{Flash, flash};
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
@@ -24,6 +28,10 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/settings/team", get(list).post(invite))
         .route("/settings/team/{id}/link", post(new_link))
+        .route("/settings/team/{id}/remove", post(remove))
+        .route("/settings/team/{id}/disable", post(disable))
+        .route("/settings/team/{id}/enable", post(enable))
+        .route("/settings/team/{id}/role", post(set_role))
 }
 
 /// An account as the list shows it.
@@ -33,8 +41,12 @@ pub struct AccountRow {
     pub email: String,
     /// Admin or Viewer.
     pub role: String,
-    /// Active, or Invited while no password is set.
+    /// Active, Invited while no password is set, or Disabled.
     pub state: &'static str,
+    /// `admin` or `viewer`.
+    pub role_name: String,
+    /// Whether the account is disabled.
+    pub disabled: bool,
     /// Creation time.
     pub created: String,
     /// Whether this is the signed-in account.
@@ -81,11 +93,15 @@ async fn page(
                 id: row.id.to_string(),
                 email: row.email.clone(),
                 role: super::view::label(&row.role),
-                state: if row.has_password {
+                state: if row.disabled {
+                    "Disabled"
+                } else if row.has_password {
                     "Active"
                 } else {
                     "Invited"
                 },
+                role_name: row.role.clone(),
+                disabled: row.disabled,
                 created: layout.time(&row.created_at),
                 is_you: row.id == account.account.id,
             })
@@ -139,15 +155,18 @@ async fn invite(
     let Some((invited, token, expires_at)) =
         accounts::invite(&mut transaction, account.org.id, &email, role).await?
     else {
-        let page = page(
-            &state,
-            &account,
-            None,
-            Some(refuse(format!(
-                "{email} already has a dashboard account (accounts belong to one organization)."
-            ))),
-        )
-        .await?;
+        drop(transaction);
+        // Name the account only when it is this organization's: whether an address has an
+        // account elsewhere is another organization's business.
+        let ours = accounts::find_by_email(&state.db, &email)
+            .await?
+            .is_some_and(|existing| existing.org_id == account.org.id);
+        let message = if ours {
+            format!("{email} is already on this team; use New sign-in link in the list below.")
+        } else {
+            cannot_invite(&email)
+        };
+        let page = page(&state, &account, None, Some(refuse(message))).await?;
         return Ok((StatusCode::CONFLICT, page).into_response());
     };
     audit::record(
@@ -170,6 +189,13 @@ async fn invite(
         .into_response())
 }
 
+/// What the invite form says about an address it cannot invite that is not on this team. An
+/// e-mail address names one account across every organization, so the invitation is refused, but
+/// the words say nothing of where the address is used.
+pub fn cannot_invite(email: &Email) -> String {
+    format!("{email} cannot be invited. Ask the person for another e-mail address.")
+}
+
 async fn new_link(
     State(state): State<AppState>,
     account: SignedIn,
@@ -177,21 +203,11 @@ async fn new_link(
 ) -> PageResult {
     account.require_admin()?;
     let id = AccountId::parse(&id).ok_or_else(PageError::not_found)?;
-    let mut transaction = state.db.begin().await?;
-    let target = accounts::get(&mut *transaction, account.org.id, id)
-        .await?
-        .ok_or_else(PageError::not_found)?;
-    let (token, expires_at) = accounts::issue_link(&mut transaction, target.id).await?;
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "account.link_issued",
-        &target.id.to_string(),
-        &target.email,
-    )
-    .await?;
-    transaction.commit().await?;
+    let (target, token, expires_at) =
+        match accounts::reset_with_link(&state.db, account.org.id, id, account.actor()).await {
+            Ok(issued) => issued,
+            Err(error) => return refused(&state, &account, error).await,
+        };
     let link = IssuedLink {
         email: target.email,
         url: accounts::link_url(&state.config.public_base_url, &token),
@@ -200,4 +216,102 @@ async fn new_link(
     Ok(page(&state, &account, Some(link), None)
         .await?
         .into_response())
+}
+
+/// The team page again with why a change was refused (409), or the error page.
+async fn refused(state: &AppState, account: &SignedIn, error: ChangeError) -> PageResult {
+    let message = match error {
+        ChangeError::NotFound => return Err(PageError::not_found()),
+        ChangeError::Database(error) => return Err(error.into()),
+        ChangeError::LastAdmin(email) => format!(
+            "{email} is the last admin of this organization, so it cannot be removed, disabled \
+             or made a viewer. Make another account an admin first."
+        ),
+        ChangeError::Disabled(email) => {
+            format!("{email} is disabled. Enable it before creating a sign-in link.")
+        }
+    };
+    let mut page = page(state, account, None, None).await?;
+    page.layout.flash = Some(Flash {
+        kind: "error".to_owned(),
+        text: message,
+    });
+    Ok((StatusCode::CONFLICT, page).into_response())
+}
+
+/// Applies `change` to the account `id` and goes back to the team page with what happened.
+async fn apply(
+    state: &AppState,
+    account: &SignedIn,
+    id: &str,
+    change: AccountChange,
+) -> PageResult {
+    account.require_admin()?;
+    let id = AccountId::parse(id).ok_or_else(PageError::not_found)?;
+    let changed =
+        match accounts::change(&state.db, account.org.id, id, change, account.actor()).await {
+            Ok(changed) => changed,
+            Err(error) => return refused(state, account, error).await,
+        };
+    let email = &changed.account.email;
+    let text = match (change, changed.changed) {
+        (_, false) => format!("Nothing to change: {email} is already so."),
+        (AccountChange::Remove, true) => {
+            format!("{email} is removed; their sessions have ended.")
+        }
+        (AccountChange::Disable, true) => {
+            format!("{email} is disabled: they cannot sign in, and their sessions have ended.")
+        }
+        (AccountChange::Enable, true) => format!("{email} is enabled and can sign in again."),
+        (AccountChange::SetRole(Role::Viewer), true) => {
+            format!("{email} is now a viewer; their sessions have ended.")
+        }
+        (AccountChange::SetRole(Role::Admin), true) => format!("{email} is now an admin."),
+    };
+    flash(&account.session, "success", text).await;
+    Ok(Redirect::to("/dashboard/settings/team").into_response())
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult {
+    apply(&state, &account, &id, AccountChange::Remove).await
+}
+
+async fn disable(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult {
+    apply(&state, &account, &id, AccountChange::Disable).await
+}
+
+async fn enable(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult {
+    apply(&state, &account, &id, AccountChange::Enable).await
+}
+
+/// The role form.
+#[derive(Debug, Deserialize)]
+pub struct RoleForm {
+    /// `admin` or `viewer`.
+    #[serde(default)]
+    pub role: String,
+}
+
+async fn set_role(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlForm(form): HtmlForm<RoleForm>,
+) -> Result<Response, PageError> {
+    account.require_admin()?;
+    let role = Role::parse(&form.role)
+        .ok_or_else(|| PageError::bad_request("The role must be admin or viewer."))?;
+    apply(&state, &account, &id, AccountChange::SetRole(role)).await
 }

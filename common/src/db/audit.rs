@@ -1,5 +1,7 @@
 //! The audit trail of an organization's control plane: who generated, revoked or rolled a key,
-//! who created, changed, rotated or deleted a webhook endpoint, who invited whom. Each change
+//! who created, changed, rotated or deleted a webhook endpoint, who invited, removed, disabled,
+//! enabled, reset or changed the role of a dashboard account (and when a person set their
+//! password). Each change
 //! records itself with one call to [`record`] (or [`record_for_key`]), in the change's own
 //! transaction where it has one.
 
