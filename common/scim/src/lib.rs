@@ -1,0 +1,23 @@
+//! SCIM 2.0 (placeholder doc, rewritten at the end).
+
+pub mod error;
+pub mod filter;
+pub mod schema;
+
+pub use error::{ScimError, ScimType};
+
+/// The core User schema URN.
+pub const CORE_USER_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:User";
+/// The core Group schema URN.
+pub const CORE_GROUP_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:Group";
+/// The enterprise User extension URN.
+pub const ENTERPRISE_USER_SCHEMA: &str =
+    "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User";
+/// Flow's User extension URN, which holds the start date.
+pub const FLOW_USER_SCHEMA: &str = "urn:ietf:params:scim:schemas:extension:flow:2.0:User";
+/// The error message URN.
+pub const ERROR_SCHEMA: &str = "urn:ietf:params:scim:api:messages:2.0:Error";
+/// The PATCH request message URN.
+pub const PATCH_OP_SCHEMA: &str = "urn:ietf:params:scim:api:messages:2.0:PatchOp";
+/// The list response message URN.
+pub const LIST_RESPONSE_SCHEMA: &str = "urn:ietf:params:scim:api:messages:2.0:ListResponse";
