@@ -235,9 +235,23 @@ impl ScimError {
         &self.detail
     }
 
+    /// The same error with its detail prefixed by where it happened (`Operations[2]: …`).
+    pub(crate) fn prefixed(mut self, prefix: &str) -> Self {
+        self.detail = format!("{prefix}: {}", self.detail);
+        self
+    }
+
     /// The error body as JSON.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or_else(|_| serde_json::Value::Null)
+        let mut body = serde_json::json!({
+            "schemas": [ERROR_SCHEMA],
+            "status": self.status.to_string(),
+            "detail": self.detail,
+        });
+        if let Some(scim_type) = self.scim_type {
+            body["scimType"] = serde_json::Value::from(scim_type.as_str());
+        }
+        body
     }
 }
 

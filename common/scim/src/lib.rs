@@ -2,9 +2,22 @@
 
 pub mod error;
 pub mod filter;
+pub mod meta;
+mod multi;
+pub mod patch;
+pub mod path;
+mod resource;
 pub mod schema;
+mod user;
+mod value;
 
 pub use error::{ScimError, ScimType};
+pub use meta::ResourceMeta;
+pub use patch::{PatchOpKind, PatchOperation, PatchRequest};
+pub use path::PatchPath;
+pub use schema::ResourceType;
+pub use user::{Email, Manager, Name, StartDate, User};
+pub use value::MAX_STRING_LENGTH;
 
 /// The core User schema URN.
 pub const CORE_USER_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:User";

@@ -351,7 +351,7 @@ const USER_ATTRIBUTES: &[Attribute] = &[
 const MANAGER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::string("value", "The id of the manager's User resource.").case_exact(),
     Attribute::reference("$ref", &["User"], "The URI of the manager's User resource.").case_exact(),
-    Attribute::string("displayName", "The manager's name.").read_only(),
+    Attribute::string("displayName", "The manager's name."),
 ];
 
 const ENTERPRISE_ATTRIBUTES: &[Attribute] = &[
@@ -373,7 +373,7 @@ const MEMBER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::reference("$ref", &["User"], "The URI of the member's User resource.")
         .case_exact()
         .immutable(),
-    Attribute::string("display", "The member's name.").read_only(),
+    Attribute::string("display", "The member's name."),
     Attribute::string("type", "The kind of member; Flow's groups hold users.")
         .canonical(&["User"])
         .immutable(),
