@@ -1,20 +1,27 @@
 //! SCIM 2.0 (placeholder doc, rewritten at the end).
 
+pub mod discovery;
 pub mod error;
 pub mod filter;
+mod group;
+pub mod list;
 pub mod meta;
 mod multi;
 pub mod patch;
 pub mod path;
+pub mod projection;
 mod resource;
 pub mod schema;
 mod user;
 mod value;
 
 pub use error::{ScimError, ScimType};
+pub use group::{Group, Member, MembershipChanges};
+pub use list::{ListResponse, Page};
 pub use meta::ResourceMeta;
 pub use patch::{PatchOpKind, PatchOperation, PatchRequest};
 pub use path::PatchPath;
+pub use projection::Projection;
 pub use schema::ResourceType;
 pub use user::{Email, Manager, Name, StartDate, User};
 pub use value::MAX_STRING_LENGTH;

@@ -25,6 +25,21 @@ pub struct ResourceMeta {
 }
 
 impl ResourceMeta {
+    /// The meta of a resource whose version is its `lastModified` in microseconds: it changes
+    /// with every change the service records, so ETags need no column of their own.
+    pub fn new(
+        id: impl Into<String>,
+        created: DateTime<Utc>,
+        last_modified: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            created,
+            last_modified,
+            version: Some(last_modified.timestamp_micros().to_string()),
+        }
+    }
+
     /// The `meta` object of a resource of `resource` type served under `base_url`.
     pub fn to_json(&self, resource: ResourceType, base_url: &str) -> Value {
         let mut meta = json!({
@@ -125,6 +140,18 @@ mod tests {
         assert_eq!(
             location("http://x", ResourceType::Group, "grp_1"),
             "http://x/scim/v2/Groups/grp_1"
+        );
+    }
+
+    #[test]
+    fn the_default_version_is_last_modified_in_microseconds() {
+        let at =
+            Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap() + chrono::Duration::microseconds(6);
+        let meta = ResourceMeta::new("usr_1", at, at);
+        assert_eq!(meta.version.as_deref(), Some("1767323045000006"));
+        assert_eq!(
+            meta.to_json(ResourceType::User, "http://x")["version"],
+            json!("W/\"1767323045000006\"")
         );
     }
 
