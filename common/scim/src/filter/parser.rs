@@ -179,6 +179,11 @@ impl Parser {
 
     fn attribute_expression(&mut self, in_value_filter: bool) -> Result<Filter, SyntaxError> {
         let path = self.attribute_path()?;
+        self.after_path(path, in_value_filter)
+    }
+
+    /// What follows an attribute path: `pr`, a comparison, or a value filter.
+    fn after_path(&mut self, path: AttrPath, in_value_filter: bool) -> Result<Filter, SyntaxError> {
         let Some(token) = self.peek().cloned() else {
             return Err(self.unexpected(&format!("an operator after '{path}'")));
         };
@@ -199,6 +204,13 @@ impl Parser {
                     ));
                 }
                 let inner = self.bracketed_value_filter()?;
+                let inner = match self.peek() {
+                    Some(Token {
+                        kind: TokenKind::Dot,
+                        ..
+                    }) => self.trailing_comparison(inner)?,
+                    _ => inner,
+                };
                 Ok(Filter::ValuePath {
                     path,
                     filter: Box::new(inner),
@@ -227,6 +239,27 @@ impl Parser {
             },
             _ => Err(self.unexpected(&format!("an operator after '{path}'"))),
         }
+    }
+
+    /// `attr[filter].sub op value`, which RFC 7644 filters do not have but Entra ID sends when
+    /// it matches users on `emails[type eq "work"].value`: the same as
+    /// `attr[filter and sub op value]`, which is what it returns.
+    fn trailing_comparison(&mut self, inner: Filter) -> Result<Filter, SyntaxError> {
+        self.next += 1;
+        let sub = self.attribute_path()?;
+        if sub.urn.is_some() || sub.sub_attribute.is_some() {
+            return Err(SyntaxError::new(
+                format!("'{sub}' is not a sub-attribute name"),
+                self.position(),
+            ));
+        }
+        let comparison = self.after_path(sub, true)?;
+        let mut terms = match inner {
+            Filter::And(terms) => terms,
+            other => vec![other],
+        };
+        terms.push(comparison);
+        Ok(Filter::And(terms))
     }
 
     fn comparison_value(&mut self, operator: Operator) -> Result<FilterValue, SyntaxError> {

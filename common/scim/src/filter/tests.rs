@@ -47,12 +47,22 @@ fn entra_lookups_by_user_name_external_id_and_work_email() {
         filter,
         eq("externalId", "0a21f0f2-8d2a-4f8e-bf98-7363c4aed4ef")
     );
+    // Entra ID matching on the work e-mail: not RFC 7644 syntax, read as the value filter it means.
     let filter = parse_for(
         r#"emails[type eq "work"].value eq "x@y.z""#,
         ResourceType::User,
+    )
+    .unwrap();
+    assert_eq!(
+        filter.to_string(),
+        r#"emails[type eq "work" and value eq "x@y.z"]"#
     );
-    // RFC 7644 filters have no sub-attribute after a value filter; `emails.value` is the form.
-    assert!(filter.is_err());
+    let filter =
+        parse(r#"emails[type eq "work" and primary eq true].value pr or userName eq "a""#).unwrap();
+    assert_eq!(
+        filter.to_string(),
+        r#"emails[type eq "work" and primary eq true and value pr] or userName eq "a""#
+    );
     let filter = parse_for(r#"displayName eq "Group A""#, ResourceType::Group).unwrap();
     assert_eq!(filter, eq("displayName", "Group A"));
 }
@@ -418,8 +428,24 @@ fn syntax_errors_say_what_and_where() {
             "expected ']', but the input ended (at character 22)",
         ),
         (
-            r#"emails[type eq "w"].value eq "x""#,
-            "unexpected '.' (at character 20)",
+            r#"emails[type eq "w"].value"#,
+            "expected an operator after 'value', but the input ended (at character 26)",
+        ),
+        (
+            r#"emails[type eq "w"]. "x""#,
+            "expected an attribute name, found the string \"x\" (at character 22)",
+        ),
+        (
+            r#"emails[type eq "w"].value[x eq "1"]"#,
+            "value filters cannot be nested (at character 26)",
+        ),
+        (
+            r#"userName.x.y eq "x""#,
+            "'userName.x.y' is not an attribute path: at most one sub-attribute may follow the name (at character 1)",
+        ),
+        (
+            r#"(userName eq "x").value eq "y""#,
+            "unexpected '.' (at character 18)",
         ),
         (
             r#"emails[x[y eq "1"]]"#,
