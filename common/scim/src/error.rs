@@ -291,6 +291,16 @@ mod tests {
     }
 
     #[test]
+    fn serde_and_to_json_agree() {
+        for error in [
+            ScimError::no_target("remove needs a path"),
+            ScimError::precondition_failed("version W/\"3\" is not current"),
+        ] {
+            assert_eq!(serde_json::to_value(&error).unwrap(), error.to_json());
+        }
+    }
+
+    #[test]
     fn errors_without_a_scim_type_leave_it_out() {
         let error = ScimError::not_found("User usr_x not found");
         assert_eq!(
