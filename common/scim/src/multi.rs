@@ -114,7 +114,7 @@ pub(crate) fn apply<E: Element>(
                 }
                 let mut object = constraints(filter);
                 object.insert(sub.name.to_owned(), value.clone());
-                list.push(E::from_object(&object, what)?);
+                list.push(create(&object, what, filter)?);
                 touched.push(list.len() - 1);
             }
             for index in indices {
@@ -135,7 +135,7 @@ pub(crate) fn apply<E: Element>(
                         .iter()
                         .map(|(key, value)| (key.clone(), value.clone())),
                 );
-                list.push(E::from_object(&created, what)?);
+                list.push(create(&created, what, Some(filter))?);
                 touched.push(list.len() - 1);
             }
             for index in indices {
@@ -146,6 +146,24 @@ pub(crate) fn apply<E: Element>(
     }
     keep_one_primary(list, &touched);
     Ok(())
+}
+
+/// A value that `add` creates because nothing matched its path: it needs its `value`, which
+/// the filter's `eq` terms or the operation's value must give; otherwise nothing can be the
+/// target (400 `noTarget`).
+fn create<E: Element>(
+    object: &Map<String, Value>,
+    what: &str,
+    filter: Option<&Filter>,
+) -> Result<E, ScimError> {
+    if value::get(object, "value").is_none_or(Value::is_null) {
+        let why = no_match(what, filter);
+        return Err(ScimError::no_target(format!(
+            "{}, and one cannot be added without its value",
+            why.detail()
+        )));
+    }
+    E::from_object(object, what)
 }
 
 fn add_object<E: Element>(

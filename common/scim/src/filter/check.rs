@@ -262,8 +262,9 @@ fn plural(resource: ResourceType) -> &'static str {
     }
 }
 
-/// The canonical paths a resource type can be filtered on, in schema order.
-pub(crate) fn filterable_paths(resource: ResourceType) -> Vec<String> {
+/// The canonical paths a resource type can be filtered on, in schema order (what an
+/// `invalidFilter` for an unknown attribute lists).
+pub fn filterable_paths(resource: ResourceType) -> Vec<String> {
     let mut paths = Vec::new();
     let mut collect = |prefix: Option<&str>, attributes: &[Attribute]| {
         for attribute in attributes {

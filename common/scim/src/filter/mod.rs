@@ -15,8 +15,8 @@ pub(crate) mod parser;
 
 use std::fmt;
 
-pub use check::check;
 pub(crate) use check::check_value_filter;
+pub use check::{check, filterable_paths};
 pub(crate) use eval::{ElementValue, matches_element};
 
 use crate::error::ScimError;

@@ -273,7 +273,7 @@ fn rfc_examples_parse() {
 #[test]
 fn user_filterable_attributes_are_the_declared_set() {
     assert_eq!(
-        check::filterable_paths(ResourceType::User),
+        filterable_paths(ResourceType::User),
         vec![
             "userName",
             "name.familyName",
@@ -288,7 +288,7 @@ fn user_filterable_attributes_are_the_declared_set() {
         ]
     );
     assert_eq!(
-        check::filterable_paths(ResourceType::Group),
+        filterable_paths(ResourceType::Group),
         vec![
             "displayName",
             "members.value",

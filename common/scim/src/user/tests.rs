@@ -294,6 +294,18 @@ fn entra_adds_a_work_email_through_a_filtered_path() {
             primary: true,
         }]
     );
+    // Add cannot create an e-mail from anything but its address.
+    let error = patch(
+        &user,
+        operations(json!([
+            {"op": "Add", "path": "emails[type eq \"work\"].primary", "value": true}
+        ])),
+    )
+    .unwrap_err();
+    assert_eq!(error.scim_type(), Some(ScimType::NoTarget));
+    assert!(error.detail().ends_with(
+        r#"no value of emails matches [type eq "work"], and one cannot be added without its value"#
+    ), "{error}");
     // Replace that matches nothing is noTarget, as RFC 7644 §3.5.2.3 says.
     let error = patch(
         &user,
