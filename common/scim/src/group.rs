@@ -1,0 +1,532 @@
+//! The Group resource: a named set of users, as identity providers push them (Okta's Group
+//! Push, Entra ID's group assignment). Members are users only.
+
+use serde_json::{Map, Value, json};
+
+use crate::CORE_GROUP_SCHEMA;
+use crate::error::ScimError;
+use crate::filter::{ElementValue, Filter};
+use crate::meta::{ResourceMeta, location};
+use crate::multi::{self, Element};
+use crate::patch::{PatchOpKind, PatchOperation};
+use crate::resource::{self, Patchable};
+use crate::schema::{self, Attribute, Resolved, ResourceType};
+use crate::value;
+
+/// A group as SCIM describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// `displayName`: required.
+    pub display_name: String,
+    /// `externalId`: the identity provider's id for the group.
+    pub external_id: Option<String>,
+    /// `members`: users, by their SCIM id, each at most once.
+    pub members: Vec<Member>,
+}
+
+/// One member of a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// `value`: the member's User id (as this service gave it; the service checks it exists
+    /// in the organization).
+    pub value: String,
+    /// `display`: the member's name as the provider sent it, or as the service renders it.
+    pub display: Option<String>,
+}
+
+/// What a change did to a group's membership, so the service writes only the difference.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MembershipChanges {
+    /// Members that were not in the group before, in the order they now appear.
+    pub added: Vec<Member>,
+    /// User ids that were members and no longer are.
+    pub removed: Vec<String>,
+}
+
+impl MembershipChanges {
+    /// Whether the membership is unchanged.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty()
+    }
+}
+
+impl Group {
+    /// A group with a name and no members.
+    pub fn new(display_name: impl Into<String>) -> Self {
+        Self {
+            display_name: display_name.into(),
+            external_id: None,
+            members: Vec::new(),
+        }
+    }
+
+    /// Parses a POST body, or a PUT body (which replaces the whole group, members included).
+    /// `displayName` is required; attributes Flow does not keep, read-only ones and nulls are
+    /// ignored; a member that is not a user (`type` other than `User`) is 400 `invalidValue`.
+    pub fn from_json(body: &Value) -> Result<Self, ScimError> {
+        let mut group = Self::new(String::new());
+        resource::read_body(&mut group, body)?;
+        if group.display_name.is_empty() {
+            return Err(ScimError::invalid_value("displayName is required"));
+        }
+        Ok(group)
+    }
+
+    /// Applies PATCH operations in order and returns the changed group; all or nothing.
+    pub fn apply_patch(&self, operations: &[PatchOperation]) -> Result<Self, ScimError> {
+        resource::apply_operations(self, operations)
+    }
+
+    /// The members `after` has that this group had not, and those it lost.
+    pub fn membership_changes(&self, after: &Group) -> MembershipChanges {
+        let had = |value: &str| self.members.iter().any(|member| member.value == value);
+        let has = |value: &str| after.members.iter().any(|member| member.value == value);
+        MembershipChanges {
+            added: after
+                .members
+                .iter()
+                .filter(|member| !had(&member.value))
+                .cloned()
+                .collect(),
+            removed: self
+                .members
+                .iter()
+                .filter(|member| !has(&member.value))
+                .map(|member| member.value.clone())
+                .collect(),
+        }
+    }
+
+    /// The SCIM representation: `schemas`, `id`, `displayName`, `externalId`, `members` (each
+    /// with `$ref` and `type`), `meta`.
+    pub fn to_json(&self, meta: &ResourceMeta, base_url: &str) -> Value {
+        let members: Vec<Value> = self
+            .members
+            .iter()
+            .map(|member| {
+                let mut object = Map::new();
+                object.insert("value".into(), json!(member.value));
+                if let Some(display) = &member.display {
+                    object.insert("display".into(), json!(display));
+                }
+                object.insert(
+                    "$ref".into(),
+                    json!(location(base_url, ResourceType::User, &member.value)),
+                );
+                object.insert("type".into(), json!("User"));
+                Value::Object(object)
+            })
+            .collect();
+        let mut body = json!({
+            "schemas": [CORE_GROUP_SCHEMA],
+            "id": meta.id,
+            "displayName": self.display_name,
+            "members": members,
+            "meta": meta.to_json(ResourceType::Group, base_url),
+        });
+        if let Some(external_id) = &self.external_id {
+            body["externalId"] = json!(external_id);
+        }
+        body
+    }
+}
+
+impl Patchable for Group {
+    const RESOURCE: ResourceType = ResourceType::Group;
+
+    fn apply_attribute(
+        &mut self,
+        kind: PatchOpKind,
+        resolved: &Resolved,
+        filter: Option<&Filter>,
+        value: Option<&Value>,
+    ) -> Result<(), ScimError> {
+        let null = Value::Null;
+        let given = value.unwrap_or(&null);
+        if kind == PatchOpKind::Add && given.is_null() {
+            return Ok(());
+        }
+        let clearing = kind == PatchOpKind::Remove || given.is_null();
+        match resolved.attribute.name {
+            "displayName" => {
+                if clearing {
+                    return Err(ScimError::invalid_value(
+                        "displayName is required and cannot be removed",
+                    ));
+                }
+                self.display_name = value::text(given, "displayName")?
+                    .ok_or_else(|| ScimError::invalid_value("displayName must not be empty"))?;
+            }
+            "externalId" => {
+                self.external_id = if clearing {
+                    None
+                } else {
+                    value::text(given, "externalId")?
+                };
+            }
+            "members" => multi::apply(
+                &mut self.members,
+                kind,
+                resolved.sub_attribute,
+                filter,
+                value,
+                "members",
+            )?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ScimError> {
+        if self.display_name.trim().is_empty() {
+            return Err(ScimError::invalid_value("displayName is required"));
+        }
+        Ok(())
+    }
+}
+
+fn check_type(value: &Value, what: &str) -> Result<(), ScimError> {
+    match value::text(value, what)? {
+        Some(kind) if !kind.eq_ignore_ascii_case("User") => Err(ScimError::invalid_value(format!(
+            "{what} must be User: Flow's groups hold users, not {kind}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+impl Element for Member {
+    fn attribute() -> &'static Attribute {
+        schema::GROUP
+            .attribute("members")
+            .expect("the Group schema declares members")
+    }
+
+    fn from_object(object: &Map<String, Value>, what: &str) -> Result<Self, ScimError> {
+        let id = value::get(object, "value").unwrap_or(&Value::Null);
+        let id = value::text(id, &format!("{what}.value"))?
+            .ok_or_else(|| ScimError::invalid_value(format!("{what}.value is required")))?;
+        if let Some(kind) = value::get(object, "type") {
+            check_type(kind, &format!("{what}.type"))?;
+        }
+        let display = match value::get(object, "display") {
+            Some(display) => value::text(display, &format!("{what}.display"))?,
+            None => None,
+        };
+        Ok(Self { value: id, display })
+    }
+
+    fn set(&mut self, sub: &str, value: &Value, what: &str) -> Result<(), ScimError> {
+        match sub {
+            "value" => {
+                self.value = value::text(value, what)?
+                    .ok_or_else(|| ScimError::invalid_value(format!("{what} must not be empty")))?;
+            }
+            "display" => self.display = value::text(value, what)?,
+            "type" => check_type(value, what)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn clear(&mut self, sub: &str) -> bool {
+        match sub {
+            "value" => false,
+            "display" => {
+                self.display = None;
+                true
+            }
+            _ => true,
+        }
+    }
+
+    fn lookup(&self, sub: &str) -> Option<ElementValue<'_>> {
+        match sub {
+            "value" => Some(ElementValue::Text(&self.value)),
+            "display" => self.display.as_deref().map(ElementValue::Text),
+            "type" => Some(ElementValue::Text("User")),
+            _ => None,
+        }
+    }
+
+    fn same_as(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+    use crate::{PatchRequest, ScimType};
+
+    fn patch(group: &Group, operations: Value) -> Result<Group, ScimError> {
+        let body = json!({
+            "schemas": ["urn:ietf:params:scim:api:messages:2.0:PatchOp"],
+            "Operations": operations
+        });
+        group.apply_patch(&PatchRequest::parse(&body)?.operations)
+    }
+
+    fn member(value: &str, display: Option<&str>) -> Member {
+        Member {
+            value: value.into(),
+            display: display.map(str::to_owned),
+        }
+    }
+
+    fn values(group: &Group) -> Vec<&str> {
+        group
+            .members
+            .iter()
+            .map(|member| member.value.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn okta_group_push_create_rename_add_remove() {
+        // Okta creates the pushed group empty, then renames it and PATCHes its members.
+        let group = Group::from_json(&json!({
+            "schemas": ["urn:ietf:params:scim:schemas:core:2.0:Group"],
+            "displayName": "Test SCIMv2",
+            "members": []
+        }))
+        .unwrap();
+        assert_eq!(group, Group::new("Test SCIMv2"));
+        let renamed = patch(
+            &group,
+            json!([{"op": "replace", "value": {"id": "abf4dd94-a4c0-4f67-89c9-76b03340cb9b", "displayName": "Test SCIMv2 renamed"}}]),
+        )
+        .unwrap();
+        assert_eq!(renamed.display_name, "Test SCIMv2 renamed");
+        let with_member = patch(
+            &renamed,
+            json!([{"op": "add", "path": "members", "value": [{"value": "23a35c27-23d3-4c03-b4c5-6443c09e7173", "display": "test.user@okta.local"}]}]),
+        )
+        .unwrap();
+        assert_eq!(
+            with_member.members,
+            vec![member(
+                "23a35c27-23d3-4c03-b4c5-6443c09e7173",
+                Some("test.user@okta.local")
+            )]
+        );
+        let without = patch(
+            &with_member,
+            json!([{"op": "remove", "path": "members[value eq \"23a35c27-23d3-4c03-b4c5-6443c09e7173\"]"}]),
+        )
+        .unwrap();
+        assert!(without.members.is_empty());
+        // Okta retries: removing again and adding again are harmless.
+        assert_eq!(
+            patch(&without, json!([{"op": "remove", "path": "members[value eq \"23a35c27-23d3-4c03-b4c5-6443c09e7173\"]"}])).unwrap(),
+            without
+        );
+        let twice = patch(
+            &with_member,
+            json!([{"op": "add", "path": "members", "value": [{"value": "23a35c27-23d3-4c03-b4c5-6443c09e7173", "display": "test.user@okta.local"}]}]),
+        )
+        .unwrap();
+        assert_eq!(twice, with_member);
+    }
+
+    #[test]
+    fn okta_replaces_the_whole_membership() {
+        let group = Group {
+            members: vec![member("usr_a", None), member("usr_b", None)],
+            ..Group::new("Sales")
+        };
+        let replaced = patch(
+            &group,
+            json!([{"op": "replace", "path": "members", "value": [{"value": "usr_b"}, {"value": "usr_c", "display": "c@x.example"}]}]),
+        )
+        .unwrap();
+        assert_eq!(values(&replaced), vec!["usr_b", "usr_c"]);
+        assert_eq!(
+            group.membership_changes(&replaced),
+            MembershipChanges {
+                added: vec![member("usr_c", Some("c@x.example"))],
+                removed: vec!["usr_a".into()],
+            }
+        );
+        assert!(group.membership_changes(&group).is_empty());
+    }
+
+    #[test]
+    fn entra_group_create_add_and_remove_members() {
+        // Entra ID's create body names a Microsoft schema and carries meta.
+        let group = Group::from_json(&json!({
+            "schemas": [
+                "urn:ietf:params:scim:schemas:core:2.0:Group",
+                "http://schemas.microsoft.com/2006/11/ResourceManagement/ADSCIM/Group"
+            ],
+            "externalId": "8aa1a0c0-c4c3-4bc0-b4a5-2ef676900159",
+            "displayName": "displayName",
+            "meta": {"resourceType": "Group"}
+        }))
+        .unwrap();
+        assert_eq!(
+            group.external_id.as_deref(),
+            Some("8aa1a0c0-c4c3-4bc0-b4a5-2ef676900159")
+        );
+        let added = patch(
+            &group,
+            json!([{"op": "Add", "path": "members", "value": [{"$ref": null, "value": "f648f8d5ea4e4cd38e9c"}]}]),
+        )
+        .unwrap();
+        assert_eq!(values(&added), vec!["f648f8d5ea4e4cd38e9c"]);
+        // Entra ID's older removal shape: path "members" with the members to remove as value.
+        let removed = patch(
+            &added,
+            json!([{"op": "Remove", "path": "members", "value": [{"$ref": null, "value": "f648f8d5ea4e4cd38e9c"}]}]),
+        )
+        .unwrap();
+        assert!(removed.members.is_empty());
+        // Its current shape: a value filter in the path.
+        let removed = patch(
+            &added,
+            json!([{"op": "remove", "path": "members[value eq \"f648f8d5ea4e4cd38e9c\"]"}]),
+        )
+        .unwrap();
+        assert!(removed.members.is_empty());
+        let renamed = patch(
+            &group,
+            json!([{"op": "Replace", "path": "displayName", "value": "1879db59-3bdf-4490-ad68-ab880a269474updatedDisplayName"}]),
+        )
+        .unwrap();
+        assert_eq!(
+            renamed.display_name,
+            "1879db59-3bdf-4490-ad68-ab880a269474updatedDisplayName"
+        );
+    }
+
+    #[test]
+    fn remove_without_value_empties_and_filters_can_or() {
+        let group = Group {
+            members: vec![
+                member("usr_a", None),
+                member("usr_b", None),
+                member("usr_c", None),
+            ],
+            ..Group::new("Sales")
+        };
+        let some = patch(
+            &group,
+            json!([{"op": "remove", "path": "members[value eq \"usr_a\" or value eq \"usr_c\"]"}]),
+        )
+        .unwrap();
+        assert_eq!(values(&some), vec!["usr_b"]);
+        let none = patch(&group, json!([{"op": "remove", "path": "members"}])).unwrap();
+        assert!(none.members.is_empty());
+        // Member ids are case-exact.
+        let same = patch(
+            &group,
+            json!([{"op": "remove", "path": "members[value eq \"USR_A\"]"}]),
+        )
+        .unwrap();
+        assert_eq!(same, group);
+    }
+
+    #[test]
+    fn group_errors() {
+        let group = Group::new("Sales");
+        for (operations, scim_type, expected) in [
+            (
+                json!([{"op": "remove", "path": "displayName"}]),
+                ScimType::InvalidValue,
+                "displayName is required and cannot be removed",
+            ),
+            (
+                json!([{"op": "add", "path": "members", "value": [{"display": "x"}]}]),
+                ScimType::InvalidValue,
+                "members.value is required",
+            ),
+            (
+                json!([{"op": "add", "path": "members", "value": [{"value": "grp_1", "type": "Group"}]}]),
+                ScimType::InvalidValue,
+                "Flow's groups hold users, not Group",
+            ),
+            (
+                json!([{"op": "add", "path": "members", "value": "usr_1"}]),
+                ScimType::InvalidValue,
+                "members must be an array of objects",
+            ),
+            (
+                json!([{"op": "replace", "path": "members[value eq \"usr_x\"].display", "value": "X"}]),
+                ScimType::NoTarget,
+                "no value of members matches",
+            ),
+            (
+                json!([{"op": "replace", "path": "id", "value": "grp_2"}]),
+                ScimType::Mutability,
+                "'id' is read-only",
+            ),
+            (
+                json!([{"op": "replace", "path": "displayName.value", "value": "x"}]),
+                ScimType::InvalidPath,
+                "has no sub-attributes",
+            ),
+        ] {
+            let error = patch(&group, operations.clone()).unwrap_err();
+            assert_eq!(error.scim_type(), Some(scim_type), "{operations}: {error}");
+            assert!(
+                error.detail().contains(expected),
+                "{operations}: {}",
+                error.detail()
+            );
+        }
+        for (body, expected) in [
+            (json!({"members": []}), "displayName is required"),
+            (
+                json!({"displayName": ["x"]}),
+                "displayName must be a string",
+            ),
+            (json!(null), "the body must be a Group object"),
+        ] {
+            let error = Group::from_json(&body).unwrap_err();
+            assert!(
+                error.detail().contains(expected),
+                "{body}: {}",
+                error.detail()
+            );
+        }
+    }
+
+    #[test]
+    fn renders_members_with_ref_and_type() {
+        let group = Group {
+            external_id: Some("ext-1".into()),
+            members: vec![member("usr_a", Some("a@x.example"))],
+            ..Group::new("Sales")
+        };
+        let meta = ResourceMeta {
+            id: "grp_1".into(),
+            created: Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap(),
+            last_modified: Utc.with_ymd_and_hms(2026, 3, 1, 9, 0, 0).unwrap(),
+            version: None,
+        };
+        let rendered = group.to_json(&meta, "https://flow.example.com");
+        assert_eq!(
+            rendered,
+            json!({
+                "schemas": ["urn:ietf:params:scim:schemas:core:2.0:Group"],
+                "id": "grp_1",
+                "externalId": "ext-1",
+                "displayName": "Sales",
+                "members": [{
+                    "value": "usr_a",
+                    "display": "a@x.example",
+                    "$ref": "https://flow.example.com/scim/v2/Users/usr_a",
+                    "type": "User"
+                }],
+                "meta": {
+                    "resourceType": "Group",
+                    "created": "2026-03-01T09:00:00.000Z",
+                    "lastModified": "2026-03-01T09:00:00.000Z",
+                    "location": "https://flow.example.com/scim/v2/Groups/grp_1"
+                }
+            })
+        );
+        assert_eq!(Group::from_json(&rendered).unwrap(), group);
+    }
+}
