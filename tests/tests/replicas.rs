@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use flow_common::db::orgs::Tier;
 use flow_common::db::replicas::{PRIMARY, ReadPurpose, ReadRouter, is_recovery_conflict};
 use flow_common::runtime::Supervisor;
+use flow_tests::dashboard::{DashboardClient, role};
 use flow_tests::replicas::{ReplicaPair, pair, reads, until};
 use flow_tests::reports::{
     create_flow, create_org_in_zone, insert_many, report, report_ok, start_report_worker,
@@ -171,6 +172,26 @@ async fn under_write_load_reports_and_exports_are_read_on_the_replica_within_the
         "the download says when its data is from"
     );
     assert!(reads("export", &server) >= 1.0);
+
+    // The dashboard's report views: the flow list's counts, a flow's report and its table.
+    let dashboard =
+        DashboardClient::signed_in(&app, org.id, "admin@example.com", role("admin")).await;
+    let before = (reads("dashboard", &server), reads("report", &server));
+    let list = dashboard.page("/dashboard/flows").await;
+    assert!(
+        list.contains("Reported") && list.contains("1,000"),
+        "{list}"
+    );
+    let page = dashboard
+        .page(&format!("/dashboard/flows/{}", reported.id))
+        .await;
+    assert!(page.contains("reported-1@bulk.example"), "{page}");
+    let after = (reads("dashboard", &server), reads("report", &server));
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (2.0, 1.0),
+        "the counts, the table and the flow's report read on the replica"
+    );
 
     stop.cancel();
     let batches = load.await.expect("the load");
