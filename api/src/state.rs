@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
+use flow_common::db::replicas::ReadRouter;
 use flow_common::export_store::ExportStore;
 use flow_common::runtime::Supervisor;
 use flow_domain::ids::AssignmentIdSigner;
@@ -36,8 +37,10 @@ impl std::ops::Deref for AppState {
 
 /// The fields of [`AppState`].
 pub struct Shared {
-    /// Postgres pool.
+    /// Postgres pool (the primary): everything that decides, and every write.
     pub db: PgPool,
+    /// Where report reads run: a fresh replica, else the primary.
+    pub reads: ReadRouter,
     /// Publisher of commands.
     pub publisher: Publisher,
     /// Publisher of assign commands, batching concurrent requests into one message.
@@ -106,6 +109,13 @@ pub async fn build_state(
     let export_store =
         ExportStore::open(&config.export_store).context("opening the export store")?;
     let background = Supervisor::new(&shutdown);
+    let reads = ReadRouter::new(
+        db.clone(),
+        &config.core.replicas,
+        config.core.database_max_connections,
+    )
+    .context("reading DATABASE_REPLICA_URLS")?;
+    reads.start(&background);
     let caches = Caches::start(&db, &background);
     let lookup = Lookup::start(db.clone(), config.lookup_concurrency, &background);
     let amqp_url = config.core.amqp_url.clone();
@@ -133,6 +143,7 @@ pub async fn build_state(
         assign_publisher,
         limiter: RateLimiter::new(db.clone()),
         db,
+        reads,
         publisher,
         caches,
         lookup,

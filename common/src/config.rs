@@ -1,7 +1,10 @@
 //! Configuration shared by every binary, read from environment variables (or flags) with defaults
 //! that work against a local Postgres and RabbitMQ.
 
+use std::time::Duration;
+
 use clap::{Args, Parser};
+use flow_domain::duration::parse_duration;
 
 /// Connection settings every Flow process needs. The flags are global, so `flowctl` takes them
 /// before or after its subcommand.
@@ -44,6 +47,46 @@ pub struct CoreConfig {
     /// own limit is set 50 times higher, as a backstop.
     #[arg(long, global = true, env = "DELIVERY_LIMIT", default_value_t = 10)]
     pub delivery_limit: u32,
+
+    /// Read replicas of the database, for reports and exports.
+    #[command(flatten)]
+    pub replicas: ReplicaConfig,
+}
+
+/// Postgres streaming replicas that report reads may use (`flow_common::db::replicas`).
+#[derive(Debug, Clone, Args)]
+pub struct ReplicaConfig {
+    /// Connection strings of streaming replicas of `DATABASE_URL`, comma-separated (none: every
+    /// read on the primary). Report reads, export generation and the dashboard's report views run
+    /// on one whose data is fresh enough; everything that decides stays on the primary.
+    #[arg(
+        long = "database-replica-urls",
+        global = true,
+        env = "DATABASE_REPLICA_URLS",
+        value_delimiter = ','
+    )]
+    pub urls: Vec<String>,
+
+    /// Oldest data a replica may serve: one whose replay is further behind the primary than
+    /// this (measured, see `docs/scaling.md`) is skipped until it catches up.
+    #[arg(
+        long = "report-max-staleness",
+        global = true,
+        env = "REPORT_MAX_STALENESS",
+        default_value = "5s",
+        value_parser = parse_duration
+    )]
+    pub max_staleness: Duration,
+}
+
+impl Default for ReplicaConfig {
+    /// No replicas.
+    fn default() -> Self {
+        Self {
+            urls: Vec::new(),
+            max_staleness: Duration::from_secs(5),
+        }
+    }
 }
 
 impl CoreConfig {

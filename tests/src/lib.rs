@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod dashboard;
 pub mod proxy;
+pub mod replicas;
 pub mod reports;
 
 /// The webhook receiver the tests and the benchmarks share.
@@ -36,11 +37,11 @@ pub fn amqp_url() -> String {
         .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
 }
 
-fn url_for_database(name: &str) -> String {
-    let base = server_url();
+/// The URL of database `name` on the server of `base` (a URL of any database on it).
+pub fn database_on(base: &str, name: &str) -> String {
     let (address, query) = match base.split_once('?') {
         Some((address, query)) => (address.to_owned(), format!("?{query}")),
-        None => (base.clone(), String::new()),
+        None => (base.to_owned(), String::new()),
     };
     let server = address
         .rsplit_once('/')
@@ -64,7 +65,13 @@ fn service_address(url: &str, default_port: u16) -> SocketAddr {
 
 /// A fresh, migrated database for one test.
 pub async fn fresh_database() -> anyhow::Result<(String, String)> {
-    let admin = PgPool::connect(&server_url())
+    fresh_database_on(&server_url()).await
+}
+
+/// A fresh, migrated database for one test on the server of `server` (a URL of any database on
+/// it): its URL and name.
+pub async fn fresh_database_on(server: &str) -> anyhow::Result<(String, String)> {
+    let admin = PgPool::connect(server)
         .await
         .context("connecting to the test Postgres")?;
     let template = format!("flow_test_template_{}", migrations_fingerprint());
@@ -84,7 +91,7 @@ pub async fn fresh_database() -> anyhow::Result<(String, String)> {
             sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {template}")))
                 .execute(&mut *connection)
                 .await?;
-            let pool = PgPool::connect(&url_for_database(&template)).await?;
+            let pool = PgPool::connect(&database_on(server, &template)).await?;
             let migrated = flow_common::db::migrate(&pool).await;
             pool.close().await;
             if let Err(error) = migrated {
@@ -118,7 +125,7 @@ pub async fn fresh_database() -> anyhow::Result<(String, String)> {
     drop(connection);
     admin.close().await;
     let name = result?;
-    Ok((url_for_database(&name), name))
+    Ok((database_on(server, &name), name))
 }
 
 /// Test databases left behind by runs that crashed more than two hours ago.
@@ -263,6 +270,9 @@ pub struct TestOptions {
     pub postgres_proxy: bool,
     /// Dashboard session lifetimes (default: the service's defaults).
     pub dashboard: Option<flow_api::config::DashboardConfig>,
+    /// Put the test's database on this primary and give every component its streaming replica
+    /// (`DATABASE_REPLICA_URLS`), with this staleness bound.
+    pub replica: Option<(replicas::ReplicaPair, Duration)>,
 }
 
 impl Default for TestOptions {
@@ -277,6 +287,7 @@ impl Default for TestOptions {
             rabbit_proxy: false,
             postgres_proxy: false,
             dashboard: None,
+            replica: None,
         }
     }
 }
@@ -284,13 +295,13 @@ impl Default for TestOptions {
 /// The retry schedule of test webhook-workers: four quick retries.
 pub const TEST_RETRY_SCHEDULE: &str = "0s,300ms,300ms,300ms,300ms";
 
-/// Starts an API replica on an ephemeral port; returns its address and base URL.
+/// Starts an API replica on an ephemeral port; returns its address, base URL and state.
 async fn start_api(
     core: &CoreConfig,
     amqp_url: Option<&str>,
     options: &TestOptions,
     shutdown: &CancellationToken,
-) -> (SocketAddr, String) {
+) -> (SocketAddr, String, flow_api::AppState) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -318,8 +329,8 @@ async fn start_api(
     let state = flow_api::build_state(api_config, shutdown.clone())
         .await
         .expect("api state");
-    tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));
-    (address, base_url)
+    tokio::spawn(flow_api::serve(listener, state.clone(), shutdown.clone()));
+    (address, base_url, state)
 }
 
 /// The service under test.
@@ -328,12 +339,16 @@ pub struct TestApp {
     pub base_url: String,
     /// Address of the API.
     pub address: SocketAddr,
+    /// The API's state (its pools, its router of report reads).
+    pub api: flow_api::AppState,
     /// HTTP client.
     pub client: reqwest::Client,
     /// Pool on the test database.
     pub db: PgPool,
     /// Configuration the workers use.
     pub core: CoreConfig,
+    /// A URL of the Postgres server holding the test's database.
+    server: String,
     db_name: String,
     shutdown: CancellationToken,
     /// The assign-worker, when started.
@@ -385,7 +400,13 @@ impl TestApp {
     /// What `options` says.
     pub async fn spawn_with(options: TestOptions) -> Self {
         flow_common::telemetry::init();
-        let (database_url, db_name) = fresh_database().await.expect("fresh test database");
+        let server = match &options.replica {
+            Some((pair, _)) => pair.primary_url.clone(),
+            None => server_url(),
+        };
+        let (database_url, db_name) = fresh_database_on(&server)
+            .await
+            .expect("fresh test database");
         let db = PgPool::connect(&database_url).await.expect("test pool");
         let rabbit_proxy = match options.rabbit_proxy {
             true => Some(proxy::Proxy::start(service_address(&amqp_url(), 5672)).await),
@@ -407,19 +428,28 @@ impl TestApp {
             },
             queue_prefix: unique_prefix(),
             delivery_limit: 5,
+            replicas: match &options.replica {
+                Some((pair, max_staleness)) => flow_common::config::ReplicaConfig {
+                    urls: vec![database_on(&pair.replica_url, &db_name)],
+                    max_staleness: *max_staleness,
+                },
+                None => Default::default(),
+            },
         };
         let shutdown = CancellationToken::new();
-        let (address, base_url) =
+        let (address, base_url, api) =
             start_api(&core, options.api_amqp_url.as_deref(), &options, &shutdown).await;
         let mut app = Self {
             base_url,
             address,
+            api,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()
                 .expect("http client"),
             db,
             core,
+            server,
             db_name,
             shutdown,
             assign_worker: None,
@@ -958,7 +988,11 @@ impl Drop for TestApp {
         drop(self.relay.take());
         drop(self.webhook_worker.take());
         drop(self.scheduler.take());
-        clean_up(self.db_name.clone(), Some(self.topology()));
+        clean_up(
+            self.server.clone(),
+            self.db_name.clone(),
+            Some(self.topology()),
+        );
     }
 }
 
@@ -992,13 +1026,13 @@ impl ScratchDatabase {
 
 impl Drop for ScratchDatabase {
     fn drop(&mut self) {
-        clean_up(self.name.clone(), None);
+        clean_up(server_url(), self.name.clone(), None);
     }
 }
 
-/// Drops a test's database (and deletes its broker topology) before returning. On a thread of
+/// Drops a test's database on `server` (and deletes its broker topology) before returning. On a thread of
 /// its own: Drop cannot await, and the test's runtime is ending.
-fn clean_up(db_name: String, topology: Option<flow_common::amqp::Topology>) {
+fn clean_up(server: String, db_name: String, topology: Option<flow_common::amqp::Topology>) {
     let amqp = amqp_url();
     let cleanup = std::thread::spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
@@ -1011,7 +1045,7 @@ fn clean_up(db_name: String, topology: Option<flow_common::amqp::Topology>) {
             if let Some(topology) = topology {
                 flow_common::amqp::delete_topology(&amqp, "test-cleanup", &topology).await;
             }
-            if let Ok(admin) = PgPool::connect(&server_url()).await {
+            if let Ok(admin) = PgPool::connect(&server).await {
                 drop(
                     sqlx::query(sqlx::AssertSqlSafe(format!(
                         "DROP DATABASE IF EXISTS {db_name} WITH (FORCE)"

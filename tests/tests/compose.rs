@@ -206,3 +206,78 @@ fn the_image_contains_flowctl_and_uses_it_as_its_healthcheck() {
         assert!(ignored.lines().any(|line| line == entry), "{entry}");
     }
 }
+
+/// `cluster.env` as (name, value) pairs.
+fn cluster_env() -> Vec<(String, String)> {
+    repository_file("cluster.env")
+        .lines()
+        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let (name, value) = line.split_once('=').expect("NAME=value");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_cluster_profile_adds_a_streaming_replica_that_every_service_reads_through() {
+    let document = compose_file();
+    let services = services(&document);
+    let replica = &services["postgres-replica"];
+    assert_eq!(strings(&replica["profiles"]), ["cluster"]);
+    let start = strings(&replica["command"]).join(" ");
+    assert!(
+        start.contains("pg_basebackup -h postgres") && start.contains(" -R "),
+        "copied from the primary, as a standby: {start}"
+    );
+    assert_eq!(
+        replica["depends_on"]["postgres"]["condition"],
+        "service_healthy"
+    );
+    // The primary lets it stream.
+    let hba = document["configs"]["postgres-hba"]["content"]
+        .as_str()
+        .expect("the primary's access rules");
+    assert!(
+        hba.lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>()
+                == ["host", "replication", "all", "all", "scram-sha-256"]),
+        "{hba}"
+    );
+    assert!(
+        strings(&services["postgres"]["command"]).contains(&"hba_file=/etc/postgresql/pg_hba.conf")
+    );
+    // Without the profile nothing depends on it.
+    for (name, service) in services {
+        assert!(
+            service["depends_on"].get("postgres-replica").is_none(),
+            "{name} must start without the replica"
+        );
+    }
+
+    // cluster.env selects the profile and points every Flow service at the replica.
+    let env = cluster_env();
+    let value = |name: &str| {
+        env.iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+            .unwrap_or_else(|| panic!("cluster.env sets {name}"))
+    };
+    assert_eq!(value("COMPOSE_PROFILES"), "cluster");
+    let urls = value("DATABASE_REPLICA_URLS");
+    #[derive(clap::Parser)]
+    struct Settings {
+        #[command(flatten)]
+        core: flow_common::config::CoreConfig,
+    }
+    let settings = Settings::try_parse_from(["flow", "--database-replica-urls", urls])
+        .expect("DATABASE_REPLICA_URLS parses");
+    let host = url::Url::parse(&settings.core.replicas.urls[0]).expect("a URL");
+    assert_eq!(host.host_str(), Some("postgres-replica"));
+    for name in ["api", "migrate"].into_iter().chain(WORKERS) {
+        assert_eq!(
+            services[name]["environment"]["DATABASE_REPLICA_URLS"], "${DATABASE_REPLICA_URLS:-}",
+            "{name} reads DATABASE_REPLICA_URLS"
+        );
+    }
+}

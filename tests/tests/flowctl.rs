@@ -148,6 +148,7 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
         amqp_url: flow_tests::amqp_url(),
         queue_prefix: flow_tests::unique_prefix(),
         delivery_limit: 5,
+        replicas: Default::default(),
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -317,6 +317,7 @@ async fn flowctl_reports_verify_finds_a_rollup_that_drifted() {
         amqp_url: flow_tests::amqp_url(),
         queue_prefix: flow_tests::unique_prefix(),
         delivery_limit: 5,
+        replicas: Default::default(),
     };
     let verify = || flowctl::reports::run(&core, flowctl::reports::ReportsCommand::Verify);
     let clean = verify().await.expect("exact rollups pass");

@@ -15,6 +15,7 @@ use clap::{CommandFactory, FromArgMatches};
 use flow_common::amqp::{Publisher, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db;
+use flow_common::db::replicas::ReadRouter;
 use flow_common::ops::{Health, Liveness, OpsAddress};
 use flow_common::runtime::{Supervisor, Wakeup};
 use futures::FutureExt;
@@ -177,6 +178,19 @@ impl Runtime {
         });
     }
 
+    /// The router of this role's report reads: the role's pool and the replicas of
+    /// `DATABASE_REPLICA_URLS`, whose staleness it measures until the role stops.
+    pub fn read_router(&self) -> anyhow::Result<ReadRouter> {
+        let router = ReadRouter::new(
+            self.pool.clone(),
+            &self.core.replicas,
+            self.core.database_max_connections,
+        )
+        .context("reading DATABASE_REPLICA_URLS")?;
+        router.start(&self.tasks);
+        Ok(router)
+    }
+
     /// A wake-up on the Postgres notification `channel`.
     pub fn wakeup(&self, channel: &'static str) -> Wakeup {
         Wakeup::new(self.pool.clone(), channel)
@@ -311,6 +325,19 @@ impl JobError {
             },
             Self::Interrupted(error) => Self::Interrupted(error.context(what)),
         }
+    }
+}
+
+/// A job that fails on a replica for a database cause that passes is read again elsewhere.
+impl flow_common::db::replicas::ReadError for JobError {
+    fn database_error(&self) -> Option<&sqlx::Error> {
+        let error = match self {
+            Self::Transient(error) | Self::Interrupted(error) => error,
+            Self::Permanent { error, .. } => error,
+        };
+        error
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<sqlx::Error>())
     }
 }
 

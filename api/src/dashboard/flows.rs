@@ -20,6 +20,7 @@ use chrono::Utc;
 use flow_common::db::dashboard::{self as queries, FlowCounts};
 use flow_common::db::exports::{self, ExportStatus};
 use flow_common::db::flows;
+use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::{ExportId, FlowId};
 use flow_domain::report::{PageCursor, completion_rate};
@@ -99,12 +100,19 @@ async fn list(
         None
     };
     let ids: Vec<FlowId> = rows.iter().map(|flow| flow.id).collect();
-    let counts: HashMap<FlowId, FlowCounts> =
-        queries::flow_counts(&state.db, account.org.id, &ids, Utc::now())
-            .await?
-            .into_iter()
-            .map(|counts| (counts.flow_id, counts))
-            .collect();
+    let mut read = state.reads.read(ReadPurpose::Dashboard, None);
+    let counts = loop {
+        let (mut snapshot, source) = read.begin().await?;
+        let now = snapshot.now();
+        let outcome = queries::flow_counts(snapshot.connection(), account.org.id, &ids, now).await;
+        if let Some(served) = read.end(snapshot, source, outcome).await? {
+            break served.value;
+        }
+    };
+    let counts: HashMap<FlowId, FlowCounts> = counts
+        .into_iter()
+        .map(|counts| (counts.flow_id, counts))
+        .collect();
     Ok(ListPage {
         flows: rows
             .iter()
@@ -237,7 +245,7 @@ async fn report_on(
         value: Arc::from(uuid::Uuid::now_v7().simple().to_string()),
         from_caller: false,
     };
-    let (_, axum::Json(report)) = crate::routes::report::report(
+    let (_, _, axum::Json(report)) = crate::routes::report::report(
         State(state.clone()),
         Auth(account.caller.clone()),
         request_id,
@@ -286,21 +294,33 @@ async fn show(
         .filter(|text| text.chars().count() > 320)
         .map(|_| "Search with at most 320 characters.".to_owned());
     let after = query.after.as_deref().and_then(PageCursor::decode);
-    let now = Utc::now();
+    let mut now = Utc::now();
     let mut rows = if email_error.is_some() {
         Vec::new()
     } else {
-        queries::flow_assignments(
-            &state.db,
-            account.org.id,
-            flow.id,
-            email.as_deref(),
-            status,
-            after.map(|cursor| (cursor.assigned_at, cursor.id)),
-            ASSIGNMENTS_PER_PAGE + 1,
-            now,
-        )
-        .await?
+        let mut read = state.reads.read(ReadPurpose::Dashboard, None);
+        let served = loop {
+            let (mut snapshot, source) = read.begin().await?;
+            let read_at = snapshot.now();
+            let outcome = queries::flow_assignments(
+                snapshot.connection(),
+                account.org.id,
+                flow.id,
+                email.as_deref(),
+                status,
+                after.map(|cursor| (cursor.assigned_at, cursor.id)),
+                ASSIGNMENTS_PER_PAGE + 1,
+                read_at,
+            )
+            .await
+            .map(|rows| (rows, read_at));
+            if let Some(served) = read.end(snapshot, source, outcome).await? {
+                break served;
+            }
+        };
+        let (rows, read_at) = served.value;
+        now = read_at;
+        rows
     };
     let filters = FlowQuery {
         status: status.map(|status| status.as_str().to_owned()),

@@ -19,6 +19,7 @@ use utoipa_axum::routes;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::routes::report::DataAsOf;
 use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
@@ -76,7 +77,7 @@ impl From<&ExportRecord> for ExportState {
     tag = "reports",
     params(("id" = String, Path, description = "Export id (exp_…)")),
     responses(
-        (status = 200, description = "The file", content(
+        (status = 200, description = "The file", headers(("X-Data-As-Of" = String, description = "The instant the file's data is current to (RFC 3339)")), content(
             (String = "text/csv"),
             (Vec<u8> = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
             (Vec<u8> = "application/pdf"),
@@ -158,6 +159,9 @@ async fn download(state: &AppState, export: &ExportRecord) -> Result<Response, A
         .unwrap_or_else(|| format!("{}.{}", export.id, export.format().extension()));
     let disposition = format!("attachment; filename=\"{}\"", file_name.replace('"', ""));
     let mut response = Response::new(Body::from_stream(stream));
+    if let Some(data_as_of) = export.data_as_of {
+        response = (DataAsOf(data_as_of), response).into_response();
+    }
     let headers = response.headers_mut();
     for (name, value) in [
         (header::CONTENT_TYPE, content_type),

@@ -9,11 +9,13 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::{IntoResponseParts, ResponseParts};
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
+use flow_common::db::replicas::ReadPurpose;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
-use flow_common::db::snapshot::Snapshot;
 use flow_common::report::engine::{Page, Report, ReportError};
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
@@ -447,7 +449,8 @@ impl From<ReportError> for ApiError {
     tag = "reports",
     request_body = ReportRequest,
     responses(
-        (status = 200, description = "The report (and the export result when a format was asked)", body = ReportResponse),
+        (status = 200, description = "The report (and the export result when a format was asked)", body = ReportResponse,
+            headers(("X-Data-As-Of" = String, description = "The instant the report's data is current to (RFC 3339): reports may be read on a replica up to REPORT_MAX_STALENESS (default 5 s) behind the primary"))),
         (status = 400, description = "Invalid request, e.g. endDate not after startDate", body = ErrorBody),
         (status = 404, description = "No such flow in this organization", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded, or (with a format) the organization has as many exports waiting or running, or as many bytes of export files, as allowed", body = ErrorBody),
@@ -459,7 +462,7 @@ pub async fn report(
     auth: Auth,
     request_id: RequestId,
     ApiJson(request): ApiJson<ReportRequest>,
-) -> Result<(RateInfo, Json<ReportResponse>), ApiError> {
+) -> Result<(RateInfo, DataAsOf, Json<ReportResponse>), ApiError> {
     let params = ReportParams::parse(request.into(), auth.zone)?;
     let allowance = Operation::Report.limit(&auth);
     let mut rate = state
@@ -483,12 +486,20 @@ pub async fn report(
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
     let parameters = params.parameters(flow.id);
-    let snapshot = Snapshot::begin(&state.db).await?;
-    let (report, page) = Report::with_page(&snapshot, &parameters, params.page).await?;
-    snapshot.close().await?;
+    let mut read = state.reads.read(ReadPurpose::Report, None);
+    let served = loop {
+        let (snapshot, source) = read.begin().await?;
+        let outcome = Report::with_page(&snapshot, &parameters, params.page).await;
+        if let Some(served) = read.end(snapshot, source, outcome).await? {
+            break served;
+        }
+    };
+    let as_of = DataAsOf(served.source.data_as_of);
+    let (report, page) = served.value;
     let Some(format) = params.format else {
         return Ok((
             rate,
+            as_of,
             Json(ReportResponse::new(&flow, &parameters, report, page)),
         ));
     };
@@ -515,5 +526,25 @@ pub async fn report(
     .await?;
     let response = ReportResponse::new(&flow, &parameters, report, page)
         .with_export(&export, &state.config.public_base_url);
-    Ok((rate, Json(response)))
+    Ok((rate, as_of, Json(response)))
+}
+
+/// The `X-Data-As-Of` header: the instant the data of a report (or an export file) is current
+/// to. Reports may be read on a replica a moment behind the primary; statuses are still judged
+/// at `generatedAt`.
+#[derive(Debug, Clone, Copy)]
+pub struct DataAsOf(pub DateTime<Utc>);
+
+/// Name of the [`DataAsOf`] header.
+pub const DATA_AS_OF_HEADER: &str = "x-data-as-of";
+
+impl IntoResponseParts for DataAsOf {
+    type Error = std::convert::Infallible;
+
+    fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
+        if let Ok(value) = HeaderValue::from_str(&flow_domain::format_timestamp(self.0)) {
+            parts.headers_mut().insert(DATA_AS_OF_HEADER, value);
+        }
+        Ok(parts)
+    }
 }

@@ -222,7 +222,7 @@ pub struct FlowCounts {
 /// overdue read at `now` as reports read it: from the report rollups, so a page of flows costs
 /// the same whatever their number of assignments. Flows of other organizations are left out.
 pub async fn flow_counts(
-    pool: &sqlx::PgPool,
+    connection: &mut sqlx::PgConnection,
     org_id: OrgId,
     flows: &[FlowId],
     now: DateTime<Utc>,
@@ -231,9 +231,9 @@ pub async fn flow_counts(
         sqlx::query_scalar("SELECT id FROM flows WHERE org_id = $1 AND id = ANY ($2)")
             .bind(org_id)
             .bind(flows)
-            .fetch_all(pool)
+            .fetch_all(&mut *connection)
             .await?;
-    let figures = super::rollups::lifetime_figures(pool, &owned, now).await?;
+    let figures = super::rollups::lifetime_figures(&mut *connection, &owned, now).await?;
     Ok(owned
         .into_iter()
         .zip(figures)

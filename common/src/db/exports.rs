@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use flow_domain::ids::{ExportId, FlowId, OrgId};
 
 use super::orgs::Tier;
+use super::replicas::{Source, WalPosition};
 use flow_domain::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -98,6 +99,13 @@ pub struct ExportRecord {
     pub finished_at: Option<DateTime<Utc>>,
     /// When the download stops working.
     pub expires_at: DateTime<Utc>,
+    /// The primary's WAL position when the export was requested: a replica generates it only
+    /// once it has replayed this far.
+    pub requested_wal_position: Option<WalPosition>,
+    /// The instant the data of the file is current to, once read.
+    pub data_as_of: Option<DateTime<Utc>>,
+    /// The server it was read on (`primary`, or a replica's `host:port`), once read.
+    pub read_on: Option<String>,
 }
 
 impl ExportRecord {
@@ -126,7 +134,7 @@ impl ExportRecord {
 
 const COLUMNS: &str = "id, org_id, flow_id, format, parameters, status, attempts, rows_total, \
     rows_written, object_key, file_name, content_type, size_bytes, error, request_id, created_at, \
-    started_at, finished_at, expires_at";
+    started_at, finished_at, expires_at, requested_wal_position, data_as_of, read_on";
 
 /// What creating an export takes.
 #[derive(Debug, Clone)]
@@ -289,7 +297,8 @@ pub enum CreateError {
 }
 
 /// Inserts a pending export, if the organization is within `caps`, and wakes the report-workers
-/// when it commits. Requests of one organization take turns on a transaction-scoped lock, so two
+/// when it commits. It records the primary's WAL position, which a replica must have replayed
+/// to generate the export (every write committed before the request lies before it). Requests of one organization take turns on a transaction-scoped lock, so two
 /// at once cannot both take its last place.
 pub async fn create(
     pool: &PgPool,
@@ -304,8 +313,9 @@ pub async fn create(
     usage(&mut *transaction, new.org_id).await?.check(caps)?;
     let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO exports (id, org_id, flow_id, format, parameters, rows_total, request_id,
-                              created_at, available_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9)
+                              created_at, available_at, expires_at, requested_wal_position)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9,
+                 (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint)
          RETURNING {COLUMNS}"
     )))
     .bind(new.id)
@@ -394,7 +404,8 @@ pub async fn claim_next<'e>(
          claimed AS (
             UPDATE exports SET status = 'running', worker_id = $1,
                    lease_until = now() + $2 * interval '1 millisecond',
-                   attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL
+                   attempts = attempts + 1, started_at = now(), rows_written = 0, error = NULL,
+                   data_as_of = NULL, read_on = NULL
             WHERE id = (SELECT id FROM next)
             RETURNING {COLUMNS}
          ),
@@ -462,19 +473,24 @@ pub async fn renew_lease<'e>(
     Ok(result.rows_affected() == 1)
 }
 
-/// Records the exact number of rows the file will hold (counted in the export's snapshot).
-pub async fn set_rows_total<'e>(
+/// Records what the export's snapshot holds: the exact number of rows the file will hold, the
+/// instant its data is current to, and the server it is read on.
+pub async fn record_read<'e>(
     executor: impl PgExecutor<'e>,
     id: ExportId,
     worker_id: &str,
     rows_total: i64,
+    source: &Source,
 ) -> Result<bool, sqlx::Error> {
     let result = sqlx::query(
-        "UPDATE exports SET rows_total = $3 WHERE id = $1 AND worker_id = $2 AND status = 'running'",
+        "UPDATE exports SET rows_total = $3, data_as_of = $4, read_on = $5
+         WHERE id = $1 AND worker_id = $2 AND status = 'running'",
     )
     .bind(id)
     .bind(worker_id)
     .bind(rows_total)
+    .bind(source.data_as_of)
+    .bind(&*source.server)
     .execute(executor)
     .await?;
     Ok(result.rows_affected() == 1)

@@ -13,6 +13,7 @@ pub mod message_attempts;
 pub mod orgs;
 pub mod outbox;
 pub mod rate_limits;
+pub mod replicas;
 pub mod reports;
 pub mod rollups;
 pub mod schedules;

@@ -40,6 +40,15 @@ pub enum ReportError {
     Database(#[from] sqlx::Error),
 }
 
+impl crate::db::replicas::ReadError for ReportError {
+    fn database_error(&self) -> Option<&sqlx::Error> {
+        match self {
+            Self::Database(error) => Some(error),
+            Self::Invalid(_) => None,
+        }
+    }
+}
+
 /// A report's figures and lists, read in one snapshot; the rows come apart (a page, or the
 /// [`rows`] stream), since an export holds far more of them than memory should.
 #[derive(Debug, Clone)]

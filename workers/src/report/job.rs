@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows;
+use flow_common::db::replicas::{ReadPurpose, ReadRouter, Served, Source};
 use flow_common::db::reports::{self, AggregateRow, ExportRow, RowsShape, Scope};
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
@@ -38,8 +39,11 @@ const BATCHES_IN_FLIGHT: usize = 4;
 
 /// What every job of a worker shares.
 pub struct Context {
-    /// Postgres.
+    /// Postgres (the primary): claims, leases, progress.
     pub pool: PgPool,
+    /// Where the export's report is read: a fresh replica that has replayed the request, else
+    /// the primary.
+    pub reads: ReadRouter,
     /// Where files go.
     pub store: ExportStore,
     /// This worker's identity on claimed rows.
@@ -85,12 +89,17 @@ pub async fn run(
     job.cancel();
     drop(heartbeat.await);
     let outcome = match result {
-        Ok(file) => {
+        Ok(Served {
+            value: file,
+            source,
+        }) => {
             match exports::complete(&context.pool, export.id, &context.worker_id, &file).await {
                 Ok(true) => {
                     tracing::info!(
                         export_id = %export.id, %format, rows = file.rows_written,
                         bytes = file.size_bytes, elapsed_ms = started.elapsed().as_millis() as u64,
+                        server = %source.server,
+                        data_as_of = %flow_domain::format_timestamp(source.data_as_of),
                         "export ready"
                     );
                     "ready"
@@ -230,20 +239,45 @@ fn chart_period(first: DateTime<Utc>, last: DateTime<Utc>) -> Period {
     }
 }
 
+/// Generates the export's file from a snapshot of a fresh replica that has replayed the primary's
+/// WAL up to the request (what was committed before the request is in the file), else of the
+/// primary. A passing failure on a replica (a conflict with recovery, a lost connection) starts
+/// the file again elsewhere, the primary last.
 async fn generate(
     context: &Context,
     export: &ExportRecord,
     progress: &AtomicI64,
     cancel: &CancellationToken,
+) -> Result<Served<ExportFile>, JobError> {
+    let mut read = context
+        .reads
+        .read(ReadPurpose::Export, export.requested_wal_position);
+    loop {
+        let (mut snapshot, source) = read.begin().await?;
+        progress.store(0, Ordering::Relaxed);
+        let outcome =
+            generate_from(context, export, &mut snapshot, &source, progress, cancel).await;
+        if let Some(served) = read.end(snapshot, source, outcome).await? {
+            return Ok(served);
+        }
+    }
+}
+
+async fn generate_from(
+    context: &Context,
+    export: &ExportRecord,
+    snapshot: &mut Snapshot,
+    source: &Source,
+    progress: &AtomicI64,
+    cancel: &CancellationToken,
 ) -> Result<ExportFile, JobError> {
     let parameters = export.parameters.0.clone();
     let format = export.format();
-    let mut snapshot = Snapshot::begin(&context.pool).await?;
     let flow = flows::get(snapshot.connection(), export.org_id, parameters.flow_id)
         .await?
         .ok_or_else(|| JobError::refused("the flow no longer exists"))?;
     let modules = flows::modules(snapshot.connection(), flow.id).await?;
-    let mut report = Report::read(&snapshot, &parameters)
+    let mut report = Report::read(snapshot, &parameters)
         .await
         .map_err(permanent_if_invalid)?;
     let scope = report.scope;
@@ -251,9 +285,7 @@ async fn generate(
     let aggregates = parameters.aggregate.clone().zip(report.aggregates.take());
     let chart = match (&aggregates, format) {
         (Some((spec, rows)), ExportFormat::Pdf) => Some((spec.by, rows.clone())),
-        (None, ExportFormat::Pdf) => {
-            Some(chart(&mut snapshot, &scope, &parameters.timezone).await?)
-        }
+        (None, ExportFormat::Pdf) => Some(chart(snapshot, &scope, &parameters.timezone).await?),
         _ => None,
     };
     let module_rows_total = if format == ExportFormat::Excel && parameters.detailed {
@@ -261,7 +293,14 @@ async fn generate(
     } else {
         0
     };
-    exports::set_rows_total(&context.pool, export.id, &context.worker_id, rows_total).await?;
+    exports::record_read(
+        &context.pool,
+        export.id,
+        &context.worker_id,
+        rows_total,
+        source,
+    )
+    .await?;
     let file_name = export_file_name(&flow.name, export.created_at, format);
     let key = context
         .store
@@ -273,6 +312,7 @@ async fn generate(
         modules,
         parameters: parameters.clone(),
         generated_at: report.generated_at,
+        data_as_of: source.data_as_of,
         metrics: report.metrics,
         aggregates,
         chart,
@@ -290,7 +330,7 @@ async fn generate(
     });
     let read = read_rows(
         context,
-        &snapshot,
+        snapshot,
         &report,
         format,
         parameters.detailed,
@@ -311,7 +351,6 @@ async fn generate(
         .map_err(|error| anyhow::anyhow!("the export upload panicked: {error}"))
         .and_then(|result| result)
         .map_err(JobError::classify);
-    drop(snapshot.close().await);
     let (rows_written, size) = match (read, written, uploaded) {
         (Ok(rows), Ok(()), Ok(size)) => (rows, size),
         (read, written, uploaded) => {

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use flow_common::config::CoreConfig;
+use flow_common::db::replicas::ReadRouter;
 use flow_common::db::{self, exports};
 use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use flow_common::ops::Liveness;
@@ -95,6 +96,7 @@ async fn work(config: ReportWorkerConfig, runtime: Runtime) -> anyhow::Result<()
     let store = ExportStore::open(&config.export_store).context("opening the export store")?;
     let context = Arc::new(job::Context {
         pool: runtime.pool.clone(),
+        reads: runtime.read_router()?,
         store,
         worker_id: format!(
             "{ROLE}-{}-{}",
@@ -216,6 +218,7 @@ pub async fn sweep_once(config: &ReportWorkerConfig) -> anyhow::Result<()> {
     let pool = db::connect(&config.core.database_url, 2).await?;
     let store = ExportStore::open(&config.export_store)?;
     let context = job::Context {
+        reads: ReadRouter::primary_only(pool.clone()),
         pool,
         store,
         worker_id: format!("{ROLE}-sweep"),

@@ -26,6 +26,9 @@ pub struct ExportHeader {
     pub parameters: ReportParameters,
     /// The instant statuses and figures were read at.
     pub generated_at: DateTime<Utc>,
+    /// The instant the data is current to (a replica's data may be a moment older than
+    /// `generated_at`).
+    pub data_as_of: DateTime<Utc>,
     /// Metrics of the range.
     pub metrics: Metrics,
     /// Aggregates, when asked.

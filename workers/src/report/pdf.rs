@@ -401,6 +401,10 @@ fn title_block(layout: &mut Layout<'_>, header: &ExportHeader) {
             "Generated: {} UTC (statuses as of this time)",
             short_time(header.generated_at)
         ),
+        format!(
+            "Data as of: {} UTC",
+            header.data_as_of.format("%Y-%m-%d %H:%M:%S")
+        ),
     ];
     for line in lines {
         layout.line(9.0, false, GREY, &line);

@@ -171,6 +171,9 @@ impl XlsxWriter {
         )?;
         summary.write_string_with_format(row, 0, "Generated at (UTC)", &bold)?;
         summary.write_datetime_with_format(row, 1, excel_time(header.generated_at), &date)?;
+        row += 1;
+        summary.write_string_with_format(row, 0, "Data as of (UTC)", &bold)?;
+        summary.write_datetime_with_format(row, 1, excel_time(header.data_as_of), &date)?;
         row += 2;
         summary.write_string_with_format(row, 0, "Metrics", &title)?;
         row += 1;
