@@ -76,9 +76,9 @@ pub struct ApiConfig {
     #[command(flatten)]
     pub dashboard: DashboardConfig,
 
-    /// Ops address serving `/metrics`, `/healthz` and `/readyz`; once set, `/metrics` is no
-    /// longer served on the public port. `off` keeps it there.
-    #[arg(long, env = "METRICS_BIND", default_value = "off")]
+    /// Ops address serving `/metrics`, `/healthz` and `/readyz` (`off`: none). `/metrics` is
+    /// never served on the public port; the workers' ops ports follow this one (9101..9105).
+    #[arg(long, env = "METRICS_BIND", default_value = "0.0.0.0:9100")]
     pub metrics_bind: OpsAddress,
 
     /// What the API's readiness depends on (filled in by `build_state`).

@@ -13,6 +13,7 @@ pub mod output;
 pub mod receiver;
 pub mod reports;
 pub mod up;
+pub mod webhooks;
 
 use clap::{CommandFactory as _, Parser, Subcommand};
 use flow_common::config::CoreConfig;
@@ -77,6 +78,9 @@ pub enum Command {
     /// Messages in the dead-letter queue.
     #[command(subcommand)]
     Dlq(dlq::DlqCommand),
+    /// Webhook endpoint secrets: a new master key, re-encrypting stored secrets.
+    #[command(subcommand)]
+    Webhooks(webhooks::WebhooksCommand),
     /// Report rollups.
     #[command(subcommand)]
     Reports(reports::ReportsCommand),
@@ -115,6 +119,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<Outcome> {
         Command::Demo(args) => demo::run(&core, args).await.map(|()| Outcome::default()),
         Command::Up(args) => up::run(core, args).await.map(|()| Outcome::default()),
         Command::Dlq(command) => dlq::run(&core, command).await,
+        Command::Webhooks(command) => webhooks::run(&core, command).await,
         Command::Reports(command) => reports::run(&core, command).await,
         Command::Health(args) => health::check(&args).await,
         Command::Completions { shell } => Ok(Outcome::text(completions(shell))),

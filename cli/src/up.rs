@@ -98,9 +98,15 @@ pub async fn run_until(
     scheduler.core = core.clone();
     let mut webhook: flow_workers::webhook::WebhookWorkerConfig = from_env();
     webhook.core = core.clone();
+    // Only the demo may store endpoint secrets in plain text, when no key is set.
+    api.webhook_secrets.plaintext_allowed = args.demo;
+    webhook.secrets.plaintext_allowed = args.demo;
 
-    // One ops address for the whole process (METRICS_BIND; off unless set), over every role's
-    // readiness checks.
+    // One ops address for the whole process, over every role's readiness checks; only when
+    // METRICS_BIND is set, since the benchmarks run several `flowctl up --only …` on one host.
+    if std::env::var_os("METRICS_BIND").is_none() {
+        api.metrics_bind = flow_common::ops::OpsAddress(None);
+    }
     let health = flow_common::ops::Health::default();
     for role_health in [
         &mut api.health,

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use opentelemetry::trace::{TraceContextExt, TracerProvider};
@@ -175,9 +176,16 @@ const JOB_SECONDS: &[f64] = &[
 /// Histograms measured in [`JOB_SECONDS`].
 const JOB_HISTOGRAMS: &[&str] = &["flow_export_seconds"];
 
+/// How often the recorder's upkeep runs: it folds the histogram samples recorded since into their
+/// buckets and frees them. The exporter's own default (`PrometheusBuilder::upkeep_timeout`, which
+/// only applies to the recorders it serves itself).
+pub const METRICS_UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// The process-wide Prometheus recorder, installed on first use, with buckets by unit, a
 /// `flow_build_info` gauge and the standard `process_*` metrics (refreshed by
-/// [`render_metrics`]).
+/// [`render_metrics`]). Installing it starts its upkeep ([`METRICS_UPKEEP_INTERVAL`]) on a thread
+/// of its own: a recorder built with `build_recorder` keeps every histogram sample until someone
+/// runs the upkeep or renders `/metrics`, so a process nobody scrapes would grow without end.
 pub fn metrics_handle() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -202,9 +210,26 @@ pub fn metrics_handle() -> PrometheusHandle {
             )
             .set(1.0);
             process_collector().describe();
+            spawn_upkeep(handle.clone());
             handle
         })
         .clone()
+}
+
+/// Runs the recorder's upkeep every [`METRICS_UPKEEP_INTERVAL`] for the life of the process. A
+/// plain thread rather than a task, so it runs whatever runtime (or none) installed the recorder.
+fn spawn_upkeep(handle: PrometheusHandle) {
+    let spawned = std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(METRICS_UPKEEP_INTERVAL);
+                handle.run_upkeep();
+            }
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "could not start the metrics upkeep; histogram samples are kept until /metrics is scraped");
+    }
 }
 
 /// The Prometheus text exposition of every metric of this process, process metrics refreshed.

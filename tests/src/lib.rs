@@ -260,7 +260,8 @@ pub struct TestOptions {
     /// Refuse webhook endpoints on loopback and private addresses, and plain http (production
     /// policy); tests that deliver to a local receiver need it off.
     pub strict_webhook_policy: bool,
-    /// Master key encrypting webhook secrets at rest (API and webhook-worker).
+    /// Master key encrypting webhook secrets at rest (API and webhook-worker): [`TEST_SECRET_KEY`]
+    /// by default; `None` starts them as production would without one (they refuse to).
     pub webhook_secret_key: Option<String>,
     /// Route every component's RabbitMQ connections through a proxy the test can cut
     /// ([`TestApp::rabbit_proxy`]).
@@ -283,7 +284,7 @@ impl Default for TestOptions {
             webhooks: false,
             scheduler: false,
             strict_webhook_policy: false,
-            webhook_secret_key: None,
+            webhook_secret_key: Some(TEST_SECRET_KEY.to_owned()),
             rabbit_proxy: false,
             postgres_proxy: false,
             dashboard: None,
@@ -292,16 +293,27 @@ impl Default for TestOptions {
     }
 }
 
+/// The webhook secret key of test services (base64 of 32 bytes).
+pub const TEST_SECRET_KEY: &str = "dGVzdCBrZXkgb2YgZmxvdyB3ZWJob29rIHNlY3JldHM=";
+
 /// The retry schedule of test webhook-workers: four quick retries.
 pub const TEST_RETRY_SCHEDULE: &str = "0s,300ms,300ms,300ms,300ms";
 
-/// Starts an API replica on an ephemeral port; returns its address, base URL and state.
+/// An API replica the tests started.
+struct StartedApi {
+    address: SocketAddr,
+    base_url: String,
+    ops_url: String,
+    state: flow_api::AppState,
+}
+
+/// Starts an API replica on an ephemeral port, its ops endpoints on another, as `flow-api` does.
 async fn start_api(
     core: &CoreConfig,
     amqp_url: Option<&str>,
     options: &TestOptions,
     shutdown: &CancellationToken,
-) -> (SocketAddr, String, flow_api::AppState) {
+) -> StartedApi {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -322,6 +334,7 @@ async fn start_api(
     };
     api_config.webhook_secrets = flow_common::webhook::vault::SecretVault {
         master_key: options.webhook_secret_key.clone(),
+        plaintext_allowed: false,
     };
     if let Some(dashboard) = &options.dashboard {
         api_config.dashboard = dashboard.clone();
@@ -329,8 +342,20 @@ async fn start_api(
     let state = flow_api::build_state(api_config, shutdown.clone())
         .await
         .expect("api state");
+    let ops = flow_common::ops::spawn(
+        "127.0.0.1:0".parse().expect("address"),
+        state.config.health.clone(),
+        shutdown.clone(),
+    )
+    .await
+    .expect("ops endpoints");
     tokio::spawn(flow_api::serve(listener, state.clone(), shutdown.clone()));
-    (address, base_url, state)
+    StartedApi {
+        address,
+        base_url,
+        ops_url: format!("http://{ops}"),
+        state,
+    }
 }
 
 /// The service under test.
@@ -341,6 +366,8 @@ pub struct TestApp {
     pub address: SocketAddr,
     /// The API's state (its pools, its router of report reads).
     pub api: flow_api::AppState,
+    /// `http://127.0.0.1:port` of the API's ops endpoints (`/metrics`, `/healthz`, `/readyz`).
+    pub ops_url: String,
     /// HTTP client.
     pub client: reqwest::Client,
     /// Pool on the test database.
@@ -437,12 +464,12 @@ impl TestApp {
             },
         };
         let shutdown = CancellationToken::new();
-        let (address, base_url, api) =
-            start_api(&core, options.api_amqp_url.as_deref(), &options, &shutdown).await;
+        let api = start_api(&core, options.api_amqp_url.as_deref(), &options, &shutdown).await;
         let mut app = Self {
-            base_url,
-            address,
-            api,
+            base_url: api.base_url,
+            address: api.address,
+            ops_url: api.ops_url,
+            api: api.state,
             client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(30))
                 .build()
@@ -507,6 +534,7 @@ impl TestApp {
         };
         config.secrets = flow_common::webhook::vault::SecretVault {
             master_key: self.options.webhook_secret_key.clone(),
+            plaintext_allowed: false,
         };
         config.retry_schedule = TEST_RETRY_SCHEDULE.parse().expect("schedule");
         config.poll_interval = Duration::from_millis(100);
@@ -528,7 +556,7 @@ impl TestApp {
     pub async fn start_api_replica(&self) -> String {
         start_api(&self.core, None, &self.options, &self.shutdown)
             .await
-            .1
+            .base_url
     }
 
     /// Starts another assign-worker.

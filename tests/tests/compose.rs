@@ -281,3 +281,36 @@ fn the_cluster_profile_adds_a_streaming_replica_that_every_service_reads_through
         );
     }
 }
+
+#[test]
+fn prometheus_example_scrapes_every_flow_service_on_its_ops_address() {
+    let document = compose_file();
+    let prometheus: Value =
+        serde_saphyr::from_str(&repository_file("deploy/prometheus/prometheus.yml"))
+            .expect("deploy/prometheus/prometheus.yml");
+    let mut targets = Vec::new();
+    for job in prometheus["scrape_configs"]
+        .as_array()
+        .expect("scrape_configs")
+    {
+        let name = job["job_name"].as_str().unwrap_or_default();
+        assert!(
+            name.starts_with("flow"),
+            "the alert rules match job=~\"flow.*\": {name}"
+        );
+        for config in job["static_configs"].as_array().into_iter().flatten() {
+            targets.extend(strings(&config["targets"]).into_iter().map(str::to_owned));
+        }
+    }
+    for name in WORKERS.into_iter().chain(["api"]) {
+        let bind = services(&document)[name]["environment"]["METRICS_BIND"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: METRICS_BIND"));
+        let port = bind.rsplit_once(':').expect("host:port").1;
+        let target = format!("{name}:{port}");
+        assert!(
+            targets.contains(&target),
+            "{target} is not scraped: {targets:?}"
+        );
+    }
+}

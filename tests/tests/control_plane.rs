@@ -156,9 +156,14 @@ async fn health_readiness_metrics_and_openapi_are_served() {
         .status,
         200
     );
+    let public_metrics = app.request(Method::GET, "/metrics", None, None, &[]).await;
+    assert_eq!(
+        public_metrics.status, 404,
+        "/metrics is not served to callers"
+    );
     let metrics = app
         .client
-        .get(format!("{}/metrics", app.base_url))
+        .get(format!("{}/metrics", app.ops_url))
         .send()
         .await
         .unwrap()

@@ -65,6 +65,7 @@ impl Process {
             .env("QUEUE_PREFIX", &app.core.queue_prefix)
             .env("DELIVERY_LIMIT", app.core.delivery_limit.to_string())
             .env("METRICS_BIND", &ops)
+            .env("WEBHOOK_SECRET_KEY", flow_tests::TEST_SECRET_KEY)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -261,7 +262,15 @@ async fn readyz_is_503_while_postgres_is_unreachable_and_200_once_it_is_back() {
 }
 
 #[tokio::test]
-async fn api_binary_moves_metrics_to_its_ops_address_when_metrics_bind_is_set() {
+async fn api_binary_serves_metrics_on_its_ops_address_only() {
+    // Unless METRICS_BIND says otherwise, the ops address is port 9100, beside the workers'.
+    let defaults: flow_api::ApiConfig = flow_common::config::from_env();
+    if std::env::var_os("METRICS_BIND").is_none() {
+        assert_eq!(
+            defaults.metrics_bind.0,
+            Some("0.0.0.0:9100".parse().unwrap())
+        );
+    }
     let app = TestApp::spawn_with(options()).await;
     let public = free_address();
     let mut process = Process::start(

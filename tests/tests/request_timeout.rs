@@ -21,6 +21,8 @@ async fn a_request_over_request_timeout_is_503_service_unavailable_with_the_erro
     let mut config: flow_api::ApiConfig = flow_common::config::from_env();
     config.core = app.core.clone();
     config.request_timeout = Duration::ZERO;
+    config.webhook_secrets =
+        flow_common::webhook::vault::SecretVault::with_key(flow_tests::TEST_SECRET_KEY);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let shutdown = tokio_util::sync::CancellationToken::new();

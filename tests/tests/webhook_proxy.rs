@@ -78,7 +78,7 @@ fn attempt_directly() {
                 allow_private: true,
                 allow_http: true,
             },
-            SecretVault { master_key: None },
+            SecretVault::with_key(flow_common::webhook::vault::generate_master_key()),
             "0s".parse().expect("schedule"),
             Duration::from_secs(1),
             Duration::from_secs(2),

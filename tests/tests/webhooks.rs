@@ -676,7 +676,7 @@ async fn secrets_are_encrypted_at_rest_when_a_master_key_is_configured() {
         .fetch_one(&app.db)
         .await
         .expect("stored secret");
-    assert!(stored.starts_with("enc:v1:"), "{stored}");
+    assert!(stored.starts_with("enc:v2:"), "{stored}");
     assert!(!stored.contains(secret.trim_start_matches("whsec_")));
 
     let test = app
@@ -701,7 +701,7 @@ async fn secrets_are_encrypted_at_rest_when_a_master_key_is_configured() {
             .fetch_one(&app.db)
             .await
             .expect("stored secrets");
-    assert!(current.starts_with("enc:v1:") && previous.is_some_and(|p| p.starts_with("enc:v1:")));
+    assert!(current.starts_with("enc:v2:") && previous.is_some_and(|p| p.starts_with("enc:v2:")));
     app.post(&org, &format!("/v1/webhooks/{webhook}/test"), &json!({}))
         .await;
     let delivered = receiver
@@ -723,6 +723,8 @@ async fn app_with_relay() -> TestApp {
 fn webhook_worker(app: &TestApp, lease: Duration, endpoint_concurrency: usize) -> WorkerHandle {
     let mut config: flow_workers::webhook::WebhookWorkerConfig = flow_common::config::from_env();
     config.core = app.core.clone();
+    config.secrets =
+        flow_common::webhook::vault::SecretVault::with_key(flow_tests::TEST_SECRET_KEY);
     config.policy = flow_common::webhook::address::AddressPolicy {
         allow_private: true,
         allow_http: true,

@@ -18,6 +18,7 @@ use flow_domain::ids::FlowId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
+use super::csv_upload::{parse_off_runtime, record_line};
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
@@ -255,22 +256,9 @@ struct UploadRow {
     notes: String,
 }
 
-/// The line a CSV record starts on in `file`, as an editor counts them (the csv reader's own
-/// count skips blank lines).
-pub fn record_line(file: &[u8], position: Option<&csv::Position>) -> usize {
-    let mut offset = position
-        .and_then(|position| usize::try_from(position.byte()).ok())
-        .unwrap_or(0)
-        .min(file.len());
-    // The reader's position can sit before the blank lines it skipped.
-    while offset < file.len() && matches!(file[offset], b'\n' | b'\r') {
-        offset += 1;
-    }
-    file[..offset].iter().filter(|byte| **byte == b'\n').count() + 1
-}
-
 /// Reads the upload's CSV: a header row with `email` (or `userEmail`) and optionally `flow` (an id
-/// or a name; `flowId` too), `dueDate`, `priority`, `notes`.
+/// or a name; `flowId` too), `dueDate`, `priority`, `notes`. Records with every cell empty are
+/// skipped but count toward the row limit, so the file is read no further than that.
 fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
@@ -298,12 +286,17 @@ fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
     let priority = column(&["priority"]);
     let notes = column(&["notes", "note"]);
     let mut rows = Vec::new();
-    for record in reader.records() {
+    for (index, record) in reader.records().enumerate() {
+        if index >= MAX_BULK_ITEMS {
+            return Err(format!(
+                "The file has more than {MAX_BULK_ITEMS} rows; split it into several uploads."
+            ));
+        }
         let record = record.map_err(|error| format!("The file is not valid CSV: {error}"))?;
-        let line = record_line(bytes, record.position());
         if record.iter().all(str::is_empty) {
             continue;
         }
+        let line = record_line(bytes, record.position());
         let cell = |position: Option<usize>| {
             position
                 .and_then(|position| record.get(position))
@@ -318,11 +311,6 @@ fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
             priority: cell(priority),
             notes: cell(notes),
         });
-        if rows.len() > MAX_BULK_ITEMS {
-            return Err(format!(
-                "The file has more than {MAX_BULK_ITEMS} rows; split it into several uploads."
-            ));
-        }
     }
     if rows.is_empty() {
         return Err("The file has no rows under its header.".to_owned());
@@ -369,7 +357,7 @@ async fn upload(
     let Some(file) = file.filter(|file| !file.is_empty()) else {
         return refuse("Choose a CSV file to upload.".to_owned()).await;
     };
-    let rows = match parse_rows(&file) {
+    let rows = match parse_off_runtime(file, parse_rows).await? {
         Ok(rows) => rows,
         Err(message) => return refuse(message).await,
     };

@@ -15,6 +15,7 @@ pub mod assign;
 pub mod audit;
 pub mod auth;
 mod chart;
+pub mod csv_upload;
 pub mod flows;
 pub mod keys;
 pub mod schedules;

@@ -15,6 +15,7 @@ use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
+use super::csv_upload::{parse_off_runtime, record_line};
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
@@ -157,7 +158,8 @@ async fn list(
 }
 
 /// Reads `email` and optional `name` columns; valid rows to upsert, and the problems of the rest.
-fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), String> {
+/// Every record counts toward the row limit, empty ones too, so the file is read no further.
+pub fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), String> {
     let mut reader = csv::ReaderBuilder::new()
         .flexible(true)
         .trim(csv::Trim::All)
@@ -176,27 +178,27 @@ fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), Stri
     let name_column = position("name");
     let mut users = Vec::new();
     let mut problems = Vec::new();
-    for record in reader.records() {
+    for (index, record) in reader.records().enumerate() {
+        if index >= MAX_IMPORT_ROWS {
+            return Err(format!(
+                "The file has more than {MAX_IMPORT_ROWS} rows; split it into several imports."
+            ));
+        }
         let record = match record {
             Ok(record) => record,
             Err(error) => {
                 problems.push(ImportProblem {
-                    line: super::assign::record_line(bytes, error.position()),
+                    line: record_line(bytes, error.position()),
                     email: String::new(),
                     message: format!("Not valid CSV: {error}"),
                 });
                 continue;
             }
         };
-        let line = super::assign::record_line(bytes, record.position());
         if record.iter().all(str::is_empty) {
             continue;
         }
-        if users.len() + problems.len() >= MAX_IMPORT_ROWS {
-            return Err(format!(
-                "The file has more than {MAX_IMPORT_ROWS} rows; split it into several imports."
-            ));
-        }
+        let line = record_line(bytes, record.position());
         let email = record.get(email_column).unwrap_or("").to_owned();
         let name = name_column
             .and_then(|column| record.get(column))
@@ -250,7 +252,7 @@ async fn import(
     }
     let parsed = match file.filter(|file| !file.is_empty()) {
         None => Err("Choose a CSV file to import.".to_owned()),
-        Some(file) => parse_import(&file),
+        Some(file) => parse_off_runtime(file, parse_import).await?,
     };
     let (new_users, problems) = match parsed {
         Ok(parsed) => parsed,

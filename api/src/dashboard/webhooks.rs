@@ -23,6 +23,7 @@ use flow_common::webhook::address::check_endpoint_url;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE};
 use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
+use flow_domain::webhook::endpoint as endpoint_rules;
 use flow_domain::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +34,7 @@ use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
 use crate::extract::{ApiPath, Auth};
 use crate::ratelimit::Operation;
-use crate::routes::webhooks::{MAX_DESCRIPTION_CHARS, ROTATION_OVERLAP};
+use crate::routes::webhooks::ROTATION_OVERLAP;
 use crate::state::AppState;
 
 /// Deliveries per page of the log.
@@ -253,6 +254,16 @@ struct Checked {
     description: Option<String>,
 }
 
+/// A rule's message as a sentence beside its field: `description must …` → `Description must ….`
+fn sentence(message: &str) -> String {
+    let mut characters = message.chars();
+    let first: String = characters
+        .next()
+        .map(|first| first.to_uppercase().collect())
+        .unwrap_or_default();
+    format!("{first}{}.", characters.as_str())
+}
+
 /// Checks the form with the API's rules (the same address policy, event kinds and length).
 async fn check(state: &AppState, form: &EndpointForm) -> Result<Checked, FormErrors> {
     let mut errors = FormErrors::default();
@@ -268,26 +279,20 @@ async fn check(state: &AppState, form: &EndpointForm) -> Result<Checked, FormErr
             }
         }
     };
-    let mut events = Vec::with_capacity(form.events.len());
-    for event in &form.events {
-        match event.parse::<EventType>() {
-            Ok(event) => events.push(event.as_str().to_owned()),
-            Err(_) => {
-                errors.events = Some(format!("Choose among: {}.", EventType::allowed()));
-            }
-        }
-    }
-    events.sort();
-    events.dedup();
-    let description = form.description.trim();
-    if description.chars().count() > MAX_DESCRIPTION_CHARS {
-        errors.description = Some(format!("Use at most {MAX_DESCRIPTION_CHARS} characters."));
-    }
+    let events = endpoint_rules::parse_events(&form.events).unwrap_or_else(|_| {
+        errors.events = Some(format!("Choose among: {}.", EventType::allowed()));
+        Vec::new()
+    });
+    let description =
+        endpoint_rules::parse_description(&form.description).unwrap_or_else(|invalid| {
+            errors.description = Some(sentence(&invalid.0));
+            None
+        });
     match url {
         Some(url) if !errors.any() => Ok(Checked {
             url,
             events,
-            description: Some(description.to_owned()).filter(|text| !text.is_empty()),
+            description,
         }),
         _ => Err(errors),
     }
@@ -335,11 +340,11 @@ struct SecretPage {
     previous_until: String,
 }
 
-fn seal(state: &AppState, secret: &str) -> Result<String, PageError> {
+fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, PageError> {
     state
         .config
         .webhook_secrets
-        .seal(secret)
+        .seal(id, secret)
         .map_err(PageError::internal)
 }
 
@@ -353,16 +358,18 @@ async fn create(
         Ok(checked) => checked,
         Err(errors) => return Ok(form_again(&account, None, form, errors).await),
     };
+    let id = WebhookEndpointId::new();
     let secret = generate_secret();
     let mut transaction = state.db.begin().await?;
     let Some(endpoint) = webhooks::create(
         &mut transaction,
         account.org.id,
         &NewEndpoint {
+            id,
             url: checked.url,
             description: checked.description,
             events: checked.events,
-            secret: seal(&state, &secret)?,
+            secret: seal(&state, id, &secret)?,
         },
     )
     .await?
@@ -499,7 +506,7 @@ async fn rotate(
         &mut *transaction,
         account.org.id,
         current.id,
-        &seal(&state, &secret)?,
+        &seal(&state, current.id, &secret)?,
         ROTATION_OVERLAP,
     )
     .await?

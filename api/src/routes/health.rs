@@ -1,21 +1,20 @@
-//! Liveness, readiness and Prometheus metrics.
+//! Liveness and readiness on the public port, for load balancers. Prometheus metrics are served
+//! only on the ops address (`METRICS_BIND`, see `flow_common::ops`), never to callers.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde_json::json;
 use utoipa_axum::router::OpenApiRouter;
 
-use crate::error::ApiError;
 use crate::state::AppState;
 
-/// `/healthz`, `/readyz`, `/metrics`.
+/// `/healthz`, `/readyz`.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .route("/healthz", axum::routing::get(healthz))
         .route("/readyz", axum::routing::get(readyz))
-        .route("/metrics", axum::routing::get(metrics))
 }
 
 /// The process is up.
@@ -40,16 +39,4 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
             "rabbitmq": if broker { "up" } else { "down" },
         })),
     )
-}
-
-/// Prometheus exposition, unless it moved to the ops address (`METRICS_BIND`).
-async fn metrics(State(state): State<AppState>) -> Response {
-    if state.config.metrics_bind.0.is_some() {
-        return ApiError::NotFound("metrics are served on the ops address".into()).into_response();
-    }
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        flow_common::telemetry::render_metrics(),
-    )
-        .into_response()
 }

@@ -59,6 +59,9 @@ pub struct ReportRequest {
     #[schema(example = "overdue")]
     pub status: Option<String>,
     /// Include each assignment's module progress (modules started or completed, in flow order).
+    /// A page then holds at most 100,000 module-progress entries (limit × the flow's modules): a
+    /// larger `limit` is refused (400), and without one the page shrinks to fit. Each started
+    /// 10,000 entries counts as one more report request.
     pub detailed: Option<bool>,
     /// Also export the whole report as a file: csv, excel or pdf.
     #[schema(example = "csv")]
@@ -463,7 +466,8 @@ pub async fn report(
     request_id: RequestId,
     ApiJson(request): ApiJson<ReportRequest>,
 ) -> Result<(RateInfo, DataAsOf, Json<ReportResponse>), ApiError> {
-    let params = ReportParams::parse(request.into(), auth.zone)?;
+    let limit_given = request.limit.is_some();
+    let mut params = ReportParams::parse(request.into(), auth.zone)?;
     let allowance = Operation::Report.limit(&auth);
     let mut rate = state
         .limiter
@@ -485,6 +489,19 @@ pub async fn report(
         None => None,
     }
     .ok_or_else(|| ApiError::not_found("flow"))?;
+    if params.detailed {
+        // A page's module progress is bounded by the flow's modules, and costs by them.
+        params.page.limit =
+            cost::detailed_page_limit(params.page.limit, limit_given, flow.module_count)?;
+        rate = state
+            .limiter
+            .check(
+                &auth,
+                Operation::Report,
+                cost::detailed(params.page.limit, flow.module_count, allowance),
+            )
+            .await?;
+    }
     let parameters = params.parameters(flow.id);
     let mut read = state.reads.read(ReadPurpose::Report, None);
     let served = loop {

@@ -11,10 +11,10 @@ use chrono::{DateTime, Utc};
 use flow_common::db::audit::{self, Actor};
 use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, RetryRefusal};
 use flow_common::webhook::address::check_endpoint_url;
-use flow_domain::TextRule;
-use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
+use flow_domain::events::{TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
+use flow_domain::webhook::endpoint;
 use flow_domain::webhook::signing::generate_secret;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -29,9 +29,6 @@ use crate::state::AppState;
 
 /// How long a rotated-out secret keeps signing beside the new one.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
-
-/// Longest description.
-pub const MAX_DESCRIPTION_CHARS: usize = 500;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -141,31 +138,14 @@ pub struct EndpointWithSecret {
 }
 
 fn parse_events(events: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
-    let Some(events) = events else {
-        return Ok(None);
-    };
-    let mut parsed = Vec::with_capacity(events.len());
-    for event in &events {
-        let event = event.parse::<EventType>().map_err(|_| {
-            ApiError::InvalidRequest(format!(
-                "events must contain only: {}",
-                EventType::allowed()
-            ))
-        })?;
-        parsed.push(event.as_str().to_owned());
-    }
-    parsed.sort();
-    parsed.dedup();
-    Ok(Some(parsed))
+    Ok(events
+        .map(|events| endpoint::parse_events(&events))
+        .transpose()?)
 }
 
-fn parse_description(description: Option<String>) -> Result<Option<String>, ApiError> {
-    let rule = TextRule {
-        max_chars: MAX_DESCRIPTION_CHARS,
-        multiline: true,
-    };
+fn parse_description(description: Option<String>) -> Result<Option<Option<String>>, ApiError> {
     Ok(description
-        .map(|text| rule.parse("description", &text))
+        .map(|text| endpoint::parse_description(&text))
         .transpose()?)
 }
 
@@ -176,12 +156,12 @@ async fn parse_url(state: &AppState, text: &str) -> Result<String, ApiError> {
         .map_err(|invalid| ApiError::InvalidRequest(invalid.0))
 }
 
-/// The secret as stored: encrypted when a master key is configured.
-fn seal(state: &AppState, secret: &str) -> Result<String, ApiError> {
+/// The secret of endpoint `id` as stored: sealed for that endpoint.
+fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, ApiError> {
     state
         .config
         .webhook_secrets
-        .seal(secret)
+        .seal(id, secret)
         .map_err(|error| ApiError::Internal(anyhow::anyhow!(error)))
 }
 
@@ -213,15 +193,17 @@ pub async fn create_endpoint(
         .filter(|url| !url.trim().is_empty())
         .ok_or_else(|| ApiError::InvalidRequest("url is required".into()))?;
     let events = parse_events(request.events)?.unwrap_or_default();
-    let description = parse_description(request.description)?.filter(|text| !text.is_empty());
+    let description = parse_description(request.description)?.flatten();
     let url = parse_url(&state, &url_text).await?;
+    let id = WebhookEndpointId::new();
     let secret = generate_secret();
-    let stored = seal(&state, &secret)?;
+    let stored = seal(&state, id, &secret)?;
     let mut transaction = state.db.begin().await?;
     let endpoint = webhooks::create(
         &mut transaction,
         auth.org_id(),
         &webhooks::NewEndpoint {
+            id,
             url,
             description,
             events,
@@ -332,8 +314,7 @@ pub async fn update_endpoint(
     ApiJson(request): ApiJson<UpdateEndpointRequest>,
 ) -> Result<Json<EndpointView>, ApiError> {
     let events = parse_events(request.events)?;
-    let description = parse_description(request.description)?
-        .map(|text| Some(text).filter(|text| !text.is_empty()));
+    let description = parse_description(request.description)?;
     let url = match request.url.as_deref() {
         Some(text) => Some(parse_url(&state, text).await?),
         None => None,
@@ -344,11 +325,18 @@ pub async fn update_endpoint(
         events,
         enabled: request.enabled,
     };
-    let endpoint = webhooks::update(&state.db, auth.org_id(), endpoint_id(&id)?, &changes)
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    // The change and its audit row commit together, or neither does.
+    let mut transaction = state.db.begin().await?;
+    let endpoint = webhooks::update(
+        &mut *transaction,
+        auth.org_id(),
+        endpoint_id(&id)?,
+        &changes,
+    )
+    .await?
+    .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
     audit::record(
-        &state.db,
+        &mut *transaction,
         auth.org_id(),
         Actor::ApiKey(auth.key_id),
         "webhook.updated",
@@ -356,6 +344,7 @@ pub async fn update_endpoint(
         &endpoint.url,
     )
     .await?;
+    transaction.commit().await?;
     Ok(Json(endpoint.into()))
 }
 
@@ -413,18 +402,21 @@ pub async fn rotate_secret(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<EndpointWithSecret>, ApiError> {
+    let id = endpoint_id(&id)?;
     let secret = generate_secret();
+    // The new secret and its audit row commit together, or neither does.
+    let mut transaction = state.db.begin().await?;
     let endpoint = webhooks::rotate_secret(
-        &state.db,
+        &mut *transaction,
         auth.org_id(),
-        endpoint_id(&id)?,
-        &seal(&state, &secret)?,
+        id,
+        &seal(&state, id, &secret)?,
         ROTATION_OVERLAP,
     )
     .await?
     .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
     audit::record(
-        &state.db,
+        &mut *transaction,
         auth.org_id(),
         Actor::ApiKey(auth.key_id),
         "webhook.secret_rotated",
@@ -432,6 +424,7 @@ pub async fn rotate_secret(
         &endpoint.url,
     )
     .await?;
+    transaction.commit().await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
     Ok(Json(EndpointWithSecret {
         endpoint: endpoint.into(),

@@ -91,8 +91,8 @@ impl AssignBenchArgs {
 }
 
 /// An organization ready for the load: every (user, flow) pair is one distinct assignment.
-struct Tenant {
-    org_id: OrgId,
+pub(super) struct Tenant {
+    pub(super) org_id: OrgId,
     key: String,
     flows: Vec<FlowId>,
     emails: Vec<String>,
@@ -111,7 +111,11 @@ impl Tenant {
     }
 }
 
-async fn tenant(pool: &PgPool, name: &str, args: &AssignBenchArgs) -> anyhow::Result<Tenant> {
+pub(super) async fn tenant(
+    pool: &PgPool,
+    name: &str,
+    args: &AssignBenchArgs,
+) -> anyhow::Result<Tenant> {
     let org = orgs::create(
         pool,
         &orgs::NewOrganization {
@@ -182,9 +186,9 @@ pub async fn run(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()>
 }
 
 /// What the load generator saw.
-struct Load {
+pub(super) struct Load {
     /// Items accepted (200) in the measured window.
-    accepted: u64,
+    pub(super) accepted: u64,
     /// Items accepted during the warm-up.
     warmup_accepted: u64,
     /// Latency of requests answered 200, in µs.
@@ -201,7 +205,7 @@ struct Load {
 
 /// Sends `concurrency` streams of requests to `url` for the warm-up then `duration`, each request
 /// carrying `bulk` distinct items of `tenant` (a bulk body when `bulk` > 1).
-async fn drive(
+pub(super) async fn drive(
     url: &str,
     tenant: &Arc<Tenant>,
     args: &AssignBenchArgs,
@@ -340,7 +344,7 @@ impl Load {
         self.accepted as f64 / args.duration as f64
     }
 
-    fn print(&self, args: &AssignBenchArgs, what: &str) {
+    pub(super) fn print(&self, args: &AssignBenchArgs, what: &str) {
         let ms = |micros: u64| micros as f64 / 1000.0;
         println!(
             "  accepted        {} {what} in {} s = {:.0}/s",
@@ -397,7 +401,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
     let mut receiver = Receiver::start_with(receiver_options(0)).await?;
     let whole_system = !args.two_part && args.base_url.is_none();
     if whole_system {
-        let vault: flow_common::webhook::vault::SecretVault = flow_common::config::from_env();
+        let vault = super::system::secret_vault();
         create_endpoints(
             &pool,
             &secrets,
@@ -640,7 +644,7 @@ async fn raw_inserts(
 }
 
 /// How the system caught up after the load, and whether anything was lost or doubled.
-struct Settled {
+pub(super) struct Settled {
     persisted: i64,
     /// CPU counters once everything had caught up (or the wait gave up).
     run_end: super::system::Sample,
@@ -649,15 +653,15 @@ struct Settled {
     delivered_after: Option<Duration>,
     /// Commit of the assignment (its outbox row) to the webhook's arrival, in µs.
     commit_to_delivery: Option<Histogram<u64>>,
-    lost: i64,
-    duplicate_events: i64,
-    duplicate_deliveries: u64,
+    pub(super) lost: i64,
+    pub(super) duplicate_events: i64,
+    pub(super) duplicate_deliveries: u64,
     undelivered: i64,
     whole_system: bool,
 }
 
 impl Settled {
-    fn print(&self, load: &Load) {
+    pub(super) fn print(&self, load: &Load) {
         let after = |at: Option<Duration>| match at {
             Some(at) => format!("{:.0} ms after the load", at.as_secs_f64() * 1000.0),
             None => "NOT within 120 s".to_owned(),
@@ -693,7 +697,7 @@ impl Settled {
     }
 }
 
-async fn settle(
+pub(super) async fn settle(
     pool: &PgPool,
     tenant: &Tenant,
     load: &Load,
@@ -797,7 +801,7 @@ async fn settle(
     })
 }
 
-async fn wait_ready(base_url: &str) -> anyhow::Result<()> {
+pub(super) async fn wait_ready(base_url: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -2,8 +2,11 @@
 
 pub mod assign;
 pub mod broker;
+pub mod csv_import;
+pub mod detailed;
 pub mod plain;
 pub mod report;
+pub mod soak;
 pub mod system;
 pub mod webhooks;
 
@@ -17,6 +20,13 @@ pub enum BenchCommand {
     Assign(assign::AssignBenchArgs),
     /// Publish-only ceiling of the broker: persistent messages, quorum queue, confirms.
     Broker(broker::BrokerBenchArgs),
+    /// Parse time of the dashboard's largest users imports (50,000 rows; 8 MiB of empty records).
+    Csv(csv_import::CsvBenchArgs),
+    /// The API's peak memory answering the largest detailed report page it allows.
+    Detailed(detailed::DetailedBenchArgs),
+    /// The whole system under sustained single assigns for N minutes: each process's memory slope,
+    /// nothing lost.
+    Soak(soak::SoakBenchArgs),
     /// Report, weekly aggregate and exports of a flow with a million assignments.
     Report(report::ReportBenchArgs),
     /// Deliver lifecycle events to local webhook endpoints: deliveries/s and commit-to-delivery latency.
@@ -31,6 +41,9 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
     match command {
         BenchCommand::Assign(args) => assign::run(core, args).await,
         BenchCommand::Broker(args) => broker::run(core, args).await,
+        BenchCommand::Csv(args) => csv_import::run(args),
+        BenchCommand::Detailed(args) => detailed::run(core, args).await,
+        BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
         BenchCommand::PlainServer(args) => plain::run(core, args).await,

@@ -432,6 +432,7 @@ async fn measure(
     api.core = core.clone();
     api.bind = address;
     api.public_base_url = base_url.clone();
+    api.webhook_secrets = super::system::secret_vault();
     api.export_store.export_store_url = export_dir.to_string_lossy().into_owned();
     let state = flow_api::build_state(api, shutdown.clone()).await?;
     let server = tokio::spawn(flow_api::serve(listener, state, shutdown.clone()));

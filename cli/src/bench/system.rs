@@ -2,11 +2,25 @@
 //! production), and the CPU and memory each process used, read from /proc.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use anyhow::Context;
 use flow_common::config::CoreConfig;
+use flow_common::webhook::vault::{SecretVault, generate_master_key};
 use tokio::process::{Child, Command};
+
+/// The webhook secret vault of a benchmark's components: `WEBHOOK_SECRET_KEY` when set, else a
+/// key drawn for this run (its endpoints are thrown away with its database).
+pub fn secret_vault() -> SecretVault {
+    static KEY: OnceLock<String> = OnceLock::new();
+    SecretVault::with_key(KEY.get_or_init(|| {
+        std::env::var("WEBHOOK_SECRET_KEY")
+            .ok()
+            .filter(|key| !key.trim().is_empty())
+            .unwrap_or_else(generate_master_key)
+    }))
+}
 
 /// Starts `flowctl up --only <component>` as a child process against `core`, its API (if any) on
 /// `port`, with `extra` environment variables.
@@ -25,6 +39,10 @@ pub fn spawn_component(
         .env("QUEUE_PREFIX", &core.queue_prefix)
         .env("API_BIND", format!("127.0.0.1:{port}"))
         .env("PUBLIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env(
+            "WEBHOOK_SECRET_KEY",
+            secret_vault().master_key.unwrap_or_default(),
+        )
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),

@@ -259,14 +259,16 @@ pub async fn create_endpoints(
         receiver.set(&path, Behaviour::Status(204));
         receiver.sign(&path, secret);
         let mut transaction = pool.begin().await?;
+        let id = WebhookEndpointId::new();
         let endpoint = webhooks::create(
             &mut transaction,
             org_id,
             &webhooks::NewEndpoint {
+                id,
                 url: receiver.url(&path),
                 description: Some(format!("Benchmark receiver {index}")),
                 events: events(index),
-                secret: vault.seal(secret)?,
+                secret: vault.seal(id, secret)?,
             },
         )
         .await?
@@ -451,6 +453,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     relay.core = core.clone();
     let mut webhook: flow_workers::webhook::WebhookWorkerConfig = flow_common::config::from_env();
     webhook.core = core.clone();
+    webhook.secrets = super::system::secret_vault();
     webhook.policy.allow_private = true;
     webhook.policy.allow_http = true;
     println!(

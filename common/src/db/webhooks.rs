@@ -66,6 +66,8 @@ const ENDPOINT_COLUMNS: &str = "id, org_id, url, description, events, enabled, d
 /// A new endpoint.
 #[derive(Debug, Clone)]
 pub struct NewEndpoint {
+    /// Its id, chosen by the caller: the secret is sealed for it before the row exists.
+    pub id: WebhookEndpointId,
     /// URL (already checked against the address policy).
     pub url: String,
     /// Free text.
@@ -99,7 +101,7 @@ pub async fn create(
         "INSERT INTO webhook_endpoints (id, org_id, url, description, events, secret)
          VALUES ($1, $2, $3, $4, $5, $6) RETURNING {ENDPOINT_COLUMNS}"
     )))
-    .bind(WebhookEndpointId::new())
+    .bind(endpoint.id)
     .bind(org_id)
     .bind(&endpoint.url)
     .bind(&endpoint.description)

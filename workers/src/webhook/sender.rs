@@ -167,7 +167,7 @@ impl Sender {
         let message_id = delivery.event_id.to_string();
         let secrets: Vec<String> = std::iter::once(delivery.secret.as_str())
             .chain(delivery.previous_secret.as_deref())
-            .map(|stored| self.vault.open(stored))
+            .map(|stored| self.vault.open(delivery.endpoint_id, stored))
             .collect::<Result<_, _>>()
             .map_err(|error| error.to_string())?;
         let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
