@@ -24,6 +24,14 @@ const CHILD: &str = "FLOW_TEST_PROXY_CHILD";
 
 const TEST_NAME: &str = "webhook_attempts_ignore_proxy_environment_variables";
 
+/// The test's full name as the test binary lists it: its module path without the crate.
+fn test_path() -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{TEST_NAME}"),
+        None => TEST_NAME.to_owned(),
+    }
+}
+
 #[test]
 fn webhook_attempts_ignore_proxy_environment_variables() {
     if std::env::var_os(CHILD).is_some() {
@@ -35,7 +43,12 @@ fn webhook_attempts_ignore_proxy_environment_variables() {
     let proxy_url = format!("http://{}", proxy.local_addr().expect("address"));
     let mut child = Command::new(std::env::current_exe().expect("test binary"));
     child
-        .args([TEST_NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            test_path().as_str(),
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, "1")
         .env_remove("NO_PROXY")
         .env_remove("no_proxy");

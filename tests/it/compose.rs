@@ -2,7 +2,7 @@
 //! specification's JSON schema, and it follows the project's rules (every long-running service has
 //! a healthcheck that its image can run, workers have a grace period, RabbitMQ is a supported
 //! release, webhook secrets are never stored in plain text by default). The healthcheck commands
-//! themselves run against a live API in tests/tests/flowctl.rs.
+//! themselves run against a live API in tests/it/flowctl.rs.
 //!
 //! tests/schemas/compose-spec.json is schema/compose-spec.json of the compose-spec/compose-spec
 //! repository (commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6), Apache-2.0, kept unchanged.
