@@ -28,12 +28,15 @@ pub struct CoreConfig {
     )]
     pub database_max_connections: u32,
 
-    /// RabbitMQ connection string.
+    /// RabbitMQ: one `amqp://` address, or the nodes of a cluster separated by commas. Every
+    /// connection goes to one node and moves on to the next when that node is lost
+    /// (`flow_common::amqp::nodes`).
     #[arg(
         long,
         global = true,
         env = "AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        value_parser = crate::amqp::nodes::validate
     )]
     pub amqp_url: String,
 
