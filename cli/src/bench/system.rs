@@ -93,6 +93,78 @@ fn pids_named(name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Processes listening on one of the TCP `ports` of this machine (a RabbitMQ node is the Erlang VM
+/// listening on its AMQP port), found through their sockets' inodes.
+fn pids_listening_on(ports: &[u16]) -> Vec<u32> {
+    let mut sockets = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // State 0A is LISTEN; the local address is `hex ip:hex port`.
+            let listening_port = fields
+                .get(1)
+                .and_then(|address| address.rsplit_once(':'))
+                .and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
+            if fields.get(3) == Some(&"0A")
+                && listening_port.is_some_and(|port| ports.contains(&port))
+                && let Some(inode) = fields.get(9)
+            {
+                sockets.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if sockets.is_empty() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|target| target.to_str().is_some_and(|t| sockets.contains(t)))
+                })
+            })
+        })
+        .collect()
+}
+
+/// How a server's processes are found at each sample.
+#[derive(Debug, Clone)]
+enum ServerProcesses {
+    /// Every process of this command name (every `postgres` backend).
+    Named(&'static str),
+    /// The processes listening on these local ports (the RabbitMQ nodes of `AMQP_URL`).
+    Listening(Vec<u16>),
+}
+
+impl ServerProcesses {
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            ServerProcesses::Named(name) => pids_named(name),
+            ServerProcesses::Listening(ports) => pids_listening_on(ports),
+        }
+    }
+}
+
+/// The ports of the nodes of `amqp_url` that run on this machine.
+fn local_broker_ports(amqp_url: &str) -> Vec<u16> {
+    flow_common::amqp::nodes::parse(amqp_url)
+        .unwrap_or_default()
+        .iter()
+        .filter(|uri| {
+            ["localhost", "127.0.0.1", "::1"].contains(&uri.authority.host.as_str())
+        })
+        .map(|uri| uri.authority.port)
+        .collect()
+}
+
 /// Busy and idle ticks of the whole machine.
 fn machine_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -112,19 +184,31 @@ fn machine_ticks() -> Option<(u64, u64)> {
 #[derive(Debug, Clone, Default)]
 pub struct Watched {
     groups: BTreeMap<String, Vec<u32>>,
-    /// Servers, by label and process name: their processes are listed again at every sample
-    /// (Postgres starts a backend per connection), and their memory is not shown (their
-    /// processes share it, so a sum would overstate it).
-    servers: BTreeMap<String, &'static str>,
+    /// Servers, by label: their processes are listed again at every sample (Postgres starts a
+    /// backend per connection), and their memory is not shown (their processes share it, so a
+    /// sum would overstate it).
+    servers: BTreeMap<String, ServerProcesses>,
 }
 
 impl Watched {
-    /// Watches this process (as `load generator`), Postgres and RabbitMQ.
-    pub fn with_servers() -> Self {
+    /// Watches this process (as `load generator`), Postgres and the RabbitMQ nodes of
+    /// `core.amqp_url` that run on this machine (each node's Erlang VM; a cluster's nodes
+    /// together, and no other broker of the machine).
+    pub fn with_servers(core: &CoreConfig) -> Self {
         let mut watched = Self::default();
         watched.add("load generator (flowctl bench)", vec![std::process::id()]);
-        watched.servers.insert("postgres".into(), "postgres");
-        watched.servers.insert("rabbitmq".into(), "beam.smp");
+        watched
+            .servers
+            .insert("postgres".into(), ServerProcesses::Named("postgres"));
+        let ports = local_broker_ports(&core.amqp_url);
+        let label = match ports.len() {
+            0 => "rabbitmq (not on this machine)".to_owned(),
+            1 => "rabbitmq (1 node)".to_owned(),
+            nodes => format!("rabbitmq ({nodes} nodes)"),
+        };
+        watched
+            .servers
+            .insert(label, ServerProcesses::Listening(ports));
         watched
     }
 
@@ -138,7 +222,7 @@ impl Watched {
         let servers = self
             .servers
             .iter()
-            .map(|(label, name)| (label.clone(), pids_named(name)));
+            .map(|(label, processes)| (label.clone(), processes.pids()));
         Sample {
             at: Instant::now(),
             groups: self
