@@ -39,12 +39,12 @@ async fn assign_until_accepted(
 ) -> Accepted {
     let deadline = Instant::now() + within;
     let mut retries = 0;
-    for attempt in 0.. {
+    loop {
         assert!(
             Instant::now() < deadline,
             "{path} {request_id} not accepted within {within:?} ({retries} retries)"
         );
-        let base = &bases[attempt % bases.len()];
+        let base = &bases[retries % bases.len()];
         let sent = client
             .post(format!("{base}{path}"))
             .bearer_auth(&org.key)
@@ -101,7 +101,6 @@ async fn assign_until_accepted(
         retries += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    unreachable!()
 }
 
 /// An organization with `count` users, a one-module flow and a webhook endpoint at `path` of
