@@ -135,11 +135,51 @@ fn pids_listening_on(ports: &[u16]) -> Vec<u32> {
         .collect()
 }
 
+/// The database a Postgres process works for, from its title (`postgres: [CLUSTER:] USER DB
+/// HOST(PORT) ACTIVITY` for a backend, `postgres: [CLUSTER:] autovacuum worker DB`), or `None` for
+/// the server's own processes (the postmaster, WAL writer, checkpointer, ...), which work for
+/// every database.
+fn postgres_database(pid: u32) -> Option<String> {
+    let title = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut words: Vec<&str> = title
+        .split(|c: char| c == '\0' || c.is_whitespace())
+        .filter(|word| !word.is_empty())
+        .collect();
+    // Debian names the cluster first (`postgres: 15/main: ...`).
+    if words.len() > 1 && words[0] == "postgres:" && words[1].ends_with(':') {
+        words.remove(1);
+    }
+    match words.as_slice() {
+        ["postgres:", "autovacuum", "worker", database, ..] => Some((*database).to_owned()),
+        ["postgres:", _user, database, client, ..]
+            if client.ends_with(')') || *client == "[local]" =>
+        {
+            Some((*database).to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// The parent of a process.
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// How a server's processes are found at each sample.
 #[derive(Debug, Clone)]
 enum ServerProcesses {
-    /// Every process of this command name (every `postgres` backend).
+    /// Every process of this command name.
     Named(&'static str),
+    /// Postgres processes working for this database (its backends and autovacuum workers) and the
+    /// server's own (WAL writer, checkpointer, ...), not the backends of other databases: other
+    /// work on a shared server stays out of the figures (the server's own processes still hold
+    /// a share of it).
+    Postgres { database: String, port: u16 },
     /// The processes listening on these local ports (the RabbitMQ nodes of `AMQP_URL`).
     Listening(Vec<u16>),
 }
@@ -148,6 +188,18 @@ impl ServerProcesses {
     fn pids(&self) -> Vec<u32> {
         match self {
             ServerProcesses::Named(name) => pids_named(name),
+            ServerProcesses::Postgres { database, port } => {
+                // The server is the postmaster listening on the port, with its children.
+                let servers = pids_listening_on(&[*port]);
+                pids_named("postgres")
+                    .into_iter()
+                    .filter(|pid| {
+                        servers.contains(pid)
+                            || parent(*pid).is_some_and(|parent| servers.contains(&parent))
+                    })
+                    .filter(|pid| postgres_database(*pid).is_none_or(|theirs| &theirs == database))
+                    .collect()
+            }
             ServerProcesses::Listening(ports) => pids_listening_on(ports),
         }
     }
@@ -191,15 +243,24 @@ pub struct Watched {
 }
 
 impl Watched {
-    /// Watches this process (as `load generator`), Postgres and the RabbitMQ nodes of
+    /// Watches this process (as `load generator`), Postgres (the processes of `core`'s
+    /// database and the server's own) and the RabbitMQ nodes of
     /// `core.amqp_url` that run on this machine (each node's Erlang VM; a cluster's nodes
     /// together, and no other broker of the machine).
     pub fn with_servers(core: &CoreConfig) -> Self {
         let mut watched = Self::default();
         watched.add("load generator (flowctl bench)", vec![std::process::id()]);
-        watched
-            .servers
-            .insert("postgres".into(), ServerProcesses::Named("postgres"));
+        let options: Option<sqlx::postgres::PgConnectOptions> = core.database_url.parse().ok();
+        let database = options
+            .as_ref()
+            .and_then(|options| options.get_database())
+            .unwrap_or("postgres")
+            .to_owned();
+        let port = options.as_ref().map_or(5432, |options| options.get_port());
+        watched.servers.insert(
+            format!("postgres ({database} and the server's own)"),
+            ServerProcesses::Postgres { database, port },
+        );
         let ports = local_broker_ports(&core.amqp_url);
         let label = match ports.len() {
             0 => "rabbitmq (not on this machine)".to_owned(),

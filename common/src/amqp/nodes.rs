@@ -143,7 +143,7 @@ pub fn redact(address: &str) -> String {
     match url::Url::parse(address) {
         Ok(mut url) => {
             if url.password().is_some() {
-                drop(url.set_password(Some("***")));
+                let _ = url.set_password(Some("***"));
             }
             url.to_string()
         }
