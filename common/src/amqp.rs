@@ -108,7 +108,10 @@ impl Topology {
 
     /// The name of every queue this topology declares (a cluster check counts their members).
     pub fn all_queues(&self) -> Vec<String> {
-        QueueKind::ALL.iter().map(|&kind| self.queue(kind)).collect()
+        QueueKind::ALL
+            .iter()
+            .map(|&kind| self.queue(kind))
+            .collect()
     }
 
     /// Declares every exchange, queue and binding. Idempotent; every binary calls it at start-up.
@@ -205,7 +208,6 @@ impl Topology {
         Ok(())
     }
 }
-
 
 /// Deletes every queue and exchange of `topology` over a connection of its own (benchmarks and
 /// tests clean up with it); failures are ignored. The channel is closed before the connection: a

@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use flow_common::amqp::QueueKind;
@@ -36,6 +36,7 @@ async fn assign_until_accepted(
     body: &Value,
     request_id: &str,
     within: Duration,
+    attempts: &AtomicUsize,
 ) -> Accepted {
     let deadline = Instant::now() + within;
     let mut retries = 0;
@@ -45,6 +46,7 @@ async fn assign_until_accepted(
             "{path} {request_id} not accepted within {within:?} ({retries} retries)"
         );
         let base = &bases[retries % bases.len()];
+        attempts.fetch_add(1, Ordering::Relaxed);
         let sent = client
             .post(format!("{base}{path}"))
             .bearer_auth(&org.key)
@@ -55,7 +57,10 @@ async fn assign_until_accepted(
         let (status, answer) = match sent {
             Ok(response) => {
                 let status = response.status().as_u16();
-                (status, response.json::<Value>().await.unwrap_or(Value::Null))
+                (
+                    status,
+                    response.json::<Value>().await.unwrap_or(Value::Null),
+                )
             }
             // The replica is not at fault here; a caller would retry.
             Err(_) => (0, Value::Null),
@@ -63,7 +68,12 @@ async fn assign_until_accepted(
         match status {
             200 if answer["assignmentId"].is_string() => {
                 return Accepted {
-                    ids: vec![answer["assignmentId"].as_str().unwrap_or_default().to_owned()],
+                    ids: vec![
+                        answer["assignmentId"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_owned(),
+                    ],
                     at: Instant::now(),
                     retries,
                 };
@@ -103,21 +113,28 @@ async fn assign_until_accepted(
     }
 }
 
-/// An organization with `count` users, a one-module flow and a webhook endpoint at `path` of
-/// `receiver` for `flow.assigned`.
+/// An organization with `count` users, `flows` one-module flows and a webhook endpoint at `path`
+/// of `receiver` for `flow.assigned`.
 async fn org_with_endpoint(
     app: &TestApp,
     receiver: &Receiver,
     path: &str,
     count: usize,
-) -> (TestOrg, String, Vec<String>) {
+    flows: usize,
+) -> (TestOrg, Vec<String>, Vec<String>) {
     let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
     let emails: Vec<String> = (0..count).map(|i| format!("c{i}@example.com")).collect();
     for chunk in emails.chunks(1_000) {
         let refs: Vec<&str> = chunk.iter().map(String::as_str).collect();
         app.create_users(&org, &refs).await;
     }
-    let flow = app.create_flow(&org, "Cluster", &[5]).await;
+    let mut created = Vec::new();
+    for index in 0..flows {
+        created.push(
+            app.create_flow(&org, &format!("Cluster {index}"), &[5])
+                .await,
+        );
+    }
     let response = app
         .post(
             &org,
@@ -127,7 +144,7 @@ async fn org_with_endpoint(
         .await;
     assert_eq!(response.status, 201, "{:?}", response.body);
     receiver.sign(path, response.body["secret"].as_str().expect("secret"));
-    (org, flow, emails)
+    (org, created, emails)
 }
 
 /// Waits until every id of `ids` is a persisted assignment, each with one `flow.assigned` event.
@@ -173,7 +190,12 @@ async fn a_process_given_the_node_list_keeps_working_when_its_node_is_killed() {
             .assign_persisted(&org, &flow, "before@example.com", json!({}))
             .await;
 
-        let node = app.api.publisher.node().await.expect("the API is connected");
+        let node = app
+            .api
+            .publisher
+            .node()
+            .await
+            .expect("the API is connected");
         let killed = cluster.node_at(&node);
         cluster.kill(killed).await;
         let bases = [app.base_url.clone()];
@@ -185,10 +207,15 @@ async fn a_process_given_the_node_list_keeps_working_when_its_node_is_killed() {
             &json!({ "flowId": flow, "userEmail": "after@example.com" }),
             "after-the-kill",
             Duration::from_secs(60),
+            &AtomicUsize::new(0),
         )
         .await;
         let now_on = app.api.publisher.node().await.expect("reconnected");
-        assert_ne!(cluster.node_at(&now_on), killed, "the API moved to another node");
+        assert_ne!(
+            cluster.node_at(&now_on),
+            killed,
+            "the API moved to another node"
+        );
         let ids: HashSet<String> = accepted.ids.into_iter().chain([first]).collect();
         // The assign-worker, wherever it was connected, consumes the command from a live node.
         assert_persisted_once(&app, &ids, Duration::from_secs(60)).await;
@@ -215,8 +242,15 @@ async fn a_process_given_the_node_list_keeps_working_when_its_node_is_killed() {
 
 /// Singles in a row, then one bulk: how the load is made.
 const BULK_EVERY: usize = 8;
-const BULK_SIZE: usize = 40;
+const BULK_SIZE: usize = 10;
+/// The pause of each caller between two calls: the load must outlast the chaos.
+const PACE: Duration = Duration::from_millis(40);
 const CALLERS: usize = 6;
+/// Users and flows: their pairs are the distinct assignments the load makes, more than it makes
+/// until the chaos is over.
+const USERS: usize = 4_000;
+const FLOWS: usize = 8;
+const PAIRS: usize = USERS * FLOWS;
 
 #[tokio::test]
 async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
@@ -240,49 +274,64 @@ async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
         app.wait_for_consumers(QueueKind::Assign, 2).await;
         app.wait_for_consumers(QueueKind::Webhooks, 1).await;
 
-        // Enough work that both kills and the restarts fall inside the load.
-        let items = 60 * BULK_EVERY;
-        let singles = items - items / BULK_EVERY;
-        let users = singles + (items / BULK_EVERY) * BULK_SIZE;
-        let (org, flow, emails) = org_with_endpoint(&app, &receiver, "cluster", users).await;
+        // The load runs until the chaos is over (each call a user or users of their own).
+        let (org, flows, emails) =
+            org_with_endpoint(&app, &receiver, "cluster", USERS, FLOWS).await;
+        // Distinct pair `index`: a user and a flow.
+        let pair = move |flows: &[String], emails: &[String], index: usize| {
+            json!({ "flowId": flows[index / USERS], "userEmail": emails[index % USERS] })
+        };
         let bases = Arc::new([app.base_url.clone(), second_api]);
         let next_item = Arc::new(AtomicUsize::new(0));
         let next_user = Arc::new(AtomicUsize::new(0));
         let done = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let attempts = Arc::new(AtomicUsize::new(0));
+        let alive = Arc::new(AtomicUsize::new(CALLERS));
         let started = Instant::now();
         let mut callers = tokio::task::JoinSet::new();
         for caller in 0..CALLERS {
-            let (client, bases, org, flow, emails) = (
+            let (client, bases, org, flows, emails) = (
                 app.client.clone(),
                 bases.clone(),
                 org.clone(),
-                flow.clone(),
+                flows.clone(),
                 emails.clone(),
             );
-            let (next_item, next_user, done) = (next_item.clone(), next_user.clone(), done.clone());
+            let (next_item, next_user, done, stop, attempts) = (
+                next_item.clone(),
+                next_user.clone(),
+                done.clone(),
+                stop.clone(),
+                attempts.clone(),
+            );
+            let alive = Alive(alive.clone());
             callers.spawn(async move {
+                let _alive = alive;
                 let mut accepted = Vec::new();
                 loop {
                     let item = next_item.fetch_add(1, Ordering::Relaxed);
-                    if item >= items {
-                        return accepted;
+                    let bulk = item % BULK_EVERY == BULK_EVERY - 1;
+                    let first = next_user.fetch_add(if bulk { BULK_SIZE } else { 1 }, Ordering::Relaxed);
+                    // The chaos is over, or (which the test refuses below) the users ran out.
+                    if stop.load(Ordering::Relaxed) || first + BULK_SIZE > PAIRS {
+                        return (accepted, stop.load(Ordering::Relaxed));
                     }
                     // Each caller starts on a replica of its own; a retry goes to the other.
                     let order: Vec<String> = (0..2).map(|i| bases[(caller + i) % 2].clone()).collect();
                     let request_id = format!("cluster-{item}");
-                    let outcome = if item % BULK_EVERY == BULK_EVERY - 1 {
-                        let first = next_user.fetch_add(BULK_SIZE, Ordering::Relaxed);
-                        let body = json!({
-                            "assignments": flow_tests::assign_items(&flow, &emails[first..first + BULK_SIZE])
-                        });
-                        assign_until_accepted(&client, &order, &org, "/v1/flows/assign/bulk", &body, &request_id, Duration::from_secs(120)).await
+                    let outcome = if bulk {
+                        let items: Vec<Value> =
+                            (first..first + BULK_SIZE).map(|index| pair(&flows, &emails, index)).collect();
+                        let body = json!({ "assignments": items });
+                        assign_until_accepted(&client, &order, &org, "/v1/flows/assign/bulk", &body, &request_id, Duration::from_secs(120), &attempts).await
                     } else {
-                        let user = next_user.fetch_add(1, Ordering::Relaxed);
-                        let body = json!({ "flowId": flow, "userEmail": emails[user] });
-                        assign_until_accepted(&client, &order, &org, "/v1/flows/assign", &body, &request_id, Duration::from_secs(120)).await
+                        let body = pair(&flows, &emails, first);
+                        assign_until_accepted(&client, &order, &org, "/v1/flows/assign", &body, &request_id, Duration::from_secs(120), &attempts).await
                     };
                     done.fetch_add(1, Ordering::Relaxed);
                     accepted.push(outcome);
+                    tokio::time::sleep(PACE).await;
                 }
             });
         }
@@ -290,15 +339,24 @@ async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
         // The chaos, mid-load: kill the node leading the assign queue, restart it, wait until
         // every queue has its 3 members back, then kill another node and restart it.
         let assign_queue = app.topology().queue(QueueKind::Assign);
-        let wait_for = |share: usize| {
-            let done = done.clone();
+        let wait_for = |calls: usize| {
+            let (done, attempts, alive) = (done.clone(), attempts.clone(), alive.clone());
             async move {
-                while done.load(Ordering::Relaxed) < items * share / 100 {
+                let deadline = Instant::now() + Duration::from_secs(150);
+                while done.load(Ordering::Relaxed) < calls {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the load stalled: {} of {calls} calls accepted after {} requests, {} \
+                         callers running",
+                        done.load(Ordering::Relaxed),
+                        attempts.load(Ordering::Relaxed),
+                        alive.load(Ordering::Relaxed),
+                    );
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
         };
-        wait_for(15).await;
+        wait_for(50).await;
         let leader = cluster
             .leader_of(&assign_queue)
             .await
@@ -310,23 +368,25 @@ async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
         cluster
             .wait_for_full_queues(app.topology().prefix(), &app.topology().all_queues(), Duration::from_secs(60))
             .await;
-        wait_for(55).await;
+        let calls = done.load(Ordering::Relaxed);
+        wait_for(calls + 50).await;
         let other = (leader % 3) + 1;
         eprintln!("kill -9 of node {other} after {:?}", started.elapsed());
         cluster.kill(other).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.restart(other).await;
-        let chaos_ended = done.load(Ordering::Relaxed);
-        eprintln!("node {other} back after {:?}, {chaos_ended} of {items} calls done", started.elapsed());
+        eprintln!("node {other} back after {:?}", started.elapsed());
+        // A little more load on the whole cluster, then the callers stop.
+        let calls = done.load(Ordering::Relaxed);
+        wait_for(calls + 30).await;
+        stop.store(true, Ordering::Relaxed);
 
         let mut accepted = Vec::new();
         while let Some(outcome) = callers.join_next().await {
-            accepted.extend(outcome.expect("caller"));
+            let (outcomes, stopped) = outcome.expect("caller");
+            assert!(stopped, "the load ran out of distinct assignments before the chaos was over");
+            accepted.extend(outcomes);
         }
-        assert!(
-            chaos_ended < items,
-            "the load outlasted the chaos ({chaos_ended} of {items} calls done when it ended)"
-        );
         let mut times: Vec<Instant> = accepted.iter().map(|outcome| outcome.at).collect();
         times.sort_unstable();
         let longest_gap = times
@@ -343,7 +403,9 @@ async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
             ids.len(),
             times.last().map(|last| *last - started).unwrap_or_default(),
         );
-        assert_eq!(ids.len(), users, "every call's items got ids of their own");
+        let users = ids.len();
+        let assigned: usize = accepted.iter().map(|outcome| outcome.ids.len()).sum();
+        assert_eq!(ids.len(), assigned, "every item got an id of its own");
         assert!(
             longest_gap < Duration::from_secs(30),
             "the longest gap between two 200s was {longest_gap:?}"
@@ -376,4 +438,13 @@ async fn broker_node_loss_under_load_loses_nothing_and_writes_no_event_twice() {
     })
     .await
     .expect("the test finished within 600 s");
+}
+
+/// Counts a running caller down when it ends, however it ends.
+struct Alive(Arc<AtomicUsize>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }

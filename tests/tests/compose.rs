@@ -339,7 +339,10 @@ fn the_cluster_profile_adds_two_rabbitmq_nodes_that_join_the_first_and_every_ser
     for name in ["rabbitmq-2", "rabbitmq-3"] {
         let node = &services[name];
         assert_eq!(strings(&node["profiles"]), ["cluster"], "{name}");
-        assert_eq!(node["image"], first["image"], "{name}: one RabbitMQ version");
+        assert_eq!(
+            node["image"], first["image"],
+            "{name}: one RabbitMQ version"
+        );
         assert_eq!(node["hostname"], name);
         assert_eq!(
             node["depends_on"]["rabbitmq"]["condition"], "service_healthy",
@@ -355,7 +358,10 @@ fn the_cluster_profile_adds_two_rabbitmq_nodes_that_join_the_first_and_every_ser
         // One Erlang cookie for the cluster, written before the node starts.
         assert_eq!(node["environment"], first["environment"], "{name}");
         assert_eq!(node["entrypoint"], first["entrypoint"], "{name}");
-        assert!(node["volumes"] != first["volumes"], "{name}: data of its own");
+        assert!(
+            node["volumes"] != first["volumes"],
+            "{name}: data of its own"
+        );
     }
     assert_eq!(
         first["environment"]["RABBITMQ_CLUSTER_COOKIE"],
@@ -404,7 +410,10 @@ fn the_cluster_profile_adds_two_rabbitmq_nodes_that_join_the_first_and_every_ser
         }
         for node in ["rabbitmq-2", "rabbitmq-3"] {
             let dependency = &service["depends_on"][node];
-            assert_eq!(dependency["condition"], "service_healthy", "{name} on {node}");
+            assert_eq!(
+                dependency["condition"], "service_healthy",
+                "{name} on {node}"
+            );
             assert_eq!(
                 dependency["required"], false,
                 "{name} starts without the profile"

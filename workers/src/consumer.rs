@@ -315,9 +315,10 @@ async fn consume<H: BatchHandler>(
     consumed: &mut bool,
 ) -> anyhow::Result<()> {
     let (topology, shutdown) = (&runtime.topology, &runtime.shutdown);
-    let (connection, node) = amqp::nodes::connect_naming_node(&runtime.core.amqp_url, settings.role)
-        .await
-        .context("connecting to RabbitMQ")?;
+    let (connection, node) =
+        amqp::nodes::connect_naming_node(&runtime.core.amqp_url, settings.role)
+            .await
+            .context("connecting to RabbitMQ")?;
     let setup = connection.create_channel().await?;
     topology
         .declare(&setup)

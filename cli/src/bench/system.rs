@@ -173,8 +173,6 @@ fn parent(pid: u32) -> Option<u32> {
 /// How a server's processes are found at each sample.
 #[derive(Debug, Clone)]
 enum ServerProcesses {
-    /// Every process of this command name.
-    Named(&'static str),
     /// Postgres processes working for this database (its backends and autovacuum workers) and the
     /// server's own (WAL writer, checkpointer, ...), not the backends of other databases: other
     /// work on a shared server stays out of the figures (the server's own processes still hold
@@ -187,7 +185,6 @@ enum ServerProcesses {
 impl ServerProcesses {
     fn pids(&self) -> Vec<u32> {
         match self {
-            ServerProcesses::Named(name) => pids_named(name),
             ServerProcesses::Postgres { database, port } => {
                 // The server is the postmaster listening on the port, with its children.
                 let servers = pids_listening_on(&[*port]);
@@ -210,9 +207,7 @@ fn local_broker_ports(amqp_url: &str) -> Vec<u16> {
     flow_common::amqp::nodes::parse(amqp_url)
         .unwrap_or_default()
         .iter()
-        .filter(|uri| {
-            ["localhost", "127.0.0.1", "::1"].contains(&uri.authority.host.as_str())
-        })
+        .filter(|uri| ["localhost", "127.0.0.1", "::1"].contains(&uri.authority.host.as_str()))
         .map(|uri| uri.authority.port)
         .collect()
 }

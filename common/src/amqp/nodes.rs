@@ -35,7 +35,9 @@ pub const MAX_NODES: usize = 16;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeListError {
     /// No address at all.
-    #[error("AMQP_URL is empty: give one amqp:// address, or the nodes of a cluster separated by commas")]
+    #[error(
+        "AMQP_URL is empty: give one amqp:// address, or the nodes of a cluster separated by commas"
+    )]
     Empty,
     /// More addresses than [`MAX_NODES`].
     #[error("AMQP_URL lists {0} nodes; at most {MAX_NODES} are accepted")]
@@ -177,9 +179,10 @@ impl Nodes {
 
     /// The nodes of `list`, shared by every connection of this process to that list.
     pub fn of(list: &str) -> Result<Arc<Nodes>, NodeListError> {
-        static KNOWN: LazyLock<Mutex<HashMap<String, Arc<Nodes>>>> =
-            LazyLock::new(Mutex::default);
-        let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        static KNOWN: LazyLock<Mutex<HashMap<String, Arc<Nodes>>>> = LazyLock::new(Mutex::default);
+        let mut known = KNOWN
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(nodes) = known.get(list) {
             return Ok(nodes.clone());
         }
@@ -211,15 +214,17 @@ impl Nodes {
         for index in self.order() {
             let node = &self.nodes[index];
             let properties = ConnectionProperties::default().with_connection_name(role.into());
-            let outcome =
-                tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect_uri(node.uri.clone(), properties))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(lapin::Error::from(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no connection within {CONNECT_TIMEOUT:?}"),
-                        )))
-                    });
+            let outcome = tokio::time::timeout(
+                CONNECT_TIMEOUT,
+                Connection::connect_uri(node.uri.clone(), properties),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(lapin::Error::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no connection within {CONNECT_TIMEOUT:?}"),
+                )))
+            });
             let mut failed_at = node
                 .failed_at
                 .lock()
@@ -242,9 +247,8 @@ impl Nodes {
                 }
             }
         }
-        Err(last_error.unwrap_or_else(|| {
-            lapin::Error::from(std::io::Error::other("AMQP_URL names no node"))
-        }))
+        Err(last_error
+            .unwrap_or_else(|| lapin::Error::from(std::io::Error::other("AMQP_URL names no node"))))
     }
 }
 
