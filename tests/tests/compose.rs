@@ -438,6 +438,10 @@ fn an_amqp_url_that_is_not_a_node_list_is_refused_saying_why() {
     let message = error.to_string();
     assert!(message.contains("node 2 of 2"), "{message}");
     assert!(message.contains("amqp://"), "{message}");
+    assert!(
+        !message.contains("secret"),
+        "the password stays hidden: {message}"
+    );
     let one = Settings::try_parse_from(["flow", "--amqp-url", "amqp://u:p@a:5672/%2f"])
         .expect("one address still works");
     assert_eq!(one.core.amqp_url, "amqp://u:p@a:5672/%2f");
