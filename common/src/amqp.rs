@@ -10,10 +10,12 @@ use lapin::options::{
     QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{
-    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
-};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ExchangeKind};
 use tokio::sync::{Mutex, RwLock};
+
+pub mod nodes;
+
+pub use nodes::connect;
 
 /// The queues Flow consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +104,14 @@ impl Topology {
     /// Full name of a queue.
     pub fn queue(&self, kind: QueueKind) -> String {
         format!("{}.{}", self.prefix, kind.suffix())
+    }
+
+    /// The name of every queue this topology declares (a cluster check counts their members).
+    pub fn all_queues(&self) -> Vec<String> {
+        QueueKind::ALL
+            .iter()
+            .map(|&kind| self.queue(kind))
+            .collect()
     }
 
     /// Declares every exchange, queue and binding. Idempotent; every binary calls it at start-up.
@@ -199,12 +209,6 @@ impl Topology {
     }
 }
 
-/// Opens a connection named after the process role (visible in the RabbitMQ management UI).
-pub async fn connect(url: &str, role: &str) -> lapin::Result<Connection> {
-    let properties = ConnectionProperties::default().with_connection_name(role.into());
-    Connection::connect(url, properties).await
-}
-
 /// Deletes every queue and exchange of `topology` over a connection of its own (benchmarks and
 /// tests clean up with it); failures are ignored. The channel is closed before the connection: a
 /// channel merely dropped is closed by lapin in the background, and when that close comes after
@@ -284,6 +288,8 @@ struct Live {
     // Kept so the connection lives as long as its channels.
     _connection: Connection,
     channels: Vec<Channel>,
+    /// The broker node connected to (`host:port`).
+    node: String,
 }
 
 /// The shortest pause between two reconnection attempts, so a broker outage costs one failed
@@ -439,13 +445,14 @@ impl Publisher {
             tracing::warn!(%error, role = %self.inner.role, "cannot connect to RabbitMQ");
             PublishError::Unavailable(error.to_string())
         })?);
-        tracing::info!(role = %self.inner.role, channels = live.channels.len(), "connected to RabbitMQ");
+        tracing::debug!(role = %self.inner.role, channels = live.channels.len(), "publisher channels open");
         *self.inner.state.write().await = Some(live.clone());
         Ok(live)
     }
 
     async fn open(&self) -> lapin::Result<Live> {
-        let connection = connect(&self.inner.url, &self.inner.role).await?;
+        let (connection, node) =
+            nodes::connect_naming_node(&self.inner.url, &self.inner.role).await?;
         let setup = connection.create_channel().await?;
         self.inner.topology.declare(&setup).await?;
         drop(setup.close(200, "topology declared".into()).await);
@@ -460,13 +467,19 @@ impl Publisher {
         Ok(Live {
             _connection: connection,
             channels,
+            node,
         })
+    }
+
+    /// The broker node (`host:port`) this publisher is connected to, if it is.
+    pub async fn node(&self) -> Option<String> {
+        self.current().await.map(|live| live.node.clone())
     }
 
     async fn mark_broken(&self, broken: &Arc<Live>) {
         let mut state = self.inner.state.write().await;
         if state.as_ref().is_some_and(|live| Arc::ptr_eq(live, broken)) {
-            tracing::warn!(role = %self.inner.role, "RabbitMQ connection lost; will reconnect");
+            tracing::warn!(role = %self.inner.role, node = %broken.node, "RabbitMQ connection lost; will reconnect to the next node");
             *state = None;
         }
     }

@@ -28,12 +28,15 @@ pub struct CoreConfig {
     )]
     pub database_max_connections: u32,
 
-    /// RabbitMQ connection string.
+    /// RabbitMQ: one `amqp://` address, or the nodes of a cluster separated by commas. Every
+    /// connection goes to one node and moves on to the next when that node is lost
+    /// (`flow_common::amqp::nodes`).
     #[arg(
         long,
         global = true,
         env = "AMQP_URL",
-        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f",
+        value_parser = AmqpNodesParser
     )]
     pub amqp_url: String,
 
@@ -86,6 +89,33 @@ impl Default for ReplicaConfig {
             urls: Vec::new(),
             max_staleness: Duration::from_secs(5),
         }
+    }
+}
+
+/// Checks `AMQP_URL` as a node list. Its error is only what is wrong, with the password hidden:
+/// clap's own message for a refused value would quote the whole value, credentials included.
+#[derive(Debug, Clone, Copy)]
+struct AmqpNodesParser;
+
+impl clap::builder::TypedValueParser for AmqpNodesParser {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        _command: &clap::Command,
+        _argument: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<String, clap::Error> {
+        let refused = |message: String| {
+            clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                format!("{message}\n"),
+            )
+        };
+        let text = value
+            .to_str()
+            .ok_or_else(|| refused("AMQP_URL is not valid UTF-8".to_owned()))?;
+        crate::amqp::nodes::validate(text).map_err(|error| refused(error.to_string()))
     }
 }
 

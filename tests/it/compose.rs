@@ -314,3 +314,135 @@ fn prometheus_example_scrapes_every_flow_service_on_its_ops_address() {
         );
     }
 }
+
+#[test]
+fn the_cluster_profile_adds_two_rabbitmq_nodes_that_join_the_first_and_every_service_knows_all_three()
+ {
+    let document = compose_file();
+    let services = services(&document);
+    let first = &services["rabbitmq"];
+    assert_eq!(first["hostname"], "rabbitmq");
+    let node_config = document["configs"]["rabbitmq-node"]["content"]
+        .as_str()
+        .expect("the nodes' configuration");
+    assert!(
+        node_config
+            .lines()
+            .any(|line| line == "queue_leader_locator = balanced"),
+        "{node_config}"
+    );
+    let join = document["configs"]["rabbitmq-join"]["content"]
+        .as_str()
+        .expect("the joining nodes' configuration");
+    assert!(join.contains("cluster_formation.peer_discovery_backend = classic_config"));
+    assert!(join.contains("cluster_formation.classic_config.nodes.1 = rabbit@rabbitmq"));
+    for name in ["rabbitmq-2", "rabbitmq-3"] {
+        let node = &services[name];
+        assert_eq!(strings(&node["profiles"]), ["cluster"], "{name}");
+        assert_eq!(
+            node["image"], first["image"],
+            "{name}: one RabbitMQ version"
+        );
+        assert_eq!(node["hostname"], name);
+        assert_eq!(
+            node["depends_on"]["rabbitmq"]["condition"], "service_healthy",
+            "{name} joins a running node 1"
+        );
+        let sources: Vec<&str> = node["configs"]
+            .as_array()
+            .expect("configs")
+            .iter()
+            .filter_map(|config| config["source"].as_str())
+            .collect();
+        assert_eq!(sources, ["rabbitmq-node", "rabbitmq-join"], "{name}");
+        // One Erlang cookie for the cluster, written before the node starts.
+        assert_eq!(node["environment"], first["environment"], "{name}");
+        assert_eq!(node["entrypoint"], first["entrypoint"], "{name}");
+        assert!(
+            node["volumes"] != first["volumes"],
+            "{name}: data of its own"
+        );
+    }
+    assert_eq!(
+        first["environment"]["RABBITMQ_CLUSTER_COOKIE"],
+        "${RABBITMQ_CLUSTER_COOKIE:-}"
+    );
+    assert!(
+        strings(&first["entrypoint"])
+            .join(" ")
+            .contains("/var/lib/rabbitmq/.erlang.cookie")
+    );
+    let policy = strings(&services["rabbitmq-policy"]["entrypoint"]).join(" ");
+    assert!(
+        policy.contains("\"dead-letter-strategy\":\"at-least-once\"")
+            && policy.contains("\"overflow\":\"reject-publish\""),
+        "{policy}"
+    );
+
+    // cluster.env points every Flow service at the three nodes; each is a node of the file.
+    let env = cluster_env();
+    let list = env
+        .iter()
+        .find(|(name, _)| name == "AMQP_URL")
+        .map(|(_, value)| value.clone())
+        .expect("cluster.env sets AMQP_URL");
+    #[derive(clap::Parser)]
+    struct Settings {
+        #[command(flatten)]
+        core: flow_common::config::CoreConfig,
+    }
+    let settings =
+        Settings::try_parse_from(["flow", "--amqp-url", &list]).expect("AMQP_URL parses");
+    let hosts: Vec<String> = flow_common::amqp::nodes::parse(&settings.core.amqp_url)
+        .expect("a node list")
+        .iter()
+        .map(|uri| uri.authority.host.clone())
+        .collect();
+    assert_eq!(hosts, ["rabbitmq", "rabbitmq-2", "rabbitmq-3"]);
+    for name in ["api", "migrate"].into_iter().chain(WORKERS) {
+        let service = &services[name];
+        assert_eq!(
+            service["environment"]["AMQP_URL"], "${AMQP_URL:-amqp://flow:flow@rabbitmq:5672/%2f}",
+            "{name} reads AMQP_URL"
+        );
+        if name == "migrate" {
+            continue;
+        }
+        for node in ["rabbitmq-2", "rabbitmq-3"] {
+            let dependency = &service["depends_on"][node];
+            assert_eq!(
+                dependency["condition"], "service_healthy",
+                "{name} on {node}"
+            );
+            assert_eq!(
+                dependency["required"], false,
+                "{name} starts without the profile"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_amqp_url_that_is_not_a_node_list_is_refused_saying_why() {
+    #[derive(clap::Parser, Debug)]
+    struct Settings {
+        #[command(flatten)]
+        core: flow_common::config::CoreConfig,
+    }
+    let error = Settings::try_parse_from([
+        "flow",
+        "--amqp-url",
+        "amqp://u:secret@a:5672/%2f,rabbit-2:5672",
+    ])
+    .expect_err("refused");
+    let message = error.to_string();
+    assert!(message.contains("node 2 of 2"), "{message}");
+    assert!(message.contains("amqp://"), "{message}");
+    assert!(
+        !message.contains("secret"),
+        "the password stays hidden: {message}"
+    );
+    let one = Settings::try_parse_from(["flow", "--amqp-url", "amqp://u:p@a:5672/%2f"])
+        .expect("one address still works");
+    assert_eq!(one.core.amqp_url, "amqp://u:p@a:5672/%2f");
+}

@@ -4,6 +4,7 @@
 //! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
 
 pub mod audit;
+pub mod cluster;
 pub mod dashboard;
 pub mod proxy;
 pub mod replicas;
@@ -253,6 +254,9 @@ pub struct TestOptions {
     pub assign_worker: bool,
     /// Broker address the API uses (a proxy, to cut it).
     pub api_amqp_url: Option<String>,
+    /// Broker every component uses (`AMQP_URL`: a node list in the cluster tests); default
+    /// [`amqp_url`].
+    pub amqp_url: Option<String>,
     /// Start the outbox relay and a webhook-worker (with a shrunk retry schedule).
     pub webhooks: bool,
     /// Start a scheduler.
@@ -281,6 +285,7 @@ impl Default for TestOptions {
         Self {
             assign_worker: true,
             api_amqp_url: None,
+            amqp_url: None,
             webhooks: false,
             scheduler: false,
             strict_webhook_policy: false,
@@ -451,7 +456,7 @@ impl TestApp {
             database_max_connections: 6,
             amqp_url: match &rabbit_proxy {
                 Some(proxy) => format!("amqp://guest:guest@{}/%2f", proxy.address),
-                None => amqp_url(),
+                None => options.amqp_url.clone().unwrap_or_else(amqp_url),
             },
             queue_prefix: unique_prefix(),
             delivery_limit: 5,
@@ -507,9 +512,18 @@ impl TestApp {
 
     /// Starts an outbox relay.
     pub fn start_relay(&self) -> WorkerHandle {
+        self.start_relay_with(|_| {})
+    }
+
+    /// Starts an outbox relay with the test settings changed by `tune`.
+    pub fn start_relay_with(
+        &self,
+        tune: impl FnOnce(&mut flow_workers::relay::RelayConfig),
+    ) -> WorkerHandle {
         let mut config: flow_workers::relay::RelayConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.poll_interval_ms = 200;
+        tune(&mut config);
         WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 
@@ -557,6 +571,13 @@ impl TestApp {
         start_api(&self.core, None, &self.options, &self.shutdown)
             .await
             .base_url
+    }
+
+    /// Starts another API replica on the same database, connecting to the broker through
+    /// `amqp_url` (the same nodes in another order, say); returns its base URL and its state.
+    pub async fn start_api_replica_on(&self, amqp_url: &str) -> (String, flow_api::AppState) {
+        let api = start_api(&self.core, Some(amqp_url), &self.options, &self.shutdown).await;
+        (api.base_url, api.state)
     }
 
     /// Starts another assign-worker.
@@ -1019,7 +1040,10 @@ impl Drop for TestApp {
         clean_up(
             self.server.clone(),
             self.db_name.clone(),
-            Some(self.topology()),
+            Some((
+                self.options.amqp_url.clone().unwrap_or_else(amqp_url),
+                self.topology(),
+            )),
         );
     }
 }
@@ -1058,10 +1082,13 @@ impl Drop for ScratchDatabase {
     }
 }
 
-/// Drops a test's database on `server` (and deletes its broker topology) before returning. On a thread of
-/// its own: Drop cannot await, and the test's runtime is ending.
-fn clean_up(server: String, db_name: String, topology: Option<flow_common::amqp::Topology>) {
-    let amqp = amqp_url();
+/// Drops a test's database on `server` (and deletes its broker topology on the broker `amqp`)
+/// before returning. On a thread of its own: Drop cannot await, and the test's runtime is ending.
+fn clean_up(
+    server: String,
+    db_name: String,
+    topology: Option<(String, flow_common::amqp::Topology)>,
+) {
     let cleanup = std::thread::spawn(move || {
         let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -1070,7 +1097,7 @@ fn clean_up(server: String, db_name: String, topology: Option<flow_common::amqp:
             return;
         };
         runtime.block_on(async move {
-            if let Some(topology) = topology {
+            if let Some((amqp, topology)) = topology {
                 flow_common::amqp::delete_topology(&amqp, "test-cleanup", &topology).await;
             }
             if let Ok(admin) = PgPool::connect(&server).await {

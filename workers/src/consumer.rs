@@ -315,9 +315,10 @@ async fn consume<H: BatchHandler>(
     consumed: &mut bool,
 ) -> anyhow::Result<()> {
     let (topology, shutdown) = (&runtime.topology, &runtime.shutdown);
-    let connection = amqp::connect(&runtime.core.amqp_url, settings.role)
-        .await
-        .context("connecting to RabbitMQ")?;
+    let (connection, node) =
+        amqp::nodes::connect_naming_node(&runtime.core.amqp_url, settings.role)
+            .await
+            .context("connecting to RabbitMQ")?;
     let setup = connection.create_channel().await?;
     topology
         .declare(&setup)
@@ -336,7 +337,7 @@ async fn consume<H: BatchHandler>(
         )
         .await
         .with_context(|| format!("consuming {queue}"))?;
-    tracing::info!(role = settings.role, %queue, prefetch = settings.prefetch, "consuming");
+    tracing::info!(role = settings.role, %queue, %node, prefetch = settings.prefetch, "consuming");
     *consumed = true;
     settings.liveness.set_alive(true);
     // Opening a channel on a connection that drops at that moment can wait forever: bounded, so
@@ -360,12 +361,12 @@ async fn consume<H: BatchHandler>(
         // dropped connection keeps its slot, and the consumer stream may never report the drop.
         let permit = tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
-            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection lost")),
+            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection to {node} lost")),
             permit = permits.clone().acquire_owned() => permit?,
         };
         let first = tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
-            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection lost")),
+            () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection to {node} lost")),
             next = consumer.next() => next,
         };
         let first = match first {

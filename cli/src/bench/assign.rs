@@ -426,7 +426,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
             (None, false) => "two parts: api and assign-worker, each its own process".to_owned(),
         }
     );
-    let mut watched = Watched::with_servers();
+    let mut watched = Watched::with_servers(core);
     let mut children: Vec<Child> = Vec::new();
     let base_url = match &args.base_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
@@ -525,7 +525,7 @@ async fn run_baseline(
             "baseline: a raw batched UNNEST insert of {} rows per statement, {} concurrent statements",
             args.bulk, args.concurrency
         );
-        let watched = Watched::with_servers();
+        let watched = Watched::with_servers(core);
         let load = raw_inserts(core, &tenant, args, &watched).await?;
         load.print(args, "rows");
         return Ok(load);
@@ -548,7 +548,7 @@ async fn run_baseline(
         .kill_on_drop(true)
         .spawn()
         .context("starting the baseline server")?;
-    let mut watched = Watched::with_servers();
+    let mut watched = Watched::with_servers(core);
     if let Some(pid) = child.id() {
         watched.add("plain handler", vec![pid]);
     }

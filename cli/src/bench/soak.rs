@@ -95,7 +95,7 @@ async fn measure(core: &CoreConfig, args: &SoakBenchArgs) -> anyhow::Result<()> 
         "bench soak: single assigns, {} connections, {:.1} minutes, every component its own process, nothing scraping /metrics; memory sampled every {} s",
         args.concurrency, args.minutes, args.sample_every
     );
-    let mut watched = Watched::with_servers();
+    let mut watched = Watched::with_servers(core);
     let mut children: Vec<(&str, Child)> = Vec::new();
     let environment = [
         ("WEBHOOK_ALLOW_PRIVATE", "true"),

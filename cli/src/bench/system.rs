@@ -93,6 +93,125 @@ fn pids_named(name: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Processes listening on one of the TCP `ports` of this machine (a RabbitMQ node is the Erlang VM
+/// listening on its AMQP port), found through their sockets' inodes.
+fn pids_listening_on(ports: &[u16]) -> Vec<u32> {
+    let mut sockets = std::collections::HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // State 0A is LISTEN; the local address is `hex ip:hex port`.
+            let listening_port = fields
+                .get(1)
+                .and_then(|address| address.rsplit_once(':'))
+                .and_then(|(_, port)| u16::from_str_radix(port, 16).ok());
+            if fields.get(3) == Some(&"0A")
+                && listening_port.is_some_and(|port| ports.contains(&port))
+                && let Some(inode) = fields.get(9)
+            {
+                sockets.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if sockets.is_empty() {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.filter_map(Result::ok).any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|target| target.to_str().is_some_and(|t| sockets.contains(t)))
+                })
+            })
+        })
+        .collect()
+}
+
+/// The database a Postgres process works for, from its title (`postgres: [CLUSTER:] USER DB
+/// HOST(PORT) ACTIVITY` for a backend, `postgres: [CLUSTER:] autovacuum worker DB`), or `None` for
+/// the server's own processes (the postmaster, WAL writer, checkpointer, ...), which work for
+/// every database.
+fn postgres_database(pid: u32) -> Option<String> {
+    let title = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut words: Vec<&str> = title
+        .split(|c: char| c == '\0' || c.is_whitespace())
+        .filter(|word| !word.is_empty())
+        .collect();
+    // Debian names the cluster first (`postgres: 15/main: ...`).
+    if words.len() > 1 && words[0] == "postgres:" && words[1].ends_with(':') {
+        words.remove(1);
+    }
+    match words.as_slice() {
+        ["postgres:", "autovacuum", "worker", database, ..] => Some((*database).to_owned()),
+        ["postgres:", _user, database, client, ..]
+            if client.ends_with(')') || *client == "[local]" =>
+        {
+            Some((*database).to_owned())
+        }
+        _ => None,
+    }
+}
+
+/// The parent of a process.
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// How a server's processes are found at each sample.
+#[derive(Debug, Clone)]
+enum ServerProcesses {
+    /// Postgres processes working for this database (its backends and autovacuum workers) and the
+    /// server's own (WAL writer, checkpointer, ...), not the backends of other databases: other
+    /// work on a shared server stays out of the figures (the server's own processes still hold
+    /// a share of it).
+    Postgres { database: String, port: u16 },
+    /// The processes listening on these local ports (the RabbitMQ nodes of `AMQP_URL`).
+    Listening(Vec<u16>),
+}
+
+impl ServerProcesses {
+    fn pids(&self) -> Vec<u32> {
+        match self {
+            ServerProcesses::Postgres { database, port } => {
+                // The server is the postmaster listening on the port, with its children.
+                let servers = pids_listening_on(&[*port]);
+                pids_named("postgres")
+                    .into_iter()
+                    .filter(|pid| {
+                        servers.contains(pid)
+                            || parent(*pid).is_some_and(|parent| servers.contains(&parent))
+                    })
+                    .filter(|pid| postgres_database(*pid).is_none_or(|theirs| &theirs == database))
+                    .collect()
+            }
+            ServerProcesses::Listening(ports) => pids_listening_on(ports),
+        }
+    }
+}
+
+/// The ports of the nodes of `amqp_url` that run on this machine.
+fn local_broker_ports(amqp_url: &str) -> Vec<u16> {
+    flow_common::amqp::nodes::parse(amqp_url)
+        .unwrap_or_default()
+        .iter()
+        .filter(|uri| ["localhost", "127.0.0.1", "::1"].contains(&uri.authority.host.as_str()))
+        .map(|uri| uri.authority.port)
+        .collect()
+}
+
 /// Busy and idle ticks of the whole machine.
 fn machine_ticks() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -112,19 +231,40 @@ fn machine_ticks() -> Option<(u64, u64)> {
 #[derive(Debug, Clone, Default)]
 pub struct Watched {
     groups: BTreeMap<String, Vec<u32>>,
-    /// Servers, by label and process name: their processes are listed again at every sample
-    /// (Postgres starts a backend per connection), and their memory is not shown (their
-    /// processes share it, so a sum would overstate it).
-    servers: BTreeMap<String, &'static str>,
+    /// Servers, by label: their processes are listed again at every sample (Postgres starts a
+    /// backend per connection), and their memory is not shown (their processes share it, so a
+    /// sum would overstate it).
+    servers: BTreeMap<String, ServerProcesses>,
 }
 
 impl Watched {
-    /// Watches this process (as `load generator`), Postgres and RabbitMQ.
-    pub fn with_servers() -> Self {
+    /// Watches this process (as `load generator`), Postgres (the processes of `core`'s
+    /// database and the server's own) and the RabbitMQ nodes of
+    /// `core.amqp_url` that run on this machine (each node's Erlang VM; a cluster's nodes
+    /// together, and no other broker of the machine).
+    pub fn with_servers(core: &CoreConfig) -> Self {
         let mut watched = Self::default();
         watched.add("load generator (flowctl bench)", vec![std::process::id()]);
-        watched.servers.insert("postgres".into(), "postgres");
-        watched.servers.insert("rabbitmq".into(), "beam.smp");
+        let options: Option<sqlx::postgres::PgConnectOptions> = core.database_url.parse().ok();
+        let database = options
+            .as_ref()
+            .and_then(|options| options.get_database())
+            .unwrap_or("postgres")
+            .to_owned();
+        let port = options.as_ref().map_or(5432, |options| options.get_port());
+        watched.servers.insert(
+            format!("postgres ({database} and the server's own)"),
+            ServerProcesses::Postgres { database, port },
+        );
+        let ports = local_broker_ports(&core.amqp_url);
+        let label = match ports.len() {
+            0 => "rabbitmq (not on this machine)".to_owned(),
+            1 => "rabbitmq (1 node)".to_owned(),
+            nodes => format!("rabbitmq ({nodes} nodes)"),
+        };
+        watched
+            .servers
+            .insert(label, ServerProcesses::Listening(ports));
         watched
     }
 
@@ -138,7 +278,7 @@ impl Watched {
         let servers = self
             .servers
             .iter()
-            .map(|(label, name)| (label.clone(), pids_named(name)));
+            .map(|(label, processes)| (label.clone(), processes.pids()));
         Sample {
             at: Instant::now(),
             groups: self
