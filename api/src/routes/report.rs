@@ -27,13 +27,13 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
 use crate::download::DataAsOf;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, RequestId};
 use crate::ratelimit::RateInfo;
 use crate::routes::assignments::ModuleProgressView;
 use crate::services::reports::{self, ReportQuery};
+use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -119,6 +119,27 @@ fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String,
         .map_err(|error| ServiceError::Internal(anyhow::anyhow!(error)))
 }
 
+/// Writes the audit row of a change to `endpoint` (`action`, e.g. `webhook.updated`) and commits
+/// it with the change.
+async fn commit_with_audit(
+    mut transaction: sqlx::Transaction<'_, sqlx::Postgres>,
+    acting: Acting<'_>,
+    action: &str,
+    endpoint: &Endpoint,
+) -> Result<(), ServiceError> {
+    audit::record(
+        &mut *transaction,
+        acting.org_id(),
+        acting.actor,
+        action,
+        &endpoint.id.to_string(),
+        &endpoint.url,
+    )
+    .await?;
+    transaction.commit().await?;
+    Ok(())
+}
+
 /// An endpoint with its signing secret, which is shown this once.
 #[derive(Debug, Clone)]
 pub struct WithSecret {
@@ -165,16 +186,7 @@ pub async fn create(
                 webhooks::MAX_ENDPOINTS_PER_ORG
             ))
         })?;
-    audit::record(
-        &mut *transaction,
-        acting.org_id(),
-        acting.actor,
-        "webhook.created",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    commit_with_audit(transaction, acting, "webhook.created", &endpoint).await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
     Ok(WithSecret { endpoint, secret })
 }
@@ -197,16 +209,7 @@ pub async fn update(
     let endpoint = webhooks::update(&mut *transaction, acting.org_id(), id, &changes)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
-    audit::record(
-        &mut *transaction,
-        acting.org_id(),
-        acting.actor,
-        "webhook.updated",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    commit_with_audit(transaction, acting, "webhook.updated", &endpoint).await?;
     Ok(endpoint)
 }
 
@@ -223,16 +226,7 @@ pub async fn delete(
     if !webhooks::delete(&mut transaction, acting.org_id(), id).await? {
         return Err(ServiceError::NotFound(ENDPOINT));
     }
-    audit::record(
-        &mut *transaction,
-        acting.org_id(),
-        acting.actor,
-        "webhook.deleted",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    commit_with_audit(transaction, acting, "webhook.deleted", &endpoint).await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint deleted");
     Ok(endpoint)
 }
@@ -255,16 +249,7 @@ pub async fn rotate_secret(
     )
     .await?
     .ok_or(ServiceError::NotFound(ENDPOINT))?;
-    audit::record(
-        &mut *transaction,
-        acting.org_id(),
-        acting.actor,
-        "webhook.secret_rotated",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    commit_with_audit(transaction, acting, "webhook.secret_rotated", &endpoint).await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
     Ok(WithSecret { endpoint, secret })
 }
