@@ -87,10 +87,8 @@ pub async fn get_export(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(RateInfo, Response), ApiError> {
-    // The read is counted before the id is looked at, as for every limited operation.
     let Some(id) = ExportId::parse(&id) else {
-        state.limiter.check(&auth, Operation::Read, 1).await?;
-        return Err(ApiError::not_found("export"));
+        return Err(super::unknown_id(&state, &auth, Operation::Read, "export").await);
     };
     let (opened, rate) = service::open(&state, auth.acting(), id).await?;
     let response = match opened {

@@ -17,6 +17,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
+use super::unknown_id;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::ratelimit::{Operation, RateInfo, page_cost};
@@ -333,18 +334,10 @@ pub async fn send_test(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, RateInfo, Json<TestQueued>), ApiError> {
-    // The limit is counted before the id is looked at, as for every limited operation.
-    let id = WebhookEndpointId::parse(&id);
-    let (queued, rate) = match id {
-        Some(id) => service::send_test(&state, auth.acting(), id).await?,
-        None => {
-            state
-                .limiter
-                .check(&auth, Operation::WebhookSend, 1)
-                .await?;
-            return Err(ApiError::not_found("webhook endpoint"));
-        }
+    let Some(id) = WebhookEndpointId::parse(&id) else {
+        return Err(unknown_id(&state, &auth, Operation::WebhookSend, "webhook endpoint").await);
     };
+    let (queued, rate) = service::send_test(&state, auth.acting(), id).await?;
     Ok((
         StatusCode::ACCEPTED,
         rate,
@@ -538,13 +531,8 @@ pub async fn retry_delivery(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, RateInfo, Json<DeliveryView>), ApiError> {
-    // The limit is counted before the id is looked at, as for every limited operation.
     let Some(id) = DeliveryId::parse(&id) else {
-        state
-            .limiter
-            .check(&auth, Operation::WebhookSend, 1)
-            .await?;
-        return Err(ApiError::not_found("delivery"));
+        return Err(unknown_id(&state, &auth, Operation::WebhookSend, "delivery").await);
     };
     let (retried, rate) = service::retry_delivery(&state, auth.acting(), id).await?;
     Ok((
