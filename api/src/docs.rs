@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use flow_domain::events::{EventBody, EventData, EventType, TestEventData};
 use flow_domain::ids::EventId;
+use flow_domain::report::ExportFormat;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{
     Operation, OperationBuilder, ParameterBuilder, ParameterIn, PathItemBuilder,
@@ -15,8 +16,8 @@ use utoipa::openapi::path::{
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
-    ContentBuilder, HttpMethod, ObjectBuilder, OpenApi as Document, PathsBuilder, Ref, RefOr,
-    Required, Response, ResponseBuilder, Type,
+    ContentBuilder, HttpMethod, KnownFormat, ObjectBuilder, OpenApi as Document, PathsBuilder, Ref,
+    RefOr, Required, Response, ResponseBuilder, SchemaFormat, Type,
 };
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 use utoipa_swagger_ui::{Config, SwaggerUi};
@@ -50,6 +51,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(mut operations: Document) -> axu
     // After the merge: the handlers' operations only exist from here on.
     CommonResponses.modify(&mut operations);
     DocumentedHeaders.modify(&mut operations);
+    ExportFiles.modify(&mut operations);
     Webhooks.modify(&mut operations);
     let document = Arc::new(operations);
     reference().route(
@@ -262,6 +264,38 @@ impl Modify for DocumentedHeaders {
     }
 }
 
+/// The file `GET /v1/exports/{id}` answers: one content type per export format.
+struct ExportFiles;
+
+impl Modify for ExportFiles {
+    fn modify(&self, openapi: &mut Document) {
+        let Some(RefOr::T(file)) = openapi
+            .paths
+            .paths
+            .get_mut("/v1/exports/{id}")
+            .and_then(|item| item.get.as_mut())
+            .and_then(|operation| operation.responses.responses.get_mut("200"))
+        else {
+            return;
+        };
+        for format in ExportFormat::ALL {
+            let media_type = format.content_type();
+            let media_type = media_type.split(';').next().unwrap_or(media_type);
+            file.content.insert(
+                media_type.to_owned(),
+                ContentBuilder::new()
+                    .schema(Some(
+                        ObjectBuilder::new()
+                            .schema_type(Type::String)
+                            .format(Some(SchemaFormat::KnownFormat(KnownFormat::Binary))),
+                    ))
+                    .build()
+                    .into(),
+            );
+        }
+    }
+}
+
 /// The OpenAPI 3.1 `webhooks` section: one entry per event type, its body the [`EventBody`]
 /// the relay and the webhook-worker send, and the Standard Webhooks signature headers.
 struct Webhooks;
@@ -358,24 +392,13 @@ impl Modify for Webhooks {
                 .build()
         };
         let mut webhooks = PathsBuilder::new();
-        for event in [
-            EventType::Assigned,
-            EventType::Started,
-            EventType::Completed,
-            EventType::Overdue,
-        ] {
-            let summary = match event {
-                EventType::Assigned => "A flow was assigned",
-                EventType::Started => "The assignee started the flow (first module activity)",
-                EventType::Completed => "Every module of the flow was completed",
-                EventType::Overdue => "The due date passed before completion",
-            };
+        for event in EventType::ALL {
             webhooks = webhooks.path(
                 event.as_str(),
                 PathItemBuilder::new()
                     .operation(
                         HttpMethod::Post,
-                        operation(summary.to_owned(), "AssignmentEvent"),
+                        operation(event.summary().to_owned(), "AssignmentEvent"),
                     )
                     .build(),
             );

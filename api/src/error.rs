@@ -15,6 +15,7 @@ use utoipa::ToSchema;
 use crate::caches::CacheError;
 use crate::lookup::LookupError;
 use crate::ratelimit::{RateInfo, RateLimitError};
+use crate::services::ServiceError;
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -302,6 +303,30 @@ impl From<RateLimitError> for ApiError {
                 info,
             },
             RateLimitError::Database(error) => error.into(),
+        }
+    }
+}
+
+/// A service's refusal as the API words it: the same messages, with the status of its kind.
+impl From<ServiceError> for ApiError {
+    fn from(error: ServiceError) -> Self {
+        match error {
+            ServiceError::Invalid(invalid) => invalid.into(),
+            fields @ ServiceError::Fields(_) => Self::InvalidRequest(fields.to_string()),
+            ServiceError::NotFound(what) => Self::not_found(what),
+            ServiceError::NotFoundSaying(message) => Self::NotFound(message),
+            ServiceError::Conflict(message) => Self::Conflict(message),
+            ServiceError::Gone(message) => Self::Gone(message),
+            ServiceError::RateLimited(error) => error.into(),
+            ServiceError::Throttled {
+                message,
+                retry_after,
+            } => Self::Throttled {
+                message,
+                retry_after,
+            },
+            ServiceError::Database(error) => error.into(),
+            ServiceError::Internal(error) => Self::Internal(error),
         }
     }
 }

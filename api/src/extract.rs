@@ -180,6 +180,16 @@ fn article(expected: &str) -> String {
 #[derive(Debug, Clone)]
 pub struct Auth(pub Arc<Caller>);
 
+impl Auth {
+    /// The caller as the services take it: its organization, audited as its API key.
+    pub fn acting(&self) -> crate::services::Acting<'_> {
+        crate::services::Acting {
+            caller: &self.0,
+            actor: flow_common::db::audit::Actor::ApiKey(self.0.key_id),
+        }
+    }
+}
+
 impl std::ops::Deref for Auth {
     type Target = Caller;
     fn deref(&self) -> &Caller {

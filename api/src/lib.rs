@@ -14,6 +14,7 @@ pub mod caller;
 pub mod config;
 pub mod dashboard;
 pub mod docs;
+pub mod download;
 pub mod error;
 pub mod extract;
 pub mod lookup;
@@ -21,6 +22,7 @@ pub mod middleware;
 pub mod queue_depths;
 pub mod ratelimit;
 pub mod routes;
+pub mod services;
 pub mod state;
 
 use std::net::SocketAddr;

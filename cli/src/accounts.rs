@@ -141,7 +141,7 @@ impl AccountSummary {
         Self {
             id: account.id.to_string(),
             email: account.email.clone(),
-            role: account.role.clone(),
+            role: account.role.to_string(),
             state,
             changed,
         }

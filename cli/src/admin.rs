@@ -84,7 +84,7 @@ impl From<&orgs::Organization> for OrgSummary {
         Self {
             id: org.id.to_string(),
             name: org.name.clone(),
-            tier: org.tier.clone(),
+            tier: org.tier.to_string(),
             assign_limit_per_minute: org.assign_limit(),
             report_limit_per_minute: org.report_limit(),
         }

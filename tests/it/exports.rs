@@ -918,3 +918,91 @@ async fn inline_and_exported_metrics_are_the_same_figures() {
         );
     }
 }
+
+/// Reads `text` from Postgres as the domain enum `T`, as every row decode does.
+async fn read_as<T>(db: &sqlx::PgPool, text: &str) -> Result<T, sqlx::Error>
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+{
+    sqlx::query_scalar::<_, T>("SELECT $1::text")
+        .bind(text)
+        .fetch_one(db)
+        .await
+}
+
+/// Every name of `T` reads back as itself, and one this build does not know is a decoding error
+/// naming the enum and the value.
+async fn assert_loud<T>(db: &sqlx::PgPool, values: &[T], unknown: &str)
+where
+    T: for<'r> sqlx::Decode<'r, sqlx::Postgres>
+        + sqlx::Type<sqlx::Postgres>
+        + Send
+        + Unpin
+        + std::fmt::Display
+        + std::fmt::Debug
+        + PartialEq,
+{
+    for value in values {
+        assert_eq!(&read_as::<T>(db, &value.to_string()).await.unwrap(), value);
+    }
+    let error = read_as::<T>(db, unknown).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains(&format!("{unknown:?} in the database")),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn unknown_enum_names_in_the_database_fail_the_read_instead_of_defaulting() {
+    use flow_domain::events::EventType;
+    use flow_domain::report::{ExportFormat, ExportStatus};
+    use flow_domain::webhook::DeliveryStatus;
+    use flow_domain::{AssignmentStatus, Role};
+
+    let app = TestApp::spawn().await;
+    assert_loud(&app.db, ExportStatus::ALL, "archived").await;
+    assert_loud(&app.db, ExportFormat::ALL, "ods").await;
+    assert_loud(&app.db, Tier::ALL, "platinum").await;
+    assert_loud(&app.db, Role::ALL, "owner").await;
+    assert_loud(&app.db, AssignmentStatus::ALL, "cancelled").await;
+    assert_loud(&app.db, DeliveryStatus::ALL, "bounced").await;
+    assert_loud(&app.db, EventType::ALL, "flow.deleted").await;
+
+    // A whole export row whose status or format a newer build wrote: the API answers 500 (and
+    // logs why), not `pending` and not a CSV file.
+    let org = create_org_in_zone(&app, Tier::Enterprise, "UTC", None).await;
+    let flow = create_flow(&app, &org, "Loud enums", &["Only"]).await;
+    let response = report_ok(
+        &app,
+        &org,
+        json!({"flowId": flow.id.to_string(), "format": "csv"}),
+    )
+    .await;
+    let export_id = response["exportId"].as_str().expect("exportId").to_owned();
+    let path = format!("/v1/exports/{export_id}");
+    assert_eq!(download(&app, Some(&org.key), &path).await.status, 202);
+    // The constraints stand in for an older schema; this test's database is its own.
+    sqlx::query(
+        "ALTER TABLE exports DROP CONSTRAINT exports_status_check,
+                             DROP CONSTRAINT exports_format_check",
+    )
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let id = ExportId::parse(&export_id).unwrap();
+    for (status, format) in [("archived", "csv"), ("pending", "ods")] {
+        sqlx::query("UPDATE exports SET status = $2, format = $3 WHERE id = $1")
+            .bind(id)
+            .bind(status)
+            .bind(format)
+            .execute(&app.db)
+            .await
+            .unwrap();
+        let read = flow_common::db::exports::get(&app.db, org.id, id).await;
+        assert!(read.is_err(), "{status} {format} was read as {read:?}");
+        let answer = download(&app, Some(&org.key), &path).await;
+        assert_eq!(answer.status, 500, "{status} {format}");
+    }
+}

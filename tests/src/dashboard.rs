@@ -259,7 +259,7 @@ pub fn between<'a>(html: &'a str, start: &str, end: &str) -> Option<&'a str> {
 
 /// The role of an account, from its name (for brevity in tests).
 pub fn role(name: &str) -> Role {
-    Role::parse(name).expect("admin or viewer")
+    name.parse::<Role>().expect("admin or viewer")
 }
 
 /// The id (`acc_…`) of the dashboard account with `email`.

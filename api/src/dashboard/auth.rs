@@ -90,6 +90,14 @@ impl SignedIn {
         flow_common::db::audit::Actor::Account(&self.account.email)
     }
 
+    /// The account as the services take it: its organization, audited by e-mail.
+    pub fn acting(&self) -> crate::services::Acting<'_> {
+        crate::services::Acting {
+            caller: &self.caller,
+            actor: self.actor(),
+        }
+    }
+
     /// 403 for viewers, before any change.
     pub fn require_admin(&self) -> Result<(), PageError> {
         if self.is_admin() {

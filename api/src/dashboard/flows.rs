@@ -2,12 +2,11 @@
 //! the report's metrics, a completion-by-week chart, the assignments table (status tabs, search by
 //! e-mail, pages) and exports (CSV, Excel, PDF) that show their progress, then the download.
 //!
-//! Metrics, the weekly figures and exports come from the API's report operation itself
-//! ([`crate::routes::report::report`]) and downloads from its export operation, so the dashboard
-//! shows exactly what the API answers, and counts against the same report limit.
+//! Metrics, the weekly figures and exports come from the report service the API's report
+//! operation uses ([`crate::services::reports`]) and downloads from the export service, so the
+//! dashboard shows exactly what the API answers, and counts against the same report limit.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -18,12 +17,12 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::dashboard::{self as queries, FlowCounts};
-use flow_common::db::exports::{self, ExportStatus};
 use flow_common::db::flows;
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
+use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{ExportId, FlowId};
-use flow_domain::report::{PageCursor, completion_rate};
+use flow_domain::report::{ExportFormat, ExportStatus, PageCursor, completion_rate, whole_seconds};
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
@@ -31,8 +30,8 @@ use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, ApiPath, Auth, RequestId};
-use crate::routes::report::{AggregateRequest, ReportRequest, ReportResponse};
+use crate::services::exports::{self, Opened};
+use crate::services::reports::{self, ReportAnswer, ReportQuery};
 use crate::state::AppState;
 
 /// Flows per page of the list.
@@ -185,6 +184,14 @@ pub struct AssignmentRow {
     pub completed: String,
 }
 
+/// An export button.
+pub struct FormatChoice {
+    /// Wire name.
+    pub value: &'static str,
+    /// Its words.
+    pub label: &'static str,
+}
+
 /// The report figures shown.
 pub struct MetricsView {
     /// Assignments.
@@ -204,6 +211,8 @@ pub struct MetricsView {
 #[template(path = "dashboard/flow.html")]
 struct FlowPage {
     layout: Layout,
+    /// The export buttons.
+    formats: Vec<FormatChoice>,
     id: String,
     name: String,
     modules: i64,
@@ -219,40 +228,24 @@ struct FlowPage {
     filtered: bool,
 }
 
-/// The API's report on a flow of the signed-in organization, with weekly figures.
+/// The report on a flow of the signed-in organization: with `format`, its export (of the rows
+/// with `status`); without, its figures by week.
 async fn report_on(
     state: &AppState,
     account: &SignedIn,
     flow_id: FlowId,
-    format: Option<&str>,
+    format: Option<ExportFormat>,
     status: Option<AssignmentStatus>,
-) -> Result<ReportResponse, PageError> {
-    let request = ReportRequest {
-        flow_id: Some(flow_id.to_string()),
-        aggregate: format.is_none().then(|| AggregateRequest {
-            by: Some("week".to_owned()),
-            metrics: Some(vec![
-                "total_assignments".to_owned(),
-                "completed_assignments".to_owned(),
-            ]),
-        }),
-        format: format.map(str::to_owned),
-        status: status.map(|status| status.as_str().to_owned()),
-        limit: Some(1),
-        ..ReportRequest::default()
-    };
-    let request_id = RequestId {
-        value: Arc::from(uuid::Uuid::now_v7().simple().to_string()),
-        from_caller: false,
-    };
-    let (_, _, axum::Json(report)) = crate::routes::report::report(
-        State(state.clone()),
-        Auth(account.caller.clone()),
-        request_id,
-        ApiJson(request),
-    )
-    .await?;
-    Ok(report)
+) -> Result<ReportAnswer, PageError> {
+    let query = ReportQuery::of_flow(
+        flow_id,
+        account.zone(),
+        status,
+        format.is_none().then(reports::weekly_completion),
+        format,
+        1,
+    );
+    Ok(reports::report(state, account.acting(), query, None).await?)
 }
 
 fn flow_url(id: FlowId, query: &FlowQuery) -> String {
@@ -278,7 +271,7 @@ async fn show(
         .map_err(ApiError::from)?
         .ok_or_else(PageError::not_found)?;
     let layout = Layout::new(&account, Section::Flows).await;
-    let report = report_on(&state, &account, flow.id, None, None).await?;
+    let answer = report_on(&state, &account, flow.id, None, None).await?;
     let status = query
         .status
         .as_deref()
@@ -361,37 +354,44 @@ async fn show(
             current: tab == status,
         })
         .collect();
-    let weeks: Vec<Week> = report
-        .aggregates
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .rev()
-        .take(CHART_WEEKS)
-        .rev()
-        .map(|period| Week {
-            label: period.period.clone(),
-            total: period.total_assignments,
-            completed: period.completed_assignments.unwrap_or(0),
-        })
-        .collect();
-    let metrics = &report.metrics;
+    let weeks: Vec<Week> = match (&answer.parameters.aggregate, &answer.report.aggregates) {
+        (Some(spec), Some(periods)) => periods
+            .iter()
+            .rev()
+            .take(CHART_WEEKS)
+            .rev()
+            .map(|period| Week {
+                label: spec.by.label(period.local_start),
+                total: period.total,
+                completed: period.completed,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let metrics = &answer.report.metrics;
     let page = FlowPage {
         id: flow.id.to_string(),
         name: flow.name.clone(),
         modules: flow.module_count,
         metrics: MetricsView {
-            total: count(metrics.total_assignments),
-            completed: count(metrics.completed_assignments),
-            rate: percent(metrics.completion_rate),
-            in_progress: count(metrics.in_progress_assignments),
-            pending: count(metrics.pending_assignments),
-            overdue: count(metrics.overdue_assignments),
+            total: count(metrics.total),
+            completed: count(metrics.completed),
+            rate: percent(completion_rate(metrics.completed, metrics.total)),
+            in_progress: count(metrics.in_progress),
+            pending: count(metrics.pending),
+            overdue: count(metrics.overdue),
             average: metrics
-                .average_completion_time
-                .clone()
-                .unwrap_or_else(|| "–".to_owned()),
+                .average_completion_seconds
+                .map(whole_seconds)
+                .map_or_else(|| "–".to_owned(), humanize_seconds),
         },
+        formats: ExportFormat::ALL
+            .iter()
+            .map(|format| FormatChoice {
+                value: format.as_str(),
+                label: format.label(),
+            })
+            .collect(),
         chart: chart::completion_by_week(&weeks),
         tabs,
         status: status
@@ -451,9 +451,13 @@ async fn request_export(
     HtmlForm(form): HtmlForm<ExportForm>,
 ) -> PageResult {
     let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
-    if !["csv", "excel", "pdf"].contains(&form.format.as_str()) {
-        return Err(PageError::bad_request("Choose CSV, Excel or PDF."));
-    }
+    let format = form.format.parse::<ExportFormat>().map_err(|_| {
+        let labels: Vec<&str> = ExportFormat::ALL
+            .iter()
+            .map(|format| format.label())
+            .collect();
+        PageError::bad_request(format!("Choose {}.", in_words(&labels)))
+    })?;
     let status = form
         .status
         .as_deref()
@@ -463,11 +467,20 @@ async fn request_export(
                 .map_err(|_| PageError::bad_request("That status does not exist."))
         })
         .transpose()?;
-    let report = report_on(&state, &account, flow_id, Some(&form.format), status).await?;
-    let export_id = report
-        .export_id
+    let answer = report_on(&state, &account, flow_id, Some(format), status).await?;
+    let export = answer
+        .export
         .ok_or_else(|| PageError::internal("the report answered without its export"))?;
-    Ok(Redirect::to(&format!("/dashboard/exports/{export_id}")).into_response())
+    Ok(Redirect::to(&format!("/dashboard/exports/{}", export.id)).into_response())
+}
+
+/// `A, B or C`.
+fn in_words(items: &[&str]) -> String {
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
 }
 
 /// The state of an export as its panel shows it.
@@ -516,23 +529,13 @@ async fn export_status(
     Path(id): Path<String>,
 ) -> PageResult {
     let id = ExportId::parse(&id).ok_or_else(PageError::not_found)?;
-    let export = exports::get(&state.db, account.org.id, id)
-        .await?
-        .ok_or_else(PageError::not_found)?;
+    let export = exports::get(&state, account.acting(), id).await?;
     let layout = Layout::new(&account, Section::Flows).await;
-    let mut status = export.status();
-    if status != ExportStatus::Expired && export.expires_at <= Utc::now() {
-        status = ExportStatus::Expired;
-    }
-    let format = match export.format.as_str() {
-        "excel" => "Excel",
-        "pdf" => "PDF",
-        _ => "CSV",
-    };
+    let status = exports::status_at(&export, Utc::now());
     let view = ExportView {
         id: export.id.to_string(),
         flow_id: export.flow_id.to_string(),
-        format: format.to_owned(),
+        format: export.format.label().to_owned(),
         status: status.as_str().to_owned(),
         progress: percent(export.progress_percent()),
         progress_value: export.progress_percent().round() as i64,
@@ -565,20 +568,15 @@ async fn download(
     account: SignedIn,
     Path(id): Path<String>,
 ) -> PageResult<Response> {
-    // The API's own download: 202 while generating, the file, 410 once expired.
-    let (_, response) = crate::routes::exports::get_export(
-        State(state.clone()),
-        Auth(account.caller.clone()),
-        ApiPath(id.clone()),
-    )
-    .await?;
-    match response.status() {
-        StatusCode::OK => Ok(response),
-        StatusCode::ACCEPTED => {
-            Ok(Redirect::to(&format!("/dashboard/exports/{id}")).into_response())
+    let export_id = ExportId::parse(&id).ok_or_else(PageError::not_found)?;
+    let (opened, _) = exports::open(&state, account.acting(), export_id).await?;
+    match opened {
+        Opened::Ready(file) => Ok(file.into_response()),
+        Opened::Working(_) => {
+            Ok(Redirect::to(&format!("/dashboard/exports/{export_id}")).into_response())
         }
-        _ => Err(PageError::new(
-            response.status(),
+        Opened::Failed(_) => Err(PageError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
             "This export failed. Request a new export from the flow's page.",
         )),
     }

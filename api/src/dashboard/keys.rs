@@ -12,7 +12,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
-use flow_common::db::audit;
 use flow_common::db::keys::{self, ApiKey};
 use flow_domain::ids::KeyId;
 use serde::Deserialize;
@@ -21,10 +20,10 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
+use crate::services::ProblemKind;
+use crate::services::keys as service;
+pub use crate::services::keys::MAX_NAME_CHARS;
 use crate::state::AppState;
-
-/// Longest key name.
-pub const MAX_NAME_CHARS: usize = 100;
 
 /// How long a rolled key may keep working, as offered in the form.
 pub const ROLL_CHOICES: [(&str, &str, u64); 4] = [
@@ -157,33 +156,26 @@ async fn generate(
     HtmlForm(form): HtmlForm<GenerateForm>,
 ) -> PageResult {
     account.require_admin()?;
-    let name = form.name.trim().to_owned();
-    let problem = if name.is_empty() {
-        Some("Give the key a name that says who uses it, e.g. \"HR sync\".".to_owned())
-    } else if name.chars().count() > MAX_NAME_CHARS {
-        Some(format!("Use at most {MAX_NAME_CHARS} characters."))
-    } else {
-        None
+    let generated = match service::generate(&state, account.acting(), &form.name).await {
+        Ok(generated) => generated,
+        Err(error) => {
+            let Some(problem) = error.field_problems().first() else {
+                return Err(error.into());
+            };
+            let message = match problem.kind {
+                ProblemKind::Missing => {
+                    "Give the key a name that says who uses it, e.g. \"HR sync\".".to_owned()
+                }
+                ProblemKind::TooLong(max) => format!("Use at most {max} characters."),
+                ProblemKind::Invalid => super::webhooks::sentence(&problem.problem.0),
+            };
+            let page = page(&state, &account, None, form.name, Some(message)).await?;
+            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+        }
     };
-    if let Some(problem) = problem {
-        let page = page(&state, &account, None, form.name, Some(problem)).await?;
-        return Ok((StatusCode::BAD_REQUEST, page).into_response());
-    }
-    let mut transaction = state.db.begin().await?;
-    let (key, secret) = keys::create(&mut *transaction, account.org.id, &name).await?;
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "key.created",
-        &key.id.to_string(),
-        &name,
-    )
-    .await?;
-    transaction.commit().await?;
     let new_key = NewSecret {
-        name,
-        secret,
+        name: generated.key.name,
+        secret: generated.secret,
         note: None,
     };
     Ok(page(&state, &account, Some(new_key), String::new(), None)
@@ -201,11 +193,8 @@ async fn revoke(
     Path(id): Path<String>,
 ) -> PageResult {
     account.require_admin()?;
-    let id = key_id(&id)?;
-    if !keys::revoke(&state.db, Some(account.org.id), id, account.actor()).await? {
-        // Another organization's key, or one already revoked: the same answer as the API's.
-        return Err(PageError::not_found());
-    }
+    // Another organization's key, or one already revoked: not found.
+    service::revoke(&state, account.acting(), key_id(&id)?).await?;
     flash(
         &account.session,
         "success",
@@ -236,17 +225,7 @@ async fn roll(
         .find(|(value, _, _)| *value == form.expires_in)
         .map(|(_, _, seconds)| *seconds)
         .ok_or_else(|| PageError::bad_request("Choose when the old key stops working."))?;
-    let Some((key, secret)) = keys::roll(
-        &state.db,
-        account.org.id,
-        id,
-        Duration::from_secs(seconds),
-        account.actor(),
-    )
-    .await?
-    else {
-        return Err(PageError::not_found());
-    };
+    let rolled = service::roll(&state, account.acting(), id, Duration::from_secs(seconds)).await?;
     let layout_zone = account.zone();
     let note = if seconds == 0 {
         "The old key has stopped working.".to_owned()
@@ -258,8 +237,8 @@ async fn roll(
         )
     };
     let new_key = NewSecret {
-        name: key.name,
-        secret,
+        name: rolled.key.name,
+        secret: rolled.secret,
         note: Some(note),
     };
     Ok(page(&state, &account, Some(new_key), String::new(), None)

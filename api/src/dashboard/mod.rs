@@ -224,6 +224,13 @@ impl From<ApiError> for PageError {
     }
 }
 
+/// A service's refusal as a page: the API's wording, with the page's own for what is missing.
+impl From<crate::services::ServiceError> for PageError {
+    fn from(error: crate::services::ServiceError) -> Self {
+        ApiError::from(error).into()
+    }
+}
+
 impl From<sqlx::Error> for PageError {
     fn from(error: sqlx::Error) -> Self {
         ApiError::from(error).into()

@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::dashboard as queries;
-use flow_common::db::schedules;
 use flow_domain::ids::ScheduleId;
 use serde::Deserialize;
 
@@ -18,6 +17,7 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label};
 use super::{HtmlQuery, PageError, PageResult};
+use crate::services::schedules as service;
 use crate::state::AppState;
 
 /// Schedules per page.
@@ -128,9 +128,7 @@ async fn cancel(
 ) -> PageResult {
     account.require_admin()?;
     let id = ScheduleId::parse(&id).ok_or_else(PageError::not_found)?;
-    if !schedules::delete(&state.db, account.org.id, id).await? {
-        return Err(PageError::not_found());
-    }
+    service::cancel(&state, account.acting(), id).await?;
     flash(
         &account.session,
         "success",

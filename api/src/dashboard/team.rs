@@ -11,9 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use flow_common::db::accounts::{self, AccountChange, ChangeError, Role};
-use flow_common::db::audit;
-use flow_domain::Email;
+use flow_common::db::accounts::{self, AccountChange};
+use flow_domain::Role;
 use flow_domain::ids::AccountId;
 use serde::Deserialize;
 
@@ -21,6 +20,8 @@ use super::auth::SignedIn;
 use super::session::{Flash, flash};
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
+use crate::services::ServiceError;
+use crate::services::team::{self as service, IssuedLink};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -54,7 +55,7 @@ pub struct AccountRow {
 }
 
 /// A link shown once.
-pub struct IssuedLink {
+pub struct ShownLink {
     /// Whose.
     pub email: String,
     /// The address.
@@ -68,7 +69,7 @@ pub struct IssuedLink {
 struct TeamPage {
     layout: Layout,
     accounts: Vec<AccountRow>,
-    link: Option<IssuedLink>,
+    link: Option<ShownLink>,
     email: String,
     role: String,
     email_error: Option<String>,
@@ -77,7 +78,7 @@ struct TeamPage {
 async fn page(
     state: &AppState,
     account: &SignedIn,
-    link: Option<IssuedLink>,
+    link: Option<ShownLink>,
     form: Option<(String, String, String)>,
 ) -> Result<TeamPage, PageError> {
     let layout = Layout::new(account, Section::Settings).await;
@@ -92,7 +93,7 @@ async fn page(
             .map(|row| AccountRow {
                 id: row.id.to_string(),
                 email: row.email.clone(),
-                role: super::view::label(&row.role),
+                role: super::view::label(row.role.as_str()),
                 state: if row.disabled {
                     "Disabled"
                 } else if row.has_password {
@@ -100,7 +101,7 @@ async fn page(
                 } else {
                     "Invited"
                 },
-                role_name: row.role.clone(),
+                role_name: row.role.to_string(),
                 disabled: row.disabled,
                 created: layout.time(&row.created_at),
                 is_you: row.id == account.account.id,
@@ -135,66 +136,45 @@ async fn invite(
     HtmlForm(form): HtmlForm<InviteForm>,
 ) -> PageResult {
     account.require_admin()?;
-    let role = Role::parse(&form.role)
-        .ok_or_else(|| PageError::bad_request("The role must be admin or viewer."))?;
+    let role = role(&form.role)?;
     let refuse = |message: String| (form.email.clone(), form.role.clone(), message);
-    let email = match Email::parse("email", form.email.trim()) {
-        Ok(email) => email,
-        Err(_) => {
-            let page = page(
-                &state,
-                &account,
-                None,
-                Some(refuse("Enter a valid e-mail address.".to_owned())),
-            )
-            .await?;
-            return Ok((StatusCode::BAD_REQUEST, page).into_response());
+    let issued = match service::invite(&state, account.acting(), &form.email, role).await {
+        Ok(issued) => issued,
+        Err(error) => {
+            let (status, message) = match error {
+                ServiceError::Fields(_) => (
+                    StatusCode::BAD_REQUEST,
+                    "Enter a valid e-mail address.".to_owned(),
+                ),
+                ServiceError::Conflict(message) => (StatusCode::CONFLICT, message),
+                other => return Err(other.into()),
+            };
+            let page = page(&state, &account, None, Some(refuse(message))).await?;
+            return Ok((status, page).into_response());
         }
     };
-    let mut transaction = state.db.begin().await?;
-    let Some((invited, token, expires_at)) =
-        accounts::invite(&mut transaction, account.org.id, &email, role).await?
-    else {
-        drop(transaction);
-        // Name the account only when it is this organization's: whether an address has an
-        // account elsewhere is another organization's business.
-        let ours = accounts::find_by_email(&state.db, &email)
-            .await?
-            .is_some_and(|existing| existing.org_id == account.org.id);
-        let message = if ours {
-            format!("{email} is already on this team; use New sign-in link in the list below.")
-        } else {
-            cannot_invite(&email)
-        };
-        let page = page(&state, &account, None, Some(refuse(message))).await?;
-        return Ok((StatusCode::CONFLICT, page).into_response());
-    };
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "account.invited",
-        &invited.id.to_string(),
-        &format!("{} ({})", invited.email, invited.role),
-    )
-    .await?;
-    transaction.commit().await?;
-    let link = IssuedLink {
-        email: invited.email,
-        url: accounts::link_url(&state.config.public_base_url, &token),
-        expires: super::view::time_in(account.zone(), expires_at),
-    };
-    Ok(page(&state, &account, Some(link), None)
+    Ok(page(&state, &account, Some(shown(&account, issued)), None)
         .await?
         .into_response())
 }
 
-/// What the invite form says about an address it cannot invite that is not on this team. An
-/// e-mail address names one account across every organization, so the invitation is refused, but
-/// the words say nothing of where the address is used.
-pub fn cannot_invite(email: &Email) -> String {
-    format!("{email} cannot be invited. Ask the person for another e-mail address.")
+/// What an admin may invite as: `admin` or `viewer`.
+fn role(text: &str) -> Result<Role, PageError> {
+    text.parse()
+        .map_err(|_| PageError::bad_request("The role must be admin or viewer."))
 }
+
+/// A link as the page shows it.
+fn shown(account: &SignedIn, issued: IssuedLink) -> ShownLink {
+    ShownLink {
+        email: issued.account.email,
+        url: issued.url,
+        expires: super::view::time_in(account.zone(), issued.expires_at),
+    }
+}
+
+/// What the invite form says about an address it cannot invite that is not on this team.
+pub use crate::services::team::cannot_invite;
 
 async fn new_link(
     State(state): State<AppState>,
@@ -203,33 +183,19 @@ async fn new_link(
 ) -> PageResult {
     account.require_admin()?;
     let id = AccountId::parse(&id).ok_or_else(PageError::not_found)?;
-    let (target, token, expires_at) =
-        match accounts::reset_with_link(&state.db, account.org.id, id, account.actor()).await {
-            Ok(issued) => issued,
-            Err(error) => return refused(&state, &account, error).await,
-        };
-    let link = IssuedLink {
-        email: target.email,
-        url: accounts::link_url(&state.config.public_base_url, &token),
-        expires: super::view::time_in(account.zone(), expires_at),
+    let issued = match service::new_link(&state, account.acting(), id).await {
+        Ok(issued) => issued,
+        Err(error) => return refused(&state, &account, error).await,
     };
-    Ok(page(&state, &account, Some(link), None)
+    Ok(page(&state, &account, Some(shown(&account, issued)), None)
         .await?
         .into_response())
 }
 
 /// The team page again with why a change was refused (409), or the error page.
-async fn refused(state: &AppState, account: &SignedIn, error: ChangeError) -> PageResult {
-    let message = match error {
-        ChangeError::NotFound => return Err(PageError::not_found()),
-        ChangeError::Database(error) => return Err(error.into()),
-        ChangeError::LastAdmin(email) => format!(
-            "{email} is the last admin of this organization, so it cannot be removed, disabled \
-             or made a viewer. Make another account an admin first."
-        ),
-        ChangeError::Disabled(email) => {
-            format!("{email} is disabled. Enable it before creating a sign-in link.")
-        }
+async fn refused(state: &AppState, account: &SignedIn, error: ServiceError) -> PageResult {
+    let ServiceError::Conflict(message) = error else {
+        return Err(error.into());
     };
     let mut page = page(state, account, None, None).await?;
     page.layout.flash = Some(Flash {
@@ -248,11 +214,10 @@ async fn apply(
 ) -> PageResult {
     account.require_admin()?;
     let id = AccountId::parse(id).ok_or_else(PageError::not_found)?;
-    let changed =
-        match accounts::change(&state.db, account.org.id, id, change, account.actor()).await {
-            Ok(changed) => changed,
-            Err(error) => return refused(state, account, error).await,
-        };
+    let changed = match service::change(state, account.acting(), id, change).await {
+        Ok(changed) => changed,
+        Err(error) => return refused(state, account, error).await,
+    };
     let email = &changed.account.email;
     let text = match (change, changed.changed) {
         (_, false) => format!("Nothing to change: {email} is already so."),
@@ -311,7 +276,6 @@ async fn set_role(
     HtmlForm(form): HtmlForm<RoleForm>,
 ) -> Result<Response, PageError> {
     account.require_admin()?;
-    let role = Role::parse(&form.role)
-        .ok_or_else(|| PageError::bad_request("The role must be admin or viewer."))?;
+    let role = role(&form.role)?;
     apply(&state, &account, &id, AccountChange::SetRole(role)).await
 }

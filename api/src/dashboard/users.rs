@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use flow_common::db::dashboard as queries;
-use flow_common::db::users::{self, NewUser};
-use flow_domain::Email;
+use flow_common::db::users::NewUser;
+use flow_domain::TextRule;
 use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
@@ -18,18 +18,15 @@ use super::auth::SignedIn;
 use super::csv_upload::{parse_off_runtime, record_line};
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
+use crate::services::users as service;
 use crate::state::AppState;
 
 /// Users per page.
 const PAGE_SIZE: i64 = 50;
-/// Longest name accepted (as the API).
-const MAX_NAME_CHARS: usize = 200;
 /// Most rows of one import.
 pub const MAX_IMPORT_ROWS: usize = 50_000;
 /// Largest import file.
 pub const MAX_IMPORT_BYTES: usize = 8 * 1024 * 1024;
-/// Users written per statement.
-const CHUNK: usize = 1_000;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -206,20 +203,20 @@ pub fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), 
             .map(str::to_owned);
         if name
             .as_ref()
-            .is_some_and(|name| name.chars().count() > MAX_NAME_CHARS)
+            .is_some_and(|name| name.chars().count() > TextRule::NAME.max_chars)
         {
             problems.push(ImportProblem {
                 line,
                 email,
-                message: format!("The name is longer than {MAX_NAME_CHARS} characters."),
+                message: format!(
+                    "The name is longer than {} characters.",
+                    TextRule::NAME.max_chars
+                ),
             });
             continue;
         }
-        match Email::parse("email", &email) {
-            Ok(parsed) => users.push(NewUser {
-                email: parsed,
-                name,
-            }),
+        match service::check(Some(&email), name.as_deref(), "") {
+            Ok(user) => users.push(user),
             Err(invalid) => problems.push(ImportProblem {
                 line,
                 email,
@@ -261,30 +258,11 @@ async fn import(
             return Ok((StatusCode::BAD_REQUEST, page).into_response());
         }
     };
-    // A file naming one person twice counts them once; the last row's name wins, as in the API.
-    let mut seen = std::collections::HashMap::new();
-    let mut unique: Vec<NewUser> = Vec::with_capacity(new_users.len());
-    for user in new_users {
-        match seen.get(&user.email.normalized()) {
-            Some(&index) => unique[index] = user,
-            None => {
-                seen.insert(user.email.normalized(), unique.len());
-                unique.push(user);
-            }
-        }
-    }
-    let mut created = 0;
-    let mut updated = 0;
-    for chunk in unique.chunks(CHUNK) {
-        let rows = users::upsert(&state.db, account.org.id, chunk).await?;
-        let new = rows.iter().filter(|user| user.created).count();
-        created += new;
-        updated += rows.len() - new;
-    }
+    let imported = service::import(&state, account.acting(), new_users).await?;
     let summary = ImportSummary {
         file_name,
-        created,
-        updated,
+        created: imported.created,
+        updated: imported.updated,
         problems,
     };
     Ok(

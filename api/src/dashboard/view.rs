@@ -62,7 +62,7 @@ impl Layout {
             org_name: account.org.name.clone(),
             email: account.account.email.clone(),
             is_admin: account.is_admin(),
-            role: account.account.role.clone(),
+            role: account.account.role.to_string(),
             section,
             flash,
             zone: account.zone(),

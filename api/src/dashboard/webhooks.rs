@@ -16,35 +16,35 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone, Utc};
-use flow_common::db::audit;
 use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
-use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, NewEndpoint};
-use flow_common::webhook::address::check_endpoint_url;
+use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint};
 use flow_domain::events::{EventType, TEST_EVENT_TYPE};
 use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
-use flow_domain::webhook::endpoint as endpoint_rules;
-use flow_domain::webhook::signing::generate_secret;
+use flow_domain::webhook::DeliveryStatus;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::error::ApiError;
-use crate::extract::{ApiPath, Auth};
-use crate::ratelimit::Operation;
-use crate::routes::webhooks::ROTATION_OVERLAP;
+use crate::ratelimit::{Operation, RateLimitError};
+use crate::services::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
+use crate::services::{ProblemKind, ServiceError};
 use crate::state::AppState;
 
 /// Deliveries per page of the log.
 const PAGE_SIZE: i64 = 25;
 
-/// Most deliveries one recovery queues (the oldest first); recovering again takes the next.
-pub const MAX_RECOVERY: i64 = 500;
-
-/// Statuses a delivery can have, in the order the filter offers them.
-const DELIVERY_STATUSES: [&str; 4] = ["succeeded", "failed", "pending", "delivering"];
+/// Statuses a delivery can have, in the order the filter offers them (outcomes first).
+const DELIVERY_STATUSES: [DeliveryStatus; 4] = [
+    DeliveryStatus::Succeeded,
+    DeliveryStatus::Failed,
+    DeliveryStatus::Pending,
+    DeliveryStatus::Delivering,
+];
+// A status added to the domain must be placed in the filter's order too.
+const _: () = assert!(DELIVERY_STATUSES.len() == DeliveryStatus::ALL.len());
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -66,9 +66,7 @@ fn endpoint_id(text: &str) -> Result<WebhookEndpointId, PageError> {
 }
 
 async fn endpoint(state: &AppState, account: &SignedIn, id: &str) -> Result<Endpoint, PageError> {
-    webhooks::get(&state.db, account.org.id, endpoint_id(id)?)
-        .await?
-        .ok_or_else(PageError::not_found)
+    Ok(service::get(state, account.acting(), endpoint_id(id)?).await?)
 }
 
 /// An endpoint as the list and its page show it.
@@ -151,6 +149,8 @@ impl EndpointRow {
 struct ListPage {
     layout: Layout,
     endpoints: Vec<EndpointRow>,
+    /// The kinds of event an endpoint can take.
+    event_kinds: Vec<&'static str>,
 }
 
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<ListPage> {
@@ -175,6 +175,7 @@ async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<Li
             .map(|endpoint| EndpointRow::new(endpoint, health.get(&endpoint.id), &layout))
             .collect(),
         layout,
+        event_kinds: EventType::ALL.iter().map(|kind| kind.as_str()).collect(),
     })
 }
 
@@ -225,15 +226,6 @@ pub struct FormErrors {
     pub general: Option<String>,
 }
 
-impl FormErrors {
-    fn any(&self) -> bool {
-        self.url.is_some()
-            || self.events.is_some()
-            || self.description.is_some()
-            || self.general.is_some()
-    }
-}
-
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard/webhook_form.html")]
 struct FormPage {
@@ -247,15 +239,8 @@ struct FormPage {
     errors: FormErrors,
 }
 
-/// A form that passed: what to store.
-struct Checked {
-    url: String,
-    events: Vec<String>,
-    description: Option<String>,
-}
-
 /// A rule's message as a sentence beside its field: `description must …` → `Description must ….`
-fn sentence(message: &str) -> String {
+pub(super) fn sentence(message: &str) -> String {
     let mut characters = message.chars();
     let first: String = characters
         .next()
@@ -264,38 +249,38 @@ fn sentence(message: &str) -> String {
     format!("{first}{}.", characters.as_str())
 }
 
-/// Checks the form with the API's rules (the same address policy, event kinds and length).
-async fn check(state: &AppState, form: &EndpointForm) -> Result<Checked, FormErrors> {
-    let mut errors = FormErrors::default();
-    let url = if form.url.trim().is_empty() {
-        errors.url = Some("Enter the address events are sent to.".to_owned());
-        None
-    } else {
-        match check_endpoint_url(form.url.trim(), state.config.webhook_policy).await {
-            Ok(url) => Some(url.to_string()),
-            Err(invalid) => {
-                errors.url = Some(invalid.0);
-                None
-            }
+impl EndpointForm {
+    /// The fields as the service takes them; the form always sends every one.
+    fn fields(&self) -> EndpointFields {
+        EndpointFields {
+            url: Some(self.url.clone()),
+            events: Some(self.events.clone()),
+            description: Some(self.description.clone()),
+            enabled: Some(self.enabled.is_some()),
         }
-    };
-    let events = endpoint_rules::parse_events(&form.events).unwrap_or_else(|_| {
-        errors.events = Some(format!("Choose among: {}.", EventType::allowed()));
-        Vec::new()
-    });
-    let description =
-        endpoint_rules::parse_description(&form.description).unwrap_or_else(|invalid| {
-            errors.description = Some(sentence(&invalid.0));
-            None
-        });
-    match url {
-        Some(url) if !errors.any() => Ok(Checked {
-            url,
-            events,
-            description,
-        }),
-        _ => Err(errors),
     }
+}
+
+/// The problems of the fields, each beside its field in the form's words; `None` when the error
+/// is not about fields.
+fn form_errors(error: &ServiceError) -> Option<FormErrors> {
+    let problems = error.field_problems();
+    if problems.is_empty() {
+        return None;
+    }
+    let mut errors = FormErrors::default();
+    for problem in problems {
+        match (problem.field, problem.kind == ProblemKind::Missing) {
+            ("url", true) => errors.url = Some("Enter the address events are sent to.".to_owned()),
+            ("url", false) => errors.url = Some(problem.problem.0.clone()),
+            ("events", _) => {
+                errors.events = Some(format!("Choose among: {}.", EventType::allowed()));
+            }
+            ("description", _) => errors.description = Some(sentence(&problem.problem.0)),
+            (_, _) => errors.general = Some(sentence(&problem.problem.0)),
+        }
+    }
+    Some(errors)
 }
 
 async fn new_form(account: SignedIn) -> PageResult<FormPage> {
@@ -340,64 +325,34 @@ struct SecretPage {
     previous_until: String,
 }
 
-fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, PageError> {
-    state
-        .config
-        .webhook_secrets
-        .seal(id, secret)
-        .map_err(PageError::internal)
-}
-
 async fn create(
     State(state): State<AppState>,
     account: SignedIn,
     HtmlForm(form): HtmlForm<EndpointForm>,
 ) -> PageResult {
     account.require_admin()?;
-    let checked = match check(&state, &form).await {
-        Ok(checked) => checked,
-        Err(errors) => return Ok(form_again(&account, None, form, errors).await),
+    let created = match service::create(&state, account.acting(), &form.fields()).await {
+        Ok(created) => created,
+        Err(error) => {
+            let errors = match (form_errors(&error), error) {
+                (Some(errors), _) => errors,
+                (None, ServiceError::Conflict(_)) => FormErrors {
+                    general: Some(format!(
+                        "An organization may have at most {} endpoints; delete one first.",
+                        webhooks::MAX_ENDPOINTS_PER_ORG
+                    )),
+                    ..FormErrors::default()
+                },
+                (None, error) => return Err(error.into()),
+            };
+            return Ok(form_again(&account, None, form, errors).await);
+        }
     };
-    let id = WebhookEndpointId::new();
-    let secret = generate_secret();
-    let mut transaction = state.db.begin().await?;
-    let Some(endpoint) = webhooks::create(
-        &mut transaction,
-        account.org.id,
-        &NewEndpoint {
-            id,
-            url: checked.url,
-            description: checked.description,
-            events: checked.events,
-            secret: seal(&state, id, &secret)?,
-        },
-    )
-    .await?
-    else {
-        let errors = FormErrors {
-            general: Some(format!(
-                "An organization may have at most {} endpoints; delete one first.",
-                webhooks::MAX_ENDPOINTS_PER_ORG
-            )),
-            ..FormErrors::default()
-        };
-        return Ok(form_again(&account, None, form, errors).await);
-    };
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "webhook.created",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
     Ok(SecretPage {
         layout: Layout::new(&account, Section::Webhooks).await,
-        endpoint_id: endpoint.id.to_string(),
-        url: endpoint.url,
-        secret,
+        endpoint_id: created.endpoint.id.to_string(),
+        url: created.endpoint.url,
+        secret: created.secret,
         rotated: false,
         previous_until: String::new(),
     }
@@ -430,32 +385,16 @@ async fn update(
 ) -> PageResult {
     account.require_admin()?;
     let current = endpoint(&state, &account, &id).await?;
-    let checked = match check(&state, &form).await {
-        Ok(checked) => checked,
-        Err(errors) => {
-            return Ok(form_again(&account, Some(current.id.to_string()), form, errors).await);
-        }
+    let updated = match service::update(&state, account.acting(), current.id, &form.fields()).await
+    {
+        Ok(updated) => updated,
+        Err(error) => match form_errors(&error) {
+            Some(errors) => {
+                return Ok(form_again(&account, Some(current.id.to_string()), form, errors).await);
+            }
+            None => return Err(error.into()),
+        },
     };
-    let changes = EndpointChanges {
-        url: Some(checked.url),
-        description: Some(checked.description),
-        events: Some(checked.events),
-        enabled: Some(form.enabled.is_some()),
-    };
-    let mut transaction = state.db.begin().await?;
-    let updated = webhooks::update(&mut *transaction, account.org.id, current.id, &changes)
-        .await?
-        .ok_or_else(PageError::not_found)?;
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "webhook.updated",
-        &updated.id.to_string(),
-        &updated.url,
-    )
-    .await?;
-    transaction.commit().await?;
     flash(&account.session, "success", "The endpoint is saved.").await;
     Ok(Redirect::to(&format!("/dashboard/webhooks/{}", updated.id)).into_response())
 }
@@ -466,27 +405,13 @@ async fn delete(
     Path(id): Path<String>,
 ) -> PageResult {
     account.require_admin()?;
-    let current = endpoint(&state, &account, &id).await?;
-    let mut transaction = state.db.begin().await?;
-    if !webhooks::delete(&mut transaction, account.org.id, current.id).await? {
-        return Err(PageError::not_found());
-    }
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "webhook.deleted",
-        &current.id.to_string(),
-        &current.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    let deleted = service::delete(&state, account.acting(), endpoint_id(&id)?).await?;
     flash(
         &account.session,
         "success",
         format!(
             "The endpoint {} and its delivery log are deleted.",
-            current.url
+            deleted.url
         ),
     )
     .await;
@@ -499,35 +424,14 @@ async fn rotate(
     Path(id): Path<String>,
 ) -> PageResult {
     account.require_admin()?;
-    let current = endpoint(&state, &account, &id).await?;
-    let secret = generate_secret();
-    let mut transaction = state.db.begin().await?;
-    let rotated = webhooks::rotate_secret(
-        &mut *transaction,
-        account.org.id,
-        current.id,
-        &seal(&state, current.id, &secret)?,
-        ROTATION_OVERLAP,
-    )
-    .await?
-    .ok_or_else(PageError::not_found)?;
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "webhook.secret_rotated",
-        &rotated.id.to_string(),
-        &rotated.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    let rotated = service::rotate_secret(&state, account.acting(), endpoint_id(&id)?).await?;
     let layout = Layout::new(&account, Section::Webhooks).await;
     Ok(SecretPage {
-        previous_until: layout.time_or(&rotated.previous_secret_expires_at, ""),
+        previous_until: layout.time_or(&rotated.endpoint.previous_secret_expires_at, ""),
         layout,
-        endpoint_id: rotated.id.to_string(),
-        url: rotated.url,
-        secret,
+        endpoint_id: rotated.endpoint.id.to_string(),
+        url: rotated.endpoint.url,
+        secret: rotated.secret,
         rotated: true,
     }
     .into_response())
@@ -540,13 +444,7 @@ async fn send_test(
 ) -> PageResult {
     account.require_admin()?;
     let current = endpoint(&state, &account, &id).await?;
-    // The API's own test ping, for this organization.
-    let _queued = crate::routes::webhooks::send_test(
-        State(state.clone()),
-        Auth(account.caller.clone()),
-        ApiPath(current.id.to_string()),
-    )
-    .await?;
+    service::send_test(&state, account.acting(), current.id).await?;
     flash(
         &account.session,
         "success",
@@ -635,8 +533,8 @@ impl DeliveryRow {
             id: record.id.to_string(),
             event_id: record.event_id.to_string(),
             event_type: record.event_type.clone(),
-            status: record.status.clone(),
-            status_text: label(&record.status),
+            status: record.status.as_str().to_owned(),
+            status_text: label(record.status.as_str()),
             attempts: record.attempts,
             last_result: match (record.last_status_code, &record.last_error) {
                 (Some(code), _) => format!("HTTP {code}"),
@@ -644,7 +542,7 @@ impl DeliveryRow {
                 (None, None) => "–".to_owned(),
             },
             created: layout.time(&record.created_at),
-            next_attempt: if record.status == "pending" {
+            next_attempt: if record.status == DeliveryStatus::Pending {
                 layout.time(&record.next_attempt_at)
             } else {
                 String::new()
@@ -686,7 +584,7 @@ async fn show(
     let statuses: Vec<String> = query
         .status
         .iter()
-        .filter(|status| DELIVERY_STATUSES.contains(&status.as_str()))
+        .filter(|status| status.parse::<DeliveryStatus>().is_ok())
         .cloned()
         .collect();
     let kinds: Vec<&str> = EventType::ALL
@@ -781,9 +679,12 @@ async fn show(
         statuses: DELIVERY_STATUSES
             .iter()
             .map(|status| Choice {
-                value: status,
-                text: label(status),
-                checked: search.statuses.iter().any(|ticked| ticked == status),
+                value: status.as_str(),
+                text: label(status.as_str()),
+                checked: search
+                    .statuses
+                    .iter()
+                    .any(|ticked| ticked == status.as_str()),
             })
             .collect(),
         events: kinds
@@ -891,7 +792,7 @@ async fn delivery(
             })
             .collect(),
         payload: serde_json::to_string_pretty(&record.payload).unwrap_or_default(),
-        can_resend: layout.is_admin && record.status != "delivering",
+        can_resend: layout.is_admin && record.status != DeliveryStatus::Delivering,
         delivery: DeliveryRow::new(&record, &layout),
         layout,
     })
@@ -912,14 +813,8 @@ async fn resend(
         "/dashboard/webhooks/{}/deliveries/{delivery_id}",
         current.id
     );
-    // The API's own retry: one more attempt now, same event id.
-    match crate::routes::webhooks::retry_delivery(
-        State(state.clone()),
-        Auth(account.caller.clone()),
-        ApiPath(delivery_id.to_string()),
-    )
-    .await
-    {
+    // One more attempt now, with the same event id.
+    match service::retry_delivery(&state, account.acting(), delivery_id).await {
         Ok(_) => {
             flash(
                 &account.session,
@@ -928,7 +823,7 @@ async fn resend(
             )
             .await
         }
-        Err(ApiError::Conflict(message)) => flash(&account.session, "error", message).await,
+        Err(ServiceError::Conflict(message)) => flash(&account.session, "error", message).await,
         Err(error) => return Err(error.into()),
     }
     Ok(Redirect::to(&target).into_response())
@@ -1021,26 +916,40 @@ async fn recover(
     let current = endpoint(&state, &account, &id).await?;
     let since = local_time(&form.since, account.zone())
         .ok_or_else(|| PageError::bad_request("Choose the date and time to recover from."))?;
-    let caller = &account.caller;
-    state
-        .limiter
-        .check(caller, Operation::WebhookRecover, 1)
-        .await
-        .map_err(|error| match ApiError::from(error) {
-            ApiError::RateLimited {
-                retry_after, info, ..
-            } => PageError::too_many(
+    let send_limit = Operation::WebhookSend.limit(&account.caller);
+    let recovery = match service::recover_failed(&state, account.acting(), current.id, since).await
+    {
+        Ok(recovery) => recovery,
+        Err(ServiceError::RateLimited(RateLimitError::Exceeded {
+            operation: Operation::WebhookRecover,
+            retry_after,
+            info,
+        })) => {
+            return Err(PageError::too_many(
                 format!(
                     "Recoveries are limited to {} a minute. Try again in {retry_after} s.",
                     info.limit
                 ),
                 retry_after,
-            ),
-            other => other.into(),
-        })?;
-    let failed = queries::count_failed_since(&state.db, account.org.id, current.id, since).await?;
-    let wanted = failed.min(MAX_RECOVERY);
-    if wanted == 0 {
+            ));
+        }
+        Err(ServiceError::RateLimited(RateLimitError::Exceeded {
+            operation: Operation::WebhookSend,
+            retry_after,
+            ..
+        })) => {
+            return Err(PageError::too_many(
+                format!(
+                    "Nothing was queued: each recovered delivery counts against the webhook send \
+                     limit ({send_limit} a minute, shared with test events and resends), and it \
+                     is used up. Try again in {retry_after} s."
+                ),
+                retry_after,
+            ));
+        }
+        Err(error) => return Err(error.into()),
+    };
+    if recovery.failed == 0 {
         flash(
             &account.session,
             "success",
@@ -1049,70 +958,21 @@ async fn recover(
         .await;
         return Ok(Redirect::to(&format!("/dashboard/webhooks/{}", current.id)).into_response());
     }
-    let send_limit = Operation::WebhookSend.limit(caller);
-    let (granted, rate, wait) = state
-        .limiter
-        .check_up_to(
-            caller,
-            Operation::WebhookSend,
-            u32::try_from(wanted).unwrap_or(u32::MAX),
-        )
-        .await
-        .map_err(ApiError::from)?;
-    if granted == 0 {
-        return Err(PageError::too_many(
-            format!(
-                "Nothing was queued: each recovered delivery counts against the webhook send \
-                 limit ({send_limit} a minute, shared with test events and resends), and it is \
-                 used up. Try again in {wait} s."
-            ),
-            wait,
-        ));
-    }
-    let mut transaction = state.db.begin().await?;
-    let recovered = queries::recover_failed_since(
-        &mut transaction,
-        account.org.id,
-        current.id,
-        since,
-        i64::from(granted),
-    )
-    .await?;
-    let detail = if recovered == failed.unsigned_abs() {
-        format!(
-            "{recovered} failed since {}",
-            flow_domain::format_timestamp(since)
-        )
-    } else {
-        format!(
-            "{recovered} failed since {} (of {failed})",
-            flow_domain::format_timestamp(since)
-        )
-    };
-    audit::record(
-        &mut *transaction,
-        account.org.id,
-        account.actor(),
-        "webhook.recovered",
-        &current.id.to_string(),
-        &detail,
-    )
-    .await?;
-    transaction.commit().await?;
+    let recovered = recovery.recovered;
     let queued = match recovered {
         0 => "No failed delivery was queued.".to_owned(),
         1 => "1 failed delivery is queued for another attempt.".to_owned(),
         many => format!("{many} failed deliveries are queued for another attempt."),
     };
-    let left = failed.unsigned_abs().saturating_sub(recovered);
+    let left = recovery.left();
     let kind = if left == 0 { "success" } else { "warning" };
     let text = if left == 0 {
         queued
-    } else if i64::from(granted) < wanted {
+    } else if recovery.limited_by_allowance {
         format!(
             "{queued} {left} more failed since then: the webhook send limit ({send_limit} a \
              minute) allows no more now. Recover again in {} s for the next ones, oldest first.",
-            rate.reset_seconds.max(1)
+            recovery.reset_seconds.max(1)
         )
     } else {
         format!(

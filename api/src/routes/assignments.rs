@@ -529,7 +529,7 @@ pub async fn record_progress(
             "module not found in the assignment's flow".into(),
         ));
     }
-    if record.status == AssignmentStatus::Completed.as_str() {
+    if record.status == AssignmentStatus::Completed {
         return Err(ApiError::Conflict(
             "the assignment is already completed; completed is final".into(),
         ));

@@ -4,8 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
-use flow_domain::TextRule;
+use flow_common::db::flows::{self, Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{FlowId, ModuleId};
 use serde::{Deserialize, Serialize};
@@ -17,10 +16,8 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
+use crate::services::flows::{self as service, FlowFields, ModuleFields};
 use crate::state::AppState;
-
-/// Most modules in a flow.
-pub const MAX_MODULES: usize = 500;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -153,55 +150,24 @@ pub async fn create_flow(
     auth: Auth,
     ApiJson(request): ApiJson<CreateFlowRequest>,
 ) -> Result<(StatusCode, RateInfo, Json<FlowView>), ApiError> {
-    let name = TextRule::NAME.parse("name", request.name.as_deref().unwrap_or(""))?;
-    if name.is_empty() {
-        return Err(ApiError::InvalidRequest("name is required".into()));
-    }
-    let description = request
-        .description
-        .map(|text| TextRule::DESCRIPTION.parse("description", &text))
-        .transpose()?
-        .filter(|text| !text.is_empty());
-    let modules = request.modules.unwrap_or_default();
-    if modules.is_empty() || modules.len() > MAX_MODULES {
-        return Err(ApiError::InvalidRequest(format!(
-            "modules must contain between 1 and {MAX_MODULES} items"
-        )));
-    }
-    let modules = modules
-        .into_iter()
-        .enumerate()
-        .map(|(index, module)| {
-            let field = format!("modules[{index}].name");
-            let name = TextRule::NAME.parse(&field, module.name.as_deref().unwrap_or(""))?;
-            if name.is_empty() {
-                return Err(ApiError::InvalidRequest(format!("{field} is required")));
-            }
-            let minutes = module.estimated_minutes.unwrap_or(0);
-            if !(0..=100_000).contains(&minutes) {
-                return Err(ApiError::InvalidRequest(format!(
-                    "modules[{index}].estimatedMinutes must be between 0 and 100000"
-                )));
-            }
-            Ok(NewModule {
-                name,
-                estimated_minutes: minutes,
+    let flow = service::check(FlowFields {
+        name: request.name,
+        description: request.description,
+        modules: request
+            .modules
+            .unwrap_or_default()
+            .into_iter()
+            .map(|module| ModuleFields {
+                name: module.name,
+                estimated_minutes: module.estimated_minutes,
             })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let cost = page_cost(i64::try_from(modules.len()).unwrap_or(i64::MAX));
+            .collect(),
+    })?;
+    let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
-    let (flow, modules) = flows::create(
-        &state.db,
-        auth.org_id(),
-        &name,
-        description.as_deref(),
-        &modules,
-    )
-    .await?;
+    let (flow, modules) = service::create(&state, auth.acting(), &flow).await?;
     Ok((StatusCode::CREATED, rate, Json(flow_view(flow, modules))))
 }
-
 /// List the organization's flows.
 #[utoipa::path(
     get,
@@ -248,9 +214,6 @@ pub async fn get_flow(
 ) -> Result<(RateInfo, Json<FlowView>), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
-    let flow = flows::get(&state.db, auth.org_id(), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("flow"))?;
-    let modules = flows::modules(&state.db, id).await?;
+    let (flow, modules) = service::get(&state, auth.acting(), id).await?;
     Ok((rate, Json(flow_view(flow, modules))))
 }

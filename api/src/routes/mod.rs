@@ -13,7 +13,25 @@ pub mod webhooks;
 
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::error::ApiError;
+use crate::extract::Auth;
+use crate::ratelimit::Operation;
 use crate::state::AppState;
+
+/// The answer to an id that cannot name anything (`what`, e.g. `delivery`) for an operation its
+/// service limits: the allowance is charged first, as it is for an id that parses, so a 404 costs
+/// what a real request costs and a used-up limit answers 429 either way.
+pub async fn unknown_id(
+    state: &AppState,
+    auth: &Auth,
+    operation: Operation,
+    what: &str,
+) -> ApiError {
+    match state.limiter.check(auth, operation, 1).await {
+        Ok(_) => ApiError::not_found(what),
+        Err(error) => error.into(),
+    }
+}
 
 /// Every route of the API.
 pub fn router() -> OpenApiRouter<AppState> {

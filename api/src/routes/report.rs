@@ -9,19 +9,17 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderValue;
-use axum::response::{IntoResponseParts, ResponseParts};
 use chrono::{DateTime, Utc};
-use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
+use flow_common::db::exports::ExportRecord;
 use flow_common::db::flows::FlowSummary;
-use flow_common::db::replicas::ReadPurpose;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
-use flow_common::report::engine::{Page, Report, ReportError};
+use flow_common::report::engine::{Page, Report};
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_domain::report::params::{AggregateFields, ReportFields, ReportParams};
 use flow_domain::report::{
-    AggregateMetric, AggregateSpec, ReportParameters, completion_rate, cost, whole_seconds,
+    AggregateMetric, AggregateSpec, ExportFormat, ExportStatus, ReportParameters, completion_rate,
+    whole_seconds,
 };
 use flow_domain::{AssignmentStatus, timestamp};
 use serde::{Deserialize, Serialize};
@@ -29,11 +27,13 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::AppState;
+use crate::download::DataAsOf;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, RequestId};
-use crate::ratelimit::{Operation, RateInfo};
+use crate::ratelimit::RateInfo;
 use crate::routes::assignments::ModuleProgressView;
+use crate::services::reports::{self, ReportQuery};
+use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -63,8 +63,8 @@ pub struct ReportRequest {
     /// larger `limit` is refused (400), and without one the page shrinks to fit. Each started
     /// 10,000 entries counts as one more report request.
     pub detailed: Option<bool>,
-    /// Also export the whole report as a file: csv, excel or pdf.
-    #[schema(example = "csv")]
+    /// Also export the whole report as a file of this format.
+    #[schema(value_type = Option<ExportFormat>, example = "csv")]
     pub format: Option<String>,
     /// Group the assignments by period.
     pub aggregate: Option<AggregateRequest>,
@@ -154,7 +154,7 @@ pub struct ReportResponse {
     pub expires_at: Option<DateTime<Utc>>,
     /// `pending` at first; see `GET /v1/exports/{id}` (only when a format was asked).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub export_status: Option<String>,
+    pub export_status: Option<ExportStatus>,
 }
 
 impl ReportResponse {
@@ -223,7 +223,7 @@ impl ReportResponse {
             export.id
         ));
         self.expires_at = Some(export.expires_at);
-        self.export_status = Some(export.status().as_str().to_owned());
+        self.export_status = Some(export.status);
         self
     }
 }
@@ -432,15 +432,6 @@ impl AggregateView {
     }
 }
 
-impl From<ReportError> for ApiError {
-    fn from(error: ReportError) -> Self {
-        match error {
-            ReportError::Invalid(invalid) => Self::from(invalid),
-            ReportError::Database(error) => Self::from(error),
-        }
-    }
-}
-
 /// Report on a flow.
 ///
 /// Metrics and aggregates describe every assignment whose `assignedAt` is in the range; `status`
@@ -467,101 +458,16 @@ pub async fn report(
     ApiJson(request): ApiJson<ReportRequest>,
 ) -> Result<(RateInfo, DataAsOf, Json<ReportResponse>), ApiError> {
     let limit_given = request.limit.is_some();
-    let mut params = ReportParams::parse(request.into(), auth.zone)?;
-    let allowance = Operation::Report.limit(&auth);
-    let mut rate = state
-        .limiter
-        .check(
-            &auth,
-            Operation::Report,
-            cost::page(params.page.limit, allowance),
-        )
-        .await?;
-    // Refused before the report is read; checked again when the export row is written.
-    let export_caps = ExportCaps::for_tier(auth.org.tier());
-    if params.format.is_some() {
-        exports::usage(&state.db, auth.org_id())
-            .await?
-            .check(export_caps)?;
-    }
-    let flow = match params.flow_id {
-        Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
-        None => None,
-    }
-    .ok_or_else(|| ApiError::not_found("flow"))?;
-    if params.detailed {
-        // A page's module progress is bounded by the flow's modules, and costs by them.
-        params.page.limit =
-            cost::detailed_page_limit(params.page.limit, limit_given, flow.module_count)?;
-        rate = state
-            .limiter
-            .check(
-                &auth,
-                Operation::Report,
-                cost::detailed(params.page.limit, flow.module_count, allowance),
-            )
-            .await?;
-    }
-    let parameters = params.parameters(flow.id);
-    let mut read = state.reads.read(ReadPurpose::Report, None);
-    let served = loop {
-        let (snapshot, source) = read.begin().await?;
-        let outcome = Report::with_page(&snapshot, &parameters, params.page).await;
-        if let Some(served) = read.end(snapshot, source, outcome).await? {
-            break served;
-        }
+    let query = ReportQuery {
+        params: ReportParams::parse(request.into(), auth.zone)?,
+        limit_given,
     };
-    let as_of = DataAsOf(served.source.data_as_of);
-    let (report, page) = served.value;
-    let Some(format) = params.format else {
-        return Ok((
-            rate,
-            as_of,
-            Json(ReportResponse::new(&flow, &parameters, report, page)),
-        ));
-    };
-    let rows = report.export_row_count(format);
-    if let Some(export_cost) = cost::export(rows, allowance) {
-        rate = state
-            .limiter
-            .check(&auth, Operation::Report, export_cost)
-            .await?;
+    let answer =
+        reports::report(&state, auth.acting(), query, request_id.caller_supplied()).await?;
+    let mut response =
+        ReportResponse::new(&answer.flow, &answer.parameters, answer.report, answer.page);
+    if let Some(export) = &answer.export {
+        response = response.with_export(export, &state.config.public_base_url);
     }
-    // The export row is the request's one commit point: written, the export will be generated.
-    let export = exports::create(
-        &state.db,
-        &NewExport::new(
-            auth.org_id(),
-            format,
-            parameters.clone(),
-            rows,
-            request_id.caller_supplied(),
-            report.generated_at,
-        ),
-        export_caps,
-    )
-    .await?;
-    let response = ReportResponse::new(&flow, &parameters, report, page)
-        .with_export(&export, &state.config.public_base_url);
-    Ok((rate, as_of, Json(response)))
-}
-
-/// The `X-Data-As-Of` header: the instant the data of a report (or an export file) is current
-/// to. Reports may be read on a replica a moment behind the primary; statuses are still judged
-/// at `generatedAt`.
-#[derive(Debug, Clone, Copy)]
-pub struct DataAsOf(pub DateTime<Utc>);
-
-/// Name of the [`DataAsOf`] header.
-pub const DATA_AS_OF_HEADER: &str = "x-data-as-of";
-
-impl IntoResponseParts for DataAsOf {
-    type Error = std::convert::Infallible;
-
-    fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
-        if let Ok(value) = HeaderValue::from_str(&flow_domain::format_timestamp(self.0)) {
-            parts.headers_mut().insert(DATA_AS_OF_HEADER, value);
-        }
-        Ok(parts)
-    }
+    Ok((answer.rate, DataAsOf(answer.data_as_of), Json(response)))
 }

@@ -6,10 +6,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_common::db::{schedules, users};
+use flow_common::db::schedules;
 use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
-use flow_domain::recurrence::Recurrence;
-use flow_domain::{DayBound, parse_date_input};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -19,15 +17,8 @@ use super::assign::{AssignInput, AssignRequest};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::services::schedules::{self as service, ScheduleFields};
 use crate::state::AppState;
-
-/// Largest `dueInDays`.
-pub const MAX_DUE_IN_DAYS: i32 = 3_650;
-
-/// How far in the past `scheduledAt` may be. A past time is assigned at once; further back than
-/// this it is almost certainly a mistake (a wrong year), and would only skip a long run of
-/// occurrences. The latest accepted is the end of the year 9999, like every date input.
-pub const MAX_SCHEDULED_AT_PAST: chrono::Duration = chrono::Duration::days(366);
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -156,57 +147,16 @@ pub async fn create_schedule(
         auth.zone,
         Utc::now(),
     )?;
-    let scheduled_at = parse_date_input(
-        "scheduledAt",
-        request
-            .scheduled_at
-            .as_deref()
-            .ok_or_else(|| ApiError::InvalidRequest("scheduledAt is required".into()))?,
-        auth.zone,
-        DayBound::Start,
-    )?;
-    if scheduled_at < Utc::now() - MAX_SCHEDULED_AT_PAST {
-        return Err(ApiError::InvalidRequest(
-            "scheduledAt must not be more than one year in the past".into(),
-        ));
-    }
-    let recurrence = match request.recurrence.as_deref() {
-        None => Recurrence::None,
-        Some(text) => Recurrence::parse_field("recurrence", text)?,
+    let fields = ScheduleFields {
+        flow_id: input.flow_id,
+        email: input.email,
+        priority: input.priority,
+        notes: input.notes,
+        scheduled_at: request.scheduled_at,
+        recurrence: request.recurrence,
+        due_in_days: request.due_in_days,
     };
-    if let Some(days) = request.due_in_days
-        && !(1..=MAX_DUE_IN_DAYS).contains(&days)
-    {
-        return Err(ApiError::InvalidRequest(format!(
-            "dueInDays must be between 1 and {MAX_DUE_IN_DAYS}"
-        )));
-    }
-    let flow = match input.flow_id {
-        Some(flow_id) => state.caches.flow(&state.db, auth.org_id(), flow_id).await?,
-        None => None,
-    }
-    .ok_or_else(|| ApiError::not_found("flow"))?;
-    let email = input.email;
-    let user = users::find_by_email(&state.db, auth.org_id(), &email)
-        .await?
-        .ok_or_else(|| {
-            ApiError::NotFound(format!("user {email} not found in this organization"))
-        })?;
-    let mut connection = state.db.acquire().await?;
-    let record = schedules::create(
-        &mut connection,
-        &schedules::NewSchedule {
-            org_id: auth.org_id(),
-            flow_id: flow.id,
-            user_id: user.id,
-            scheduled_at,
-            recurrence,
-            due_in_days: request.due_in_days,
-            priority: input.priority,
-            notes: input.notes,
-        },
-    )
-    .await?;
+    let record = service::create(&state, auth.acting(), fields).await?;
     Ok((StatusCode::CREATED, rate, Json(record.into())))
 }
 
@@ -229,9 +179,7 @@ pub async fn get_schedule(
 ) -> Result<(RateInfo, Json<ScheduleView>), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
-    let record = schedules::get(&state.db, auth.org_id(), id, Utc::now())
-        .await?
-        .ok_or_else(|| ApiError::not_found("schedule"))?;
+    let record = service::get(&state, auth.acting(), id).await?;
     Ok((rate, Json(record.into())))
 }
 
@@ -254,9 +202,6 @@ pub async fn delete_schedule(
 ) -> Result<(RateInfo, StatusCode), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
-    if schedules::delete(&state.db, auth.org_id(), id).await? {
-        Ok((rate, StatusCode::NO_CONTENT))
-    } else {
-        Err(ApiError::not_found("schedule"))
-    }
+    service::cancel(&state, auth.acting(), id).await?;
+    Ok((rate, StatusCode::NO_CONTENT))
 }

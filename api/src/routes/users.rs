@@ -5,8 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_common::db::users::{self, NewUser, User};
+use flow_domain::Email;
 use flow_domain::ids::UserId;
-use flow_domain::{Email, TextRule};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -16,6 +16,7 @@ use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiQuery, Auth};
 use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
+use crate::services::users as service;
 use crate::state::AppState;
 
 /// Most users in one bulk upsert.
@@ -41,17 +42,13 @@ pub struct UserInput {
 }
 
 impl UserInput {
-    /// Validates a user; `prefix` names where it sits in the request (`users[3].` in a bulk).
-    fn parse(self, prefix: &str) -> Result<NewUser, ApiError> {
-        let email = Email::parse(
-            &format!("{prefix}email"),
-            self.email.as_deref().unwrap_or(""),
-        )?;
-        let name = self
-            .name
-            .map(|name| TextRule::NAME.parse(&format!("{prefix}name"), &name))
-            .transpose()?;
-        Ok(NewUser { email, name })
+    /// Checks a user; `prefix` names where it sits in the request (`users[3].` in a bulk).
+    fn check(self, prefix: &str) -> Result<NewUser, ApiError> {
+        Ok(service::check(
+            self.email.as_deref(),
+            self.name.as_deref(),
+            prefix,
+        )?)
     }
 }
 
@@ -100,9 +97,9 @@ pub async fn upsert_user(
     auth: Auth,
     ApiJson(input): ApiJson<UserInput>,
 ) -> Result<(StatusCode, RateInfo, Json<UserView>), ApiError> {
-    let user = input.parse("")?;
+    let user = input.check("")?;
     let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
-    let mut rows = users::upsert(&state.db, auth.org_id(), &[user]).await?;
+    let mut rows = service::upsert(&state, auth.acting(), &[user]).await?;
     let user = rows
         .pop()
         .ok_or_else(|| ApiError::Internal(anyhow::anyhow!("upsert returned no row")))?;
@@ -163,11 +160,11 @@ pub async fn upsert_users(
         .users
         .into_iter()
         .enumerate()
-        .map(|(index, user)| user.parse(&format!("users[{index}].")))
+        .map(|(index, user)| user.check(&format!("users[{index}].")))
         .collect::<Result<Vec<_>, _>>()?;
     let cost = page_cost(i64::try_from(users.len()).unwrap_or(i64::MAX));
     let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
-    let rows = users::upsert(&state.db, auth.org_id(), &users).await?;
+    let rows = service::upsert(&state, auth.acting(), &users).await?;
     let created = rows.iter().filter(|user| user.created).count();
     let response = BulkUsersResponse {
         updated: rows.len() - created,

@@ -2,33 +2,27 @@
 //! once), list, get, update, delete, rotate the secret, send a test ping, list deliveries with
 //! their attempts, retry a delivery.
 
-use std::time::Duration;
-
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_common::db::audit::{self, Actor};
-use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint, EndpointChanges, RetryRefusal};
-use flow_common::webhook::address::check_endpoint_url;
-use flow_domain::events::{TEST_EVENT_TYPE, TestEventData, event_body};
+use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint};
+use flow_domain::events::EventType;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
-use flow_domain::webhook::endpoint;
-use flow_domain::webhook::signing::generate_secret;
+use flow_domain::webhook::DeliveryStatus;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
+use super::unknown_id;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::ratelimit::{Operation, RateInfo, page_cost};
+use crate::services::webhooks::{self as service, EndpointFields, WithSecret};
 use crate::state::AppState;
-
-/// How long a rotated-out secret keeps signing beside the new one.
-pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -49,8 +43,8 @@ pub struct CreateEndpointRequest {
     /// private, link-local or metadata address.
     #[schema(required = true, value_type = String, example = "https://hr.example.com/flow-events")]
     pub url: Option<String>,
-    /// Event types to deliver (default: all): flow.assigned, flow.started, flow.completed,
-    /// flow.overdue.
+    /// Event types to deliver (default: all).
+    #[schema(value_type = Option<Vec<EventType>>)]
     pub events: Option<Vec<String>>,
     /// Free text, at most 500 characters.
     #[schema(max_length = 500)]
@@ -64,6 +58,7 @@ pub struct UpdateEndpointRequest {
     /// New URL.
     pub url: Option<String>,
     /// New event filter (an empty list means all).
+    #[schema(value_type = Option<Vec<EventType>>)]
     pub events: Option<Vec<String>>,
     /// New description, at most 500 characters (an empty string clears it).
     #[schema(max_length = 500)]
@@ -83,6 +78,7 @@ pub struct EndpointView {
     /// Free text.
     pub description: Option<String>,
     /// Event types delivered; empty means all.
+    #[schema(value_type = Vec<EventType>)]
     pub events: Vec<String>,
     /// Whether deliveries go out.
     pub enabled: bool,
@@ -105,6 +101,15 @@ pub struct EndpointView {
     #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub updated_at: DateTime<Utc>,
+}
+
+impl From<WithSecret> for EndpointWithSecret {
+    fn from(created: WithSecret) -> Self {
+        Self {
+            endpoint: created.endpoint.into(),
+            secret: created.secret,
+        }
+    }
 }
 
 impl From<Endpoint> for EndpointView {
@@ -137,34 +142,6 @@ pub struct EndpointWithSecret {
     pub secret: String,
 }
 
-fn parse_events(events: Option<Vec<String>>) -> Result<Option<Vec<String>>, ApiError> {
-    Ok(events
-        .map(|events| endpoint::parse_events(&events))
-        .transpose()?)
-}
-
-fn parse_description(description: Option<String>) -> Result<Option<Option<String>>, ApiError> {
-    Ok(description
-        .map(|text| endpoint::parse_description(&text))
-        .transpose()?)
-}
-
-async fn parse_url(state: &AppState, text: &str) -> Result<String, ApiError> {
-    check_endpoint_url(text, state.config.webhook_policy)
-        .await
-        .map(|url| url.to_string())
-        .map_err(|invalid| ApiError::InvalidRequest(invalid.0))
-}
-
-/// The secret of endpoint `id` as stored: sealed for that endpoint.
-fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, ApiError> {
-    state
-        .config
-        .webhook_secrets
-        .seal(id, secret)
-        .map_err(|error| ApiError::Internal(anyhow::anyhow!(error)))
-}
-
 fn endpoint_id(text: &str) -> Result<WebhookEndpointId, ApiError> {
     WebhookEndpointId::parse(text).ok_or_else(|| ApiError::not_found("webhook endpoint"))
 }
@@ -188,54 +165,14 @@ pub async fn create_endpoint(
     ApiJson(request): ApiJson<CreateEndpointRequest>,
 ) -> Result<(StatusCode, RateInfo, Json<EndpointWithSecret>), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
-    let url_text = request
-        .url
-        .filter(|url| !url.trim().is_empty())
-        .ok_or_else(|| ApiError::InvalidRequest("url is required".into()))?;
-    let events = parse_events(request.events)?.unwrap_or_default();
-    let description = parse_description(request.description)?.flatten();
-    let url = parse_url(&state, &url_text).await?;
-    let id = WebhookEndpointId::new();
-    let secret = generate_secret();
-    let stored = seal(&state, id, &secret)?;
-    let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::create(
-        &mut transaction,
-        auth.org_id(),
-        &webhooks::NewEndpoint {
-            id,
-            url,
-            description,
-            events,
-            secret: stored,
-        },
-    )
-    .await?
-    .ok_or_else(|| {
-        ApiError::Conflict(format!(
-            "an organization may have at most {} webhook endpoints",
-            webhooks::MAX_ENDPOINTS_PER_ORG
-        ))
-    })?;
-    audit::record(
-        &mut *transaction,
-        auth.org_id(),
-        Actor::ApiKey(auth.key_id),
-        "webhook.created",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
-    tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
-    Ok((
-        StatusCode::CREATED,
-        rate,
-        Json(EndpointWithSecret {
-            endpoint: endpoint.into(),
-            secret,
-        }),
-    ))
+    let fields = EndpointFields {
+        url: request.url,
+        events: request.events,
+        description: request.description,
+        enabled: None,
+    };
+    let created = service::create(&state, auth.acting(), &fields).await?;
+    Ok((StatusCode::CREATED, rate, Json(created.into())))
 }
 
 /// List webhook endpoints.
@@ -288,9 +225,7 @@ pub async fn get_endpoint(
     ApiPath(id): ApiPath<String>,
 ) -> Result<(RateInfo, Json<EndpointView>), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
-    let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    let endpoint = service::get(&state, auth.acting(), endpoint_id(&id)?).await?;
     Ok((rate, Json(endpoint.into())))
 }
 
@@ -313,38 +248,13 @@ pub async fn update_endpoint(
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<UpdateEndpointRequest>,
 ) -> Result<Json<EndpointView>, ApiError> {
-    let events = parse_events(request.events)?;
-    let description = parse_description(request.description)?;
-    let url = match request.url.as_deref() {
-        Some(text) => Some(parse_url(&state, text).await?),
-        None => None,
-    };
-    let changes = EndpointChanges {
-        url,
-        description,
-        events,
+    let fields = EndpointFields {
+        url: request.url,
+        events: request.events,
+        description: request.description,
         enabled: request.enabled,
     };
-    // The change and its audit row commit together, or neither does.
-    let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::update(
-        &mut *transaction,
-        auth.org_id(),
-        endpoint_id(&id)?,
-        &changes,
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    audit::record(
-        &mut *transaction,
-        auth.org_id(),
-        Actor::ApiKey(auth.key_id),
-        "webhook.updated",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
+    let endpoint = service::update(&state, auth.acting(), endpoint_id(&id)?, &fields).await?;
     Ok(Json(endpoint.into()))
 }
 
@@ -366,20 +276,7 @@ pub async fn delete_endpoint(
     ApiPath(id): ApiPath<String>,
 ) -> Result<(RateInfo, StatusCode), ApiError> {
     let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
-    let mut transaction = state.db.begin().await?;
-    if !webhooks::delete(&mut transaction, auth.org_id(), endpoint_id(&id)?).await? {
-        return Err(ApiError::not_found("webhook endpoint"));
-    }
-    audit::record(
-        &mut *transaction,
-        auth.org_id(),
-        Actor::ApiKey(auth.key_id),
-        "webhook.deleted",
-        &id,
-        "",
-    )
-    .await?;
-    transaction.commit().await?;
+    service::delete(&state, auth.acting(), endpoint_id(&id)?).await?;
     Ok((rate, StatusCode::NO_CONTENT))
 }
 
@@ -402,34 +299,8 @@ pub async fn rotate_secret(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<EndpointWithSecret>, ApiError> {
-    let id = endpoint_id(&id)?;
-    let secret = generate_secret();
-    // The new secret and its audit row commit together, or neither does.
-    let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::rotate_secret(
-        &mut *transaction,
-        auth.org_id(),
-        id,
-        &seal(&state, id, &secret)?,
-        ROTATION_OVERLAP,
-    )
-    .await?
-    .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    audit::record(
-        &mut *transaction,
-        auth.org_id(),
-        Actor::ApiKey(auth.key_id),
-        "webhook.secret_rotated",
-        &endpoint.id.to_string(),
-        &endpoint.url,
-    )
-    .await?;
-    transaction.commit().await?;
-    tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
-    Ok(Json(EndpointWithSecret {
-        endpoint: endpoint.into(),
-        secret,
-    }))
+    let rotated = service::rotate_secret(&state, auth.acting(), endpoint_id(&id)?).await?;
+    Ok(Json(rotated.into()))
 }
 
 /// A test delivery, queued.
@@ -463,36 +334,16 @@ pub async fn send_test(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, RateInfo, Json<TestQueued>), ApiError> {
-    let rate = state
-        .limiter
-        .check(&auth, Operation::WebhookSend, 1)
-        .await?;
-    let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    let event_id = EventId::new();
-    let now = Utc::now();
-    let body = event_body(
-        event_id,
-        TEST_EVENT_TYPE,
-        now,
-        TestEventData {
-            webhook_id: endpoint.id,
-            message: "This is a test event from Flow.".to_owned(),
-        },
-    );
-    let mut transaction = state.db.begin().await?;
-    let delivery_id =
-        webhooks::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
-            .await?
-            .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    transaction.commit().await?;
+    let Some(id) = WebhookEndpointId::parse(&id) else {
+        return Err(unknown_id(&state, &auth, Operation::WebhookSend, "webhook endpoint").await);
+    };
+    let (queued, rate) = service::send_test(&state, auth.acting(), id).await?;
     Ok((
         StatusCode::ACCEPTED,
         rate,
         Json(TestQueued {
-            delivery_id,
-            event_id,
+            delivery_id: queued.delivery_id,
+            event_id: queued.event_id,
         }),
     ))
 }
@@ -529,8 +380,8 @@ pub struct DeliveryView {
     pub event_id: EventId,
     /// Event type.
     pub event_type: String,
-    /// pending, delivering, succeeded or failed.
-    pub status: String,
+    /// Where it stands.
+    pub status: DeliveryStatus,
     /// Attempts made.
     pub attempts: i32,
     /// Next attempt, while pending.
@@ -563,7 +414,8 @@ impl DeliveryView {
             webhook_id: record.endpoint_id,
             event_id: record.event_id,
             event_type: record.event_type,
-            next_attempt_at: (record.status == "pending").then_some(record.next_attempt_at),
+            next_attempt_at: (record.status == DeliveryStatus::Pending)
+                .then_some(record.next_attempt_at),
             status: record.status,
             attempts: record.attempts,
             last_status_code: record.last_status_code,
@@ -580,11 +432,10 @@ impl DeliveryView {
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DeliveryFilter {
-    /// Only deliveries in this state: pending, delivering, succeeded or failed.
+    /// Only deliveries in this state.
+    #[param(value_type = Option<DeliveryStatus>)]
     pub status: Option<String>,
 }
-
-const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivering", "succeeded", "failed"];
 
 /// List an endpoint's deliveries, newest first, with their attempts.
 #[utoipa::path(
@@ -608,14 +459,11 @@ pub async fn list_deliveries(
 ) -> Result<(RateInfo, Json<Page<DeliveryView>>), ApiError> {
     let limit = page.limit()?;
     let before = page.cursor(decode_keyset)?;
-    if let Some(status) = filter.status.as_deref()
-        && !DELIVERY_STATUSES.contains(&status)
-    {
-        return Err(ApiError::InvalidRequest(format!(
-            "status must be one of: {}",
-            DELIVERY_STATUSES.join(", ")
-        )));
-    }
+    let status = filter
+        .status
+        .as_deref()
+        .map(|text| DeliveryStatus::parse_field("status", text))
+        .transpose()?;
     let rate = state
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
@@ -627,7 +475,7 @@ pub async fn list_deliveries(
         &state.db,
         auth.org_id(),
         endpoint.id,
-        filter.status.as_deref(),
+        status,
         before.map(|(at, id)| (at, DeliveryId(id))),
         limit + 1,
     )
@@ -683,34 +531,16 @@ pub async fn retry_delivery(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, RateInfo, Json<DeliveryView>), ApiError> {
-    let rate = state
-        .limiter
-        .check(&auth, Operation::WebhookSend, 1)
-        .await?;
-    let id = DeliveryId::parse(&id).ok_or_else(|| ApiError::not_found("delivery"))?;
-    let mut transaction = state.db.begin().await?;
-    let record = match webhooks::retry(&mut transaction, auth.org_id(), id).await? {
-        Ok(record) => record,
-        Err(RetryRefusal::NotFound) => return Err(ApiError::not_found("delivery")),
-        Err(RetryRefusal::InFlight) => {
-            return Err(ApiError::Conflict(
-                "an attempt of this delivery is under way; retry when it has finished".into(),
-            ));
-        }
-        Err(RetryRefusal::Succeeded) => {
-            return Err(ApiError::Conflict(
-                "this delivery succeeded already; it is not sent again".into(),
-            ));
-        }
+    let Some(id) = DeliveryId::parse(&id) else {
+        return Err(unknown_id(&state, &auth, Operation::WebhookSend, "delivery").await);
     };
-    transaction.commit().await?;
-    let attempts = webhooks::attempts(&state.db, &[record.id]).await?;
+    let (retried, rate) = service::retry_delivery(&state, auth.acting(), id).await?;
     Ok((
         StatusCode::ACCEPTED,
         rate,
         Json(DeliveryView::new(
-            record,
-            attempts.into_iter().map(attempt_view).collect(),
+            retried.delivery,
+            retried.attempts.into_iter().map(attempt_view).collect(),
         )),
     ))
 }

@@ -22,6 +22,18 @@ string_enum!(
     }
 );
 
+impl EventType {
+    /// What happened, in a sentence's words (the OpenAPI summary of its webhook).
+    pub fn summary(self) -> &'static str {
+        match self {
+            Self::Assigned => "A flow was assigned",
+            Self::Started => "The assignee started the flow (first module activity)",
+            Self::Completed => "Every module of the flow was completed",
+            Self::Overdue => "The due date passed before completion",
+        }
+    }
+}
+
 /// Type of the ping sent by `POST /v1/webhooks/{id}/test`; never published on the exchange.
 pub const TEST_EVENT_TYPE: &str = "webhook.test";
 

@@ -207,6 +207,44 @@ impl AssignmentStatus {
 }
 
 string_enum!(
+    /// What a dashboard account may do.
+    Role {
+        /// Everything in its organization: keys, webhooks, assigns, users, schedules, team.
+        Admin => "admin",
+        /// Read only.
+        Viewer => "viewer",
+    }
+);
+
+string_enum!(
+    /// Service tier of an organization, which sets its default rate limits.
+    Tier {
+        /// assign 100/min, report 50/min.
+        Standard => "standard",
+        /// assign 1,000/min, report 500/min.
+        Enterprise => "enterprise",
+    }
+);
+
+impl Tier {
+    /// Default assign requests per minute.
+    pub fn assign_limit(self) -> u32 {
+        match self {
+            Self::Standard => 100,
+            Self::Enterprise => 1_000,
+        }
+    }
+
+    /// Default report requests per minute.
+    pub fn report_limit(self) -> u32 {
+        match self {
+            Self::Standard => 50,
+            Self::Enterprise => 500,
+        }
+    }
+}
+
+string_enum!(
     /// Status of one module within an assignment.
     ModuleStatus {
         /// Started, not finished.

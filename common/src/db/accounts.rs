@@ -20,33 +20,7 @@ use super::sessions;
 /// How long a sign-in link works.
 pub const LINK_VALIDITY: Duration = Duration::from_secs(24 * 3600);
 
-/// What an account may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Everything in its organization: keys, webhooks, assigns, users, schedules, team.
-    Admin,
-    /// Read only.
-    Viewer,
-}
-
-impl Role {
-    /// Parses `admin` or `viewer`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "admin" => Some(Self::Admin),
-            "viewer" => Some(Self::Viewer),
-            _ => None,
-        }
-    }
-
-    /// The stored name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Admin => "admin",
-            Self::Viewer => "viewer",
-        }
-    }
-}
+pub use flow_domain::Role;
 
 /// An account (never its password hash).
 #[derive(Debug, Clone, FromRow)]
@@ -56,8 +30,8 @@ pub struct Account {
     pub org_id: OrgId,
     /// E-mail as given.
     pub email: String,
-    /// `admin` or `viewer`.
-    pub role: String,
+    /// What it may do (a stored name this build does not know fails the read).
+    pub role: Role,
     /// Whether a password has been set (through a sign-in link).
     pub has_password: bool,
     /// Whether the account is disabled: it cannot sign in, and its sessions have ended.
@@ -69,9 +43,9 @@ pub struct Account {
 }
 
 impl Account {
-    /// The role (unknown values read as viewer: the column is constrained anyway).
+    /// The role.
     pub fn role(&self) -> Role {
-        Role::parse(&self.role).unwrap_or(Role::Viewer)
+        self.role
     }
 }
 
@@ -96,7 +70,7 @@ pub async fn create<'e>(
     .bind(org_id)
     .bind(email.as_str())
     .bind(email.normalized())
-    .bind(role.as_str())
+    .bind(role)
     .fetch_optional(executor)
     .await
 }
@@ -164,7 +138,7 @@ pub async fn session_account<'e>(
         #[sqlx(flatten)]
         account: Account,
         org_name: String,
-        org_tier: String,
+        org_tier: super::orgs::Tier,
         org_timezone: String,
         org_assign_limit: Option<i32>,
         org_report_limit: Option<i32>,
@@ -486,7 +460,7 @@ pub async fn change(
                 "UPDATE dashboard_accounts SET role = $2, updated_at = now() WHERE id = $1",
             )
             .bind(account.id)
-            .bind(role.as_str())
+            .bind(role)
             .execute(&mut *transaction)
             .await?;
             if role != Role::Admin {

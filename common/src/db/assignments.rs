@@ -626,8 +626,9 @@ pub struct AssignmentRecord {
     pub user_id: UserId,
     /// Assignee e-mail.
     pub assignee_email: String,
-    /// Stored status (see [`AssignmentRecord::status`] for the reported one).
-    pub status: String,
+    /// Stored status (see [`AssignmentRecord::status`] for the reported one); a name this
+    /// build does not know fails the read.
+    pub status: AssignmentStatus,
     pub priority: String,
     pub notes: Option<String>,
     /// Due date.
@@ -651,10 +652,7 @@ pub struct AssignmentRecord {
 impl AssignmentRecord {
     /// The status to report now (overdue derived at read time).
     pub fn status(&self, now: DateTime<Utc>) -> AssignmentStatus {
-        self.status
-            .parse::<AssignmentStatus>()
-            .unwrap_or(AssignmentStatus::Pending)
-            .effective(self.due_at, now)
+        self.status.effective(self.due_at, now)
     }
 }
 

@@ -17,47 +17,10 @@ use flow_domain::ids::{ExportId, FlowId, OrgId};
 
 use super::orgs::Tier;
 use super::replicas::{Source, WalPosition};
+pub use flow_domain::report::ExportStatus;
 use flow_domain::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
-
-/// Lifecycle of an export.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExportStatus {
-    /// Waiting for a worker.
-    Pending,
-    /// A worker is generating it.
-    Running,
-    /// The file can be downloaded.
-    Ready,
-    /// Generation failed; `error` says why.
-    Failed,
-    /// Past `expires_at`; the file is gone.
-    Expired,
-}
-
-impl ExportStatus {
-    /// The stored and wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "pending",
-            Self::Running => "running",
-            Self::Ready => "ready",
-            Self::Failed => "failed",
-            Self::Expired => "expired",
-        }
-    }
-
-    fn parse(text: &str) -> Self {
-        match text {
-            "running" => Self::Running,
-            "ready" => Self::Ready,
-            "failed" => Self::Failed,
-            "expired" => Self::Expired,
-            _ => Self::Pending,
-        }
-    }
-}
 
 /// An export row.
 #[derive(Debug, Clone, FromRow)]
@@ -67,12 +30,12 @@ pub struct ExportRecord {
     pub org_id: OrgId,
     /// Flow reported on.
     pub flow_id: FlowId,
-    /// `csv`, `excel` or `pdf`.
-    pub format: String,
+    /// File format (a stored name this build does not know fails the read).
+    pub format: ExportFormat,
     /// The report request to replay.
     pub parameters: Json<ReportParameters>,
-    /// See [`ExportRecord::status`].
-    pub status: String,
+    /// Lifecycle status, as stored (see `flow-api`'s `status_at` for the status at an instant).
+    pub status: ExportStatus,
     /// Claims so far.
     pub attempts: i32,
     /// Rows the file will hold, once known.
@@ -109,19 +72,14 @@ pub struct ExportRecord {
 }
 
 impl ExportRecord {
-    /// The lifecycle status.
-    pub fn status(&self) -> ExportStatus {
-        ExportStatus::parse(&self.status)
-    }
-
     /// The format.
     pub fn format(&self) -> ExportFormat {
-        self.format.parse().unwrap_or(ExportFormat::Csv)
+        self.format
     }
 
     /// Percent of rows written, 0 to 100.
     pub fn progress_percent(&self) -> f64 {
-        match (self.status(), self.rows_total) {
+        match (self.status, self.rows_total) {
             (ExportStatus::Ready, _) => 100.0,
             (_, Some(total)) if total > 0 => {
                 let percent = self.rows_written as f64 * 100.0 / total as f64;
@@ -321,7 +279,7 @@ pub async fn create(
     .bind(new.id)
     .bind(new.org_id)
     .bind(new.parameters.flow_id)
-    .bind(new.format.as_str())
+    .bind(new.format)
     .bind(Json(&new.parameters))
     .bind(new.rows_total)
     .bind(new.request_id.as_deref())

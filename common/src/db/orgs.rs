@@ -3,53 +3,9 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use flow_domain::ids::OrgId;
-use serde::Serialize;
 use sqlx::{FromRow, PgExecutor};
 
-/// Service tier, which sets the default rate limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Tier {
-    /// assign 100/min, report 50/min.
-    Standard,
-    /// assign 1,000/min, report 500/min.
-    Enterprise,
-}
-
-impl Tier {
-    /// Parses `standard` or `enterprise`.
-    pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "standard" => Some(Self::Standard),
-            "enterprise" => Some(Self::Enterprise),
-            _ => None,
-        }
-    }
-
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Standard => "standard",
-            Self::Enterprise => "enterprise",
-        }
-    }
-
-    /// Default assign requests per minute.
-    pub fn assign_limit(self) -> u32 {
-        match self {
-            Self::Standard => 100,
-            Self::Enterprise => 1_000,
-        }
-    }
-
-    /// Default report requests per minute.
-    pub fn report_limit(self) -> u32 {
-        match self {
-            Self::Standard => 50,
-            Self::Enterprise => 500,
-        }
-    }
-}
+pub use flow_domain::Tier;
 
 /// An organization row.
 #[derive(Debug, Clone, FromRow)]
@@ -57,8 +13,8 @@ pub struct Organization {
     pub id: OrgId,
     /// Display name.
     pub name: String,
-    /// `standard` or `enterprise`.
-    pub tier: String,
+    /// Service tier (a stored name this build does not know fails the read).
+    pub tier: Tier,
     /// IANA time zone used for plain dates and report periods.
     pub timezone: String,
     /// Override of the tier's assign limit.
@@ -70,9 +26,9 @@ pub struct Organization {
 }
 
 impl Organization {
-    /// The tier (unknown values read as standard; the column is constrained anyway).
+    /// The tier.
     pub fn tier(&self) -> Tier {
-        Tier::parse(&self.tier).unwrap_or(Tier::Standard)
+        self.tier
     }
 
     /// The time zone (UTC if the stored name is unknown to this build).
@@ -125,7 +81,7 @@ pub async fn create<'e>(
     )))
     .bind(OrgId::new())
     .bind(&new.name)
-    .bind(new.tier.as_str())
+    .bind(new.tier)
     .bind(new.timezone.name())
     .bind(new.assign_limit_per_minute.map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)))
     .bind(new.report_limit_per_minute.map(|limit| i32::try_from(limit).unwrap_or(i32::MAX)))
@@ -167,7 +123,7 @@ pub async fn update_limits(
          WHERE id = $1 RETURNING {COLUMNS}"
     )))
     .bind(id)
-    .bind(tier.map(Tier::as_str))
+    .bind(tier)
     .bind(assign_limit_per_minute.map(clamp))
     .bind(report_limit_per_minute.map(clamp))
     .fetch_optional(&mut *transaction)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use flow_domain::webhook::DeliveryStatus;
 use serde_json::value::RawValue;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -1173,8 +1174,8 @@ pub struct DeliveryRecord {
     pub event_type: String,
     /// Body sent.
     pub payload: serde_json::Value,
-    /// pending, delivering, succeeded or failed.
-    pub status: String,
+    /// Where it stands (a name this build does not know fails the read).
+    pub status: DeliveryStatus,
     /// Attempts made.
     pub attempts: i32,
     /// Next attempt (pending only).
@@ -1199,7 +1200,7 @@ pub async fn list_deliveries<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     endpoint_id: WebhookEndpointId,
-    status: Option<&str>,
+    status: Option<DeliveryStatus>,
     before: Option<(DateTime<Utc>, DeliveryId)>,
     limit: i64,
 ) -> Result<Vec<DeliveryRecord>, sqlx::Error> {

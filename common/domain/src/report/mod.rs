@@ -111,7 +111,32 @@ string_enum!(
     }
 );
 
+string_enum!(
+    /// Lifecycle of an export.
+    ExportStatus {
+        /// Waiting for a worker.
+        Pending => "pending",
+        /// A worker is generating it.
+        Running => "running",
+        /// The file can be downloaded.
+        Ready => "ready",
+        /// Generation failed; the export's error says why.
+        Failed => "failed",
+        /// Past its expiry; the file is gone.
+        Expired => "expired",
+    }
+);
+
 impl ExportFormat {
+    /// The name people read: `CSV`, `Excel`, `PDF`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Csv => "CSV",
+            Self::Excel => "Excel",
+            Self::Pdf => "PDF",
+        }
+    }
+
     /// The `Content-Type` of the file.
     pub fn content_type(self) -> &'static str {
         match self {

@@ -1,0 +1,97 @@
+//! API keys, for every surface: generate one (its secret shown once), revoke one (every replica
+//! drops it at once), roll one (its replacement now, the old key working for a chosen time).
+//! Each change commits with its audit row.
+
+use std::time::Duration;
+
+use flow_common::db::audit;
+use flow_common::db::keys::{self, ApiKey};
+use flow_domain::TextRule;
+use flow_domain::ids::KeyId;
+
+use super::{Acting, FieldProblem, ProblemKind, ServiceError};
+use crate::state::AppState;
+
+/// Longest key name.
+pub const MAX_NAME_CHARS: usize = 100;
+
+/// The rule of a key's name: one line, at most [`MAX_NAME_CHARS`].
+const NAME: TextRule = TextRule {
+    max_chars: MAX_NAME_CHARS,
+    multiline: false,
+};
+
+/// A key with its secret, which is shown this once.
+#[derive(Debug, Clone)]
+pub struct WithSecret {
+    /// The key.
+    pub key: ApiKey,
+    /// The secret.
+    pub secret: String,
+}
+
+/// Checks a key's name: required, one line, at most [`MAX_NAME_CHARS`].
+fn check_name(text: &str) -> Result<String, ServiceError> {
+    if text.trim().is_empty() {
+        return Err(ServiceError::Fields(vec![FieldProblem::missing("name")]));
+    }
+    if text.trim().chars().count() > MAX_NAME_CHARS {
+        return Err(ServiceError::Fields(vec![FieldProblem {
+            field: "name",
+            kind: ProblemKind::TooLong(MAX_NAME_CHARS),
+            problem: flow_domain::Invalid(format!(
+                "name must be at most {MAX_NAME_CHARS} characters"
+            )),
+        }]));
+    }
+    NAME.parse("name", text)
+        .map_err(|problem| ServiceError::Fields(vec![FieldProblem::invalid("name", problem)]))
+}
+
+/// Generates a key named `name` (who uses it).
+pub async fn generate(
+    state: &AppState,
+    acting: Acting<'_>,
+    name: &str,
+) -> Result<WithSecret, ServiceError> {
+    let name = check_name(name)?;
+    let mut transaction = state.db.begin().await?;
+    let (key, secret) = keys::create(&mut *transaction, acting.org_id(), &name).await?;
+    audit::record(
+        &mut *transaction,
+        acting.org_id(),
+        acting.actor,
+        "key.created",
+        &key.id.to_string(),
+        &name,
+    )
+    .await?;
+    transaction.commit().await?;
+    tracing::info!(key_id = %key.id, "API key generated");
+    Ok(WithSecret { key, secret })
+}
+
+/// Revokes a working key of the organization: every request with it is refused from now on.
+/// Another organization's key and one already revoked are [`ServiceError::NotFound`].
+pub async fn revoke(state: &AppState, acting: Acting<'_>, id: KeyId) -> Result<(), ServiceError> {
+    if keys::revoke(&state.db, Some(acting.org_id()), id, acting.actor).await? {
+        tracing::info!(key_id = %id, "API key revoked");
+        Ok(())
+    } else {
+        Err(ServiceError::NotFound("key"))
+    }
+}
+
+/// Rolls a working key: its replacement (same name) now, the old key working `overlap` more.
+pub async fn roll(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: KeyId,
+    overlap: Duration,
+) -> Result<WithSecret, ServiceError> {
+    let (key, secret) = keys::roll(&state.db, acting.org_id(), id, overlap, acting.actor)
+        .await?
+        .ok_or(ServiceError::NotFound("key"))?;
+    tracing::info!(old_key_id = %id, key_id = %key.id, "API key rolled");
+    Ok(WithSecret { key, secret })
+}

@@ -1,0 +1,122 @@
+//! Dashboard accounts of an organization, for every surface that manages people (the Team page
+//! today, SCIM next): invite (a one-time sign-in link), issue a new link (which resets the
+//! password), remove, disable, enable, change the role. Each change commits with its audit row;
+//! the last admin cannot be removed, disabled or demoted.
+
+use chrono::{DateTime, Utc};
+use flow_common::db::accounts::{self, Account, AccountChange, ChangeError, Changed};
+use flow_common::db::audit;
+use flow_domain::ids::AccountId;
+use flow_domain::{Email, Role};
+
+use super::{Acting, FieldProblem, ServiceError};
+use crate::state::AppState;
+
+/// A one-time sign-in link, shown once.
+#[derive(Debug, Clone)]
+pub struct IssuedLink {
+    /// Whose.
+    pub account: Account,
+    /// The address to open.
+    pub url: String,
+    /// Until when it works.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Why an invitation of an address that is not on this team is refused. An e-mail address names
+/// one account across every organization, so the invitation is refused, but the words say
+/// nothing of where the address is used.
+pub fn cannot_invite(email: &Email) -> String {
+    format!("{email} cannot be invited. Ask the person for another e-mail address.")
+}
+
+/// Invites `email` as `role`: an account without a password, and its first sign-in link.
+pub async fn invite(
+    state: &AppState,
+    acting: Acting<'_>,
+    email: &str,
+    role: Role,
+) -> Result<IssuedLink, ServiceError> {
+    let email = Email::parse("email", email.trim())
+        .map_err(|problem| ServiceError::Fields(vec![FieldProblem::invalid("email", problem)]))?;
+    let org_id = acting.org_id();
+    let mut transaction = state.db.begin().await?;
+    let Some((invited, token, expires_at)) =
+        accounts::invite(&mut transaction, org_id, &email, role).await?
+    else {
+        drop(transaction);
+        // Name the account only when it is this organization's: whether an address has an
+        // account elsewhere is another organization's business.
+        let ours = accounts::find_by_email(&state.db, &email)
+            .await?
+            .is_some_and(|existing| existing.org_id == org_id);
+        return Err(ServiceError::Conflict(if ours {
+            format!("{email} is already on this team; use New sign-in link in the list below.")
+        } else {
+            cannot_invite(&email)
+        }));
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        "account.invited",
+        &invited.id.to_string(),
+        &format!("{} ({})", invited.email, invited.role),
+    )
+    .await?;
+    transaction.commit().await?;
+    tracing::info!(account_id = %invited.id, "dashboard account invited");
+    Ok(IssuedLink {
+        url: accounts::link_url(&state.config.public_base_url, &token),
+        account: invited,
+        expires_at,
+    })
+}
+
+/// A change refused: the account is not in the organization, or the change would leave it
+/// without an admin, or a link was asked for a disabled account.
+fn refused(error: ChangeError) -> ServiceError {
+    match error {
+        ChangeError::NotFound => ServiceError::NotFound("account"),
+        ChangeError::Database(error) => ServiceError::Database(error),
+        ChangeError::LastAdmin(email) => ServiceError::Conflict(format!(
+            "{email} is the last admin of this organization, so it cannot be removed, disabled \
+             or made a viewer. Make another account an admin first."
+        )),
+        ChangeError::Disabled(email) => ServiceError::Conflict(format!(
+            "{email} is disabled. Enable it before creating a sign-in link."
+        )),
+    }
+}
+
+/// Issues a new sign-in link for the account `id`: its password stops working and its sessions
+/// end at once.
+pub async fn new_link(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: AccountId,
+) -> Result<IssuedLink, ServiceError> {
+    let (account, token, expires_at) =
+        accounts::reset_with_link(&state.db, acting.org_id(), id, acting.actor)
+            .await
+            .map_err(refused)?;
+    Ok(IssuedLink {
+        url: accounts::link_url(&state.config.public_base_url, &token),
+        account,
+        expires_at,
+    })
+}
+
+/// Removes, disables, enables or changes the role of the account `id`; removing, disabling and
+/// demoting end its sessions on every replica.
+pub async fn change(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: AccountId,
+    change: AccountChange,
+) -> Result<Changed, ServiceError> {
+    accounts::change(&state.db, acting.org_id(), id, change, acting.actor)
+        .await
+        .map_err(refused)
+}

@@ -1,0 +1,443 @@
+//! Webhook endpoints and their deliveries, for every surface: create (the secret sealed for its
+//! endpoint and shown once), change, delete, rotate the secret, send a test ping, retry one
+//! delivery and recover the failed ones since a time. Each change commits with its audit row.
+//! The field rules are one: the domain's for events and description, the address policy for the
+//! URL.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use flow_common::db::audit;
+use flow_common::db::dashboard as queries;
+use flow_common::db::webhooks::{
+    self, AttemptRecord, DeliveryRecord, Endpoint, EndpointChanges, NewEndpoint, RetryRefusal,
+};
+use flow_common::webhook::address::check_endpoint_url;
+use flow_domain::events::{TEST_EVENT_TYPE, TestEventData, event_body};
+use flow_domain::format_timestamp;
+use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::webhook::endpoint as rules;
+use flow_domain::webhook::signing::generate_secret;
+
+use super::{Acting, FieldProblem, ServiceError};
+use crate::ratelimit::{Operation, RateInfo, RateLimitError};
+use crate::state::AppState;
+
+/// How long a rotated-out secret keeps signing beside the new one.
+pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
+
+/// Most deliveries one recovery queues (the oldest first); recovering again takes the next.
+pub const MAX_RECOVERY: i64 = 500;
+
+/// What names a missing endpoint in errors.
+const ENDPOINT: &str = "webhook endpoint";
+
+/// An endpoint's fields as a surface received them; absent fields are unchanged on update (and
+/// take their defaults on creation: every event kind, no description, enabled).
+#[derive(Debug, Clone, Default)]
+pub struct EndpointFields {
+    /// Where events are POSTed (required on creation).
+    pub url: Option<String>,
+    /// Event kinds delivered; empty means all.
+    pub events: Option<Vec<String>>,
+    /// Free text; empty clears it.
+    pub description: Option<String>,
+    /// Whether deliveries go out (update only).
+    pub enabled: Option<bool>,
+}
+
+/// The fields once they passed the rules.
+struct Checked {
+    url: Option<String>,
+    events: Option<Vec<String>>,
+    description: Option<Option<String>>,
+}
+
+/// Checks every field, so a form can show each problem beside its field; the API answers the
+/// first (a missing URL, the event kinds, the description, then the URL's address).
+async fn check(
+    state: &AppState,
+    fields: &EndpointFields,
+    url_required: bool,
+) -> Result<Checked, ServiceError> {
+    let mut problems = Vec::new();
+    let url_text = fields.url.as_deref().map(str::trim);
+    if url_text.is_some_and(str::is_empty) || (url_required && url_text.is_none()) {
+        problems.push(FieldProblem::missing("url"));
+    }
+    let events = match fields
+        .events
+        .as_deref()
+        .map(rules::parse_events)
+        .transpose()
+    {
+        Ok(events) => events,
+        Err(problem) => {
+            problems.push(FieldProblem::invalid("events", problem));
+            None
+        }
+    };
+    let description = match fields
+        .description
+        .as_deref()
+        .map(rules::parse_description)
+        .transpose()
+    {
+        Ok(description) => description,
+        Err(problem) => {
+            problems.push(FieldProblem::invalid("description", problem));
+            None
+        }
+    };
+    let url = match url_text.filter(|text| !text.is_empty()) {
+        None => None,
+        Some(text) => match check_endpoint_url(text, state.config.webhook_policy).await {
+            Ok(url) => Some(url.to_string()),
+            Err(problem) => {
+                problems.push(FieldProblem::invalid("url", problem));
+                None
+            }
+        },
+    };
+    if problems.is_empty() {
+        Ok(Checked {
+            url,
+            events,
+            description,
+        })
+    } else {
+        Err(ServiceError::Fields(problems))
+    }
+}
+
+/// The secret of endpoint `id` as stored: sealed for that endpoint.
+fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, ServiceError> {
+    state
+        .config
+        .webhook_secrets
+        .seal(id, secret)
+        .map_err(|error| ServiceError::Internal(anyhow::anyhow!(error)))
+}
+
+/// Writes the audit row of a change to `endpoint` (`action`, e.g. `webhook.updated`) and commits
+/// it with the change.
+async fn commit_with_audit(
+    mut transaction: sqlx::Transaction<'_, sqlx::Postgres>,
+    acting: Acting<'_>,
+    action: &str,
+    endpoint: &Endpoint,
+) -> Result<(), ServiceError> {
+    audit::record(
+        &mut *transaction,
+        acting.org_id(),
+        acting.actor,
+        action,
+        &endpoint.id.to_string(),
+        &endpoint.url,
+    )
+    .await?;
+    transaction.commit().await?;
+    Ok(())
+}
+
+/// An endpoint with its signing secret, which is shown this once.
+#[derive(Debug, Clone)]
+pub struct WithSecret {
+    /// The endpoint.
+    pub endpoint: Endpoint,
+    /// The secret (`whsec_…`).
+    pub secret: String,
+}
+
+/// One endpoint of the organization.
+pub async fn get(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+) -> Result<Endpoint, ServiceError> {
+    webhooks::get(&state.db, acting.org_id(), id)
+        .await?
+        .ok_or(ServiceError::NotFound(ENDPOINT))
+}
+
+/// Creates an endpoint with a new secret; refused (409) when the organization has
+/// [`webhooks::MAX_ENDPOINTS_PER_ORG`].
+pub async fn create(
+    state: &AppState,
+    acting: Acting<'_>,
+    fields: &EndpointFields,
+) -> Result<WithSecret, ServiceError> {
+    let checked = check(state, fields, true).await?;
+    let id = WebhookEndpointId::new();
+    let secret = generate_secret();
+    let new = NewEndpoint {
+        id,
+        url: checked.url.unwrap_or_default(),
+        description: checked.description.flatten(),
+        events: checked.events.unwrap_or_default(),
+        secret: seal(state, id, &secret)?,
+    };
+    let mut transaction = state.db.begin().await?;
+    let endpoint = webhooks::create(&mut transaction, acting.org_id(), &new)
+        .await?
+        .ok_or_else(|| {
+            ServiceError::Conflict(format!(
+                "an organization may have at most {} webhook endpoints",
+                webhooks::MAX_ENDPOINTS_PER_ORG
+            ))
+        })?;
+    commit_with_audit(transaction, acting, "webhook.created", &endpoint).await?;
+    tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
+    Ok(WithSecret { endpoint, secret })
+}
+
+/// Changes the fields given; enabling clears the reason the endpoint was disabled.
+pub async fn update(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+    fields: &EndpointFields,
+) -> Result<Endpoint, ServiceError> {
+    let checked = check(state, fields, false).await?;
+    let changes = EndpointChanges {
+        url: checked.url,
+        description: checked.description,
+        events: checked.events,
+        enabled: fields.enabled,
+    };
+    let mut transaction = state.db.begin().await?;
+    let endpoint = webhooks::update(&mut *transaction, acting.org_id(), id, &changes)
+        .await?
+        .ok_or(ServiceError::NotFound(ENDPOINT))?;
+    commit_with_audit(transaction, acting, "webhook.updated", &endpoint).await?;
+    Ok(endpoint)
+}
+
+/// Deletes an endpoint and its delivery history; answers what was deleted.
+pub async fn delete(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+) -> Result<Endpoint, ServiceError> {
+    let mut transaction = state.db.begin().await?;
+    let endpoint = webhooks::get(&mut *transaction, acting.org_id(), id)
+        .await?
+        .ok_or(ServiceError::NotFound(ENDPOINT))?;
+    if !webhooks::delete(&mut transaction, acting.org_id(), id).await? {
+        return Err(ServiceError::NotFound(ENDPOINT));
+    }
+    commit_with_audit(transaction, acting, "webhook.deleted", &endpoint).await?;
+    tracing::info!(webhook_id = %endpoint.id, "webhook endpoint deleted");
+    Ok(endpoint)
+}
+
+/// Gives the endpoint a new secret; the previous one keeps signing for [`ROTATION_OVERLAP`].
+pub async fn rotate_secret(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+) -> Result<WithSecret, ServiceError> {
+    let secret = generate_secret();
+    let sealed = seal(state, id, &secret)?;
+    let mut transaction = state.db.begin().await?;
+    let endpoint = webhooks::rotate_secret(
+        &mut *transaction,
+        acting.org_id(),
+        id,
+        &sealed,
+        ROTATION_OVERLAP,
+    )
+    .await?
+    .ok_or(ServiceError::NotFound(ENDPOINT))?;
+    commit_with_audit(transaction, acting, "webhook.secret_rotated", &endpoint).await?;
+    tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
+    Ok(WithSecret { endpoint, secret })
+}
+
+/// A test delivery, queued.
+#[derive(Debug, Clone, Copy)]
+pub struct TestQueued {
+    /// The delivery.
+    pub delivery_id: DeliveryId,
+    /// Its event id (the `webhook-id` header).
+    pub event_id: EventId,
+}
+
+/// Queues a `webhook.test` event to the endpoint (even a disabled one, so it can be checked
+/// before it is enabled again). Counts against the organization's `webhook_send` limit.
+pub async fn send_test(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+) -> Result<(TestQueued, RateInfo), ServiceError> {
+    let rate = state
+        .limiter
+        .check(acting.caller, Operation::WebhookSend, 1)
+        .await?;
+    let endpoint = get(state, acting, id).await?;
+    let event_id = EventId::new();
+    let now = Utc::now();
+    let body = event_body(
+        event_id,
+        TEST_EVENT_TYPE,
+        now,
+        TestEventData {
+            webhook_id: endpoint.id,
+            message: "This is a test event from Flow.".to_owned(),
+        },
+    );
+    let mut transaction = state.db.begin().await?;
+    let delivery_id =
+        webhooks::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
+            .await?
+            .ok_or(ServiceError::NotFound(ENDPOINT))?;
+    transaction.commit().await?;
+    Ok((
+        TestQueued {
+            delivery_id,
+            event_id,
+        },
+        rate,
+    ))
+}
+
+/// A delivery with its attempts, oldest first.
+#[derive(Debug, Clone)]
+pub struct DeliveryWithAttempts {
+    /// The delivery.
+    pub delivery: DeliveryRecord,
+    /// Its attempts.
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// Queues a delivery for one more attempt now (a failed one gets exactly one; a pending one is
+/// brought forward; the event keeps its id). Refused while an attempt is under way and once it
+/// succeeded. Counts against the organization's `webhook_send` limit.
+pub async fn retry_delivery(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: DeliveryId,
+) -> Result<(DeliveryWithAttempts, RateInfo), ServiceError> {
+    let rate = state
+        .limiter
+        .check(acting.caller, Operation::WebhookSend, 1)
+        .await?;
+    let mut transaction = state.db.begin().await?;
+    let delivery = match webhooks::retry(&mut transaction, acting.org_id(), id).await? {
+        Ok(record) => record,
+        Err(RetryRefusal::NotFound) => return Err(ServiceError::NotFound("delivery")),
+        Err(RetryRefusal::InFlight) => {
+            return Err(ServiceError::Conflict(
+                "an attempt of this delivery is under way; retry when it has finished".into(),
+            ));
+        }
+        Err(RetryRefusal::Succeeded) => {
+            return Err(ServiceError::Conflict(
+                "this delivery succeeded already; it is not sent again".into(),
+            ));
+        }
+    };
+    transaction.commit().await?;
+    let attempts = webhooks::attempts(&state.db, &[delivery.id]).await?;
+    Ok((DeliveryWithAttempts { delivery, attempts }, rate))
+}
+
+/// What a recovery of failed deliveries did.
+#[derive(Debug, Clone, Copy)]
+pub struct Recovery {
+    /// Deliveries that had failed since the time given, before the recovery.
+    pub failed: i64,
+    /// Of those, queued for another attempt now.
+    pub recovered: u64,
+    /// Whether the `webhook_send` allowance, rather than [`MAX_RECOVERY`], held the recovery
+    /// back.
+    pub limited_by_allowance: bool,
+    /// Seconds until the `webhook_send` allowance is whole again.
+    pub reset_seconds: u64,
+}
+
+impl Recovery {
+    /// Failed deliveries still waiting for a recovery.
+    pub fn left(&self) -> u64 {
+        self.failed.unsigned_abs().saturating_sub(self.recovered)
+    }
+}
+
+/// Queues the endpoint's deliveries that failed since `since` for another attempt: the oldest
+/// first, at most [`MAX_RECOVERY`], and no more than the organization's `webhook_send` allowance
+/// grants now (one per delivery); the action itself counts against `webhook_recover`. A
+/// recovery the `webhook_send` allowance cannot start at all is refused with that operation's
+/// [`RateLimitError::Exceeded`].
+pub async fn recover_failed(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: WebhookEndpointId,
+    since: DateTime<Utc>,
+) -> Result<Recovery, ServiceError> {
+    let endpoint = get(state, acting, id).await?;
+    state
+        .limiter
+        .check(acting.caller, Operation::WebhookRecover, 1)
+        .await?;
+    let org_id = acting.org_id();
+    let failed = queries::count_failed_since(&state.db, org_id, endpoint.id, since).await?;
+    let wanted = failed.min(MAX_RECOVERY);
+    if wanted == 0 {
+        return Ok(Recovery {
+            failed,
+            recovered: 0,
+            limited_by_allowance: false,
+            reset_seconds: 0,
+        });
+    }
+    let (granted, rate, wait) = state
+        .limiter
+        .check_up_to(
+            acting.caller,
+            Operation::WebhookSend,
+            u32::try_from(wanted).unwrap_or(u32::MAX),
+        )
+        .await?;
+    if granted == 0 {
+        return Err(RateLimitError::Exceeded {
+            operation: Operation::WebhookSend,
+            retry_after: wait,
+            info: rate,
+        }
+        .into());
+    }
+    let mut transaction = state.db.begin().await?;
+    let recovered = queries::recover_failed_since(
+        &mut transaction,
+        org_id,
+        endpoint.id,
+        since,
+        i64::from(granted),
+    )
+    .await?;
+    let detail = if recovered == failed.unsigned_abs() {
+        format!("{recovered} failed since {}", format_timestamp(since))
+    } else {
+        format!(
+            "{recovered} failed since {} (of {failed})",
+            format_timestamp(since)
+        )
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        "webhook.recovered",
+        &endpoint.id.to_string(),
+        &detail,
+    )
+    .await?;
+    transaction.commit().await?;
+    tracing::info!(webhook_id = %endpoint.id, recovered, failed, "failed webhook deliveries recovered");
+    Ok(Recovery {
+        failed,
+        recovered,
+        limited_by_allowance: i64::from(granted) < wanted,
+        reset_seconds: rate.reset_seconds,
+    })
+}
