@@ -30,7 +30,7 @@ async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
         publisher,
         BatchTarget {
             exchange: app.topology().commands_exchange(),
-            routing_key: QueueKind::Assign.suffix().to_owned(),
+            routing_key: QueueKind::Assign.suffix(),
             single_kind: ASSIGN_KIND,
             batch_kind: ASSIGN_BATCH_KIND,
             batch_version: ASSIGN_BATCH_VERSION,
@@ -175,7 +175,7 @@ async fn many_items_of_one_caller_fill_their_own_messages_at_once() {
         })
         .collect();
     let started = Instant::now();
-    let outcomes = batches.publish_all(&submissions).await;
+    let outcomes = batches.publish_all(None, &submissions).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "took {:?}",
