@@ -295,7 +295,9 @@ impl Topology {
     /// Deletes every queue and exchange of this topology (tests clean up with it).
     pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
         for queue in self.all_queues() {
-            channel.queue_delete(queue.into(), Default::default()).await?;
+            channel
+                .queue_delete(queue.into(), Default::default())
+                .await?;
         }
         for exchange in [
             self.commands_exchange(),

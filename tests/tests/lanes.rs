@@ -34,15 +34,20 @@ async fn persisted_by_org(app: &TestApp) -> HashMap<OrgId, i64> {
 async fn bulk_assign_all(app: &TestApp, org: &TestOrg, flow: &str, emails: &[String]) -> usize {
     let mut accepted = 0;
     for calls in emails.chunks(4_000) {
-        let responses = futures::future::join_all(
-            calls
-                .chunks(1_000)
-                .map(|chunk| app.assign_bulk(org, &assign_items(flow, chunk), &[])),
-        )
-        .await;
+        let bodies: Vec<_> = calls
+            .chunks(1_000)
+            .map(|chunk| assign_items(flow, chunk))
+            .collect();
+        let responses =
+            futures::future::join_all(bodies.iter().map(|items| app.assign_bulk(org, items, &[])))
+                .await;
         for response in responses {
             assert_eq!(response.status, 200, "{:?}", response.body);
-            assert_eq!(response.body["failed"], 0, "{:?}", response.body["results"][0]);
+            assert_eq!(
+                response.body["failed"], 0,
+                "{:?}",
+                response.body["results"][0]
+            );
             accepted += response.body["succeeded"].as_u64().expect("succeeded") as usize;
         }
     }
@@ -87,7 +92,8 @@ async fn single_assigns_are_persisted_while_another_organizations_bulk_backlog_w
     app.wait_for_consumer().await;
 
     for email in &emails {
-        app.assign_persisted(&bystander, &flow, email, json!({})).await;
+        app.assign_persisted(&bystander, &flow, email, json!({}))
+            .await;
         // Persisted while the bulk job is still far from done: it did not wait behind it.
         let persisted = persisted_by_org(&app).await;
         let bulk_done = persisted.get(&bulk.id).copied().unwrap_or(0);
@@ -97,9 +103,13 @@ async fn single_assigns_are_persisted_while_another_organizations_bulk_backlog_w
         );
     }
     // The bulk job is not starved either: it drains completely, each item once.
-    app.eventually(Duration::from_secs(120), "the bulk backlog to drain", || async {
-        (persisted_by_org(&app).await.get(&bulk.id).copied() == Some(20_000)).then_some(())
-    })
+    app.eventually(
+        Duration::from_secs(120),
+        "the bulk backlog to drain",
+        || async {
+            (persisted_by_org(&app).await.get(&bulk.id).copied() == Some(20_000)).then_some(())
+        },
+    )
     .await;
     assert_eq!(app.assignment_count().await, 20_005);
 }
@@ -119,11 +129,15 @@ async fn two_organizations_with_bulk_backlogs_share_the_persist_rate() {
 
     // Read once about a third of all the work is persisted, while both backlogs remain.
     let shares = app
-        .eventually(Duration::from_secs(120), "a third of the work persisted", || async {
-            let persisted = persisted_by_org(&app).await;
-            let total: i64 = persisted.values().sum();
-            (total >= 6_000).then_some(persisted)
-        })
+        .eventually(
+            Duration::from_secs(120),
+            "a third of the work persisted",
+            || async {
+                let persisted = persisted_by_org(&app).await;
+                let total: i64 = persisted.values().sum();
+                (total >= 6_000).then_some(persisted)
+            },
+        )
         .await;
     let first_done = shares.get(&first.id).copied().unwrap_or(0);
     let second_done = shares.get(&second.id).copied().unwrap_or(0);
@@ -136,9 +150,11 @@ async fn two_organizations_with_bulk_backlogs_share_the_persist_rate() {
              expected about half"
         );
     }
-    app.eventually(Duration::from_secs(120), "both backlogs to drain", || async {
-        (app.assignment_count().await == 20_000).then_some(())
-    })
+    app.eventually(
+        Duration::from_secs(120),
+        "both backlogs to drain",
+        || async { (app.assignment_count().await == 20_000).then_some(()) },
+    )
     .await;
 }
 
@@ -179,25 +195,35 @@ async fn organizations_get_bulk_queues_in_creation_order_and_an_operator_can_mov
     .await
     .unwrap();
     assert_eq!(
-        bulk_shard(orgs::get(&app.db, moved.id).await.unwrap().unwrap().bulk_lane),
+        bulk_shard(
+            orgs::get(&app.db, moved.id)
+                .await
+                .unwrap()
+                .unwrap()
+                .bulk_lane
+        ),
         5
     );
     // The API's cached copy of the organization is dropped: its next bulk call goes to queue 5.
     let flow = app.create_flow(moved, "Moved", &[10]).await;
     app.create_users(moved, &["moved@example.com"]).await;
     let before = app.queue_state(QueueKind::BulkAssign(5)).await.unwrap().0;
-    app.eventually(Duration::from_secs(10), "the move to reach the API", || async {
-        let response = app
-            .assign_bulk(
-                moved,
-                &assign_items(&flow, &["moved@example.com".to_owned()]),
-                &[],
-            )
-            .await;
-        assert_eq!(response.status, 200, "{:?}", response.body);
-        let now = app.queue_state(QueueKind::BulkAssign(5)).await.unwrap().0;
-        (now > before).then_some(())
-    })
+    app.eventually(
+        Duration::from_secs(10),
+        "the move to reach the API",
+        || async {
+            let response = app
+                .assign_bulk(
+                    moved,
+                    &assign_items(&flow, &["moved@example.com".to_owned()]),
+                    &[],
+                )
+                .await;
+            assert_eq!(response.status, 200, "{:?}", response.body);
+            let now = app.queue_state(QueueKind::BulkAssign(5)).await.unwrap().0;
+            (now > before).then_some(())
+        },
+    )
     .await;
 }
 
@@ -205,7 +231,9 @@ async fn organizations_get_bulk_queues_in_creation_order_and_an_operator_can_mov
 async fn single_and_bulk_commands_travel_in_their_lanes_and_so_do_their_events() {
     let app = TestApp::spawn().await;
     let (org, flow, emails) = app.org_with_users(3).await;
-    let single = app.assign_persisted(&org, &flow, &emails[0], json!({})).await;
+    let single = app
+        .assign_persisted(&org, &flow, &emails[0], json!({}))
+        .await;
     let response = app
         .assign_bulk(&org, &assign_items(&flow, &emails[1..]), &[])
         .await;
@@ -233,7 +261,11 @@ async fn single_and_bulk_commands_travel_in_their_lanes_and_so_do_their_events()
             .fetch_one(&db)
             .await
             .unwrap();
-            if interactive { Lane::Interactive } else { Lane::Bulk }
+            if interactive {
+                Lane::Interactive
+            } else {
+                Lane::Bulk
+            }
         }
     };
     assert_eq!(lane_of(single).await, Lane::Interactive);
@@ -276,12 +308,18 @@ async fn a_single_assigns_webhook_is_delivered_while_a_bulk_flood_of_events_wait
     // the bulk lane's webhook queue.
     drop(app.webhook_worker.take());
     bulk_assign_all(&app, &bulk, &bulk_flow, &bulk_emails).await;
-    app.eventually(Duration::from_secs(60), "the bulk events to be relayed", || async {
-        let persisted = persisted_by_org(&app).await.get(&bulk.id).copied();
-        (persisted == Some(5_000) && outbox_backlog(&app).await == 0).then_some(())
-    })
+    app.eventually(
+        Duration::from_secs(60),
+        "the bulk events to be relayed",
+        || async {
+            let persisted = persisted_by_org(&app).await.get(&bulk.id).copied();
+            (persisted == Some(5_000) && outbox_backlog(&app).await == 0).then_some(())
+        },
+    )
     .await;
-    let single = app.assign_persisted(&bystander, &flow, &emails[0], json!({})).await;
+    let single = app
+        .assign_persisted(&bystander, &flow, &emails[0], json!({}))
+        .await;
     let (waiting, _) = app.queue_state(QueueKind::Webhooks).await.expect("queue");
     assert!(waiting > 0, "the bulk events wait in their queue");
     // A webhook-worker comes back that takes one message of each queue at a time and sends one
@@ -290,9 +328,15 @@ async fn a_single_assigns_webhook_is_delivered_while_a_bulk_flood_of_events_wait
         config.endpoint_concurrency = 1;
         config.prefetch = 1;
     }));
-    app.eventually(Duration::from_secs(30), "the single assign's webhook", || async {
-        assigned_ids(&receiver, "single").contains(&single).then_some(())
-    })
+    app.eventually(
+        Duration::from_secs(30),
+        "the single assign's webhook",
+        || async {
+            assigned_ids(&receiver, "single")
+                .contains(&single)
+                .then_some(())
+        },
+    )
     .await;
     let (still_waiting, _) = app.queue_state(QueueKind::Webhooks).await.expect("queue");
     assert!(

@@ -119,7 +119,9 @@ async fn relays_take_turns_on_the_cursor_and_a_failed_round_publishes_again() {
 
     // One relay holds the cursor while it publishes: another skips its round.
     let mut holder = app.db.begin().await.expect("transaction");
-    let held = outbox::next_batch(&mut holder, Lane::Bulk, 100).await.expect("batch");
+    let held = outbox::next_batch(&mut holder, Lane::Bulk, 100)
+        .await
+        .expect("batch");
     assert_eq!(
         held.map(|events| events
             .iter()

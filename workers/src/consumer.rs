@@ -109,7 +109,7 @@ impl DeadLetters {
     }
 
     /// The same channel, dead-lettering messages that came from `queue`.
-    fn from_queue(&self, topology: &Topology, queue: QueueKind) -> Self {
+    fn for_queue(&self, topology: &Topology, queue: QueueKind) -> Self {
         Self {
             origin_queue: topology.queue(queue),
             routing_key: queue.suffix(),
@@ -421,7 +421,7 @@ async fn consume<H: BatchHandler>(
         let context = BatchContext {
             queue: kind,
             shutdown: shutdown.clone(),
-            dead_letters: dead_letters.from_queue(topology, kind),
+            dead_letters: dead_letters.for_queue(topology, kind),
         };
         in_flight.spawn(async move {
             let _permit = permit;
@@ -594,17 +594,18 @@ pub async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, 
 /// has nothing waiting banks no credit. What the broker has sent is read into per-queue buffers
 /// first, bounded by the prefetch window of each queue.
 pub struct Turns {
-    stream: futures::stream::SelectAll<
-        futures::stream::Map<
-            lapin::Consumer,
-            Box<dyn FnMut(lapin::Result<Delivery>) -> (usize, lapin::Result<Delivery>) + Send>,
-        >,
-    >,
+    stream: futures::stream::SelectAll<futures::stream::Map<lapin::Consumer, Tagger>>,
     buffers: Vec<std::collections::VecDeque<Delivery>>,
     credits: Vec<i64>,
     next: usize,
     quantum: i64,
 }
+
+/// Tags each delivery of a consumer with the index of its queue.
+type Tagger = Box<dyn FnMut(Tagged) -> (usize, Tagged) + Send>;
+
+/// What a consumer yields.
+type Tagged = lapin::Result<Delivery>;
 
 impl Turns {
     /// Turns over `consumers`, a quantum of `batch_bytes` each.
@@ -612,9 +613,7 @@ impl Turns {
         let count = consumers.len();
         let stream = futures::stream::select_all(consumers.into_iter().enumerate().map(
             |(index, consumer)| {
-                let tag: Box<
-                    dyn FnMut(lapin::Result<Delivery>) -> (usize, lapin::Result<Delivery>) + Send,
-                > = Box::new(move |delivery| (index, delivery));
+                let tag: Tagger = Box::new(move |delivery| (index, delivery));
                 consumer.map(tag)
             },
         ));
@@ -644,7 +643,11 @@ impl Turns {
                 None => break,
             }
         }
-        if self.buffers.iter().all(std::collections::VecDeque::is_empty) {
+        if self
+            .buffers
+            .iter()
+            .all(std::collections::VecDeque::is_empty)
+        {
             match self.stream.next().await {
                 Some((index, delivery)) => self.buffers[index].push_back(delivery?),
                 None => return Ok(None),

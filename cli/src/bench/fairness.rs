@@ -114,7 +114,11 @@ struct Org {
 }
 
 impl Org {
-    async fn new(pool: &PgPool, name: &'static str, load: &AssignBenchArgs) -> anyhow::Result<Self> {
+    async fn new(
+        pool: &PgPool,
+        name: &'static str,
+        load: &AssignBenchArgs,
+    ) -> anyhow::Result<Self> {
         let tenant = Arc::new(tenant(pool, name, load).await?);
         Ok(Self {
             name,
@@ -155,7 +159,11 @@ async fn measure(core: &CoreConfig, args: &FairnessBenchArgs) -> anyhow::Result<
     let vault = super::system::secret_vault();
     for (org, path, count) in [
         (&flooding, "bulk-", 1),
-        (&bystander, "single-", 1 + usize::from(args.slow_endpoint_ms > 0)),
+        (
+            &bystander,
+            "single-",
+            1 + usize::from(args.slow_endpoint_ms > 0),
+        ),
     ] {
         let secrets: Vec<String> = (0..count)
             .map(|_| flow_domain::webhook::signing::generate_secret())
@@ -193,11 +201,7 @@ async fn measure(core: &CoreConfig, args: &FairnessBenchArgs) -> anyhow::Result<
         }
     );
     for org in [&alone, &flooding, &bystander, &first, &second] {
-        println!(
-            "  {:<22} bulk queue {}",
-            org.name,
-            org.shard(&pool).await?
-        );
+        println!("  {:<22} bulk queue {}", org.name, org.shard(&pool).await?);
     }
     println!(
         "  components: api, assign-worker, outbox-relay, webhook-worker, each its own process"
@@ -493,10 +497,7 @@ async fn deliveries(
             let _ = latency.record(micros.max(1) as u64);
         }
     }
-    print_latency(
-        &format!("  bystander commit→delivery ({path})"),
-        &latency,
-    );
+    print_latency(&format!("  bystander commit→delivery ({path})"), &latency);
     Ok(tally.first_arrivals(path))
 }
 

@@ -209,15 +209,17 @@ pub async fn move_bulk_lane(
 /// How many organizations each bulk shard holds, by shard (an operator's view before moving one).
 pub async fn bulk_shard_counts<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<i64>, sqlx::Error> {
     let shards = i64::from(crate::amqp::BULK_SHARDS);
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT bulk_lane % $1, count(*) FROM organizations GROUP BY 1 ORDER BY 1",
-    )
-    .bind(shards)
-    .fetch_all(executor)
-    .await?;
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT bulk_lane % $1, count(*) FROM organizations GROUP BY 1 ORDER BY 1")
+            .bind(shards)
+            .fetch_all(executor)
+            .await?;
     let mut counts = vec![0; usize::from(crate::amqp::BULK_SHARDS)];
     for (shard, count) in rows {
-        if let Some(slot) = usize::try_from(shard).ok().and_then(|shard| counts.get_mut(shard)) {
+        if let Some(slot) = usize::try_from(shard)
+            .ok()
+            .and_then(|shard| counts.get_mut(shard))
+        {
             *slot = count;
         }
     }

@@ -136,13 +136,12 @@ pub async fn next_batch(
         Lane::Interactive => next_batch_statement!("o.interactive", 2),
     };
     sqlx::query_as(statement)
-    .bind(limit)
-    .bind(horizon.to_string())
-    .fetch_all(&mut *connection)
-    .await
-    .map(Some)
+        .bind(limit)
+        .bind(horizon.to_string())
+        .fetch_all(&mut *connection)
+        .await
+        .map(Some)
 }
-
 
 /// The oldest transaction id (64-bit) that may still write: the oldest of `running` (32-bit ids
 /// of this database's transactions), or `next` (the next id to be assigned) when none runs.
@@ -185,7 +184,11 @@ pub async fn backlog<'e>(executor: impl PgExecutor<'e>) -> Result<(i64, Option<f
 
 /// Moves the cursor of `lane` to the event `seq` (the last of a batch [`next_batch`] read): it
 /// and every event of the lane before it are published.
-pub async fn advance(connection: &mut PgConnection, lane: Lane, seq: i64) -> Result<(), sqlx::Error> {
+pub async fn advance(
+    connection: &mut PgConnection,
+    lane: Lane,
+    seq: i64,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE outbox_cursor SET (tx, seq) = (SELECT o.tx, o.seq FROM outbox o WHERE o.seq = $1)
          WHERE id = $2",

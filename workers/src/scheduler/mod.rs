@@ -174,10 +174,14 @@ pub async fn run_schedules(
             .collect();
         let published =
             futures::future::join_all(due.iter().zip(&commands).map(|(schedule, command)| {
-                publish(publisher, QueueKind::assign_for(Lane::Bulk, schedule.bulk_lane), command)
+                publish(
+                    publisher,
+                    QueueKind::assign_for(Lane::Bulk, schedule.bulk_lane),
+                    command,
+                )
             }))
-                .instrument(span.unwrap_or_else(tracing::Span::none))
-                .await;
+            .instrument(span.unwrap_or_else(tracing::Span::none))
+            .await;
         let mut advanced = 0;
         let mut failure = None;
         for ((schedule, command), result) in due.iter().zip(&commands).zip(published) {
