@@ -353,3 +353,46 @@ async fn outbox_backlog(app: &TestApp) -> i64 {
         .await
         .expect("backlog")
 }
+
+#[tokio::test]
+async fn a_poison_command_of_a_bulk_queue_is_dead_lettered_with_that_queue_and_reads_as_failed() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Enterprise).await;
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    let poison = flow_domain::messages::AssignCommand {
+        version: flow_domain::messages::ASSIGN_COMMAND_VERSION,
+        assignment_id: flow_domain::ids::AssignmentId::new(),
+        existing_assignment_id: None,
+        org_id: org.id,
+        flow_id: flow_domain::ids::FlowId::parse(&flow).unwrap(),
+        flow_name: "F".into(),
+        // A user that does not exist: the command can never be persisted.
+        user_id: flow_domain::ids::UserId::new(),
+        assignee_email: "nobody@example.com".into(),
+        priority: flow_domain::Priority::Medium,
+        notes: None,
+        due_at: None,
+        assigned_at: chrono::Utc::now(),
+        request_id: None,
+        schedule_id: None,
+        traceparent: None,
+    };
+    let queue = QueueKind::BulkAssign(3);
+    app.publish_raw(
+        &queue.suffix(),
+        flow_domain::messages::ASSIGN_KIND,
+        &serde_json::to_vec(&poison).unwrap(),
+    )
+    .await;
+    let dead = app.dead_letters(1).await;
+    assert_eq!(
+        dead[0].origin_queue.as_deref(),
+        Some(app.topology().queue(queue).as_str()),
+        "marked with the bulk queue it came from, so a replay goes back there"
+    );
+    let failed = app
+        .get(&org, &format!("/v1/assignments/{}", poison.assignment_id))
+        .await;
+    assert_eq!(failed.status, 200, "{:?}", failed.body);
+    assert_eq!(failed.body["status"], "failed", "{:?}", failed.body);
+}
