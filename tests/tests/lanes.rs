@@ -78,7 +78,8 @@ fn slow_worker(app: &TestApp, bulk_prefetch: u16) -> flow_tests::WorkerHandle {
 }
 
 #[tokio::test]
-async fn single_assigns_are_persisted_while_another_organizations_bulk_backlog_waits() {
+async fn single_assigns_are_persisted_while_a_bulk_backlog_waits_another_organizations_or_their_own()
+ {
     let mut app = TestApp::spawn_with(without_worker()).await;
     let (bulk, bulk_flow, bulk_emails) = app.org_with_users(20_000).await;
     let (bystander, flow, emails) = app.org_with_users(5).await;
@@ -102,16 +103,32 @@ async fn single_assigns_are_persisted_while_another_organizations_bulk_backlog_w
             "the single assign of {email} waited for the whole bulk backlog ({bulk_done} persisted)"
         );
     }
-    // The bulk job is not starved either: it drains completely, each item once.
+    // The bulk organization's own single assign does not wait behind its own bulk job either.
+    let own_flow = app.create_flow(&bulk, "Single", &[5]).await;
+    app.assign_persisted(&bulk, &own_flow, &bulk_emails[0], json!({}))
+        .await;
+    let bulk_done = persisted_by_org(&app)
+        .await
+        .get(&bulk.id)
+        .copied()
+        .unwrap_or(0);
+    assert!(
+        bulk_done <= 20_000,
+        "the bulk organization's single assign waited for its own bulk backlog ({bulk_done} persisted)"
+    );
+    // The bulk job is not starved either: it drains completely (a worker of the usual size takes
+    // over), each item once.
+    drop(app.assign_worker.take());
+    app.assign_worker = Some(app.start_assign_worker());
     app.eventually(
         Duration::from_secs(120),
         "the bulk backlog to drain",
         || async {
-            (persisted_by_org(&app).await.get(&bulk.id).copied() == Some(20_000)).then_some(())
+            (persisted_by_org(&app).await.get(&bulk.id).copied() == Some(20_001)).then_some(())
         },
     )
     .await;
-    assert_eq!(app.assignment_count().await, 20_005);
+    assert_eq!(app.assignment_count().await, 20_006);
 }
 
 #[tokio::test]
@@ -150,6 +167,8 @@ async fn two_organizations_with_bulk_backlogs_share_the_persist_rate() {
              expected about half"
         );
     }
+    drop(app.assign_worker.take());
+    app.assign_worker = Some(app.start_assign_worker());
     app.eventually(
         Duration::from_secs(120),
         "both backlogs to drain",
