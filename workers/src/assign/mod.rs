@@ -5,7 +5,7 @@
 //! that message goes to the dead-letter queue. The same process applies progress commands
 //! (module activity) from `{prefix}.progress`: see [`progress`].
 //!
-//! Lanes: interactive commands (`{prefix}.assign`) have a consume loop and a transaction slot of
+//! Lanes: interactive commands (`{prefix}.assign`) have a consume loop and transaction slots of
 //! their own, so they are never behind bulk work; bulk commands come from
 //! `{prefix}.assign.bulk.0..7`, one queue per shard of organizations, taken in turn (deficit round
 //! robin over bytes, see `consumer::Turns`) so organizations with backlogs share the persist rate.
@@ -52,8 +52,8 @@ pub struct AssignWorkerConfig {
     #[arg(long, env = "ASSIGN_BATCH_SIZE", default_value_t = 500)]
     pub batch_size: usize,
 
-    /// Transactions of the bulk lane in flight at once (the interactive lane has one more of
-    /// its own).
+    /// Transactions in flight at once in each lane (the interactive lane's slots are its own, so
+    /// it never waits for a bulk transaction).
     #[arg(long, env = "ASSIGN_CONCURRENCY", default_value_t = 1)]
     pub concurrency: usize,
 
@@ -82,14 +82,13 @@ async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()
         batch_size,
         // About one transaction's worth of commands (an encoded command is a few hundred bytes).
         batch_bytes: batch_size.saturating_mul(COMMAND_BYTES),
-        concurrency: 1,
+        concurrency: config.concurrency,
         liveness: runtime.liveness("assign-consumer", None),
     };
     let bulk_settings = ConsumerSettings {
         role: "assign-worker-bulk",
         queues: QueueKind::bulk_assign(),
         prefetch: config.bulk_prefetch,
-        concurrency: config.concurrency,
         liveness: runtime.liveness("bulk-assign-consumer", None),
         ..settings.clone()
     };
