@@ -31,11 +31,12 @@ pub async fn poll(amqp_url: String, topology: Topology, shutdown: CancellationTo
         match flow_common::amqp::queue_depths(open, &topology).await {
             Ok(depths) => {
                 for (kind, messages, consumers) in depths {
-                    let queue = topology.queue(kind);
-                    metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
-                        .set(f64::from(messages));
-                    metrics::gauge!("flow_queue_consumers", "queue" => queue)
-                        .set(f64::from(consumers));
+                    flow_common::amqp::record_queue_depth(
+                        kind,
+                        &topology.queue(kind),
+                        messages,
+                        consumers,
+                    );
                 }
             }
             Err(error) => {

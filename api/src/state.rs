@@ -127,7 +127,7 @@ pub async fn build_state(
         publisher.clone(),
         BatchTarget {
             exchange: publisher.topology().commands_exchange(),
-            routing_key: QueueKind::Assign.suffix().to_owned(),
+            routing_key: QueueKind::Assign.suffix(),
             single_kind: flow_domain::messages::ASSIGN_KIND,
             batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
             batch_version: flow_domain::messages::ASSIGN_BATCH_VERSION,

@@ -77,6 +77,8 @@ pub struct OrgSummary {
     pub assign_limit_per_minute: u32,
     /// Report requests per minute in force.
     pub report_limit_per_minute: u32,
+    /// The queue of the bulk assign lane its bulk work goes to (0 to 7).
+    pub bulk_shard: u16,
 }
 
 impl From<&orgs::Organization> for OrgSummary {
@@ -87,6 +89,7 @@ impl From<&orgs::Organization> for OrgSummary {
             tier: org.tier.to_string(),
             assign_limit_per_minute: org.assign_limit(),
             report_limit_per_minute: org.report_limit(),
+            bulk_shard: flow_common::amqp::bulk_shard(org.bulk_lane),
         }
     }
 }
@@ -129,6 +132,20 @@ Examples:
         /// Report requests per minute.
         #[arg(long)]
         report_limit: Option<u32>,
+    },
+    /// Show or move an organization's queue in the bulk assign lane. Organizations get one in
+    /// creation order (the first eight have one each); two heavy bulk loaders on one queue share
+    /// it in FIFO order, and moving one of them to a quiet queue gives each its own share.
+    #[command(after_help = "\
+Examples:
+  flowctl org lane org_0193...            # its queue, and how many organizations each holds
+  flowctl org lane org_0193... --shard 5  # later bulk work goes to queue 5")]
+    Lane {
+        /// Organization id.
+        org: String,
+        /// Move it to this queue (0 to 7). Commands already queued are applied where they are.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(0..i64::from(flow_common::amqp::BULK_SHARDS)))]
+        shard: Option<u16>,
     },
 }
 
@@ -180,6 +197,29 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
                 updated.report_limit()
             );
             Outcome::new(&OrgSummary::from(&updated), text)
+        }
+        OrgCommand::Lane { org, shard } => {
+            let id = parse_org(&org)?;
+            let found = match shard {
+                Some(shard) => orgs::move_bulk_lane(&pool, id, i64::from(shard)).await?,
+                None => orgs::get(&pool, id).await?,
+            }
+            .with_context(|| format!("no organization {org}"))?;
+            let counts = orgs::bulk_shard_counts(&pool).await?;
+            let summary = OrgSummary::from(&found);
+            let text = format!(
+                "{}: bulk queue {}{}; organizations per queue: {}",
+                found.id,
+                summary.bulk_shard,
+                if shard.is_some() { " (moved)" } else { "" },
+                counts
+                    .iter()
+                    .enumerate()
+                    .map(|(shard, count)| format!("{shard}={count}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+            Outcome::new(&summary, text)
         }
     };
     pool.close().await;

@@ -17,35 +17,111 @@ pub mod nodes;
 
 pub use nodes::connect;
 
+/// The two lanes work travels in. Interactive work (one assign at a time, from the API or the
+/// dashboard form, and what follows from it) never queues behind bulk work (bulk calls, uploads,
+/// schedules): it has queues of its own that the workers consume beside, not after, the bulk ones.
+/// Inside the bulk lane, organizations are spread over [`BULK_SHARDS`] queues taken in turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Lane {
+    /// A person or an integration waiting on one answer.
+    Interactive,
+    /// Many items at once; fair between organizations, never ahead of interactive work.
+    Bulk,
+}
+
+impl Lane {
+    /// The label of the lane in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Interactive => "interactive",
+            Lane::Bulk => "bulk",
+        }
+    }
+}
+
+/// Queues of the bulk assign lane. Each organization has one (see `organizations.bulk_lane`,
+/// given in creation order, so the first `BULK_SHARDS` organizations never share one); the
+/// assign-worker takes them in turn. Fixed: every process must agree on it, and changing it
+/// leaves messages in queues nobody consumes.
+pub const BULK_SHARDS: u16 = 8;
+
+/// The bulk shard of an organization whose lane number is `bulk_lane`.
+pub fn bulk_shard(bulk_lane: i64) -> u16 {
+    u16::try_from(bulk_lane.rem_euclid(i64::from(BULK_SHARDS))).unwrap_or(0)
+}
+
 /// The queues Flow consumes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QueueKind {
-    /// Assign commands, consumed by the assign-worker.
+    /// Assign commands of the interactive lane, consumed by the assign-worker.
     Assign,
+    /// Assign commands of the bulk lane, one queue per shard of organizations, consumed in turn
+    /// by the assign-worker.
+    BulkAssign(u16),
     /// Progress commands (module activity), consumed by the assign-worker.
     Progress,
-    /// Lifecycle events to deliver to webhook endpoints, consumed by the webhook-worker.
+    /// Lifecycle events of the bulk lane to deliver to webhook endpoints, consumed by the
+    /// webhook-worker.
     Webhooks,
+    /// Lifecycle events of the interactive lane, consumed by the webhook-worker beside the bulk
+    /// ones.
+    InteractiveWebhooks,
     /// Messages that exceeded the delivery limit or could not be decoded.
     DeadLetters,
 }
 
 impl QueueKind {
     /// Every queue.
-    pub const ALL: [QueueKind; 4] = [
-        QueueKind::Assign,
-        QueueKind::Progress,
-        QueueKind::Webhooks,
-        QueueKind::DeadLetters,
-    ];
+    pub fn all() -> Vec<QueueKind> {
+        let mut all = vec![QueueKind::Assign];
+        all.extend((0..BULK_SHARDS).map(QueueKind::BulkAssign));
+        all.extend([
+            QueueKind::Progress,
+            QueueKind::Webhooks,
+            QueueKind::InteractiveWebhooks,
+            QueueKind::DeadLetters,
+        ]);
+        all
+    }
+
+    /// The queues of the bulk assign lane.
+    pub fn bulk_assign() -> Vec<QueueKind> {
+        (0..BULK_SHARDS).map(QueueKind::BulkAssign).collect()
+    }
 
     /// The unprefixed name, also the routing key of command queues.
-    pub fn suffix(self) -> &'static str {
+    pub fn suffix(self) -> String {
         match self {
-            QueueKind::Assign => "assign",
-            QueueKind::Progress => "progress",
-            QueueKind::Webhooks => "webhooks",
-            QueueKind::DeadLetters => "dead-letters",
+            QueueKind::Assign => "assign".into(),
+            QueueKind::BulkAssign(shard) => format!("assign.bulk.{shard}"),
+            QueueKind::Progress => "progress".into(),
+            QueueKind::Webhooks => "webhooks".into(),
+            QueueKind::InteractiveWebhooks => "webhooks.interactive".into(),
+            QueueKind::DeadLetters => "dead-letters".into(),
+        }
+    }
+
+    /// The lane the queue belongs to (none for the dead letters).
+    pub fn lane(self) -> Option<Lane> {
+        match self {
+            QueueKind::Assign | QueueKind::Progress | QueueKind::InteractiveWebhooks => {
+                Some(Lane::Interactive)
+            }
+            QueueKind::BulkAssign(_) | QueueKind::Webhooks => Some(Lane::Bulk),
+            QueueKind::DeadLetters => None,
+        }
+    }
+
+    /// Whether the queue carries assign commands.
+    pub fn is_assign(self) -> bool {
+        matches!(self, QueueKind::Assign | QueueKind::BulkAssign(_))
+    }
+
+    /// The assign queue of `lane` for an organization whose lane number is `bulk_lane`.
+    pub fn assign_for(lane: Lane, bulk_lane: i64) -> QueueKind {
+        match lane {
+            Lane::Interactive => QueueKind::Assign,
+            Lane::Bulk => QueueKind::BulkAssign(bulk_shard(bulk_lane)),
         }
     }
 }
@@ -91,9 +167,19 @@ impl Topology {
         format!("{}.commands", self.prefix)
     }
 
-    /// Topic exchange for lifecycle events; the routing key is the event type (`flow.assigned`).
+    /// Topic exchange for lifecycle events of the bulk lane; the routing key is the event type
+    /// (`flow.assigned`).
     pub fn events_exchange(&self) -> String {
         format!("{}.events", self.prefix)
+    }
+
+    /// Topic exchange for lifecycle events of `lane` (the interactive lane's events have an
+    /// exchange of their own, so their webhooks never queue behind a bulk flood).
+    pub fn events_exchange_for(&self, lane: Lane) -> String {
+        match lane {
+            Lane::Bulk => self.events_exchange(),
+            Lane::Interactive => format!("{}.events.interactive", self.prefix),
+        }
     }
 
     /// Exchange receiving dead-lettered messages.
@@ -106,12 +192,20 @@ impl Topology {
         format!("{}.{}", self.prefix, kind.suffix())
     }
 
-    /// The name of every queue this topology declares (a cluster check counts their members).
+    /// Every queue this topology declares: the one list that code listing queues (depth gauges,
+    /// clean-up, tests) reads.
     pub fn all_queues(&self) -> Vec<String> {
-        QueueKind::ALL
-            .iter()
-            .map(|&kind| self.queue(kind))
+        QueueKind::all()
+            .into_iter()
+            .map(|kind| self.queue(kind))
             .collect()
+    }
+
+    /// The kind of the queue named `name`, if this topology declares it.
+    pub fn kind_of(&self, name: &str) -> Option<QueueKind> {
+        QueueKind::all()
+            .into_iter()
+            .find(|kind| self.queue(*kind) == name)
     }
 
     /// Declares every exchange, queue and binding. Idempotent; every binary calls it at start-up.
@@ -138,13 +232,21 @@ impl Topology {
             .await?;
         channel
             .exchange_declare(
+                self.events_exchange_for(Lane::Interactive).into(),
+                ExchangeKind::Topic,
+                durable_exchange,
+                FieldTable::default(),
+            )
+            .await?;
+        channel
+            .exchange_declare(
                 self.dead_letter_exchange().into(),
                 ExchangeKind::Fanout,
                 durable_exchange,
                 FieldTable::default(),
             )
             .await?;
-        for kind in QueueKind::ALL {
+        for kind in QueueKind::all() {
             let name = self.queue(kind);
             let mut arguments = FieldTable::default();
             arguments.insert(
@@ -173,8 +275,11 @@ impl Topology {
                 .await?;
             let (exchange, routing_key) = match kind {
                 QueueKind::Webhooks => (self.events_exchange(), "#".to_owned()),
+                QueueKind::InteractiveWebhooks => {
+                    (self.events_exchange_for(Lane::Interactive), "#".to_owned())
+                }
                 QueueKind::DeadLetters => (self.dead_letter_exchange(), String::new()),
-                command => (self.commands_exchange(), command.suffix().to_owned()),
+                command => (self.commands_exchange(), command.suffix()),
             };
             channel
                 .queue_bind(
@@ -191,14 +296,15 @@ impl Topology {
 
     /// Deletes every queue and exchange of this topology (tests clean up with it).
     pub async fn delete(&self, channel: &Channel) -> lapin::Result<()> {
-        for kind in QueueKind::ALL {
+        for queue in self.all_queues() {
             channel
-                .queue_delete(self.queue(kind).into(), Default::default())
+                .queue_delete(queue.into(), Default::default())
                 .await?;
         }
         for exchange in [
             self.commands_exchange(),
             self.events_exchange(),
+            self.events_exchange_for(Lane::Interactive),
             self.dead_letter_exchange(),
         ] {
             channel
@@ -503,13 +609,25 @@ fn metrics_hook(elapsed: Duration, ok: bool) {
         .record(elapsed.as_secs_f64());
 }
 
+/// Sets the depth gauges of one queue: `flow_queue_messages` (ready messages) and
+/// `flow_queue_consumers`, labelled with the queue and its lane (`interactive`, `bulk`, or `none`
+/// for the dead letters), so a dashboard shows how deep each lane is.
+pub fn record_queue_depth(kind: QueueKind, queue: &str, messages: u32, consumers: u32) {
+    let lane = kind.lane().map_or("none", Lane::as_str);
+    metrics::gauge!("flow_queue_messages", "queue" => queue.to_owned(), "lane" => lane)
+        .set(f64::from(messages));
+    metrics::gauge!("flow_queue_consumers", "queue" => queue.to_owned(), "lane" => lane)
+        .set(f64::from(consumers));
+}
+
 /// Depth and consumer count of every queue of `topology`, by passive declares on one channel.
 pub async fn queue_depths(
     connection: &Connection,
     topology: &Topology,
 ) -> lapin::Result<Vec<(QueueKind, u32, u32)>> {
-    let mut depths = Vec::with_capacity(QueueKind::ALL.len());
-    for kind in QueueKind::ALL {
+    let kinds = QueueKind::all();
+    let mut depths = Vec::with_capacity(kinds.len());
+    for kind in kinds {
         // A passive declare of a missing queue closes the channel: one channel per queue.
         let channel = connection.create_channel().await?;
         let declared = channel
@@ -640,10 +758,23 @@ impl BatchPublisher {
     /// Publishes many items of one caller as messages of at most `max_batch` items, all at once
     /// (not queued behind the batches of single items, whose in-flight limit is there to make
     /// messages larger: these are full already), and waits for every confirm. The outcome of
-    /// each item, in order: the outcome of the message it went in.
-    pub async fn publish_all(&self, submissions: &[Submission]) -> Vec<Result<(), PublishError>> {
+    /// each item, in order: the outcome of the message it went in. `routing_key` overrides the
+    /// target's (a bulk request goes to its organization's bulk queue).
+    pub async fn publish_all(
+        &self,
+        routing_key: Option<&str>,
+        submissions: &[Submission],
+    ) -> Vec<Result<(), PublishError>> {
+        let target = match routing_key {
+            Some(routing_key) => Arc::new(BatchTarget {
+                routing_key: routing_key.to_owned(),
+                ..(*self.target).clone()
+            }),
+            None => self.target.clone(),
+        };
+        let target = &target;
         let messages = submissions.chunks(self.max_batch).map(|chunk| async move {
-            let outcome = send_batch(&self.publisher, &self.target, chunk).await;
+            let outcome = send_batch(&self.publisher, target, chunk).await;
             std::iter::repeat_n(outcome, chunk.len())
         });
         futures::future::join_all(messages)

@@ -165,8 +165,8 @@ async fn serves_ops_endpoints(binary: &str, extra_env: &[(&str, String)], role_m
     drop(process);
 }
 
-fn queue_gauge(app_prefix: &str, queue: &str) -> String {
-    format!("flow_queue_messages{{queue=\"{app_prefix}.{queue}\"}}")
+fn queue_gauge(app_prefix: &str, queue: &str, lane: &str) -> String {
+    format!("flow_queue_messages{{queue=\"{app_prefix}.{queue}\",lane=\"{lane}\"}}")
 }
 
 #[tokio::test]
@@ -233,9 +233,11 @@ async fn a_worker_queue_gauge_names_its_own_queue() {
     let prefix = &app.core.queue_prefix;
     process
         .metrics_containing(&[
-            queue_gauge(prefix, "assign"),
-            queue_gauge(prefix, "progress"),
-            queue_gauge(prefix, "dead-letters"),
+            queue_gauge(prefix, "assign", "interactive"),
+            queue_gauge(prefix, "assign.bulk.0", "bulk"),
+            queue_gauge(prefix, "assign.bulk.7", "bulk"),
+            queue_gauge(prefix, "progress", "interactive"),
+            queue_gauge(prefix, "dead-letters", "none"),
         ])
         .await;
 }

@@ -3,6 +3,7 @@
 //! the relay reads past no transaction of its database still running (and a transaction in another
 //! database of the server does not hold it back). Relays take turns on the cursor.
 
+use flow_common::amqp::Lane;
 use flow_common::db::outbox::{self, PendingEvent};
 use flow_domain::events::{EventType, NewEvent, event_body};
 use flow_domain::ids::{AssignmentId, EventId, OrgId};
@@ -35,11 +36,11 @@ fn event() -> NewEvent {
 /// relay holds the cursor).
 async fn relay_round(db: &PgPool) -> Option<Vec<EventId>> {
     let mut transaction = db.begin().await.expect("transaction");
-    let batch = outbox::next_batch(&mut transaction, 100)
+    let batch = outbox::next_batch(&mut transaction, Lane::Bulk, 100)
         .await
         .expect("next batch");
     if let Some(last) = batch.as_ref().and_then(|events| events.last()) {
-        outbox::advance(&mut transaction, last.seq)
+        outbox::advance(&mut transaction, Lane::Bulk, last.seq)
             .await
             .expect("advance");
     }
@@ -57,14 +58,14 @@ async fn relay_round(db: &PgPool) -> Option<Vec<EventId>> {
 async fn published_then_waiting(db: &PgPool) -> (Vec<NewEvent>, [NewEvent; 2]) {
     let published: Vec<NewEvent> = (0..3_000).map(|_| event()).collect();
     let mut transaction = db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &published)
+    outbox::insert(&mut transaction, Lane::Bulk, &published)
         .await
         .expect("insert");
     transaction.commit().await.expect("commit");
     while relay_round(db).await.is_some_and(|ids| !ids.is_empty()) {}
     let waiting = [event(), event()];
     let mut transaction = db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, &waiting)
+    outbox::insert(&mut transaction, Lane::Bulk, &waiting)
         .await
         .expect("insert");
     transaction.commit().await.expect("commit");
@@ -85,11 +86,11 @@ async fn an_event_committed_after_a_later_one_is_published_and_none_twice() {
     let (first, second) = (event(), event());
     // The first transaction writes its event and stays open while a later one commits.
     let mut slow = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut slow, std::slice::from_ref(&first))
+    outbox::insert(&mut slow, Lane::Bulk, std::slice::from_ref(&first))
         .await
         .expect("insert");
     let mut quick = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut quick, std::slice::from_ref(&second))
+    outbox::insert(&mut quick, Lane::Bulk, std::slice::from_ref(&second))
         .await
         .expect("insert");
     quick.commit().await.expect("commit");
@@ -111,14 +112,16 @@ async fn relays_take_turns_on_the_cursor_and_a_failed_round_publishes_again() {
     let app = database().await;
     let written = event();
     let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, std::slice::from_ref(&written))
+    outbox::insert(&mut transaction, Lane::Bulk, std::slice::from_ref(&written))
         .await
         .expect("insert");
     transaction.commit().await.expect("commit");
 
     // One relay holds the cursor while it publishes: another skips its round.
     let mut holder = app.db.begin().await.expect("transaction");
-    let held = outbox::next_batch(&mut holder, 100).await.expect("batch");
+    let held = outbox::next_batch(&mut holder, Lane::Bulk, 100)
+        .await
+        .expect("batch");
     assert_eq!(
         held.map(|events| events
             .iter()
@@ -148,7 +151,7 @@ async fn a_transaction_left_open_in_another_database_does_not_hold_events_back()
 
     let written = event();
     let mut transaction = app.db.begin().await.expect("transaction");
-    outbox::insert(&mut transaction, std::slice::from_ref(&written))
+    outbox::insert(&mut transaction, Lane::Bulk, std::slice::from_ref(&written))
         .await
         .expect("insert");
     transaction.commit().await.expect("commit");

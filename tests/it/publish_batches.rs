@@ -30,7 +30,7 @@ async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
         publisher,
         BatchTarget {
             exchange: app.topology().commands_exchange(),
-            routing_key: QueueKind::Assign.suffix().to_owned(),
+            routing_key: QueueKind::Assign.suffix(),
             single_kind: ASSIGN_KIND,
             batch_kind: ASSIGN_BATCH_KIND,
             batch_version: ASSIGN_BATCH_VERSION,
@@ -59,13 +59,13 @@ async fn publish_all(batches: &BatchPublisher, numbers: impl Iterator<Item = usi
     }
 }
 
-/// The commands in the assign queue: how many broker messages, and the commands.
-async fn drain_commands(app: &TestApp) -> (usize, Vec<serde_json::Value>) {
+/// The commands in the assign queue `kind`: how many broker messages, and the commands.
+async fn drain_commands(app: &TestApp, kind: QueueKind) -> (usize, Vec<serde_json::Value>) {
     let connection = flow_common::amqp::connect(&flow_tests::amqp_url(), "test-batches-read")
         .await
         .expect("connect");
     let channel = connection.create_channel().await.expect("channel");
-    let queue = app.topology().queue(QueueKind::Assign);
+    let queue = app.topology().queue(kind);
     let (mut messages, mut seen) = (0, Vec::new());
     while let Some(message) = channel
         .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
@@ -94,7 +94,7 @@ async fn drain_commands(app: &TestApp) -> (usize, Vec<serde_json::Value>) {
 
 /// The commands in the assign queue: how many broker messages, and how often each number came.
 async fn drain(app: &TestApp) -> (usize, BTreeMap<u64, usize>) {
-    let (messages, commands) = drain_commands(app).await;
+    let (messages, commands) = drain_commands(app, QueueKind::Assign).await;
     let mut seen = BTreeMap::new();
     for command in commands {
         *seen.entry(command["n"].as_u64().expect("n")).or_default() += 1;
@@ -175,7 +175,7 @@ async fn many_items_of_one_caller_fill_their_own_messages_at_once() {
         })
         .collect();
     let started = Instant::now();
-    let outcomes = batches.publish_all(&submissions).await;
+    let outcomes = batches.publish_all(None, &submissions).await;
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "took {:?}",
@@ -231,7 +231,15 @@ async fn a_bulk_request_goes_out_in_full_messages_each_command_once() {
         .collect();
     assert_eq!(answered.len(), 300, "300 distinct ids");
 
-    let (messages, commands) = drain_commands(&app).await;
+    // A bulk request is bulk work: it goes to its organization's queue of the bulk lane.
+    let bulk_lane = flow_common::db::orgs::get(&app.db, org.id)
+        .await
+        .expect("organization")
+        .expect("organization")
+        .bulk_lane;
+    let queue = QueueKind::assign_for(flow_common::amqp::Lane::Bulk, bulk_lane);
+    assert_eq!(drain_commands(&app, QueueKind::Assign).await.0, 0);
+    let (messages, commands) = drain_commands(&app, queue).await;
     assert_eq!(
         messages, 3,
         "300 commands of one request in messages of at most 128"

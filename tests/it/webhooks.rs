@@ -1480,6 +1480,32 @@ async fn written_and_sent(
     .expect("deliveries")
 }
 
+/// Assigns `flow` to `email` in a bulk request of one item, so its event travels in the bulk
+/// lane (whose webhook batches make first attempts inline; the interactive lane's write their
+/// deliveries first), and waits until the assignment is persisted.
+async fn bulk_assign_persisted(app: &TestApp, org: &TestOrg, flow: &str, email: &str) {
+    let response = app
+        .assign_bulk(
+            org,
+            &flow_tests::assign_items(flow, &[email.to_owned()]),
+            &[],
+        )
+        .await;
+    assert_eq!(response.body["succeeded"], json!(1), "{:?}", response.body);
+    let id = response.body["results"][0]["result"]["assignmentId"]
+        .as_str()
+        .expect("assignmentId")
+        .to_owned();
+    app.eventually(
+        Duration::from_secs(10),
+        "the assignment to be persisted",
+        || async {
+            (app.get(org, &format!("/v1/assignments/{id}")).await.status == 200).then_some(())
+        },
+    )
+    .await;
+}
+
 /// A webhook-worker whose batches wait `inline_wait` for first attempts made before their
 /// deliveries are written.
 fn inline_worker(app: &TestApp, inline_wait: Duration) -> WorkerHandle {
@@ -1502,8 +1528,7 @@ async fn a_first_attempt_is_sent_before_its_delivery_is_written_then_written_onc
         &["ada@example.com"],
     )
     .await;
-    app.assign_persisted(&prompt.org, &prompt.flow, "ada@example.com", json!({}))
-        .await;
+    bulk_assign_persisted(&app, &prompt.org, &prompt.flow, "ada@example.com").await;
     let requests = receiver
         .wait_for_requests("prompt", 1, Duration::from_secs(10))
         .await;
@@ -1546,8 +1571,7 @@ async fn an_attempt_outlasting_the_inline_wait_is_written_claimed_and_its_endpoi
         &["bo@example.com", "cy@example.com"],
     )
     .await;
-    app.assign_persisted(&slow.org, &slow.flow, "bo@example.com", json!({}))
-        .await;
+    bulk_assign_persisted(&app, &slow.org, &slow.flow, "bo@example.com").await;
     receiver
         .wait_for_requests("slow", 1, Duration::from_secs(10))
         .await;
@@ -1565,8 +1589,7 @@ async fn an_attempt_outlasting_the_inline_wait_is_written_claimed_and_its_endpoi
     wait_until_succeeded_once(&app, std::slice::from_ref(&slow.webhook)).await;
 
     // The endpoint answered too late for the inline path: its next delivery is written first.
-    app.assign_persisted(&slow.org, &slow.flow, "cy@example.com", json!({}))
-        .await;
+    bulk_assign_persisted(&app, &slow.org, &slow.flow, "cy@example.com").await;
     app.eventually(
         Duration::from_secs(10),
         "both deliveries to succeed",
@@ -1607,8 +1630,7 @@ async fn a_webhook_worker_killed_after_an_inline_attempt_loses_nothing_and_the_e
         &["dee@example.com"],
     )
     .await;
-    app.assign_persisted(&crash.org, &crash.flow, "dee@example.com", json!({}))
-        .await;
+    bulk_assign_persisted(&app, &crash.org, &crash.flow, "dee@example.com").await;
     receiver
         .wait_for_requests("crash", 1, Duration::from_secs(10))
         .await;
@@ -1634,6 +1656,55 @@ async fn a_webhook_worker_killed_after_an_inline_attempt_loses_nothing_and_the_e
             .iter()
             .all(|request| request.verifies_with(&crash.secret))
     );
+}
+
+#[tokio::test]
+async fn an_interactive_events_delivery_is_written_before_its_first_attempt_and_waits_for_no_endpoint()
+ {
+    let mut app = app_with_relay().await;
+    // However long the bulk lane would wait for inline attempts, the interactive lane does not.
+    app.webhook_worker = Some(inline_worker(&app, Duration::from_secs(4)));
+    app.wait_for_consumers(flow_common::amqp::QueueKind::InteractiveWebhooks, 1)
+        .await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    let held = one_endpoint(
+        &app,
+        &receiver,
+        "held",
+        Behaviour::Gated(b"ok"),
+        &["eve@example.com"],
+    )
+    .await;
+    let other = one_endpoint(
+        &app,
+        &receiver,
+        "other",
+        Behaviour::Succeed,
+        &["fay@example.com"],
+    )
+    .await;
+    app.assign_persisted(&held.org, &held.flow, "eve@example.com", json!({}))
+        .await;
+    receiver
+        .wait_for_requests("held", 1, Duration::from_secs(10))
+        .await;
+    // The request is out and its answer held back: the delivery is already written, claimed.
+    assert_eq!(
+        deliveries_of(&app, &held.webhook).await,
+        [("delivering".to_owned(), 0)]
+    );
+    // Another organization's single assign is delivered and recorded meanwhile.
+    app.assign_persisted(&other.org, &other.flow, "fay@example.com", json!({}))
+        .await;
+    wait_until_succeeded_once(&app, std::slice::from_ref(&other.webhook)).await;
+    assert_eq!(
+        deliveries_of(&app, &held.webhook).await,
+        [("delivering".to_owned(), 0)],
+        "the held endpoint still has not answered"
+    );
+    receiver.open_gate();
+    wait_until_succeeded_once(&app, std::slice::from_ref(&held.webhook)).await;
+    assert_eq!(receiver.received("held").len(), 1);
 }
 
 /// An endpoint's deliveries arrive in time order; the index that lists them newest first (keyed

@@ -40,8 +40,9 @@ use crate::runtime::Runtime;
 pub struct ConsumerSettings {
     /// Role name, for logs and the broker's connection list.
     pub role: &'static str,
-    /// Queue consumed.
-    pub queue: QueueKind,
+    /// Queues consumed: one, or several taken in turn (see [`Turns`]); each batch comes from one
+    /// queue. The prefetch window is per queue.
+    pub queues: Vec<QueueKind>,
     /// Unacknowledged deliveries the broker may hand over at once.
     pub prefetch: u16,
     /// Largest batch handed to the handler, in messages.
@@ -69,6 +70,8 @@ pub trait BatchHandler: Send + Sync + 'static {
 /// What a handler gets beside its deliveries.
 #[derive(Clone)]
 pub struct BatchContext {
+    /// The queue the batch came from.
+    pub queue: QueueKind,
     /// Cancelled when the worker is asked to stop.
     pub shutdown: CancellationToken,
     /// Sends messages that can never be handled to the dead-letter queue.
@@ -82,7 +85,7 @@ pub struct DeadLetters {
     channel: Channel,
     exchange: String,
     origin_queue: String,
-    routing_key: &'static str,
+    routing_key: String,
     role: &'static str,
 }
 
@@ -90,7 +93,7 @@ impl DeadLetters {
     async fn open(
         connection: &lapin::Connection,
         topology: &Topology,
-        settings: &ConsumerSettings,
+        role: &'static str,
     ) -> lapin::Result<Self> {
         let channel = connection.create_channel().await?;
         channel
@@ -99,10 +102,19 @@ impl DeadLetters {
         Ok(Self {
             channel,
             exchange: topology.dead_letter_exchange(),
-            origin_queue: topology.queue(settings.queue),
-            routing_key: settings.queue.suffix(),
-            role: settings.role,
+            origin_queue: String::new(),
+            routing_key: String::new(),
+            role,
         })
+    }
+
+    /// The same channel, dead-lettering messages that came from `queue`.
+    fn for_queue(&self, topology: &Topology, queue: QueueKind) -> Self {
+        Self {
+            origin_queue: topology.queue(queue),
+            routing_key: queue.suffix(),
+            ..self.clone()
+        }
     }
 
     /// Dead-letters `delivery` (a copy with the reason goes to the dead-letter exchange, then the
@@ -171,7 +183,7 @@ impl DeadLetters {
             .channel
             .basic_publish(
                 self.exchange.clone().into(),
-                self.routing_key.into(),
+                self.routing_key.clone().into(),
                 BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()
@@ -274,16 +286,21 @@ pub async fn run<H: BatchHandler>(
     settings: ConsumerSettings,
     handler: Arc<H>,
 ) -> anyhow::Result<()> {
-    let ledger = Ledger {
-        pool: runtime.pool.clone(),
-        queue: runtime.topology.queue(settings.queue),
-        limit: runtime.core.delivery_limit,
-    };
+    anyhow::ensure!(!settings.queues.is_empty(), "a consumer needs a queue");
+    let ledgers: Vec<Ledger> = settings
+        .queues
+        .iter()
+        .map(|queue| Ledger {
+            pool: runtime.pool.clone(),
+            queue: runtime.topology.queue(*queue),
+            limit: runtime.core.delivery_limit,
+        })
+        .collect();
     let shutdown = &runtime.shutdown;
     let mut backoff = Backoff::reconnect();
     while !shutdown.is_cancelled() {
         let mut consumed = false;
-        match consume(runtime, &settings, handler.clone(), &ledger, &mut consumed).await {
+        match consume(runtime, &settings, handler.clone(), &ledgers, &mut consumed).await {
             Ok(()) => break,
             Err(error) => {
                 if consumed {
@@ -311,7 +328,7 @@ async fn consume<H: BatchHandler>(
     runtime: &Runtime,
     settings: &ConsumerSettings,
     handler: Arc<H>,
-    ledger: &Ledger,
+    ledgers: &[Ledger],
     consumed: &mut bool,
 ) -> anyhow::Result<()> {
     let (topology, shutdown) = (&runtime.topology, &runtime.shutdown);
@@ -325,19 +342,29 @@ async fn consume<H: BatchHandler>(
         .await
         .context("declaring the topology")?;
     drop(setup.close(200, "topology declared".into()).await);
-    let dead_letters = DeadLetters::open(&connection, topology, settings).await?;
+    let dead_letters = DeadLetters::open(&connection, topology, settings.role).await?;
     let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
-    let queue = topology.queue(settings.queue);
-    let mut consumer = channel
-        .basic_consume(
-            queue.clone().into(),
-            format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .with_context(|| format!("consuming {queue}"))?;
-    tracing::info!(role = settings.role, %queue, %node, prefetch = settings.prefetch, "consuming");
+    let names: Vec<String> = settings
+        .queues
+        .iter()
+        .map(|queue| topology.queue(*queue))
+        .collect();
+    let mut consumers = Vec::with_capacity(names.len());
+    for queue in &names {
+        let consumer = channel
+            .basic_consume(
+                queue.clone().into(),
+                format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .with_context(|| format!("consuming {queue}"))?;
+        consumers.push(consumer);
+    }
+    let tags: Vec<_> = consumers.iter().map(|consumer| consumer.tag()).collect();
+    let mut turns = Turns::new(consumers, settings.batch_bytes);
+    tracing::info!(role = settings.role, queues = ?names, %node, prefetch = settings.prefetch, "consuming");
     *consumed = true;
     settings.liveness.set_alive(true);
     // Opening a channel on a connection that drops at that moment can wait forever: bounded, so
@@ -345,11 +372,16 @@ async fn consume<H: BatchHandler>(
     let depths = match tokio::time::timeout(DEPTH_INTERVAL, connection.create_channel()).await {
         Ok(Ok(depth_channel)) => Some(tokio::spawn(report_queue_depth(
             depth_channel,
-            queue.clone(),
+            settings
+                .queues
+                .iter()
+                .zip(&names)
+                .map(|(kind, name)| (*kind, name.clone()))
+                .collect(),
             shutdown.clone(),
         ))),
         _ => {
-            tracing::debug!(%queue, "no channel to read the queue depth");
+            tracing::debug!(queues = ?names, "no channel to read the queue depths");
             None
         }
     };
@@ -364,28 +396,19 @@ async fn consume<H: BatchHandler>(
             () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection to {node} lost")),
             permit = permits.clone().acquire_owned() => permit?,
         };
-        let first = tokio::select! {
+        let next = tokio::select! {
             () = shutdown.cancelled() => break Ok(()),
             () = connection_lost(&connection) => break Err(anyhow::anyhow!("connection to {node} lost")),
-            next = consumer.next() => next,
+            next = turns.next_batch(settings.batch_size, settings.batch_bytes) => next,
         };
-        let first = match first {
-            Some(Ok(delivery)) => delivery,
-            Some(Err(error)) => break Err(anyhow::Error::new(error).context("consumer failed")),
-            None => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
+        let (source, batch) = match next {
+            Ok(Some(next)) => next,
+            Err(error) => break Err(anyhow::Error::new(error).context("consumer failed")),
+            Ok(None) => break Err(anyhow::anyhow!("consumer cancelled by the broker")),
         };
-        let mut bytes = first.data.len();
-        let mut batch = vec![first];
-        while batch.len() < settings.batch_size && bytes < settings.batch_bytes {
-            match consumer.next().now_or_never() {
-                Some(Some(Ok(delivery))) => {
-                    bytes += delivery.data.len();
-                    batch.push(delivery);
-                }
-                _ => break,
-            }
-        }
-        record_lag(&queue, &batch);
+        let queue = &names[source];
+        let kind = settings.queues[source];
+        record_lag(queue, &batch);
         // The batch is handled in a span continuing the trace of its first traced message.
         let span = tracing::info_span!(
             "batch",
@@ -395,10 +418,11 @@ async fn consume<H: BatchHandler>(
         );
         flow_common::telemetry::continue_trace(&span, batch.iter().find_map(traceparent));
         let handler = handler.clone();
-        let ledger = ledger.clone();
+        let ledger = ledgers[source].clone();
         let context = BatchContext {
+            queue: kind,
             shutdown: shutdown.clone(),
-            dead_letters: dead_letters.clone(),
+            dead_letters: dead_letters.for_queue(topology, kind),
         };
         in_flight.spawn(async move {
             let _permit = permit;
@@ -426,12 +450,15 @@ async fn consume<H: BatchHandler>(
     // Stop receiving; what was prefetched but not handed out returns to the queue on close.
     // Every step on the broker is bounded: on a connection that just dropped, a call can wait
     // for an answer that never comes, and the consumer would never reconnect.
-    bounded(
-        settings.role,
-        "cancelling the consumer",
-        channel.basic_cancel(consumer.tag(), BasicCancelOptions::default()),
-    )
-    .await;
+    for tag in tags {
+        bounded(
+            settings.role,
+            "cancelling the consumer",
+            channel.basic_cancel(tag, BasicCancelOptions::default()),
+        )
+        .await;
+    }
+    drop(turns);
     let mut failure = outcome.err();
     // On shutdown every batch is waited for; after a failure (the connection is gone) only for a
     // while: a batch whose acks wait on the dead connection would hold the reconnect forever.
@@ -517,20 +544,25 @@ pub fn traceparent(delivery: &Delivery) -> Option<&str> {
 /// How often a consumer reads its queue's depth.
 const DEPTH_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Sets `flow_queue_messages` (ready messages) and `flow_queue_consumers` of `queue` every
-/// [`DEPTH_INTERVAL`], by passive declares on a channel of the consumer's connection (the queue
-/// exists while it is consumed, so the declares do not close the channel).
-async fn report_queue_depth(channel: Channel, queue: String, shutdown: CancellationToken) {
+/// Sets `flow_queue_messages` (ready messages) and `flow_queue_consumers` of each of `queues`
+/// every [`DEPTH_INTERVAL`], by passive declares on a channel of the consumer's connection (the
+/// queues exist while they are consumed, so the declares do not close the channel).
+async fn report_queue_depth(
+    channel: Channel,
+    queues: Vec<(QueueKind, String)>,
+    shutdown: CancellationToken,
+) {
     loop {
-        match tokio::time::timeout(DEPTH_INTERVAL, queue_depth(&channel, &queue)).await {
-            Ok(Ok((messages, consumers))) => {
-                metrics::gauge!("flow_queue_messages", "queue" => queue.clone())
-                    .set(f64::from(messages));
-                metrics::gauge!("flow_queue_consumers", "queue" => queue.clone())
-                    .set(f64::from(consumers));
+        for (kind, queue) in &queues {
+            match tokio::time::timeout(DEPTH_INTERVAL, queue_depth(&channel, queue)).await {
+                Ok(Ok((messages, consumers))) => {
+                    flow_common::amqp::record_queue_depth(*kind, queue, messages, consumers);
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, %queue, "could not read the queue depth");
+                }
+                Err(_) => tracing::debug!(%queue, "timed out reading the queue depth"),
             }
-            Ok(Err(error)) => tracing::debug!(%error, %queue, "could not read the queue depth"),
-            Err(_) => tracing::debug!(%queue, "timed out reading the queue depth"),
         }
         tokio::select! {
             () = shutdown.cancelled() => break,
@@ -553,6 +585,118 @@ pub async fn queue_depth(channel: &Channel, queue: &str) -> lapin::Result<(u32, 
         )
         .await?;
     Ok((declared.message_count(), declared.consumer_count()))
+}
+
+/// The deliveries of a consumer's queues, handed out as batches of one queue each, the queues
+/// taken in turn by deficit round robin over message bytes: each turn of a queue with messages
+/// waiting adds a quantum (one batch's bytes) to its credit, and a batch takes messages from it
+/// while the credit lasts (at least one). So queues with messages waiting get equal shares of
+/// bytes (about equal shares of commands) whatever the size of their messages, and a queue that
+/// has nothing waiting banks no credit. What the broker has sent is read into per-queue buffers
+/// first, bounded by the prefetch window of each queue.
+pub struct Turns {
+    stream: futures::stream::SelectAll<futures::stream::Map<lapin::Consumer, Tagger>>,
+    buffers: Vec<std::collections::VecDeque<Delivery>>,
+    credits: Vec<i64>,
+    next: usize,
+    quantum: i64,
+}
+
+/// Tags each delivery of a consumer with the index of its queue.
+type Tagger = Box<dyn FnMut(Tagged) -> (usize, Tagged) + Send>;
+
+/// What a consumer yields.
+type Tagged = lapin::Result<Delivery>;
+
+impl Turns {
+    /// Turns over `consumers`, a quantum of `batch_bytes` each.
+    fn new(consumers: Vec<lapin::Consumer>, batch_bytes: usize) -> Self {
+        let count = consumers.len();
+        let stream = futures::stream::select_all(consumers.into_iter().enumerate().map(
+            |(index, consumer)| {
+                let tag: Tagger = Box::new(move |delivery| (index, delivery));
+                consumer.map(tag)
+            },
+        ));
+        Self {
+            stream,
+            buffers: (0..count).map(|_| Default::default()).collect(),
+            credits: vec![0; count],
+            next: 0,
+            quantum: i64::try_from(batch_bytes)
+                .unwrap_or(i64::MAX / 4)
+                .clamp(1, i64::MAX / 4),
+        }
+    }
+
+    /// The next batch: the index of its queue and at most `batch_size` deliveries of it (at most
+    /// `batch_bytes` of bodies, and at least one). Waits for a delivery when none is buffered;
+    /// `None` when the broker cancelled the consumers. Cancel-safe: what was read stays buffered.
+    async fn next_batch(
+        &mut self,
+        batch_size: usize,
+        batch_bytes: usize,
+    ) -> lapin::Result<Option<(usize, Vec<Delivery>)>> {
+        loop {
+            match self.stream.next().now_or_never() {
+                Some(Some((index, delivery))) => self.buffers[index].push_back(delivery?),
+                Some(None) => return Ok(None),
+                None => break,
+            }
+        }
+        if self
+            .buffers
+            .iter()
+            .all(std::collections::VecDeque::is_empty)
+        {
+            match self.stream.next().await {
+                Some((index, delivery)) => self.buffers[index].push_back(delivery?),
+                None => return Ok(None),
+            }
+        }
+        let source = self.choose();
+        let several = self.buffers.len() > 1;
+        let buffer = &mut self.buffers[source];
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        while let Some(delivery) = buffer.front() {
+            let fits = batch.len() < batch_size
+                && bytes < batch_bytes
+                && (!several || self.credits[source] > 0);
+            if !fits && !batch.is_empty() {
+                break;
+            }
+            let size = delivery.data.len();
+            bytes += size;
+            self.credits[source] -= i64::try_from(size).unwrap_or(i64::MAX / 4);
+            batch.extend(buffer.pop_front());
+        }
+        if buffer.is_empty() {
+            // A queue that has nothing waiting banks neither credit nor debt.
+            self.credits[source] = 0;
+        }
+        Ok(Some((source, batch)))
+    }
+
+    /// The queue whose turn it is: the next one, from where the last turn ended, with deliveries
+    /// buffered and credit left after its quantum is added.
+    fn choose(&mut self) -> usize {
+        let count = self.buffers.len();
+        loop {
+            for step in 0..count {
+                let index = (self.next + step) % count;
+                if self.buffers[index].is_empty() {
+                    self.credits[index] = 0;
+                    continue;
+                }
+                self.credits[index] = (self.credits[index] + self.quantum).min(self.quantum);
+                if self.credits[index] > 0 {
+                    self.next = (index + 1) % count;
+                    return index;
+                }
+            }
+        }
+    }
 }
 
 /// Sets `flow_consumer_lag_seconds` of `queue`: how long the oldest message of the batch about

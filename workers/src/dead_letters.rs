@@ -21,7 +21,7 @@ const ROLE: &str = "dead-letter-recorder";
 pub fn settings(liveness: flow_common::ops::Liveness) -> ConsumerSettings {
     ConsumerSettings {
         role: ROLE,
-        queue: QueueKind::DeadLetters,
+        queues: vec![QueueKind::DeadLetters],
         prefetch: 200,
         batch_size: 100,
         batch_bytes: usize::MAX,
@@ -33,7 +33,7 @@ pub fn settings(liveness: flow_common::ops::Liveness) -> ConsumerSettings {
 /// Records dead letters in Postgres.
 pub struct Recorder {
     pool: PgPool,
-    assign_queue: String,
+    topology: Topology,
 }
 
 impl Recorder {
@@ -41,7 +41,7 @@ impl Recorder {
     pub fn new(pool: PgPool, topology: &Topology) -> Self {
         Self {
             pool,
-            assign_queue: topology.queue(QueueKind::Assign),
+            topology: topology.clone(),
         }
     }
 }
@@ -63,7 +63,11 @@ impl Recorder {
             .kind()
             .as_ref()
             .map(|kind| storable(kind.to_string()));
-        let commands = if origin_queue.as_deref() == Some(self.assign_queue.as_str()) {
+        let from_assign_queue = origin_queue
+            .as_deref()
+            .and_then(|queue| self.topology.kind_of(queue))
+            .is_some_and(QueueKind::is_assign);
+        let commands = if from_assign_queue {
             // An undecodable command has no id to fail: it is recorded as a message only.
             decode_assign_message(kind.as_deref(), &delivery.data).unwrap_or_default()
         } else {

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_common::amqp::Lane;
 use flow_common::db::flows::{self, FlowSummary};
 use flow_domain::ids::FlowId;
 use serde::Deserialize;
@@ -419,7 +420,8 @@ async fn upload(
             (input, None)
         })
         .collect();
-    let outcomes = assign_many(&state, caller, items, now).await;
+    // An upload is bulk work: it goes to the organization's bulk queue.
+    let outcomes = assign_many(&state, caller, Lane::Bulk, items, now).await;
     let results: Vec<RowResult> = rows
         .iter()
         .zip(flow_names)

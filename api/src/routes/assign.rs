@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_common::amqp::Submission;
+use flow_common::amqp::{Lane, Submission};
 use flow_common::db::assignments::{LookupKey, LookupResult, RequestKey};
 use flow_common::db::flows::FlowSummary;
 use flow_domain::duration::humanize_minutes;
@@ -306,7 +306,7 @@ pub async fn assign_bulk(
             (input, item_request_id)
         })
         .collect();
-    let results: Vec<BulkItemResult> = assign_many(&state, &auth, items, now)
+    let results: Vec<BulkItemResult> = assign_many(&state, &auth, Lane::Bulk, items, now)
         .await
         .into_iter()
         .enumerate()
@@ -348,7 +348,8 @@ pub async fn assign_bulk(
 /// lookup round trip) with a fingerprint of the whole request: every request with that key, on
 /// any replica, persisted yet or not, gets the first one's answer, or 409 when it asks for
 /// something else. Until the command is persisted, a retry publishes it again (the worker applies
-/// it once), so a 503 on the first attempt costs nothing. It is [`assign_many`] of one item.
+/// it once), so a 503 on the first attempt costs nothing. It is [`assign_many`] of one item, in
+/// the interactive lane: someone is waiting on this one.
 pub async fn assign_one(
     state: &AppState,
     caller: &Caller,
@@ -359,6 +360,7 @@ pub async fn assign_one(
     assign_many(
         state,
         caller,
+        Lane::Interactive,
         vec![(Ok(input), request_id.map(str::to_owned))],
         now,
     )
@@ -375,10 +377,12 @@ pub async fn assign_one(
 /// each as [`assign_one`] describes: one lookup for all of them, then their commands — a lone
 /// one batched with concurrent requests' commands, many in full broker messages published at
 /// once. Each item is a validated request (or why it is not one) with its `X-Request-ID`; the
-/// outcomes are in order.
+/// outcomes are in order. The commands go to `lane`: a single assign to the interactive lane's
+/// queue, bulk work to the caller's organization's bulk queue (see `flow_common::amqp::Lane`).
 pub async fn assign_many(
     state: &AppState,
     caller: &Caller,
+    lane: Lane,
     items: Vec<(Result<AssignInput, ApiError>, Option<String>)>,
     now: DateTime<Utc>,
 ) -> Vec<Result<AssignResponse, ApiError>> {
@@ -431,14 +435,24 @@ pub async fn assign_many(
             Err(error) => outcomes[index] = Some(Err(error)),
         }
     }
-    // A lone command shares a message with concurrent requests' commands; many fill their own.
-    let published = match submissions.len() {
-        0 => Vec::new(),
-        1 => {
+    metrics::counter!("flow_assign_commands_total", "lane" => lane.as_str())
+        .increment(submissions.len() as u64);
+    // A lone interactive command shares a message with concurrent requests' commands; bulk
+    // commands fill their own messages in their organization's bulk queue.
+    let published = match (lane, submissions.len()) {
+        (_, 0) => Vec::new(),
+        (Lane::Interactive, 1) => {
             let submission = submissions.pop().expect("one submission");
             vec![state.assign_publisher.publish(submission).await]
         }
-        _ => state.assign_publisher.publish_all(&submissions).await,
+        (Lane::Interactive, _) => state.assign_publisher.publish_all(None, &submissions).await,
+        (Lane::Bulk, _) => {
+            let queue = caller.org.assign_queue(Lane::Bulk).suffix();
+            state
+                .assign_publisher
+                .publish_all(Some(queue.as_str()), &submissions)
+                .await
+        }
     };
     for ((index, response), outcome) in publishing.into_iter().zip(published) {
         outcomes[index] = Some(outcome.map(|()| response).map_err(ApiError::from));

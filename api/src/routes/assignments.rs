@@ -556,7 +556,7 @@ pub async fn record_progress(
         .publisher
         .publish(Outgoing {
             exchange: &exchange,
-            routing_key: QueueKind::Progress.suffix(),
+            routing_key: &QueueKind::Progress.suffix(),
             payload: &payload,
             message_id: &message_id,
             kind: PROGRESS_KIND,

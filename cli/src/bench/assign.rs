@@ -93,18 +93,18 @@ impl AssignBenchArgs {
 /// An organization ready for the load: every (user, flow) pair is one distinct assignment.
 pub(super) struct Tenant {
     pub(super) org_id: OrgId,
-    key: String,
-    flows: Vec<FlowId>,
+    pub(super) key: String,
+    pub(super) flows: Vec<FlowId>,
     emails: Vec<String>,
 }
 
 impl Tenant {
-    fn capacity(&self) -> usize {
+    pub(super) fn capacity(&self) -> usize {
         self.emails.len() * self.flows.len()
     }
 
     /// The JSON item of distinct pair `index`.
-    fn item(&self, index: usize) -> String {
+    pub(super) fn item(&self, index: usize) -> String {
         let email = &self.emails[index % self.emails.len()];
         let flow = self.flows[index / self.emails.len()];
         format!(r#"{{"flowId":"{flow}","userEmail":"{email}"}}"#)
@@ -192,7 +192,7 @@ pub(super) struct Load {
     /// Items accepted during the warm-up.
     warmup_accepted: u64,
     /// Latency of requests answered 200, in µs.
-    latencies: Histogram<u64>,
+    pub(super) latencies: Histogram<u64>,
     /// Requests by status (or transport error).
     statuses: BTreeMap<String, u64>,
     /// CPU of every watched process during the measured window.

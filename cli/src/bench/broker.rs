@@ -64,7 +64,7 @@ pub async fn run(core: &CoreConfig, args: BrokerBenchArgs) -> anyhow::Result<()>
                 let outcome = publisher
                     .publish(Outgoing {
                         exchange: &exchange,
-                        routing_key: QueueKind::Assign.suffix(),
+                        routing_key: &QueueKind::Assign.suffix(),
                         payload: &payload,
                         message_id: "bench",
                         kind: "assign",

@@ -4,6 +4,7 @@ pub mod assign;
 pub mod broker;
 pub mod csv_import;
 pub mod detailed;
+pub mod fairness;
 pub mod plain;
 pub mod report;
 pub mod soak;
@@ -24,6 +25,9 @@ pub enum BenchCommand {
     Csv(csv_import::CsvBenchArgs),
     /// The API's peak memory answering the largest detailed report page it allows.
     Detailed(detailed::DetailedBenchArgs),
+    /// Lanes: a bystander's single assigns and webhooks while another organization bulk-loads,
+    /// and two bulk organizations' shares of the persist rate.
+    Fairness(fairness::FairnessBenchArgs),
     /// The whole system under sustained single assigns for N minutes: each process's memory slope,
     /// nothing lost.
     Soak(soak::SoakBenchArgs),
@@ -43,6 +47,7 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Broker(args) => broker::run(core, args).await,
         BenchCommand::Csv(args) => csv_import::run(args),
         BenchCommand::Detailed(args) => detailed::run(core, args).await,
+        BenchCommand::Fairness(args) => fairness::run(core, args).await,
         BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,

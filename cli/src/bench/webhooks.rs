@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use chrono::{DateTime, Utc};
 use clap::Args;
-use flow_common::amqp::{QueueKind, Topology};
+use flow_common::amqp::{Lane, QueueKind, Topology};
 use flow_common::config::CoreConfig;
 use flow_common::db::{orgs, outbox, webhooks};
 
@@ -207,7 +207,7 @@ async fn generate(
             .collect();
         sequence += count;
         let mut transaction = pool.begin().await?;
-        outbox::insert(&mut transaction, &events).await?;
+        outbox::insert(&mut transaction, Lane::Bulk, &events).await?;
         transaction.commit().await?;
         if measured {
             let _ = generated
@@ -253,9 +253,22 @@ pub async fn create_endpoints(
     org_id: OrgId,
     events: impl Fn(usize) -> Vec<String>,
 ) -> anyhow::Result<Vec<WebhookEndpointId>> {
+    create_endpoints_at(pool, secrets, vault, receiver, org_id, "", events).await
+}
+
+/// [`create_endpoints`] at paths `{prefix}{i}`, so several organizations share one receiver.
+pub async fn create_endpoints_at(
+    pool: &PgPool,
+    secrets: &[String],
+    vault: &SecretVault,
+    receiver: &Receiver,
+    org_id: OrgId,
+    prefix: &str,
+    events: impl Fn(usize) -> Vec<String>,
+) -> anyhow::Result<Vec<WebhookEndpointId>> {
     let mut endpoints = Vec::with_capacity(secrets.len());
     for (index, secret) in secrets.iter().enumerate() {
-        let path = index.to_string();
+        let path = format!("{prefix}{index}");
         receiver.set(&path, Behaviour::Status(204));
         receiver.sign(&path, secret);
         let mut transaction = pool.begin().await?;

@@ -143,11 +143,13 @@ pub async fn session_account<'e>(
         org_assign_limit: Option<i32>,
         org_report_limit: Option<i32>,
         org_created_at: DateTime<Utc>,
+        org_bulk_lane: i64,
     }
     let row: Option<Row> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ACCOUNT_COLUMNS}, o.name AS org_name, o.tier AS org_tier,
                 o.timezone AS org_timezone, o.assign_limit_per_minute AS org_assign_limit,
-                o.report_limit_per_minute AS org_report_limit, o.created_at AS org_created_at
+                o.report_limit_per_minute AS org_report_limit, o.created_at AS org_created_at,
+                o.bulk_lane AS org_bulk_lane
          FROM dashboard_accounts a JOIN organizations o ON o.id = a.org_id
          WHERE a.id = $1"
     )))
@@ -163,6 +165,7 @@ pub async fn session_account<'e>(
             assign_limit_per_minute: row.org_assign_limit,
             report_limit_per_minute: row.org_report_limit,
             created_at: row.org_created_at,
+            bulk_lane: row.org_bulk_lane,
         },
         account: row.account,
     }))

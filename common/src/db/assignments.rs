@@ -61,8 +61,10 @@ impl ApplyError {
 /// retried request, a scheduler retry) is applied once.
 pub async fn apply_batch(
     connection: &mut PgConnection,
+    lane: crate::amqp::Lane,
     commands: &[AssignCommand],
 ) -> Result<BatchOutcome, ApplyError> {
+    let interactive = lane == crate::amqp::Lane::Interactive;
     let mut outcome = BatchOutcome::default();
     let mut seen = HashSet::with_capacity(commands.len());
     let mut unique = Vec::with_capacity(commands.len());
@@ -90,10 +92,10 @@ pub async fn apply_batch(
         let inserted = if round == 0 {
             // Most batches are new assignments only: tried as a plain insert first.
             super::insert_optimistically!(connection, |conflicts| {
-                insert_new(&mut *connection, &pending, conflicts).await
+                insert_new(&mut *connection, &pending, interactive, conflicts).await
             })?
         } else {
-            insert_new(&mut *connection, &pending, Conflicts::Handle).await?
+            insert_new(&mut *connection, &pending, interactive, Conflicts::Handle).await?
         };
         outcome.inserted += inserted.len() as u64;
         pending.retain(|command| !inserted.contains(&command.assignment_id));
@@ -149,8 +151,9 @@ macro_rules! insert_statement {
             "
             RETURNING id
          ), events AS (
-            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
-            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent
+            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
+                                interactive)
+            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent, $14
             FROM input i JOIN inserted USING (id)
             ",
             $events_conflict,
@@ -167,10 +170,11 @@ macro_rules! insert_statement {
 
 /// Inserts the commands' assignments, with one outbox row per inserted assignment; returns the ids
 /// inserted. With [`Conflicts::Handle`], what conflicts is skipped; with [`Conflicts::Fail`], a
-/// taken key fails the statement.
+/// taken key fails the statement. The events go to the interactive lane when `interactive`.
 async fn insert_new(
     connection: &mut PgConnection,
     commands: &[&AssignCommand],
+    interactive: bool,
     conflicts: Conflicts,
 ) -> Result<HashSet<AssignmentId>, sqlx::Error> {
     let ids: Vec<AssignmentId> = commands.iter().map(|c| c.assignment_id).collect();
@@ -225,6 +229,7 @@ async fn insert_new(
     .bind(&event_ids)
     .bind(&payloads)
     .bind(&traceparents)
+    .bind(interactive)
     .fetch_all(&mut *connection)
     .await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())

@@ -170,7 +170,7 @@ pub async fn authenticate<'e>(
     }
     let row: Option<Row> = sqlx::query_as(
         "SELECT k.id AS key_id, k.expires_at AS key_expires_at, o.id, o.name, o.tier, o.timezone,
-                o.assign_limit_per_minute, o.report_limit_per_minute, o.created_at
+                o.assign_limit_per_minute, o.report_limit_per_minute, o.created_at, o.bulk_lane
          FROM api_keys k JOIN organizations o ON o.id = k.org_id
          WHERE k.key_hash = $1 AND k.revoked_at IS NULL
            AND (k.expires_at IS NULL OR k.expires_at > now())",

@@ -152,7 +152,8 @@ pub async fn apply_progress(
         .await?;
         events.push(snapshot.event(EventType::Completed, Utc::now(), traceparent));
     }
-    super::outbox::insert(connection, &events).await?;
+    // Module activity is one person's work: the interactive lane.
+    super::outbox::insert(connection, crate::amqp::Lane::Interactive, &events).await?;
     Ok((
         ProgressOutcome::Applied,
         events.iter().map(|event| event.event_type).collect(),
@@ -263,7 +264,8 @@ pub async fn mark_overdue(
         .iter()
         .map(|snapshot| snapshot.event(EventType::Overdue, now, traceparent.as_deref()))
         .collect();
-    super::outbox::insert(connection, &events)
+    // A scan of many assignments: the bulk lane.
+    super::outbox::insert(connection, crate::amqp::Lane::Bulk, &events)
         .instrument(span)
         .await?;
     Ok(changed.len())

@@ -23,12 +23,20 @@ pub struct Organization {
     pub report_limit_per_minute: Option<i32>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// Its place in the bulk lane: its bulk work goes to shard
+    /// [`crate::amqp::bulk_shard`]`(bulk_lane)` (migration 0150).
+    pub bulk_lane: i64,
 }
 
 impl Organization {
     /// The tier.
     pub fn tier(&self) -> Tier {
         self.tier
+    }
+
+    /// The queue of this organization's assign commands in `lane`.
+    pub fn assign_queue(&self, lane: crate::amqp::Lane) -> crate::amqp::QueueKind {
+        crate::amqp::QueueKind::assign_for(lane, self.bulk_lane)
     }
 
     /// The time zone (UTC if the stored name is unknown to this build).
@@ -67,8 +75,8 @@ pub struct NewOrganization {
     pub report_limit_per_minute: Option<u32>,
 }
 
-const COLUMNS: &str =
-    "id, name, tier, timezone, assign_limit_per_minute, report_limit_per_minute, created_at";
+const COLUMNS: &str = "id, name, tier, timezone, assign_limit_per_minute, report_limit_per_minute, \
+     created_at, bulk_lane";
 
 /// Inserts an organization.
 pub async fn create<'e>(
@@ -131,4 +139,45 @@ pub async fn update_limits(
     super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "orgs").await?;
     transaction.commit().await?;
     Ok(updated)
+}
+
+/// Moves an organization to bulk lane `bulk_lane` (its shard is that number modulo
+/// [`crate::amqp::BULK_SHARDS`]) and tells API replicas to drop cached copies. Commands already
+/// queued in the old shard are applied from there; new ones go to the new shard.
+pub async fn move_bulk_lane(
+    pool: &sqlx::PgPool,
+    id: OrgId,
+    bulk_lane: i64,
+) -> Result<Option<Organization>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let updated: Option<Organization> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE organizations SET bulk_lane = $2 WHERE id = $1 RETURNING {COLUMNS}"
+    )))
+    .bind(id)
+    .bind(bulk_lane)
+    .fetch_optional(&mut *transaction)
+    .await?;
+    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "orgs").await?;
+    transaction.commit().await?;
+    Ok(updated)
+}
+
+/// How many organizations each bulk shard holds, by shard (an operator's view before moving one).
+pub async fn bulk_shard_counts<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<i64>, sqlx::Error> {
+    let shards = i64::from(crate::amqp::BULK_SHARDS);
+    let rows: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT bulk_lane % $1, count(*) FROM organizations GROUP BY 1 ORDER BY 1")
+            .bind(shards)
+            .fetch_all(executor)
+            .await?;
+    let mut counts = vec![0; usize::from(crate::amqp::BULK_SHARDS)];
+    for (shard, count) in rows {
+        if let Some(slot) = usize::try_from(shard)
+            .ok()
+            .and_then(|shard| counts.get_mut(shard))
+        {
+            *slot = count;
+        }
+    }
+    Ok(counts)
 }

@@ -6,10 +6,44 @@ use flow_domain::events::NewEvent;
 use flow_domain::ids::{AssignmentId, EventId, OrgId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
-/// Writes `events` (in the caller's transaction) and wakes the relays when it commits. An event
-/// whose id is already in the outbox is not written again: ids are derived from what the event is
-/// about, so a second write of the same transition is a no-op whatever path produced it.
-pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Result<(), sqlx::Error> {
+use crate::amqp::Lane;
+
+/// The outbox cursor of `lane` (migration 0151).
+fn cursor_id(lane: Lane) -> i32 {
+    match lane {
+        Lane::Bulk => 1,
+        Lane::Interactive => 2,
+    }
+}
+
+/// The statement reading a lane's next events past its cursor (`$1` the limit, `$2` the horizon).
+macro_rules! next_batch_statement {
+    ($lane:literal, $cursor:literal) => {
+        concat!(
+            "SELECT o.seq, o.event_id, o.org_id, o.event_type, o.payload, o.created_at, o.traceparent
+             FROM outbox_cursor c
+             JOIN LATERAL (SELECT * FROM outbox o
+                           WHERE (o.tx, o.seq) > (c.tx, c.seq) AND o.tx < $2::text::xid8 AND ",
+            $lane,
+            "
+                           ORDER BY o.tx, o.seq
+                           LIMIT $1) o ON true
+             WHERE c.id = ",
+            $cursor,
+            "
+             ORDER BY o.tx, o.seq"
+        )
+    };
+}
+
+/// Writes `events` of `lane` (in the caller's transaction) and wakes the relays when it commits.
+/// An event whose id is already in the outbox is not written again: ids are derived from what the
+/// event is about, so a second write of the same transition is a no-op whatever path produced it.
+pub async fn insert(
+    connection: &mut PgConnection,
+    lane: Lane,
+    events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
     if events.is_empty() {
         return Ok(());
     }
@@ -26,9 +60,10 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
         .map(|event| event.traceparent.as_deref())
         .collect();
     sqlx::query(
-        "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[],
-                              $6::text[])
+        "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
+                             interactive)
+         SELECT *, $7 FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[],
+                                  $6::text[])
          ON CONFLICT (event_id) DO NOTHING",
     )
     .bind(&ids)
@@ -37,6 +72,7 @@ pub async fn insert(connection: &mut PgConnection, events: &[NewEvent]) -> Resul
     .bind(&assignments)
     .bind(&bodies)
     .bind(&traceparents)
+    .bind(lane == Lane::Interactive)
     .execute(&mut *connection)
     .await?;
     super::notify(&mut *connection, super::OUTBOX_CHANNEL, "").await
@@ -61,10 +97,11 @@ pub struct PendingEvent {
     pub traceparent: Option<String>,
 }
 
-/// Reads up to `limit` events past the relay's cursor, in the order they are published, and locks
-/// the cursor until the caller's transaction ends; call inside a transaction (as its first
-/// statement) and move the cursor with [`advance`] once the broker confirmed them. `None` when
-/// another relay holds the cursor.
+/// Reads up to `limit` events of `lane` past the lane's cursor, in the order they are published,
+/// and locks the cursor until the caller's transaction ends; call inside a transaction (as its
+/// first statement) and move the cursor with [`advance`] once the broker confirmed them. `None`
+/// when another relay holds the cursor. Each lane has its own cursor, so the lanes are relayed
+/// side by side.
 ///
 /// Only events written by transactions older than every transaction of this database still
 /// running are read (see migration 0100): none can later appear before them. The horizon is taken
@@ -72,39 +109,38 @@ pub struct PendingEvent {
 /// does not hold the events back (a transaction's snapshot would count every database's).
 pub async fn next_batch(
     connection: &mut PgConnection,
+    lane: Lane,
     limit: i64,
 ) -> Result<Option<Vec<PendingEvent>>, sqlx::Error> {
     // The horizon is read before the events' snapshot is taken (the next statement): a
     // transaction not running then, and older than the next transaction id, had ended then.
     let (locked, next_xid, running): (Option<i64>, String, Vec<String>) = sqlx::query_as(
-        "WITH cursor AS (SELECT seq FROM outbox_cursor WHERE id = 1 FOR UPDATE SKIP LOCKED)
+        "WITH cursor AS (SELECT seq FROM outbox_cursor WHERE id = $1 FOR UPDATE SKIP LOCKED)
          SELECT (SELECT seq FROM cursor),
                 pg_snapshot_xmax(pg_current_snapshot())::text,
                 ARRAY(SELECT backend_xid::text FROM pg_stat_activity
                       WHERE datname = current_database() AND pid <> pg_backend_pid()
                         AND backend_xid IS NOT NULL)",
     )
+    .bind(cursor_id(lane))
     .fetch_one(&mut *connection)
     .await?;
     if locked.is_none() {
         return Ok(None);
     }
     let horizon = horizon(&next_xid, &running)?;
-    sqlx::query_as(
-        "SELECT o.seq, o.event_id, o.org_id, o.event_type, o.payload, o.created_at, o.traceparent
-         FROM outbox_cursor c
-         JOIN LATERAL (SELECT * FROM outbox o
-                       WHERE (o.tx, o.seq) > (c.tx, c.seq) AND o.tx < $2::text::xid8
-                       ORDER BY o.tx, o.seq
-                       LIMIT $1) o ON true
-         WHERE c.id = 1
-         ORDER BY o.tx, o.seq",
-    )
-    .bind(limit)
-    .bind(horizon.to_string())
-    .fetch_all(&mut *connection)
-    .await
-    .map(Some)
+    // The lane is written into the statement (not bound) so that the interactive lane's reads
+    // use its partial index.
+    let statement = match lane {
+        Lane::Bulk => next_batch_statement!("NOT o.interactive", 1),
+        Lane::Interactive => next_batch_statement!("o.interactive", 2),
+    };
+    sqlx::query_as(statement)
+        .bind(limit)
+        .bind(horizon.to_string())
+        .fetch_all(&mut *connection)
+        .await
+        .map(Some)
 }
 
 /// The oldest transaction id (64-bit) that may still write: the oldest of `running` (32-bit ids
@@ -146,14 +182,19 @@ pub async fn backlog<'e>(executor: impl PgExecutor<'e>) -> Result<(i64, Option<f
     .await
 }
 
-/// Moves the relay's cursor to the event `seq` (the last of a batch [`next_batch`] read): it and
-/// every event before it are published.
-pub async fn advance(connection: &mut PgConnection, seq: i64) -> Result<(), sqlx::Error> {
+/// Moves the cursor of `lane` to the event `seq` (the last of a batch [`next_batch`] read): it
+/// and every event of the lane before it are published.
+pub async fn advance(
+    connection: &mut PgConnection,
+    lane: Lane,
+    seq: i64,
+) -> Result<(), sqlx::Error> {
     sqlx::query(
         "UPDATE outbox_cursor SET (tx, seq) = (SELECT o.tx, o.seq FROM outbox o WHERE o.seq = $1)
-         WHERE id = 1",
+         WHERE id = $2",
     )
     .bind(seq)
+    .bind(cursor_id(lane))
     .execute(&mut *connection)
     .await
     .map(|_| ())
@@ -163,7 +204,8 @@ pub async fn advance(connection: &mut PgConnection, seq: i64) -> Result<(), sqlx
 /// order (the oldest); returns how many. It reads at most `limit` rows: looking further for old
 /// events read every published row kept for the retention when none was old enough yet (3.9 s
 /// with two million kept). An old event behind a younger one in that order (a transaction that
-/// started long before it wrote) goes once the younger ones before it have.
+/// started long before it wrote) goes once the younger ones before it have. The order read is the
+/// bulk lane's; an interactive event among those rows goes once its own lane's cursor is past it.
 pub async fn prune<'e>(
     executor: impl PgExecutor<'e>,
     before: DateTime<Utc>,
@@ -172,11 +214,12 @@ pub async fn prune<'e>(
     sqlx::query(
         "DELETE FROM outbox WHERE seq IN (
             SELECT oldest.seq FROM (
-                SELECT o.seq, o.created_at FROM outbox o, outbox_cursor c
-                WHERE (o.tx, o.seq) <= (c.tx, c.seq)
+                SELECT o.seq, o.tx, o.created_at, o.interactive FROM outbox o, outbox_cursor c
+                WHERE c.id = 1 AND (o.tx, o.seq) <= (c.tx, c.seq)
                 ORDER BY o.tx, o.seq
-                LIMIT $2) oldest
-            WHERE oldest.created_at < $1)",
+                LIMIT $2) oldest, outbox_cursor i
+            WHERE i.id = 2 AND oldest.created_at < $1
+              AND (NOT oldest.interactive OR (oldest.tx, oldest.seq) <= (i.tx, i.seq)))",
     )
     .bind(before)
     .bind(limit)

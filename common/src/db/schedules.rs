@@ -156,6 +156,8 @@ pub struct DueSchedule {
     pub due_in_days: Option<i32>,
     pub priority: String,
     pub notes: Option<String>,
+    /// The organization's place in the bulk lane (its occurrences are bulk work).
+    pub bulk_lane: i64,
 }
 
 /// Locks up to `limit` schedules due at `now`, skipping those another scheduler holds.
@@ -167,7 +169,7 @@ pub async fn claim_due(
     sqlx::query_as(
         "SELECT s.id, s.org_id, o.timezone, s.flow_id, f.name AS flow_name, s.user_id,
                 u.email AS assignee_email, s.anchor_at, s.scheduled_at, s.occurrence, s.recurrence,
-                s.due_in_days, s.priority, s.notes
+                s.due_in_days, s.priority, s.notes, o.bulk_lane
          FROM schedules s
          JOIN organizations o ON o.id = s.org_id
          JOIN flows f ON f.id = s.flow_id

@@ -4,13 +4,18 @@
 //! its data is retried message by message so one poison message cannot take its neighbours down;
 //! that message goes to the dead-letter queue. The same process applies progress commands
 //! (module activity) from `{prefix}.progress`: see [`progress`].
+//!
+//! Lanes: interactive commands (`{prefix}.assign`) have a consume loop and transaction slots of
+//! their own, so they are never behind bulk work; bulk commands come from
+//! `{prefix}.assign.bulk.0..7`, one queue per shard of organizations, taken in turn (deficit round
+//! robin over bytes, see `consumer::Turns`) so organizations with backlogs share the persist rate.
 
 pub mod progress;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flow_common::amqp::QueueKind;
+use flow_common::amqp::{Lane, QueueKind};
 use flow_common::config::CoreConfig;
 use flow_common::db::assignments::{self, ApplyError};
 use flow_common::runtime::retry_transient;
@@ -32,16 +37,23 @@ pub struct AssignWorkerConfig {
     #[command(flatten)]
     pub core: CoreConfig,
 
-    /// Unacknowledged messages the broker may hand over at once (a message carries up to
-    /// `PUBLISH_BATCH_MAX` commands).
+    /// Unacknowledged messages of the interactive lane the broker may hand over at once (a
+    /// message carries up to `PUBLISH_BATCH_MAX` commands).
     #[arg(long, env = "ASSIGN_PREFETCH", default_value_t = 256)]
     pub prefetch: u16,
+
+    /// Unacknowledged messages of each bulk queue the broker may hand over at once (a bulk
+    /// message carries up to `PUBLISH_BATCH_MAX` commands; with eight queues, 32 each holds no
+    /// more in memory than the interactive lane's 256).
+    #[arg(long, env = "ASSIGN_BULK_PREFETCH", default_value_t = 32)]
+    pub bulk_prefetch: u16,
 
     /// Largest number of commands written in one transaction.
     #[arg(long, env = "ASSIGN_BATCH_SIZE", default_value_t = 500)]
     pub batch_size: usize,
 
-    /// Transactions in flight at once.
+    /// Transactions in flight at once in each lane (the interactive lane's slots are its own, so
+    /// it never waits for a bulk transaction).
     #[arg(long, env = "ASSIGN_CONCURRENCY", default_value_t = 1)]
     pub concurrency: usize,
 
@@ -65,7 +77,7 @@ async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()
     let batch_size = config.batch_size.max(1);
     let settings = ConsumerSettings {
         role: ROLE,
-        queue: QueueKind::Assign,
+        queues: vec![QueueKind::Assign],
         prefetch: config.prefetch,
         batch_size,
         // About one transaction's worth of commands (an encoded command is a few hundred bytes).
@@ -73,9 +85,16 @@ async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()
         concurrency: config.concurrency,
         liveness: runtime.liveness("assign-consumer", None),
     };
+    let bulk_settings = ConsumerSettings {
+        role: "assign-worker-bulk",
+        queues: QueueKind::bulk_assign(),
+        prefetch: config.bulk_prefetch,
+        liveness: runtime.liveness("bulk-assign-consumer", None),
+        ..settings.clone()
+    };
     let progress_settings = ConsumerSettings {
         role: "progress-worker",
-        queue: QueueKind::Progress,
+        queues: vec![QueueKind::Progress],
         prefetch: config.progress_prefetch,
         batch_size: config.progress_batch_size.max(1),
         batch_bytes: usize::MAX,
@@ -84,11 +103,12 @@ async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()
     };
     let pool = &runtime.pool;
     let progress = progress::ProgressHandler::new(pool.clone());
-    let handler = AssignHandler::new(pool.clone(), batch_size);
+    let handler = Arc::new(AssignHandler::new(pool.clone(), batch_size));
     runtime.gauge("dead letters pending", crate::gauges::dead_letters);
     let recorder = crate::dead_letters::Recorder::new(pool.clone(), &runtime.topology);
-    let (assigned, progressed, recorded) = tokio::join!(
-        consumer::run(&runtime, settings, Arc::new(handler)),
+    let (assigned, bulk_assigned, progressed, recorded) = tokio::join!(
+        consumer::run(&runtime, settings, handler.clone()),
+        consumer::run(&runtime, bulk_settings, handler),
         consumer::run(&runtime, progress_settings, Arc::new(progress)),
         consumer::run(
             &runtime,
@@ -96,7 +116,7 @@ async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()
             Arc::new(recorder),
         ),
     );
-    assigned.and(progressed).and(recorded)
+    assigned.and(bulk_assigned).and(progressed).and(recorded)
 }
 
 /// Typical size of an encoded assign command, to bound a batch of messages in bytes.
@@ -122,6 +142,7 @@ impl AssignHandler {
 impl BatchHandler for AssignHandler {
     async fn handle(&self, deliveries: Vec<Delivery>, context: BatchContext) -> anyhow::Result<()> {
         let shutdown = &context.shutdown;
+        let lane = context.queue.lane().unwrap_or(Lane::Bulk);
         // Commands of every decodable delivery, each remembering the delivery it came in.
         let mut commands = Vec::with_capacity(deliveries.len());
         let mut owners = Vec::with_capacity(deliveries.len());
@@ -155,7 +176,7 @@ impl BatchHandler for AssignHandler {
         let mut applied = Ok(());
         for chunk in commands.chunks(self.batch_size) {
             let started = Instant::now();
-            match self.apply_with_retry(chunk, shutdown).await {
+            match self.apply_with_retry(lane, chunk, shutdown).await {
                 Ok(outcome) => record(outcome, started.elapsed(), chunk.len()),
                 Err(error) => {
                     applied = Err(error);
@@ -172,7 +193,7 @@ impl BatchHandler for AssignHandler {
             }
             Err(error) => {
                 tracing::warn!(%error, count = commands.len(), "batch failed; applying commands one by one");
-                self.apply_one_by_one(&decoded, &commands, &owners, &context)
+                self.apply_one_by_one(lane, &decoded, &commands, &owners, &context)
                     .await
             }
         }
@@ -193,6 +214,7 @@ impl AssignHandler {
     /// dead-letter queue (the whole delivery when it held only that command).
     async fn apply_one_by_one(
         &self,
+        lane: Lane,
         deliveries: &[Delivery],
         commands: &[AssignCommand],
         owners: &[usize],
@@ -204,7 +226,7 @@ impl AssignHandler {
         for command in commands {
             results.push(
                 match self
-                    .apply_with_retry(std::slice::from_ref(command), shutdown)
+                    .apply_with_retry(lane, std::slice::from_ref(command), shutdown)
                     .await
                 {
                     Ok(outcome) => {
@@ -280,21 +302,24 @@ impl AssignHandler {
     /// deadlocks) with backoff until it works or the worker shuts down.
     async fn apply_with_retry(
         &self,
+        lane: Lane,
         commands: &[AssignCommand],
         shutdown: &CancellationToken,
     ) -> Result<assignments::BatchOutcome, ApplyError> {
         retry_transient("assign batch", shutdown, ApplyError::is_transient, || {
-            self.apply(commands)
+            self.apply(lane, commands)
         })
         .await
     }
 
+    /// Applies commands of `lane` in one transaction (their events go to the same lane).
     async fn apply(
         &self,
+        lane: Lane,
         commands: &[AssignCommand],
     ) -> Result<assignments::BatchOutcome, ApplyError> {
         let mut transaction = self.pool.begin().await?;
-        let outcome = assignments::apply_batch(&mut transaction, commands).await?;
+        let outcome = assignments::apply_batch(&mut transaction, lane, commands).await?;
         transaction.commit().await?;
         Ok(outcome)
     }

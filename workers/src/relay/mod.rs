@@ -7,13 +7,17 @@
 //! after the broker confirmed but before its commit leaves the cursor where it was: the events go
 //! out again and consumers dedupe them by event id. Woken by `NOTIFY` when events are written,
 //! and by a timer in case a notification was missed.
+//!
+//! Lanes: the outbox has a cursor per lane (migration 0151), and each process relays the two
+//! side by side: events of interactive work go to `{prefix}.events.interactive` without waiting
+//! behind a bulk flood's, which go to `{prefix}.events`.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
-use flow_common::amqp::{Outgoing, Publisher};
+use flow_common::amqp::{Lane, Outgoing, Publisher};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, outbox};
 use flow_common::runtime::Backoff;
@@ -58,17 +62,30 @@ role! { RelayConfig, ROLE, "Flow outbox relay", "0.0.0.0:9103", work }
 /// Relays until shutdown.
 async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {
     let publisher = runtime.publisher(4);
-    let liveness = runtime.liveness("loop", Some(LOOP_STALE_AFTER));
     runtime.gauge("outbox backlog", crate::gauges::outbox);
+    tracing::info!(role = ROLE, "relaying the outbox");
+    tokio::join!(
+        relay_lane(&config, &runtime, &publisher, Lane::Interactive),
+        relay_lane(&config, &runtime, &publisher, Lane::Bulk),
+    );
+    publisher.close().await;
+    Ok(())
+}
+
+/// Relays the events of `lane` until shutdown (the bulk lane's loop also prunes the outbox).
+async fn relay_lane(config: &RelayConfig, runtime: &Runtime, publisher: &Publisher, lane: Lane) {
+    let liveness = match lane {
+        Lane::Bulk => runtime.liveness("loop", Some(LOOP_STALE_AFTER)),
+        Lane::Interactive => runtime.liveness("interactive loop", Some(LOOP_STALE_AFTER)),
+    };
     let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
     let mut wakeup = runtime.wakeup(db::OUTBOX_CHANNEL);
     let mut delays = Backoff::reconnect();
     let mut last_prune = Instant::now() - Duration::from_secs(3_600);
-    tracing::info!(role = ROLE, "relaying the outbox");
     while !shutdown.is_cancelled() {
         liveness.beat();
         wakeup.listen().await;
-        match relay_batch(pool, &publisher, config.batch_size).await {
+        match relay_batch(pool, publisher, lane, config.batch_size).await {
             Ok(count) => {
                 delays.reset();
                 if count as i64 >= config.batch_size {
@@ -79,6 +96,7 @@ async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {
                 let delay = delays.delay();
                 tracing::warn!(
                     role = ROLE,
+                    lane = lane.as_str(),
                     error = format!("{error:#}"),
                     ?delay,
                     "relay failed; retrying"
@@ -89,25 +107,28 @@ async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {
                 continue;
             }
         }
-        if last_prune.elapsed() > Duration::from_secs(600) {
+        if lane == Lane::Bulk && last_prune.elapsed() > Duration::from_secs(600) {
             last_prune = Instant::now();
             prune(pool, config.retention_hours).await;
         }
         let poll = Duration::from_millis(config.poll_interval_ms);
         shutdown.run_until_cancelled(wakeup.wait(poll)).await;
     }
-    publisher.close().await;
-    Ok(())
 }
 
 /// A relay loop that has not come round for this long is stuck (a round waits at most the poll
 /// interval, a publish at most its confirm timeout, a failure at most the backoff's ten seconds).
 const LOOP_STALE_AFTER: Duration = Duration::from_secs(120);
 
-/// Publishes one batch of events; returns how many.
-async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow::Result<usize> {
+/// Publishes one batch of events of `lane`; returns how many.
+async fn relay_batch(
+    pool: &PgPool,
+    publisher: &Publisher,
+    lane: Lane,
+    limit: i64,
+) -> anyhow::Result<usize> {
     let mut transaction = pool.begin().await?;
-    let events = outbox::next_batch(&mut transaction, limit)
+    let events = outbox::next_batch(&mut transaction, lane, limit)
         .await?
         .unwrap_or_default();
     let Some(last) = events.last() else {
@@ -115,7 +136,7 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
         return Ok(0);
     };
     let started = Instant::now();
-    let exchange = publisher.topology().events_exchange();
+    let exchange = publisher.topology().events_exchange_for(lane);
     // One message per event type and chunk: routing keys stay the event types.
     let mut by_type: BTreeMap<&str, Vec<&outbox::PendingEvent>> = BTreeMap::new();
     for event in &events {
@@ -167,18 +188,19 @@ async fn relay_batch(pool: &PgPool, publisher: &Publisher, limit: i64) -> anyhow
     futures::future::try_join_all(publishes)
         .instrument(tracing::info_span!(
             "outbox relay batch",
-            events = events.len()
+            events = events.len(),
+            lane = lane.as_str()
         ))
         .await
         .context("publishing events")?;
-    outbox::advance(&mut transaction, last.seq).await?;
+    outbox::advance(&mut transaction, lane, last.seq).await?;
     transaction.commit().await?;
     let lag = events
         .iter()
         .map(|event| (Utc::now() - event.created_at).num_milliseconds())
         .max()
         .unwrap_or(0);
-    metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "published")
+    metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "published", "lane" => lane.as_str())
         .increment(events.len() as u64);
     metrics::histogram!("flow_worker_batch_seconds", "worker" => ROLE)
         .record(started.elapsed().as_secs_f64());

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, Publisher, QueueKind};
+use flow_common::amqp::{Lane, Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, lifecycle, rollups, schedules};
 use flow_domain::Priority;
@@ -173,9 +173,15 @@ pub async fn run_schedules(
             .map(|schedule| occurrence_command(schedule, now, traceparent.clone()))
             .collect();
         let published =
-            futures::future::join_all(commands.iter().map(|command| publish(publisher, command)))
-                .instrument(span.unwrap_or_else(tracing::Span::none))
-                .await;
+            futures::future::join_all(due.iter().zip(&commands).map(|(schedule, command)| {
+                publish(
+                    publisher,
+                    QueueKind::assign_for(Lane::Bulk, schedule.bulk_lane),
+                    command,
+                )
+            }))
+            .instrument(span.unwrap_or_else(tracing::Span::none))
+            .await;
         let mut advanced = 0;
         let mut failure = None;
         for ((schedule, command), result) in due.iter().zip(&commands).zip(published) {
@@ -264,14 +270,20 @@ fn next_occurrence(
     }
 }
 
-async fn publish(publisher: &Publisher, command: &AssignCommand) -> anyhow::Result<()> {
+/// Publishes an occurrence's command to `queue`: the bulk lane of its organization (occurrences
+/// come many at once, and nobody waits on one).
+async fn publish(
+    publisher: &Publisher,
+    queue: QueueKind,
+    command: &AssignCommand,
+) -> anyhow::Result<()> {
     let payload = serde_json::to_vec(command)?;
     let exchange = publisher.topology().commands_exchange();
     let message_id = command.assignment_id.to_string();
     publisher
         .publish(Outgoing {
             exchange: &exchange,
-            routing_key: QueueKind::Assign.suffix(),
+            routing_key: &queue.suffix(),
             payload: &payload,
             message_id: &message_id,
             kind: ASSIGN_KIND,

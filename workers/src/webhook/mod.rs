@@ -1,9 +1,12 @@
 //! The webhook-worker: delivers lifecycle events to customers' endpoints, signed (Standard
 //! Webhooks v1), retried on a durable schedule, never lost.
 //!
-//! 1. It consumes `{prefix}.webhooks` (every event of the events exchange) and fans each event
-//!    out to the enabled endpoints of its organization that subscribe to its type that have no
-//!    delivery of it yet (a redelivered or republished event is not sent again).
+//! 1. It consumes `{prefix}.webhooks` (the bulk lane's events) and `{prefix}.webhooks.interactive`
+//!    (the interactive lane's, in a consume loop of its own so a bulk flood never delays them),
+//!    and fans each event out to the enabled endpoints of its organization that subscribe to its
+//!    type that have no delivery of it yet (a redelivered or republished event is not sent again).
+//!    The interactive lane's deliveries are written first and attempted by the dispatcher (step
+//!    2's last sentence), so no batch of them ever waits for an endpoint.
 //! 2. To an endpoint that answers promptly, the first attempt is made at once, before anything is
 //!    written (the event is still unacked in the broker, so a crash loses nothing: the event comes
 //!    back and is sent again, with the same `webhook-id`). The batch then writes each delivery
@@ -29,7 +32,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use flow_common::amqp::QueueKind;
+use flow_common::amqp::{Lane, QueueKind};
 use flow_common::config::CoreConfig;
 use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
@@ -119,9 +122,10 @@ pub struct WebhookWorkerConfig {
     #[arg(long, env = "WEBHOOK_LEASE", default_value = "1m", value_parser = parse_duration)]
     pub lease: Duration,
 
-    /// How long a batch of events waits for first attempts made before their deliveries are
-    /// written; an attempt that takes longer goes on, and its endpoint's next first attempts are
-    /// made after the delivery is written. `0s` writes every delivery before its first attempt.
+    /// How long a batch of bulk-lane events waits for first attempts made before their
+    /// deliveries are written; an attempt that takes longer goes on, and its endpoint's next first
+    /// attempts are made after the delivery is written. `0s` writes every delivery before its
+    /// first attempt, as the interactive lane always does.
     #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "1s", value_parser = parse_duration)]
     pub inline_wait: Duration,
 
@@ -215,7 +219,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
     });
     let settings = ConsumerSettings {
         role: ROLE,
-        queue: QueueKind::Webhooks,
+        queues: vec![QueueKind::Webhooks],
         prefetch: config.prefetch,
         batch_size: config.batch_size.max(1),
         batch_bytes: usize::MAX,
@@ -223,15 +227,27 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
         concurrency: 4,
         liveness: runtime.liveness("consumer", None),
     };
-    let handler = EventsHandler {
+    // The interactive lane's events have a consume loop and batch slots of their own: a flood
+    // of bulk events never stands between them and their endpoints.
+    let interactive_settings = ConsumerSettings {
+        role: "webhook-worker-interactive",
+        queues: vec![QueueKind::InteractiveWebhooks],
+        liveness: runtime.liveness("interactive-consumer", None),
+        ..settings.clone()
+    };
+    let handler = Arc::new(EventsHandler {
         pool: pool.clone(),
         dispatcher: dispatcher.clone(),
         lease: config.lease,
         inline_wait: config.inline_wait.min(config.timeout),
         disable_after: config.disable_after,
         batch_events: config.batch_size.max(1),
-    };
-    let consumed = consumer::run(&runtime, settings, Arc::new(handler)).await;
+    });
+    let (consumed, interactive) = tokio::join!(
+        consumer::run(&runtime, settings, handler.clone()),
+        consumer::run(&runtime, interactive_settings, handler),
+    );
+    let consumed = consumed.and(interactive);
     drop(poller.await);
     dispatcher.finish().await;
     renewing.cancel();
@@ -273,7 +289,15 @@ impl BatchHandler for EventsHandler {
         if events.is_empty() {
             return ack_all(&messages).await;
         }
-        match self.deliver_in_parts(&events, &context.shutdown).await {
+        // The interactive lane's events never wait for anyone's first attempt: their deliveries
+        // are written first and attempted by the dispatcher, bounded per endpoint, so a slow
+        // endpoint costs only its own slots. The bulk lane makes first attempts inline, which
+        // saves a write per delivery.
+        let lane = context.queue.lane().unwrap_or(Lane::Bulk);
+        match self
+            .deliver_in_parts(&events, lane, &context.shutdown)
+            .await
+        {
             Ok(()) => {
                 metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                     .increment(events.len() as u64);
@@ -317,12 +341,27 @@ impl EventsHandler {
     /// seconds while the attempts it started piled up for the recorder. A part committed before
     /// a later one failed is not written twice when the messages come back: their events find
     /// their deliveries and are skipped.
+    ///
+    /// Events of the interactive lane neither wait for the recorder (their number is bounded by
+    /// the assign rate limits, and a bulk flood's outcomes must not hold them) nor make first
+    /// attempts inline.
     async fn deliver_in_parts(
         &self,
         events: &[IncomingEvent],
+        lane: Lane,
         shutdown: &CancellationToken,
     ) -> Result<(), Unfinished> {
+        let inline_wait = match lane {
+            Lane::Interactive => Duration::ZERO,
+            Lane::Bulk => self.inline_wait,
+        };
         for part in events.chunks(self.batch_events) {
+            if lane == Lane::Interactive {
+                self.deliver(part, inline_wait, shutdown)
+                    .await
+                    .map_err(Unfinished::Failed)?;
+                continue;
+            }
             let recorder_caught_up = self
                 .dispatcher
                 .unrecorded()
@@ -334,23 +373,24 @@ impl EventsHandler {
             {
                 return Err(Unfinished::Stopping);
             }
-            self.deliver(part, shutdown)
+            self.deliver(part, inline_wait, shutdown)
                 .await
                 .map_err(Unfinished::Failed)?;
         }
         Ok(())
     }
 
-    /// Delivers a batch of events: first attempts inline to the endpoints that take them, then
-    /// every delivery written in one transaction, then the claimed ones dispatched and the
-    /// outcomes of attempts still under way handed to the recorder. The deliveries are committed
-    /// when this returns: the caller acks.
+    /// Delivers a batch of events: first attempts inline (waiting at most `inline_wait`) to the
+    /// endpoints that take them, then every delivery written in one transaction, then the claimed
+    /// ones dispatched and the outcomes of attempts still under way handed to the recorder. The
+    /// deliveries are committed when this returns: the caller acks.
     async fn deliver(
         &self,
         events: &[IncomingEvent],
+        inline_wait: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
-        if self.inline_wait.is_zero() {
+        if inline_wait.is_zero() {
             let (claimed, claimed_at) = self.fan_out(events, shutdown).await?;
             self.dispatcher.dispatch(claimed, claimed_at);
             return Ok(());
@@ -363,7 +403,7 @@ impl EventsHandler {
         // One token for every claim of the batch, and for every try of its transaction: a retry
         // after a lost COMMIT answer gets its own claimed rows back.
         let claim_token = uuid::Uuid::new_v4();
-        let deadline = Instant::now() + self.inline_wait;
+        let deadline = Instant::now() + inline_wait;
         let mut inline = Vec::new();
         let mut unsent = Vec::new();
         for target in targets {
