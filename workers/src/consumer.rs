@@ -319,24 +319,26 @@ async fn consume<H: BatchHandler>(
         amqp::nodes::connect_naming_node(&runtime.core.amqp_url, settings.role)
             .await
             .context("connecting to RabbitMQ")?;
-    let setup = connection.create_channel().await?;
-    topology
-        .declare(&setup)
-        .await
-        .context("declaring the topology")?;
-    drop(setup.close(200, "topology declared".into()).await);
-    let dead_letters = DeadLetters::open(&connection, topology, settings).await?;
-    let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
     let queue = topology.queue(settings.queue);
-    let mut consumer = channel
-        .basic_consume(
-            queue.clone().into(),
-            format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .with_context(|| format!("consuming {queue}"))?;
+    // Bounded: a call on a connection whose node dies at that moment can wait forever.
+    let (dead_letters, channel, mut consumer) = amqp::nodes::bounded(async {
+        let setup = connection.create_channel().await?;
+        topology.declare(&setup).await?;
+        drop(setup.close(200, "topology declared".into()).await);
+        let dead_letters = DeadLetters::open(&connection, topology, settings).await?;
+        let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
+        let consumer = channel
+            .basic_consume(
+                queue.clone().into(),
+                format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok((dead_letters, channel, consumer))
+    })
+    .await
+    .with_context(|| format!("declaring the topology and consuming {queue} on {node}"))?;
     tracing::info!(role = settings.role, %queue, %node, prefetch = settings.prefetch, "consuming");
     *consumed = true;
     settings.liveness.set_alive(true);
