@@ -559,17 +559,23 @@ impl Publisher {
     async fn open(&self) -> lapin::Result<Live> {
         let (connection, node) =
             nodes::connect_naming_node(&self.inner.url, &self.inner.role).await?;
-        let setup = connection.create_channel().await?;
-        self.inner.topology.declare(&setup).await?;
-        drop(setup.close(200, "topology declared".into()).await);
-        let mut channels = Vec::with_capacity(self.inner.channel_count);
-        for _ in 0..self.inner.channel_count {
-            let channel = connection.create_channel().await?;
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await?;
-            channels.push(channel);
-        }
+        // Bounded: a call on a connection whose node dies at that moment can wait forever, and
+        // every publish waits for this reconnect.
+        let channels = nodes::bounded(async {
+            let setup = connection.create_channel().await?;
+            self.inner.topology.declare(&setup).await?;
+            drop(setup.close(200, "topology declared".into()).await);
+            let mut channels = Vec::with_capacity(self.inner.channel_count);
+            for _ in 0..self.inner.channel_count {
+                let channel = connection.create_channel().await?;
+                channel
+                    .confirm_select(ConfirmSelectOptions::default())
+                    .await?;
+                channels.push(channel);
+            }
+            Ok(channels)
+        })
+        .await?;
         Ok(Live {
             _connection: connection,
             channels,

@@ -336,32 +336,34 @@ async fn consume<H: BatchHandler>(
         amqp::nodes::connect_naming_node(&runtime.core.amqp_url, settings.role)
             .await
             .context("connecting to RabbitMQ")?;
-    let setup = connection.create_channel().await?;
-    topology
-        .declare(&setup)
-        .await
-        .context("declaring the topology")?;
-    drop(setup.close(200, "topology declared".into()).await);
-    let dead_letters = DeadLetters::open(&connection, topology, settings.role).await?;
-    let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
     let names: Vec<String> = settings
         .queues
         .iter()
         .map(|queue| topology.queue(*queue))
         .collect();
-    let mut consumers = Vec::with_capacity(names.len());
-    for queue in &names {
-        let consumer = channel
-            .basic_consume(
-                queue.clone().into(),
-                format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .with_context(|| format!("consuming {queue}"))?;
-        consumers.push(consumer);
-    }
+    // Bounded: a call on a connection whose node dies at that moment can wait forever.
+    let (dead_letters, channel, consumers) = amqp::nodes::bounded(async {
+        let setup = connection.create_channel().await?;
+        topology.declare(&setup).await?;
+        drop(setup.close(200, "topology declared".into()).await);
+        let dead_letters = DeadLetters::open(&connection, topology, settings.role).await?;
+        let channel = amqp::consumer_channel(&connection, settings.prefetch).await?;
+        let mut consumers = Vec::with_capacity(names.len());
+        for queue in &names {
+            let consumer = channel
+                .basic_consume(
+                    queue.clone().into(),
+                    format!("{}-{}", settings.role, uuid::Uuid::now_v7().simple()).into(),
+                    BasicConsumeOptions::default(),
+                    FieldTable::default(),
+                )
+                .await?;
+            consumers.push(consumer);
+        }
+        Ok((dead_letters, channel, consumers))
+    })
+    .await
+    .with_context(|| format!("declaring the topology and consuming {names:?} on {node}"))?;
     let tags: Vec<_> = consumers.iter().map(|consumer| consumer.tag()).collect();
     let mut turns = Turns::new(consumers, settings.batch_bytes);
     tracing::info!(role = settings.role, queues = ?names, %node, prefetch = settings.prefetch, "consuming");

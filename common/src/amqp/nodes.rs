@@ -252,6 +252,22 @@ impl Nodes {
     }
 }
 
+/// Runs `setup` (declaring, opening channels on a new connection) within [`CONNECT_TIMEOUT`]: a
+/// call on a connection whose node dies at that moment can wait for an answer that never comes,
+/// and the caller must get on to the next node.
+pub async fn bounded<T>(
+    setup: impl std::future::Future<Output = lapin::Result<T>>,
+) -> lapin::Result<T> {
+    tokio::time::timeout(CONNECT_TIMEOUT, setup)
+        .await
+        .unwrap_or_else(|_| {
+            Err(lapin::Error::from(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the broker did not answer within {CONNECT_TIMEOUT:?}"),
+            )))
+        })
+}
+
 /// Opens a connection named after the process role (visible in the broker's connection list) to
 /// one node of `list` (`AMQP_URL`: see the module docs). Every connection of every process is
 /// opened here.
