@@ -6,7 +6,7 @@
 
 use flow_api::dashboard::users::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS};
 use flow_api::extract::MAX_BODY_BYTES;
-use flow_api::routes::assign::MAX_BULK_ITEMS;
+use flow_api::services::assign::MAX_BULK_ITEMS;
 use flow_common::db::orgs::Tier;
 use flow_tests::dashboard::{DashboardClient, role};
 use flow_tests::{TestApp, TestOrg};

@@ -25,7 +25,7 @@ use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::ratelimit::Operation;
-use crate::routes::assign::{AssignInput, AssignRequest, MAX_BULK_ITEMS, assign_many, assign_one};
+use crate::services::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -170,9 +170,9 @@ fn place(error: ApiError, errors: &mut AssignErrors) {
     *slot = Some(message);
 }
 
-fn request(form: &AssignForm) -> AssignRequest {
+fn request(form: &AssignForm) -> AssignFields {
     let optional = |text: &str| Some(text.trim().to_owned()).filter(|text| !text.is_empty());
-    AssignRequest {
+    AssignFields {
         flow_id: Some(form.flow.clone()),
         user_email: Some(form.email.trim().to_owned()),
         due_date: optional(&form.due_date),
@@ -201,11 +201,11 @@ async fn assign(
     }
     .await;
     match result {
-        Ok(response) => {
+        Ok(assigned) => {
             flash(
                 &account.session,
                 "success",
-                format!("{} ({}).", response.message, response.assignment_id),
+                format!("{} ({}).", assigned.message(), assigned.assignment_id),
             )
             .await;
             Ok(Redirect::to("/dashboard/assign").into_response())
@@ -427,13 +427,13 @@ async fn upload(
         .zip(flow_names)
         .zip(outcomes)
         .map(|((row, flow_name), outcome)| match outcome {
-            Ok(response) => RowResult {
+            Ok(assigned) => RowResult {
                 line: row.line,
                 email: row.email.clone(),
                 flow: flow_name,
                 ok: true,
-                message: response.message,
-                assignment_id: response.assignment_id.to_string(),
+                message: assigned.message(),
+                assignment_id: assigned.assignment_id.to_string(),
             },
             Err(error) => {
                 if let ApiError::Internal(cause) = &error {

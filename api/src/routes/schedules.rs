@@ -13,10 +13,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::assign::{AssignInput, AssignRequest};
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::ratelimit::{Operation, RateInfo};
+use crate::services::assign::{AssignFields, AssignInput};
 use crate::services::schedules::{self as service, ScheduleFields};
 use crate::state::AppState;
 
@@ -137,7 +137,7 @@ pub async fn create_schedule(
     let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
     // The fields a schedule shares with an assign request are validated the same way.
     let input = AssignInput::parse(
-        AssignRequest {
+        AssignFields {
             flow_id: request.flow_id,
             user_email: request.user_email,
             due_date: None,

@@ -5,12 +5,13 @@
 //! body, the dashboard's form messages). No surface calls another surface's handler or builds
 //! its wire types.
 //!
-//! One module per resource: [`webhooks`] (endpoints, test pings, retries and recoveries),
+//! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
 //! [`keys`], [`team`] (dashboard accounts), [`users`], [`flows`], [`schedules`], [`reports`] and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
 //! export downloads) are checked here; the `/v1` read and write limits per request stay in the
 //! routes.
 
+pub mod assign;
 pub mod exports;
 pub mod flows;
 pub mod keys;
