@@ -131,7 +131,7 @@ async fn under_write_load_reports_and_exports_are_read_on_the_replica_within_the
 
     let server = pair.replica_server();
     let bound = chrono::Duration::from_std(max_staleness).unwrap();
-    let before = (reads("report", &server), reads("report", PRIMARY));
+    let before = reads("report", &server);
     let request = json!({ "flowId": reported.id.to_string(), "limit": 10 });
     for _ in 0..10 {
         let sent = Utc::now();
@@ -146,10 +146,12 @@ async fn under_write_load_reports_and_exports_are_read_on_the_replica_within_the
         );
         assert!(as_of <= generated_at(&response.body));
     }
-    let after = (reads("report", &server), reads("report", PRIMARY));
+    // The replica's counter is this pair's alone; the primary's is shared by every test of this
+    // binary that reads a report, so only the replica's can be counted exactly.
+    let after = reads("report", &server);
     assert_eq!(
-        (after.0 - before.0, after.1 - before.1),
-        (10.0, 0.0),
+        after - before,
+        10.0,
         "every report was read on the replica {server}"
     );
 
@@ -232,7 +234,10 @@ async fn with_the_replicas_replay_paused_reads_go_to_the_primary_until_it_catche
         "data read on the primary is current to the read"
     );
     let after = (reads("report", &server), reads("report", PRIMARY));
-    assert_eq!((after.0 - before.0, after.1 - before.1), (0.0, 1.0));
+    // Not on the replica; on the primary (whose counter other tests of this binary share, so at
+    // least this read).
+    assert_eq!(after.0 - before.0, 0.0, "not read on the stale replica");
+    assert!(after.1 - before.1 >= 1.0, "read on the primary");
 
     paused.resume().await;
     until_fresh(&app, &pair).await;
@@ -267,7 +272,9 @@ async fn with_the_replica_stopped_reports_still_answer_from_the_primary() {
         assert_eq!(response.status, 200, "{}", response.body);
         assert_eq!(response.body["metrics"]["totalAssignments"], 20);
     }
-    assert_eq!(reads("report", PRIMARY) - before, 5.0);
+    // At least these five on the primary: its counter is shared with the other tests of this
+    // binary that read reports.
+    assert!(reads("report", PRIMARY) - before >= 5.0);
     until(
         Duration::from_secs(10),
         "the stopped replica to be skipped",
