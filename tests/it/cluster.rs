@@ -200,6 +200,16 @@ async fn a_process_given_the_node_list_keeps_working_when_its_node_is_killed() {
             .await
             .expect("the API is connected");
         let killed = cluster.node_at(&node);
+        // As in production, the queues have formed on every node before one dies: a quorum queue
+        // that loses its leader within moments of being declared, before its members have all
+        // started, can be left without a majority.
+        cluster
+            .wait_for_full_queues(
+                app.topology().prefix(),
+                &app.topology().all_queues(),
+                Duration::from_secs(60),
+            )
+            .await;
         cluster.kill(killed).await;
         let bases = [app.base_url.clone()];
         let accepted = assign_until_accepted(
