@@ -271,7 +271,7 @@ mod tests {
             assert_eq!(AssignCommand::decode(&payload).unwrap(), command);
             assert_eq!(
                 decode_assign_message(Some(ASSIGN_KIND), &payload).unwrap(),
-                [command.clone()]
+                std::slice::from_ref(&command)
             );
             // A message without a type is one command, as before batches existed.
             assert_eq!(decode_assign_message(None, &payload).unwrap(), [command]);
