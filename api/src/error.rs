@@ -1,7 +1,7 @@
 //! The one error type of the API: every failure becomes a status and the `{error, message}` body
 //! (plus `retry_after` on 429). Internal errors are logged with context and answered without
-//! details. The services' own errors (caches, lookups, rate limits, publishing, Postgres) become
-//! it here, at the edge; so do the `RateLimit-*` headers, which successful answers of
+//! details. The services' own errors (caches, rate limits, Postgres, and [`ServiceError`], which
+//! carries lookups and publishing) become it here, at the edge; so do the `RateLimit-*` headers, which successful answers of
 //! rate-limited operations carry too.
 
 use axum::Json;
@@ -13,9 +13,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::caches::CacheError;
-use crate::lookup::LookupError;
 use crate::ratelimit::{RateInfo, RateLimitError};
-use crate::services::ServiceError;
+use crate::services::{DATABASE_UNAVAILABLE, ServiceError, VALUE_REFUSED, data_exception};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -126,40 +125,6 @@ impl ApiError {
         }
     }
 
-    /// The same failure once more, for the next of several items one cause failed together (a
-    /// bulk request's lookup or broker message); an internal error's cause is kept as text.
-    pub fn again(&self) -> Self {
-        match self {
-            Self::InvalidRequest(message) => Self::InvalidRequest(message.clone()),
-            Self::Unauthorized(message) => Self::Unauthorized(message),
-            Self::NotFound(message) => Self::NotFound(message.clone()),
-            Self::MethodNotAllowed => Self::MethodNotAllowed,
-            Self::Conflict(message) => Self::Conflict(message.clone()),
-            Self::NotYet => Self::NotYet,
-            Self::Gone(message) => Self::Gone(message.clone()),
-            Self::PayloadTooLarge(limit) => Self::PayloadTooLarge(*limit),
-            Self::UnsupportedMediaType => Self::UnsupportedMediaType,
-            Self::RateLimited {
-                operation,
-                retry_after,
-                info,
-            } => Self::RateLimited {
-                operation,
-                retry_after: *retry_after,
-                info: *info,
-            },
-            Self::Throttled {
-                message,
-                retry_after,
-            } => Self::Throttled {
-                message: message.clone(),
-                retry_after: *retry_after,
-            },
-            Self::Unavailable(message) => Self::Unavailable(message.clone()),
-            Self::Internal(cause) => Self::Internal(anyhow::anyhow!("{cause:#}")),
-        }
-    }
-
     /// Seconds to wait before retrying, on a 429.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
@@ -229,43 +194,23 @@ impl From<sqlx::Error> for ApiError {
     fn from(error: sqlx::Error) -> Self {
         if flow_common::db::is_transient(&error) {
             tracing::warn!(%error, "database unavailable");
-            Self::Unavailable("the database is unavailable; retry shortly".into())
+            Self::Unavailable(DATABASE_UNAVAILABLE.into())
         } else if let Some(code) = data_exception(&error) {
             // Validation should have refused the value first; this is the net under it, so the
             // caller gets a 400 and operators a log line saying which check is missing.
             tracing::warn!(%code, %error, "Postgres refused a value of the request");
-            Self::InvalidRequest(
-                "a value in the request is out of range or not valid text; check dates, numbers and text fields"
-                    .into(),
-            )
+            Self::InvalidRequest(VALUE_REFUSED.into())
         } else {
             Self::Internal(anyhow::Error::new(error).context("database query failed"))
         }
     }
 }
 
-/// The SQLSTATE of a Postgres data exception (class 22: a value out of range, badly encoded or
-/// of the wrong form), which a request's own values caused.
-fn data_exception(error: &sqlx::Error) -> Option<String> {
-    match error {
-        sqlx::Error::Database(database) => database
-            .code()
-            .filter(|code| code.starts_with("22"))
-            .map(|code| code.into_owned()),
-        _ => None,
-    }
-}
-
+/// A message the broker did not take, worded as the services word it (`/v1` progress publishes
+/// directly).
 impl From<PublishError> for ApiError {
     fn from(error: PublishError) -> Self {
-        match error {
-            PublishError::Unroutable(_) => {
-                Self::Internal(anyhow::Error::new(error).context("publishing a command"))
-            }
-            other => Self::Unavailable(format!(
-                "the request could not be queued durably ({other}); nothing was accepted, retry shortly"
-            )),
-        }
+        ServiceError::from(error).into()
     }
 }
 
@@ -277,15 +222,6 @@ impl From<CacheError> for ApiError {
                 message: error.to_string(),
                 retry_after,
             },
-        }
-    }
-}
-
-impl From<LookupError> for ApiError {
-    fn from(error: LookupError) -> Self {
-        match error {
-            LookupError::ShuttingDown => Self::Unavailable(error.to_string()),
-            LookupError::Database(error) => error.into(),
         }
     }
 }
@@ -325,6 +261,7 @@ impl From<ServiceError> for ApiError {
                 message,
                 retry_after,
             },
+            ServiceError::Unavailable(message) => Self::Unavailable(message),
             ServiceError::Database(error) => error.into(),
             ServiceError::Internal(error) => Self::Internal(error),
         }
@@ -346,4 +283,49 @@ fn write_rate_headers(info: &RateInfo, headers: &mut HeaderMap) {
     headers.insert("ratelimit-limit", HeaderValue::from(info.limit));
     headers.insert("ratelimit-remaining", HeaderValue::from(info.remaining));
     headers.insert("ratelimit-reset", HeaderValue::from(info.reset_seconds));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ratelimit::Operation;
+
+    /// The answer the API gives for `error`: status, code, message and `Retry-After`.
+    fn answer(error: ServiceError) -> (StatusCode, &'static str, String, Option<u64>) {
+        let error = ApiError::from(error);
+        let body = error.body();
+        (error.status(), body.error, body.message, body.retry_after)
+    }
+
+    #[test]
+    fn a_failure_shared_by_several_items_is_answered_the_same_for_each() {
+        let failures = [
+            ServiceError::Database(sqlx::Error::PoolTimedOut),
+            ServiceError::Database(sqlx::Error::RowNotFound),
+            ServiceError::Unavailable("the service is shutting down".into()),
+            ServiceError::RateLimited(RateLimitError::Exceeded {
+                operation: Operation::Assign,
+                retry_after: 7,
+                info: RateInfo {
+                    limit: 100,
+                    remaining: 0,
+                    reset_seconds: 7,
+                },
+            }),
+            ServiceError::NotFoundSaying("user a@b.c not found in this organization".into()),
+            ServiceError::Internal(anyhow::anyhow!("cause")),
+        ];
+        for failure in failures {
+            let again = failure.again();
+            assert_eq!(answer(again), answer(failure));
+        }
+    }
+
+    #[test]
+    fn unavailable_is_503_with_retry_after() {
+        let response =
+            ApiError::from(ServiceError::Unavailable("broker down".into())).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    }
 }

@@ -130,7 +130,7 @@ pub async fn build_state(
             routing_key: QueueKind::Assign.suffix(),
             single_kind: flow_domain::messages::ASSIGN_KIND,
             batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
-            batch_version: flow_domain::messages::ASSIGN_BATCH_VERSION,
+            envelope: flow_domain::messages::AssignBatch::envelope,
         },
         BatchLimits {
             max_batch: config.publish_batch_max,

@@ -664,8 +664,9 @@ pub struct BatchTarget {
     pub single_kind: &'static str,
     /// AMQP `type` of a message holding a batch.
     pub batch_kind: &'static str,
-    /// Version written in the batch envelope.
-    pub batch_version: u16,
+    /// Builds the payload of a message of several items from their encodings: the queue's
+    /// codec, in the domain crate (`AssignBatch::envelope` for the assign queues).
+    pub envelope: fn(&[&[u8]]) -> Vec<u8>,
 }
 
 /// How a [`BatchPublisher`] forms its batches.
@@ -700,7 +701,7 @@ struct BatchItem {
 }
 
 /// Publishes many small messages as few broker messages: concurrent submissions are gathered into
-/// one `{"version": v, "commands": [...]}` message (a lone submission goes out as itself), and
+/// one message, built by the target's envelope (a lone submission goes out as itself), and
 /// every submitter is answered when that message is confirmed. At most `in_flight` batches await
 /// confirms at once; while they do, new submissions queue up and form the next batch, so batches
 /// grow with the load and add no delay when it is light. A batch that would go out while another
@@ -878,18 +879,8 @@ async fn send_batch(
             })
             .await;
     }
-    let mut payload =
-        Vec::with_capacity(batch.iter().map(|item| item.json.len() + 1).sum::<usize>() + 40);
-    payload.extend_from_slice(
-        format!("{{\"version\":{},\"commands\":[", target.batch_version).as_bytes(),
-    );
-    for (index, item) in batch.iter().enumerate() {
-        if index > 0 {
-            payload.push(b',');
-        }
-        payload.extend_from_slice(&item.json);
-    }
-    payload.extend_from_slice(b"]}");
+    let items: Vec<&[u8]> = batch.iter().map(|item| item.json.as_slice()).collect();
+    let payload = (target.envelope)(&items);
     let message_id = format!("batch-{}", uuid::Uuid::now_v7().simple());
     publisher
         .publish(Outgoing {

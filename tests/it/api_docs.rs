@@ -6,6 +6,7 @@ use chrono::{TimeZone, Utc};
 use flow_common::db::lifecycle::AssignmentSnapshot;
 use flow_domain::events::EventType;
 use flow_domain::ids::{AssignmentId, FlowId, OrgId};
+use flow_domain::{AssignmentStatus, Priority};
 use flow_tests::TestApp;
 use serde_json::{Value, json};
 
@@ -115,8 +116,8 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         flow_id: FlowId::new(),
         flow_name: "Security Basics".into(),
         assignee_email: "ann@example.com".into(),
-        status: "completed".into(),
-        priority: "high".into(),
+        status: AssignmentStatus::Completed,
+        priority: Priority::High,
         due_at: None,
         assigned_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
         started_at: None,

@@ -9,7 +9,7 @@ use flow_common::amqp::{
     BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind, Submission,
 };
 use flow_common::db::orgs::Tier;
-use flow_domain::messages::{ASSIGN_BATCH_KIND, ASSIGN_BATCH_VERSION, ASSIGN_KIND};
+use flow_domain::messages::{ASSIGN_BATCH_KIND, ASSIGN_KIND, AssignBatch};
 use flow_tests::{TestApp, TestOptions};
 use lapin::options::BasicGetOptions;
 use serde_json::json;
@@ -33,7 +33,7 @@ async fn batch_publisher(app: &TestApp, fill_wait: Duration) -> BatchPublisher {
             routing_key: QueueKind::Assign.suffix(),
             single_kind: ASSIGN_KIND,
             batch_kind: ASSIGN_BATCH_KIND,
-            batch_version: ASSIGN_BATCH_VERSION,
+            envelope: AssignBatch::envelope,
         },
         BatchLimits {
             max_batch: 128,

@@ -15,6 +15,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::amqp::Lane;
 use flow_common::db::flows::{self, FlowSummary};
+use flow_domain::Invalid;
 use flow_domain::ids::FlowId;
 use serde::Deserialize;
 
@@ -25,6 +26,7 @@ use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::ratelimit::Operation;
+use crate::services::ServiceError;
 use crate::services::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
 use crate::state::AppState;
 
@@ -188,7 +190,7 @@ async fn assign(
 ) -> PageResult {
     account.require_admin()?;
     let now = Utc::now();
-    let result = async {
+    let result: Result<_, ServiceError> = async {
         state
             .limiter
             .check(&account.caller, Operation::Assign, 1)
@@ -211,6 +213,8 @@ async fn assign(
             Ok(Redirect::to("/dashboard/assign").into_response())
         }
         Err(error) => {
+            // Worded as the API words it, then placed beside its field.
+            let error = ApiError::from(error);
             let mut errors = AssignErrors::default();
             let status = error.status();
             place(error, &mut errors);
@@ -411,9 +415,9 @@ async fn upload(
                 request_id: String::new(),
             };
             let input = if index >= granted {
-                Err(ApiError::InvalidRequest(
+                Err(ServiceError::Invalid(Invalid(
                     "Not assigned: the organization's assign limit per minute is used up; upload this row again in a minute.".to_owned(),
-                ))
+                )))
             } else {
                 AssignInput::parse(request(&form), caller.zone, now)
             };
@@ -436,6 +440,7 @@ async fn upload(
                 assignment_id: assigned.assignment_id.to_string(),
             },
             Err(error) => {
+                let error = ApiError::from(error);
                 if let ApiError::Internal(cause) = &error {
                     tracing::error!(error = format!("{cause:#}"), "dashboard upload row failed");
                 }

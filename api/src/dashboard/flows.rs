@@ -414,7 +414,7 @@ async fn show(
                     } else {
                         0
                     },
-                    priority: label(&row.priority),
+                    priority: label(row.priority.as_str()),
                     assigned: layout.time(&row.assigned_at),
                     due: layout.time_or(&row.due_at, "–"),
                     completed: layout.time_or(&row.completed_at, "–"),

@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_common::db::dashboard as queries;
 use flow_domain::ids::ScheduleId;
+use flow_domain::recurrence::Recurrence;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
@@ -101,17 +102,17 @@ async fn list(
                 } else {
                     "Done".to_owned()
                 },
-                recurrence: if row.recurrence == "none" {
+                recurrence: if row.recurrence == Recurrence::None {
                     "Once".to_owned()
                 } else {
-                    label(&row.recurrence)
+                    label(row.recurrence.as_str())
                 },
                 occurrences: row.occurrence,
                 due: row
                     .due_in_days
                     .map_or_else(|| "–".to_owned(), |days| format!("{days} days after")),
-                status: row.status.clone(),
-                status_text: label(&row.status),
+                status: row.status.as_str().to_owned(),
+                status_text: label(row.status.as_str()),
                 active: row.active,
             })
             .collect(),

@@ -17,7 +17,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, RequestId};
-use crate::ratelimit::{Operation, RateInfo};
+use crate::ratelimit::{Operation, RateInfo, RateLimitError};
 use crate::services::assign::{
     AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
 };
@@ -230,11 +230,12 @@ pub async fn assign_bulk(
         .enumerate()
         .map(|(index, item)| {
             let input = if index >= granted {
-                Err(ApiError::RateLimited {
-                    operation: "assign",
+                Err(RateLimitError::Exceeded {
+                    operation: Operation::Assign,
                     retry_after,
                     info: rate,
-                })
+                }
+                .into())
             } else {
                 AssignInput::parse(item.into(), auth.zone, now)
             };
@@ -256,6 +257,7 @@ pub async fn assign_bulk(
                 error: None,
             },
             Err(error) => {
+                let error = ApiError::from(error);
                 if matches!(error, ApiError::Internal(_)) {
                     tracing::error!(index, error = %error, "bulk assign item failed");
                 }

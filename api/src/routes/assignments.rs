@@ -109,7 +109,7 @@ impl AssignmentView {
             flow_name: record.flow_name,
             user_id: record.user_id,
             assignee_email: record.assignee_email,
-            priority: record.priority,
+            priority: record.priority.as_str().to_owned(),
             notes: record.notes,
             due_date: record.due_at,
             assigned_at: record.assigned_at,
@@ -181,7 +181,7 @@ pub struct ModuleProgressView {
 
 impl From<ModuleProgressRecord> for ModuleProgressView {
     fn from(record: ModuleProgressRecord) -> Self {
-        let status = record.status.parse().unwrap_or(ModuleStatus::InProgress);
+        let status = record.status;
         Self {
             module_id: record.module_id,
             module_name: record.module_name,
@@ -548,7 +548,8 @@ pub async fn record_progress(
         at,
         request_id: Some(request_id.value.to_string()),
     };
-    let payload = serde_json::to_vec(&command)
+    let payload = command
+        .encode()
         .map_err(|error| ApiError::Internal(anyhow::Error::new(error)))?;
     let exchange = state.topology().commands_exchange();
     let message_id = format!("progress-{}", uuid::Uuid::now_v7().simple());

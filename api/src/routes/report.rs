@@ -305,11 +305,11 @@ pub struct ScheduleView {
 impl From<ScheduleRow> for ScheduleView {
     fn from(row: ScheduleRow) -> Self {
         Self {
-            status: row.status(),
+            status: row.status,
             schedule_id: row.id,
             assignee_email: row.assignee_email,
             scheduled_at: row.scheduled_at,
-            recurrence: row.recurrence,
+            recurrence: row.recurrence.as_str().to_owned(),
         }
     }
 }
@@ -358,7 +358,7 @@ impl ReportAssignment {
         module_progress: Option<Vec<ModuleProgressView>>,
     ) -> Self {
         Self {
-            status: row.status(),
+            status: row.status,
             assignment_id: row.id,
             assignee_email: row.assignee_email,
             assigned_at: row.assigned_at,
@@ -367,7 +367,7 @@ impl ReportAssignment {
             due_date: row.due_at,
             started_at: row.started_at,
             completed_at: row.completed_at,
-            priority: row.priority,
+            priority: row.priority.as_str().to_owned(),
             module_progress,
         }
     }

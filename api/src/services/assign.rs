@@ -13,10 +13,10 @@ use flow_common::db::flows::FlowSummary;
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
-use flow_domain::{DayBound, Email, Notes, Priority, parse_date_input};
+use flow_domain::{DayBound, Email, Invalid, Notes, Priority, parse_date_input};
 
+use super::ServiceError;
 use crate::caller::Caller;
-use crate::error::ApiError;
 use crate::lookup::LookupError;
 use crate::state::AppState;
 
@@ -145,10 +145,10 @@ impl AssignInput {
         request: AssignFields,
         zone: chrono_tz::Tz,
         now: DateTime<Utc>,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, ServiceError> {
         let flow_text = request.flow_id.unwrap_or_default();
         if flow_text.trim().is_empty() {
-            return Err(ApiError::InvalidRequest("flowId is required".into()));
+            return Err(Invalid("flowId is required".into()).into());
         }
         let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))?;
         let due_at = match request.due_date.as_deref() {
@@ -156,9 +156,7 @@ impl AssignInput {
             Some(text) => {
                 let due = parse_date_input("dueDate", text, zone, DayBound::End)?;
                 if due <= now {
-                    return Err(ApiError::InvalidRequest(
-                        "dueDate must be in the future".into(),
-                    ));
+                    return Err(Invalid("dueDate must be in the future".into()).into());
                 }
                 Some(due)
             }
@@ -196,7 +194,7 @@ pub async fn assign_one(
     input: AssignInput,
     request_id: Option<&str>,
     now: DateTime<Utc>,
-) -> Result<Assigned, ApiError> {
+) -> Result<Assigned, ServiceError> {
     assign_many(
         state,
         caller,
@@ -207,7 +205,7 @@ pub async fn assign_one(
     .await
     .pop()
     .unwrap_or_else(|| {
-        Err(ApiError::Internal(anyhow::anyhow!(
+        Err(ServiceError::Internal(anyhow::anyhow!(
             "no outcome for the request"
         )))
     })
@@ -223,9 +221,9 @@ pub async fn assign_many(
     state: &AppState,
     caller: &Caller,
     lane: Lane,
-    items: Vec<(Result<AssignInput, ApiError>, Option<String>)>,
+    items: Vec<(Result<AssignInput, ServiceError>, Option<String>)>,
     now: DateTime<Utc>,
-) -> Vec<Result<Assigned, ApiError>> {
+) -> Vec<Result<Assigned, ServiceError>> {
     let mut outcomes = Vec::with_capacity(items.len());
     let mut pending = Vec::with_capacity(items.len());
     for (index, (input, request_id)) in items.into_iter().enumerate() {
@@ -245,9 +243,13 @@ pub async fn assign_many(
     let found = match look_up(state, &prepared).await {
         Ok(found) => found,
         Err(error) => {
-            let failure = ApiError::from(error);
-            for index in indexes {
+            // One cause for all: the first item gets it, the others the same failure again.
+            let failure = ServiceError::from(error);
+            for &index in indexes.iter().skip(1) {
                 outcomes[index] = Some(Err(failure.again()));
+            }
+            if let Some(&first) = indexes.first() {
+                outcomes[first] = Some(Err(failure));
             }
             return outcomes.into_iter().flatten().collect();
         }
@@ -295,7 +297,7 @@ pub async fn assign_many(
         }
     };
     for ((index, response), outcome) in publishing.into_iter().zip(published) {
-        outcomes[index] = Some(outcome.map(|()| response).map_err(ApiError::from));
+        outcomes[index] = Some(outcome.map(|()| response).map_err(ServiceError::from));
     }
     outcomes.into_iter().flatten().collect()
 }
@@ -324,13 +326,13 @@ async fn prepare(
     input: AssignInput,
     request_id: Option<String>,
     now: DateTime<Utc>,
-) -> Result<Prepared, ApiError> {
+) -> Result<Prepared, ServiceError> {
     let org_id = caller.org_id();
     let flow = match input.flow_id {
         Some(flow_id) => state.caches.flow(&state.db, org_id, flow_id).await?,
         None => None,
     }
-    .ok_or_else(|| ApiError::not_found("flow"))?;
+    .ok_or(ServiceError::NotFound("flow"))?;
     let email_normalized = input.email.normalized();
     let request = request_id.as_deref().map(|id| RequestKey {
         assignment_id: AssignmentId::for_request(org_id, id),
@@ -385,7 +387,7 @@ async fn look_up(
 impl Prepared {
     /// The answer to this request given what the lookup `found`, and the command to publish
     /// first, if any.
-    fn plan(self, state: &AppState, found: LookupResult) -> Result<Planned, ApiError> {
+    fn plan(self, state: &AppState, found: LookupResult) -> Result<Planned, ServiceError> {
         let Prepared {
             input,
             flow,
@@ -394,7 +396,7 @@ impl Prepared {
             now,
         } = self;
         let (user_id, email) = found.user.ok_or_else(|| {
-            ApiError::NotFound(format!(
+            ServiceError::NotFoundSaying(format!(
                 "user {} not found in this organization",
                 input.email
             ))
@@ -419,7 +421,9 @@ impl Prepared {
         };
         if let Some(request) = key.request {
             let claim = found.claim.ok_or_else(|| {
-                ApiError::Unavailable("a concurrent request holds this X-Request-ID; retry".into())
+                ServiceError::Unavailable(
+                    "a concurrent request holds this X-Request-ID; retry".into(),
+                )
             })?;
             if claim.fingerprint != request.fingerprint {
                 return Err(request_id_conflict());
@@ -474,14 +478,14 @@ impl Prepared {
     }
 }
 
-fn request_id_conflict() -> ApiError {
-    ApiError::Conflict("X-Request-ID was already used for a different request".into())
+fn request_id_conflict() -> ServiceError {
+    ServiceError::Conflict("X-Request-ID was already used for a different request".into())
 }
 
 /// An assign command as the batch publisher takes it.
-fn submission(command: &AssignCommand) -> Result<Submission, ApiError> {
-    let json = serde_json::to_vec(command).map_err(|error| {
-        ApiError::Internal(anyhow::Error::new(error).context("encoding a command"))
+fn submission(command: &AssignCommand) -> Result<Submission, ServiceError> {
+    let json = command.encode().map_err(|error| {
+        ServiceError::Internal(anyhow::Error::new(error).context("encoding a command"))
     })?;
     Ok(Submission {
         json,

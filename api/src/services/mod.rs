@@ -21,6 +21,7 @@ pub mod team;
 pub mod users;
 pub mod webhooks;
 
+use flow_common::amqp::PublishError;
 use flow_common::db::audit::Actor;
 use flow_common::db::exports::{CapReached, CreateError};
 use flow_common::report::engine::ReportError;
@@ -29,6 +30,7 @@ use flow_domain::ids::OrgId;
 
 use crate::caches::CacheError;
 use crate::caller::Caller;
+use crate::lookup::LookupError;
 use crate::ratelimit::RateLimitError;
 
 /// Who asks for an operation: the organization it acts in (with its tier, limits and time zone)
@@ -123,6 +125,10 @@ pub enum ServiceError {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// A dependency (the broker, the lookup batcher) is down or did not confirm; nothing was
+    /// accepted (503, to retry shortly).
+    #[error("{0}")]
+    Unavailable(String),
     /// Postgres failed (transient failures become 503 at the surfaces).
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -137,6 +143,95 @@ impl ServiceError {
         match self {
             Self::Fields(problems) => problems,
             _ => &[],
+        }
+    }
+
+    /// The same failure once more, for the next of several items one cause failed together (a
+    /// bulk request's lookup): a database error as the surfaces answer it (503 when transient,
+    /// 400 for a value Postgres refused), an internal error's cause kept as text.
+    pub fn again(&self) -> Self {
+        match self {
+            Self::Invalid(invalid) => Self::Invalid(invalid.clone()),
+            Self::Fields(problems) => Self::Fields(problems.clone()),
+            Self::NotFound(what) => Self::NotFound(what),
+            Self::NotFoundSaying(message) => Self::NotFoundSaying(message.clone()),
+            Self::Conflict(message) => Self::Conflict(message.clone()),
+            Self::Gone(message) => Self::Gone(message.clone()),
+            Self::RateLimited(RateLimitError::Exceeded {
+                operation,
+                retry_after,
+                info,
+            }) => Self::RateLimited(RateLimitError::Exceeded {
+                operation: *operation,
+                retry_after: *retry_after,
+                info: *info,
+            }),
+            Self::RateLimited(RateLimitError::Database(error)) | Self::Database(error) => {
+                database_again(error)
+            }
+            Self::Throttled {
+                message,
+                retry_after,
+            } => Self::Throttled {
+                message: message.clone(),
+                retry_after: *retry_after,
+            },
+            Self::Unavailable(message) => Self::Unavailable(message.clone()),
+            Self::Internal(cause) => Self::Internal(anyhow::anyhow!("{cause:#}")),
+        }
+    }
+}
+
+/// What the surfaces say when Postgres is unavailable (a transient failure).
+pub const DATABASE_UNAVAILABLE: &str = "the database is unavailable; retry shortly";
+
+/// What the surfaces say when Postgres refused a value of the request (a data exception).
+pub const VALUE_REFUSED: &str = "a value in the request is out of range or not valid text; check dates, numbers and text fields";
+
+/// The SQLSTATE of a Postgres data exception (class 22: a value out of range, badly encoded or
+/// of the wrong form), which a request's own values caused.
+pub fn data_exception(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(database) => database
+            .code()
+            .filter(|code| code.starts_with("22"))
+            .map(|code| code.into_owned()),
+        _ => None,
+    }
+}
+
+/// A database failure seen once more by another item: what the surfaces make of it, since the
+/// driver's error cannot be copied.
+fn database_again(error: &sqlx::Error) -> ServiceError {
+    if flow_common::db::is_transient(error) {
+        ServiceError::Unavailable(DATABASE_UNAVAILABLE.to_owned())
+    } else if data_exception(error).is_some() {
+        ServiceError::Invalid(Invalid(VALUE_REFUSED.to_owned()))
+    } else {
+        ServiceError::Internal(anyhow::anyhow!("database query failed: {error}"))
+    }
+}
+
+impl From<LookupError> for ServiceError {
+    fn from(error: LookupError) -> Self {
+        match error {
+            LookupError::ShuttingDown => Self::Unavailable(error.to_string()),
+            LookupError::Database(error) => Self::Database(error),
+        }
+    }
+}
+
+/// A command the broker did not take: a route missing is a bug (500); anything else (no
+/// confirm, a nack, the connection down) leaves nothing accepted, to retry (503).
+impl From<PublishError> for ServiceError {
+    fn from(error: PublishError) -> Self {
+        match error {
+            PublishError::Unroutable(_) => {
+                Self::Internal(anyhow::Error::new(error).context("publishing a command"))
+            }
+            other => Self::Unavailable(format!(
+                "the request could not be queued durably ({other}); nothing was accepted, retry shortly"
+            )),
         }
     }
 }

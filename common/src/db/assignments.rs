@@ -5,14 +5,15 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use flow_domain::AssignmentStatus;
-use flow_domain::events::{EventData, EventType, event_body};
-use flow_domain::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::events::{EventData, EventType, NewEvent};
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
 use flow_domain::messages::AssignCommand;
+use flow_domain::{AssignmentStatus, ModuleStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
-use super::Conflicts;
 use super::lifecycle::AssignmentSnapshot;
+use super::{Conflicts, outbox};
+use crate::amqp::Lane;
 
 /// What a batch did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -61,10 +62,9 @@ impl ApplyError {
 /// retried request, a scheduler retry) is applied once.
 pub async fn apply_batch(
     connection: &mut PgConnection,
-    lane: crate::amqp::Lane,
+    lane: Lane,
     commands: &[AssignCommand],
 ) -> Result<BatchOutcome, ApplyError> {
-    let interactive = lane == crate::amqp::Lane::Interactive;
     let mut outcome = BatchOutcome::default();
     let mut seen = HashSet::with_capacity(commands.len());
     let mut unique = Vec::with_capacity(commands.len());
@@ -92,10 +92,10 @@ pub async fn apply_batch(
         let inserted = if round == 0 {
             // Most batches are new assignments only: tried as a plain insert first.
             super::insert_optimistically!(connection, |conflicts| {
-                insert_new(&mut *connection, &pending, interactive, conflicts).await
+                insert_new(&mut *connection, &pending, lane, conflicts).await
             })?
         } else {
-            insert_new(&mut *connection, &pending, interactive, Conflicts::Handle).await?
+            insert_new(&mut *connection, &pending, lane, Conflicts::Handle).await?
         };
         outcome.inserted += inserted.len() as u64;
         pending.retain(|command| !inserted.contains(&command.assignment_id));
@@ -116,23 +116,20 @@ pub async fn apply_batch(
     if !pending.is_empty() {
         return Err(ApplyError::Unsettled(pending.len()));
     }
-    if outcome.inserted > 0 {
-        super::notify(&mut *connection, super::OUTBOX_CHANNEL, "").await?;
-    }
     Ok(outcome)
 }
 
-/// The statement of [`insert_new`], with what follows the assignments' and the events' inserts
-/// (`ON CONFLICT …`, or nothing for a plain insert).
+/// The statement of [`insert_new`], with what follows the assignments' insert (`ON CONFLICT …`,
+/// or nothing for a plain insert).
 macro_rules! insert_statement {
-    ($assignments_conflict:literal, $events_conflict:literal) => {
+    ($assignments_conflict:literal) => {
         concat!(
             "WITH input AS (
             SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[],
                                  $6::text[], $7::timestamptz[], $8::timestamptz[], $9::text[],
-                                 $10::uuid[], $11::uuid[], $12::jsonb[], $13::text[])
+                                 $10::uuid[])
                 AS t(id, org_id, flow_id, user_id, priority, notes, due_at, assigned_at,
-                     request_id, schedule_id, event_id, payload, traceparent)
+                     request_id, schedule_id)
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
                                      assigned_at, request_id, schedule_id)
@@ -150,14 +147,6 @@ macro_rules! insert_statement {
             $assignments_conflict,
             "
             RETURNING id
-         ), events AS (
-            INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
-                                interactive)
-            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent, $14
-            FROM input i JOIN inserted USING (id)
-            ",
-            $events_conflict,
-            "
          ), current_schedules AS (
             UPDATE schedules s SET current_assignment_id = i.id
             FROM input i JOIN inserted USING (id)
@@ -168,13 +157,13 @@ macro_rules! insert_statement {
     };
 }
 
-/// Inserts the commands' assignments, with one outbox row per inserted assignment; returns the ids
-/// inserted. With [`Conflicts::Handle`], what conflicts is skipped; with [`Conflicts::Fail`], a
-/// taken key fails the statement. The events go to the interactive lane when `interactive`.
+/// Inserts the commands' assignments, then one `flow.assigned` outbox row per inserted assignment
+/// (through [`outbox::write`], in `lane`); returns the ids inserted. With [`Conflicts::Handle`],
+/// what conflicts is skipped; with [`Conflicts::Fail`], a taken key fails the statement.
 async fn insert_new(
     connection: &mut PgConnection,
     commands: &[&AssignCommand],
-    interactive: bool,
+    lane: Lane,
     conflicts: Conflicts,
 ) -> Result<HashSet<AssignmentId>, sqlx::Error> {
     let ids: Vec<AssignmentId> = commands.iter().map(|c| c.assignment_id).collect();
@@ -187,34 +176,9 @@ async fn insert_new(
     let assigned: Vec<DateTime<Utc>> = commands.iter().map(|c| c.assigned_at).collect();
     let request_ids: Vec<Option<&str>> = commands.iter().map(|c| c.request_id.as_deref()).collect();
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
-    let event_ids: Vec<EventId> = commands
-        .iter()
-        .map(|command| {
-            EventId::for_transition(
-                command.assignment_id,
-                EventType::Assigned.as_str(),
-                command.assigned_at,
-            )
-        })
-        .collect();
-    let payloads: Vec<serde_json::Value> = commands
-        .iter()
-        .zip(&event_ids)
-        .map(|(command, event_id)| assigned_event(command, *event_id))
-        .collect();
-    // Each event continues its command's request; a command that names none (sent before commands
-    // carried it, or by untraced work) joins the trace of the batch applying it.
-    let batch_trace = crate::telemetry::current_traceparent();
-    let traceparents: Vec<Option<&str>> = commands
-        .iter()
-        .map(|c| c.traceparent.as_deref().or(batch_trace.as_deref()))
-        .collect();
     let rows: Vec<(AssignmentId,)> = sqlx::query_as(match conflicts {
-        Conflicts::Fail => insert_statement!("", ""),
-        Conflicts::Handle => insert_statement!(
-            "ON CONFLICT DO NOTHING",
-            "ON CONFLICT (event_id) DO NOTHING"
-        ),
+        Conflicts::Fail => insert_statement!(""),
+        Conflicts::Handle => insert_statement!("ON CONFLICT DO NOTHING"),
     })
     .bind(&ids)
     .bind(&orgs)
@@ -226,13 +190,19 @@ async fn insert_new(
     .bind(&assigned)
     .bind(&request_ids)
     .bind(&schedules)
-    .bind(&event_ids)
-    .bind(&payloads)
-    .bind(&traceparents)
-    .bind(interactive)
     .fetch_all(&mut *connection)
     .await?;
-    Ok(rows.into_iter().map(|(id,)| id).collect())
+    let inserted: HashSet<AssignmentId> = rows.into_iter().map(|(id,)| id).collect();
+    // Each event continues its command's request; a command that names none (sent before commands
+    // carried it, or by untraced work) joins the trace of the batch applying it.
+    let batch_trace = crate::telemetry::current_traceparent();
+    let events: Vec<NewEvent> = commands
+        .iter()
+        .filter(|command| inserted.contains(&command.assignment_id))
+        .map(|command| assigned_event(command, batch_trace.as_deref()))
+        .collect();
+    outbox::write(&mut *connection, lane, &events, conflicts).await?;
+    Ok(inserted)
 }
 
 /// What became of commands that were not inserted.
@@ -346,26 +316,29 @@ async fn record_explicit_aliases(
     Ok(result.rows_affected())
 }
 
-/// The `flow.assigned` event body, as every consumer receives it.
-fn assigned_event(command: &AssignCommand, event_id: EventId) -> serde_json::Value {
+/// The `flow.assigned` event of a command's new assignment, with the body every consumer
+/// receives; `batch_trace` is its trace when the command names none.
+fn assigned_event(command: &AssignCommand, batch_trace: Option<&str>) -> NewEvent {
     let snapshot = AssignmentSnapshot {
         id: command.assignment_id,
         org_id: command.org_id,
         flow_id: command.flow_id,
         flow_name: command.flow_name.clone(),
         assignee_email: command.assignee_email.clone(),
-        status: AssignmentStatus::Pending.as_str().to_owned(),
-        priority: command.priority.as_str().to_owned(),
+        status: AssignmentStatus::Pending,
+        priority: command.priority,
         due_at: command.due_at,
         assigned_at: command.assigned_at,
         started_at: None,
         completed_at: None,
     };
-    event_body(
-        event_id,
-        EventType::Assigned.as_str(),
-        command.assigned_at,
+    NewEvent::about(
+        command.org_id,
         EventData::from(&snapshot),
+        command.assigned_at,
+        EventType::Assigned,
+        command.assigned_at,
+        command.traceparent.as_deref().or(batch_trace),
     )
 }
 
@@ -634,7 +607,7 @@ pub struct AssignmentRecord {
     /// Stored status (see [`AssignmentRecord::status`] for the reported one); a name this
     /// build does not know fails the read.
     pub status: AssignmentStatus,
-    pub priority: String,
+    pub priority: Priority,
     pub notes: Option<String>,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,
@@ -699,8 +672,8 @@ pub struct ModuleProgressRecord {
     pub module_name: String,
     /// Module position in the flow.
     pub position: i32,
-    /// `in_progress` or `completed`.
-    pub status: String,
+    /// `in_progress` or `completed`; a name this build does not know fails the read.
+    pub status: ModuleStatus,
     /// When it was started.
     pub started_at: Option<DateTime<Utc>>,
     /// When it was completed.

@@ -3,10 +3,11 @@
 //! assignments of a flow searched by e-mail, and the list of schedules.
 
 use chrono::{DateTime, Utc};
-use flow_domain::AssignmentStatus;
 use flow_domain::ids::{
     AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
 };
+use flow_domain::recurrence::Recurrence;
+use flow_domain::{AssignmentStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
@@ -320,18 +321,18 @@ pub struct ScheduleListing {
     pub assignee_email: String,
     /// Next (or only) occurrence.
     pub scheduled_at: DateTime<Utc>,
-    /// none, daily, weekly, monthly, quarterly or yearly.
-    pub recurrence: String,
+    /// How often it repeats.
+    pub recurrence: Recurrence,
     /// Occurrences assigned so far.
     pub occurrence: i32,
     /// Days from an occurrence to its due date.
     pub due_in_days: Option<i32>,
     /// Priority of the assignments.
-    pub priority: String,
+    pub priority: Priority,
     /// False once a one-off schedule has run.
     pub active: bool,
     /// Status of the current occurrence (`pending` before the first).
-    pub status: String,
+    pub status: AssignmentStatus,
 }
 
 /// A page of an organization's live schedules, newest first, before `before`, with statuses

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use flow_domain::events::{EventData, EventType, NewEvent};
 use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId};
 use flow_domain::messages::ProgressCommand;
-use flow_domain::{AssignmentStatus, ModuleStatus, format_timestamp};
+use flow_domain::{AssignmentStatus, ModuleStatus, Priority, format_timestamp};
 use sqlx::PgConnection;
 use tracing::Instrument;
 
@@ -24,9 +24,9 @@ pub struct AssignmentSnapshot {
     pub flow_name: String,
     /// Assignee e-mail.
     pub assignee_email: String,
-    /// Status after the change.
-    pub status: String,
-    pub priority: String,
+    /// Status after the change; a name this build does not know fails the read.
+    pub status: AssignmentStatus,
+    pub priority: Priority,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,
     /// Assignment time.
@@ -69,12 +69,12 @@ impl From<&AssignmentSnapshot> for EventData {
             flow_id: snapshot.flow_id,
             flow_name: snapshot.flow_name.clone(),
             assignee_email: snapshot.assignee_email.clone(),
-            status: snapshot.status.clone(),
+            status: snapshot.status.as_str().to_owned(),
             assigned_at: format_timestamp(snapshot.assigned_at),
             due_date: snapshot.due_at.map(format_timestamp),
             started_at: snapshot.started_at.map(format_timestamp),
             completed_at: snapshot.completed_at.map(format_timestamp),
-            priority: snapshot.priority.clone(),
+            priority: snapshot.priority.as_str().to_owned(),
         }
     }
 }
@@ -104,7 +104,7 @@ pub async fn apply_progress(
     let Some(snapshot) = snapshot else {
         return Ok((ProgressOutcome::Missing, Vec::new()));
     };
-    if snapshot.status == AssignmentStatus::Completed.as_str() {
+    if snapshot.status == AssignmentStatus::Completed {
         return Ok((ProgressOutcome::AlreadyCompleted, Vec::new()));
     }
     let recorded = record_module(connection, command).await?;

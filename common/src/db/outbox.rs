@@ -6,6 +6,7 @@ use flow_domain::events::NewEvent;
 use flow_domain::ids::{AssignmentId, EventId, OrgId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
+use super::Conflicts;
 use crate::amqp::Lane;
 
 /// The outbox cursor of `lane` (migration 0151).
@@ -36,6 +37,20 @@ macro_rules! next_batch_statement {
     };
 }
 
+/// The statement of [`write`], with what follows the insert (`ON CONFLICT …`, or nothing).
+macro_rules! insert_statement {
+    ($conflict:literal) => {
+        concat!(
+            "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
+                                 interactive)
+             SELECT *, $7 FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[],
+                                      $6::text[])
+             ",
+            $conflict
+        )
+    };
+}
+
 /// Writes `events` of `lane` (in the caller's transaction) and wakes the relays when it commits.
 /// An event whose id is already in the outbox is not written again: ids are derived from what the
 /// event is about, so a second write of the same transition is a no-op whatever path produced it.
@@ -43,6 +58,20 @@ pub async fn insert(
     connection: &mut PgConnection,
     lane: Lane,
     events: &[NewEvent],
+) -> Result<(), sqlx::Error> {
+    write(connection, lane, events, Conflicts::Handle).await
+}
+
+/// The one statement that writes outbox rows: `events` of `lane`, each typed by its
+/// [`EventType`](flow_domain::events::EventType), then a notification that wakes the relays when
+/// the transaction commits. With [`Conflicts::Handle`] an event whose id is taken is skipped; with
+/// [`Conflicts::Fail`] (a caller's optimistic plain insert, see `insert_optimistically`) it fails
+/// the statement.
+pub(crate) async fn write(
+    connection: &mut PgConnection,
+    lane: Lane,
+    events: &[NewEvent],
+    conflicts: Conflicts,
 ) -> Result<(), sqlx::Error> {
     if events.is_empty() {
         return Ok(());
@@ -59,13 +88,10 @@ pub async fn insert(
         .iter()
         .map(|event| event.traceparent.as_deref())
         .collect();
-    sqlx::query(
-        "INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
-                             interactive)
-         SELECT *, $7 FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::uuid[], $5::jsonb[],
-                                  $6::text[])
-         ON CONFLICT (event_id) DO NOTHING",
-    )
+    sqlx::query(match conflicts {
+        Conflicts::Fail => insert_statement!(""),
+        Conflicts::Handle => insert_statement!("ON CONFLICT (event_id) DO NOTHING"),
+    })
     .bind(&ids)
     .bind(&orgs)
     .bind(&types)

@@ -11,9 +11,10 @@
 use std::sync::LazyLock;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use flow_domain::AssignmentStatus;
 use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
+use flow_domain::recurrence::Recurrence;
 use flow_domain::report::{PageCursor, Period, ReportParameters};
+use flow_domain::{AssignmentStatus, ModuleStatus, Priority};
 use futures::stream::BoxStream;
 use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 
@@ -135,9 +136,9 @@ pub struct ReportRow {
     pub assignee_email: String,
     /// Assignment time.
     pub assigned_at: DateTime<Utc>,
-    /// Status at the reading time.
-    pub status: String,
-    pub priority: String,
+    /// Status at the reading time; a name this build does not know fails the read.
+    pub status: AssignmentStatus,
+    pub priority: Priority,
     /// Due date.
     pub due_at: Option<DateTime<Utc>>,
     /// First module activity.
@@ -149,11 +150,6 @@ pub struct ReportRow {
 }
 
 impl ReportRow {
-    /// The status as a domain value.
-    pub fn status(&self) -> AssignmentStatus {
-        self.status.parse().unwrap_or(AssignmentStatus::Pending)
-    }
-
     /// The cursor that continues after this row.
     pub fn cursor(&self) -> PageCursor {
         PageCursor {
@@ -179,16 +175,9 @@ pub struct ScheduleRow {
     /// Next (or only) occurrence.
     pub scheduled_at: DateTime<Utc>,
     /// Status of the current occurrence at the reading time (`pending` before the first).
-    pub status: String,
-    /// none, daily, weekly, monthly, quarterly or yearly.
-    pub recurrence: String,
-}
-
-impl ScheduleRow {
-    /// The status as a domain value.
-    pub fn status(&self) -> AssignmentStatus {
-        self.status.parse().unwrap_or(AssignmentStatus::Pending)
-    }
+    pub status: AssignmentStatus,
+    /// How often it repeats.
+    pub recurrence: Recurrence,
 }
 
 static SCHEDULES_SQL: LazyLock<String> = LazyLock::new(|| {
@@ -391,8 +380,8 @@ pub struct ExportRow {
     pub assignment: ReportRow,
     /// Positions of the modules started or completed, in flow order.
     pub module_positions: Option<Vec<i32>>,
-    /// Their statuses (`in_progress`, `completed`).
-    pub module_statuses: Option<Vec<String>>,
+    /// Their statuses; a name this build does not know fails the read.
+    pub module_statuses: Option<Vec<ModuleStatus>>,
     /// When each was started.
     pub module_started: Option<Vec<Option<DateTime<Utc>>>>,
     /// When each was completed.

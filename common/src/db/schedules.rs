@@ -3,9 +3,9 @@
 //! advances the schedule in the same transaction.
 
 use chrono::{DateTime, Utc};
-use flow_domain::Priority;
 use flow_domain::ids::{AssignmentId, FlowId, OrgId, ScheduleId, UserId};
 use flow_domain::recurrence::Recurrence;
+use flow_domain::{AssignmentStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 /// A new schedule.
@@ -42,19 +42,19 @@ pub struct ScheduleRecord {
     /// Next (or only) occurrence.
     pub scheduled_at: DateTime<Utc>,
     /// Repetition.
-    pub recurrence: String,
+    pub recurrence: Recurrence,
     /// Occurrences assigned so far.
     pub occurrence: i32,
     /// Due offset in days.
     pub due_in_days: Option<i32>,
-    pub priority: String,
+    pub priority: Priority,
     pub notes: Option<String>,
     /// False once a one-off schedule ran.
     pub active: bool,
     /// Assignment of the latest occurrence.
     pub current_assignment_id: Option<AssignmentId>,
     /// Status of the current occurrence at the reading time (`pending` before the first).
-    pub status: String,
+    pub status: AssignmentStatus,
     /// Creation.
     pub created_at: DateTime<Utc>,
 }
@@ -151,10 +151,10 @@ pub struct DueSchedule {
     /// Its index in the series.
     pub occurrence: i32,
     /// Repetition.
-    pub recurrence: String,
+    pub recurrence: Recurrence,
     /// Due offset in days.
     pub due_in_days: Option<i32>,
-    pub priority: String,
+    pub priority: Priority,
     pub notes: Option<String>,
     /// The organization's place in the bulk lane (its occurrences are bulk work).
     pub bulk_lane: i64,

@@ -277,7 +277,7 @@ impl AssignHandler {
                 }
                 _ => {
                     for (command, reason) in &poisoned {
-                        let payload = serde_json::to_vec(command)?;
+                        let payload = command.encode()?;
                         context
                             .dead_letters
                             .send_part(

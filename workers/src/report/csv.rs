@@ -98,13 +98,13 @@ impl FormatWriter for CsvWriter {
             self.writer
                 .write_field(guard_formula(&assignment.assignee_email).as_bytes())?;
             self.timestamp(Some(assignment.assigned_at))?;
-            self.writer.write_field(&assignment.status)?;
+            self.writer.write_field(assignment.status.as_str())?;
             self.number(assignment.completed_modules)?;
             self.number(total_modules)?;
             self.timestamp(assignment.due_at)?;
             self.timestamp(assignment.started_at)?;
             self.timestamp(assignment.completed_at)?;
-            self.writer.write_field(&assignment.priority)?;
+            self.writer.write_field(assignment.priority.as_str())?;
             if detailed {
                 let entries = module_entries(row);
                 let mut next = entries.iter().peekable();
@@ -112,7 +112,7 @@ impl FormatWriter for CsvWriter {
                 for module in &header.modules {
                     match next.next_if(|entry| entry.position == module.position) {
                         Some(entry) => {
-                            self.writer.write_field(entry.status)?;
+                            self.writer.write_field(entry.status.as_str())?;
                             self.timestamp(entry.started_at)?;
                             self.timestamp(entry.completed_at)?;
                         }

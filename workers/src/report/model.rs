@@ -5,11 +5,11 @@ use chrono::{DateTime, Datelike, Timelike, Utc};
 use flow_common::db::flows::Module;
 use flow_common::db::reports::{AggregateRow, ExportRow, Metrics, ScheduleRow};
 use flow_domain::duration::humanize_seconds;
-use flow_domain::format_timestamp;
 use flow_domain::ids::{ExportId, FlowId};
 use flow_domain::report::{
     AggregateMetric, AggregateSpec, Period, ReportParameters, completion_rate, whole_seconds,
 };
+use flow_domain::{ModuleStatus, format_timestamp};
 
 /// Everything about an export except its assignment rows.
 #[derive(Debug, Clone)]
@@ -103,11 +103,11 @@ pub fn metric_lines(metrics: &Metrics) -> Vec<(&'static str, String)> {
 
 /// One module progress entry of a row.
 #[derive(Debug, Clone, Copy)]
-pub struct ModuleEntry<'a> {
+pub struct ModuleEntry {
     /// Position in the flow.
     pub position: i32,
-    /// `in_progress` or `completed`.
-    pub status: &'a str,
+    /// Started or completed.
+    pub status: ModuleStatus,
     /// Start time.
     pub started_at: Option<DateTime<Utc>>,
     /// Completion time (completed modules only).
@@ -115,7 +115,7 @@ pub struct ModuleEntry<'a> {
 }
 
 /// The module progress of a detailed row, in flow order.
-pub fn module_entries(row: &ExportRow) -> Vec<ModuleEntry<'_>> {
+pub fn module_entries(row: &ExportRow) -> Vec<ModuleEntry> {
     let (Some(positions), Some(statuses)) = (&row.module_positions, &row.module_statuses) else {
         return Vec::new();
     };
@@ -131,9 +131,9 @@ pub fn module_entries(row: &ExportRow) -> Vec<ModuleEntry<'_>> {
             };
             ModuleEntry {
                 position: *position,
-                status,
+                status: *status,
                 started_at: at(&row.module_started),
-                completed_at: if status == "completed" {
+                completed_at: if *status == ModuleStatus::Completed {
                     at(&row.module_completed)
                 } else {
                     None

@@ -346,7 +346,7 @@ impl FormatWriter for PdfWriter {
         self.rows.extend(rows.iter().take(room).map(|row| PdfRow {
             email: row.assignment.assignee_email.clone(),
             assigned_at: row.assignment.assigned_at,
-            status: row.assignment.status.clone(),
+            status: row.assignment.status.as_str().to_owned(),
             completed_modules: row.assignment.completed_modules,
             due_at: row.assignment.due_at,
             completed_at: row.assignment.completed_at,
@@ -592,8 +592,8 @@ fn schedules_block(layout: &mut Layout<'_>, header: &ExportHeader) {
             vec![
                 schedule.assignee_email.clone(),
                 short_time(schedule.scheduled_at),
-                schedule.status.clone(),
-                schedule.recurrence.clone(),
+                schedule.status.as_str().to_owned(),
+                schedule.recurrence.as_str().to_owned(),
             ]
         });
     layout.table(&columns, cells);

@@ -344,8 +344,8 @@ impl XlsxWriter {
             sheet.write_string(row, 0, schedule.id.to_string())?;
             sheet.write_string(row, 1, &schedule.assignee_email)?;
             sheet.write_datetime_with_format(row, 2, excel_time(schedule.scheduled_at), &date)?;
-            sheet.write_string(row, 3, &schedule.status)?;
-            sheet.write_string(row, 4, &schedule.recurrence)?;
+            sheet.write_string(row, 3, schedule.status.as_str())?;
+            sheet.write_string(row, 4, schedule.recurrence.as_str())?;
         }
 
         Ok(Self {
@@ -390,13 +390,13 @@ impl FormatWriter for XlsxWriter {
                 excel_time(assignment.assigned_at),
                 &self.date,
             )?;
-            sheet.write_string(row, 3, &assignment.status)?;
+            sheet.write_string(row, 3, assignment.status.as_str())?;
             sheet.write_number(row, 4, assignment.completed_modules as f64)?;
             sheet.write_number(row, 5, total_modules)?;
             Self::datetime(sheet, row, 6, assignment.due_at, &self.date)?;
             Self::datetime(sheet, row, 7, assignment.started_at, &self.date)?;
             Self::datetime(sheet, row, 8, assignment.completed_at, &self.date)?;
-            sheet.write_string(row, 9, &assignment.priority)?;
+            sheet.write_string(row, 9, assignment.priority.as_str())?;
             let Some(modules) = self.modules.as_mut() else {
                 continue;
             };
@@ -411,7 +411,7 @@ impl FormatWriter for XlsxWriter {
                     sheet.write_string(row, 3, module.id.to_string())?;
                     sheet.write_string(row, 4, &module.name)?;
                 }
-                sheet.write_string(row, 5, entry.status)?;
+                sheet.write_string(row, 5, entry.status.as_str())?;
                 Self::datetime(sheet, row, 6, entry.started_at, &self.date)?;
                 Self::datetime(sheet, row, 7, entry.completed_at, &self.date)?;
             }

@@ -17,10 +17,8 @@ use chrono::{DateTime, Utc};
 use flow_common::amqp::{Lane, Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, lifecycle, rollups, schedules};
-use flow_domain::Priority;
 use flow_domain::ids::AssignmentId;
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
-use flow_domain::recurrence::Recurrence;
 use sqlx::PgPool;
 use tracing::Instrument;
 
@@ -232,7 +230,7 @@ fn occurrence_command(
         flow_name: schedule.flow_name.clone(),
         user_id: schedule.user_id,
         assignee_email: schedule.assignee_email.clone(),
-        priority: schedule.priority.parse().unwrap_or(Priority::Medium),
+        priority: schedule.priority,
         notes: schedule.notes.clone(),
         due_at: schedule
             .due_in_days
@@ -252,7 +250,7 @@ fn next_occurrence(
     schedule: &schedules::DueSchedule,
     now: DateTime<Utc>,
 ) -> (i32, Option<DateTime<Utc>>) {
-    let recurrence: Recurrence = schedule.recurrence.parse().unwrap_or(Recurrence::None);
+    let recurrence = schedule.recurrence;
     let zone = schedule.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
     let from = u32::try_from(schedule.occurrence.saturating_add(1)).unwrap_or(0);
     let (index, at) = recurrence.first_after(schedule.anchor_at, from, now, zone);
@@ -277,7 +275,7 @@ async fn publish(
     queue: QueueKind,
     command: &AssignCommand,
 ) -> anyhow::Result<()> {
-    let payload = serde_json::to_vec(command)?;
+    let payload = command.encode()?;
     let exchange = publisher.topology().commands_exchange();
     let message_id = command.assignment_id.to_string();
     publisher
