@@ -643,7 +643,7 @@ async fn bad_input_is_answered_with_scim_errors_and_never_a_500() {
     assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "explode", "path": "title" }])).await, 400, Some("invalidSyntax"));
     assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "replace", "path": "id", "value": "usr_1" }])).await, 400, Some("mutability"));
     assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "remove" }])).await, 400, Some("noTarget"));
-    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "replace", "path": "emails[type eq", "value": "x" }])).await, 400, Some("invalidPath"));
+    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "replace", "path": "title.value", "value": "x" }])).await, 400, Some("invalidPath"));
     assert_scim_error(
         &patch(&app, &org, &path, json!([{ "op": "replace", "path": "userName", "value": "plain@example.com" }])).await,
         409,

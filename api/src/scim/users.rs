@@ -273,12 +273,12 @@ pub async fn delete(
     auth: ScimAuth,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<(StatusCode, RateInfo), Failure> {
+) -> Result<(StatusCode, RateInfo, ()), Failure> {
     let id = user_id(&id)?;
     let rate = auth.limit(&state, Operation::Write).await?;
     service::delete(&state, auth.0.acting(), id, |row| {
         check_if_match(&headers, &resource_meta(row))
     })
     .await?;
-    Ok((StatusCode::NO_CONTENT, rate))
+    Ok((StatusCode::NO_CONTENT, rate, ()))
 }

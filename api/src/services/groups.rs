@@ -196,7 +196,7 @@ pub async fn edit<E: From<ServiceError>>(
     }
     let added: Vec<UserId> = after.members.difference(&before.members).copied().collect();
     let removed: Vec<UserId> = before.members.difference(&after.members).copied().collect();
-    let added_set = added.iter().copied().collect();
+    let added_set: BTreeSet<UserId> = added.iter().copied().collect();
     check_members(&mut transaction, acting, &added_set).await?;
     let row = match groups::update(
         &mut transaction,

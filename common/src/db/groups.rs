@@ -95,8 +95,8 @@ pub async fn update(
 }
 
 /// The members of the groups, by group then user id.
-pub async fn members(
-    executor: impl sqlx::PgExecutor<'_>,
+pub async fn members<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
     org_id: OrgId,
     groups: &[GroupId],
 ) -> Result<Vec<MemberRow>, sqlx::Error> {
