@@ -217,9 +217,8 @@ impl Caches {
                     .map(|address| self.address_window(address))
                     .transpose()?;
                 let epoch = self.keys.epoch();
-                let found = keys::authenticate(pool, &hash)
-                    .await?
-                    .map(|(key_id, org, expiry, scim_only)| {
+                let found = keys::authenticate(pool, &hash).await?.map(
+                    |(key_id, org, expiry, scim_only)| {
                         if let Some(expiry) = expiry {
                             self.key_expiries.insert(key_id, expiry);
                         }
@@ -230,7 +229,8 @@ impl Caches {
                             zone,
                             scim_only,
                         })
-                    });
+                    },
+                );
                 match &found {
                     Some(caller) => self.keys.insert_loaded(epoch, hash, caller.clone()),
                     None => {

@@ -71,7 +71,15 @@ async fn put(app: &TestApp, org: &TestOrg, path: &str, body: Value) -> TestRespo
 
 async fn patch(app: &TestApp, org: &TestOrg, path: &str, operations: Value) -> TestResponse {
     let body = json!({ "schemas": [PATCH_OP], "Operations": operations });
-    scim(app, &org.key, reqwest::Method::PATCH, path, Some(&body), &[]).await
+    scim(
+        app,
+        &org.key,
+        reqwest::Method::PATCH,
+        path,
+        Some(&body),
+        &[],
+    )
+    .await
 }
 
 async fn delete(app: &TestApp, org: &TestOrg, path: &str) -> TestResponse {
@@ -88,14 +96,30 @@ fn filtered(endpoint: &str, filter: &str) -> String {
 /// type.
 fn assert_scim_error(response: &TestResponse, status: u16, scim_type: Option<&str>) {
     assert_eq!(response.status, status, "{:?}", response.body);
-    assert_eq!(response.body["schemas"], json!([ERROR_SCHEMA]), "{:?}", response.body);
+    assert_eq!(
+        response.body["schemas"],
+        json!([ERROR_SCHEMA]),
+        "{:?}",
+        response.body
+    );
     assert_eq!(response.body["status"], json!(status.to_string()));
     match scim_type {
-        Some(kind) => assert_eq!(response.body["scimType"], json!(kind), "{:?}", response.body),
-        None => assert!(response.body.get("scimType").is_none(), "{:?}", response.body),
+        Some(kind) => assert_eq!(
+            response.body["scimType"],
+            json!(kind),
+            "{:?}",
+            response.body
+        ),
+        None => assert!(
+            response.body.get("scimType").is_none(),
+            "{:?}",
+            response.body
+        ),
     }
     assert!(
-        response.body["detail"].as_str().is_some_and(|detail| !detail.is_empty()),
+        response.body["detail"]
+            .as_str()
+            .is_some_and(|detail| !detail.is_empty()),
         "{:?}",
         response.body
     );
@@ -209,7 +233,13 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     assert_eq!(none.body["totalResults"], json!(0));
     assert_eq!(none.body["Resources"], json!([]));
 
-    let created = post(&app, &org, "/Users", okta_user("ann@example.com", "Ann", "Lee")).await;
+    let created = post(
+        &app,
+        &org,
+        "/Users",
+        okta_user("ann@example.com", "Ann", "Lee"),
+    )
+    .await;
     assert_eq!(created.status, 201, "{:?}", created.body);
     assert_eq!(created.header("content-type"), Some(SCIM_JSON));
     let id = id_of(&created);
@@ -237,7 +267,10 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     assert_eq!(replaced.status, 200, "{:?}", replaced.body);
     assert_eq!(replaced.body["title"], json!("Account Executive"));
     assert_ne!(replaced.body["meta"]["version"].as_str(), Some(version));
-    assert_eq!(v1_user(&app, &org, "ann@example.com").await["name"], json!("Ann Lee-Smith"));
+    assert_eq!(
+        v1_user(&app, &org, "ann@example.com").await["name"],
+        json!("Ann Lee-Smith")
+    );
 
     // Deactivation: a PATCH of active, never a DELETE.
     let deactivated = patch(
@@ -249,7 +282,10 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     .await;
     assert_eq!(deactivated.status, 200, "{:?}", deactivated.body);
     assert_eq!(deactivated.body["active"], json!(false));
-    assert_eq!(v1_user(&app, &org, "ann@example.com").await["active"], json!(false));
+    assert_eq!(
+        v1_user(&app, &org, "ann@example.com").await["active"],
+        json!(false)
+    );
     let refused = assign(&app, &org, &flow, "ann@example.com").await;
     assert_eq!(refused.status, 409, "{:?}", refused.body);
     assert_eq!(refused.body["error"], json!("conflict"));
@@ -292,9 +328,19 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     assert_eq!(renamed.status, 200, "{:?}", renamed.body);
     assert_eq!(renamed.body["displayName"], json!("Sales EMEA"));
     assert_eq!(renamed.body["members"].as_array().map(Vec::len), Some(1));
-    let by_name = get(&app, &org, &filtered("/Groups", r#"displayName eq "sales emea""#)).await;
+    let by_name = get(
+        &app,
+        &org,
+        &filtered("/Groups", r#"displayName eq "sales emea""#),
+    )
+    .await;
     assert_eq!(by_name.body["totalResults"], json!(1));
-    let by_member = get(&app, &org, &filtered("/Groups", &format!(r#"members.value eq "{id}""#))).await;
+    let by_member = get(
+        &app,
+        &org,
+        &filtered("/Groups", &format!(r#"members.value eq "{id}""#)),
+    )
+    .await;
     assert_eq!(by_member.body["totalResults"], json!(1));
     let removed = patch(
         &app,
@@ -309,7 +355,12 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
         "{:?}",
         removed.body
     );
-    let without_members = get(&app, &org, &format!("/Groups/{group_id}?excludedAttributes=members")).await;
+    let without_members = get(
+        &app,
+        &org,
+        &format!("/Groups/{group_id}?excludedAttributes=members"),
+    )
+    .await;
     assert_eq!(without_members.status, 200);
     assert!(without_members.body.get("members").is_none());
 
@@ -325,13 +376,12 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     let assigned = assign(&app, &org, &flow, "ann@example.com").await;
     assert_eq!(assigned.status, 200, "{:?}", assigned.body);
 
-    let actions: Vec<String> = sqlx::query_scalar(
-        "SELECT action FROM audit_events WHERE org_id = $1 ORDER BY id",
-    )
-    .bind(org.id)
-    .fetch_all(&app.db)
-    .await
-    .expect("audit");
+    let actions: Vec<String> =
+        sqlx::query_scalar("SELECT action FROM audit_events WHERE org_id = $1 ORDER BY id")
+            .bind(org.id)
+            .fetch_all(&app.db)
+            .await
+            .expect("audit");
     assert_eq!(
         actions,
         [
@@ -349,7 +399,7 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
 
 #[tokio::test]
 async fn entra_id_sends_capitalised_ops_string_booleans_value_objects_and_deletes_after_soft_delete()
-{
+ {
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
     let created = post(
@@ -379,15 +429,26 @@ async fn entra_id_sends_capitalised_ops_string_booleans_value_objects_and_delete
     let by_external = get(
         &app,
         &org,
-        &filtered("/Users", r#"externalId eq "0a21f0f2-8d2a-4f8e-bf98-7363c4aed4ef""#),
+        &filtered(
+            "/Users",
+            r#"externalId eq "0a21f0f2-8d2a-4f8e-bf98-7363c4aed4ef""#,
+        ),
     )
     .await;
-    assert_eq!(by_external.body["totalResults"], json!(1), "{:?}", by_external.body);
+    assert_eq!(
+        by_external.body["totalResults"],
+        json!(1),
+        "{:?}",
+        by_external.body
+    );
     // externalId is case-exact.
     let other_case = get(
         &app,
         &org,
-        &filtered("/Users", r#"externalId eq "0A21F0F2-8D2A-4F8E-BF98-7363C4AED4EF""#),
+        &filtered(
+            "/Users",
+            r#"externalId eq "0A21F0F2-8D2A-4F8E-BF98-7363C4AED4EF""#,
+        ),
     )
     .await;
     assert_eq!(other_case.body["totalResults"], json!(0));
@@ -411,10 +472,18 @@ async fn entra_id_sends_capitalised_ops_string_booleans_value_objects_and_delete
     let by_work_email = get(
         &app,
         &org,
-        &filtered("/Users", r#"emails[type eq "work"].value eq "ROBERT@contoso.com""#),
+        &filtered(
+            "/Users",
+            r#"emails[type eq "work"].value eq "ROBERT@contoso.com""#,
+        ),
     )
     .await;
-    assert_eq!(by_work_email.body["totalResults"], json!(1), "{:?}", by_work_email.body);
+    assert_eq!(
+        by_work_email.body["totalResults"],
+        json!(1),
+        "{:?}",
+        by_work_email.body
+    );
 
     // Soft delete: active as the string "False".
     let soft = patch(
@@ -457,7 +526,9 @@ async fn entra_id_sends_capitalised_ops_string_booleans_value_objects_and_delete
 async fn lists_page_with_start_index_and_count_and_project_attributes() {
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
-    let emails: Vec<String> = (0..5).map(|index| format!("p{index}@example.com")).collect();
+    let emails: Vec<String> = (0..5)
+        .map(|index| format!("p{index}@example.com"))
+        .collect();
     let mut ids = Vec::new();
     for email in &emails {
         let created = post(
@@ -471,18 +542,31 @@ async fn lists_page_with_start_index_and_count_and_project_attributes() {
         ids.push(id_of(&created));
     }
     ids.sort();
-    let page = get(&app, &org, "/Users?startIndex=3&count=2&attributes=userName").await;
+    let page = get(
+        &app,
+        &org,
+        "/Users?startIndex=3&count=2&attributes=userName",
+    )
+    .await;
     assert_eq!(page.status, 200, "{:?}", page.body);
     assert_eq!(page.body["totalResults"], json!(5));
     assert_eq!(page.body["startIndex"], json!(3));
     assert_eq!(page.body["itemsPerPage"], json!(2));
     let resources = page.body["Resources"].as_array().expect("Resources");
-    let page_ids: Vec<&str> = resources.iter().filter_map(|user| user["id"].as_str()).collect();
+    let page_ids: Vec<&str> = resources
+        .iter()
+        .filter_map(|user| user["id"].as_str())
+        .collect();
     assert_eq!(page_ids, [ids[2].as_str(), ids[3].as_str()]);
     assert!(resources[0].get("userName").is_some());
     assert!(resources[0].get("title").is_none(), "{:?}", resources[0]);
 
-    let excluded = get(&app, &org, &format!("/Users/{}?excludedAttributes=title", ids[0])).await;
+    let excluded = get(
+        &app,
+        &org,
+        &format!("/Users/{}?excludedAttributes=title", ids[0]),
+    )
+    .await;
     assert_eq!(excluded.status, 200);
     assert!(excluded.body.get("title").is_none());
     assert!(excluded.body.get("userName").is_some());
@@ -494,19 +578,53 @@ async fn lists_page_with_start_index_and_count_and_project_attributes() {
     assert_eq!(capped.status, 200);
     assert_eq!(capped.body["itemsPerPage"], json!(5));
 
-    let starts = get(&app, &org, &filtered("/Users", r#"userName sw "P1" or userName ew "3@example.com""#)).await;
+    let starts = get(
+        &app,
+        &org,
+        &filtered(
+            "/Users",
+            r#"userName sw "P1" or userName ew "3@example.com""#,
+        ),
+    )
+    .await;
     assert_eq!(starts.body["totalResults"], json!(2), "{:?}", starts.body);
-    let contains = get(&app, &org, &filtered("/Users", r#"userName co "@EXAMPLE" and not (userName eq "p0@example.com")"#)).await;
-    assert_eq!(contains.body["totalResults"], json!(4), "{:?}", contains.body);
-    let present = get(&app, &org, &filtered("/Users", "title pr and externalId pr")).await;
-    assert_eq!(present.body["totalResults"], json!(0));
+    let contains = get(
+        &app,
+        &org,
+        &filtered(
+            "/Users",
+            r#"userName co "@EXAMPLE" and not (userName eq "p0@example.com")"#,
+        ),
+    )
+    .await;
+    assert_eq!(
+        contains.body["totalResults"],
+        json!(4),
+        "{:?}",
+        contains.body
+    );
+    let present = get(&app, &org, &filtered("/Users", "externalId pr")).await;
+    assert_eq!(present.body["totalResults"], json!(0), "{:?}", present.body);
+    let absent = get(
+        &app,
+        &org,
+        &filtered("/Users", "not (externalId pr) and userName pr"),
+    )
+    .await;
+    assert_eq!(absent.body["totalResults"], json!(5), "{:?}", absent.body);
 }
 
 #[tokio::test]
 async fn if_match_must_name_the_current_version_or_the_change_is_412() {
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
-    let created = post(&app, &org, "/Users", json!({ "userName": "etag@example.com" })).await;
+    let created = post(
+        &app,
+        &org,
+        "/Users",
+        json!({ "userName": "etag@example.com" }),
+    )
+    .await;
     let id = id_of(&created);
     let version = created.header("etag").expect("etag").to_owned();
     let body = json!({ "schemas": [PATCH_OP],
@@ -550,28 +668,66 @@ async fn another_organizations_users_and_groups_are_404_to_every_operation() {
     let app = api_only().await;
     let mine = app.create_org(Tier::Standard).await;
     let theirs = app.create_org(Tier::Standard).await;
-    let user = id_of(&post(&app, &theirs, "/Users", json!({ "userName": "x@their.example" })).await);
+    let user = id_of(
+        &post(
+            &app,
+            &theirs,
+            "/Users",
+            json!({ "userName": "x@their.example" }),
+        )
+        .await,
+    );
     let group = id_of(
-        &post(&app, &theirs, "/Groups", json!({ "displayName": "Theirs", "members": [{ "value": user }] })).await,
+        &post(
+            &app,
+            &theirs,
+            "/Groups",
+            json!({ "displayName": "Theirs", "members": [{ "value": user }] }),
+        )
+        .await,
     );
     for path in [format!("/Users/{user}"), format!("/Groups/{group}")] {
         assert_scim_error(&get(&app, &mine, &path).await, 404, None);
         assert_scim_error(
-            &patch(&app, &mine, &path, json!([{ "op": "replace", "path": "displayName", "value": "Mine" }])).await,
+            &patch(
+                &app,
+                &mine,
+                &path,
+                json!([{ "op": "replace", "path": "displayName", "value": "Mine" }]),
+            )
+            .await,
             404,
             None,
         );
         assert_scim_error(&delete(&app, &mine, &path).await, 404, None);
     }
     assert_scim_error(
-        &put(&app, &mine, &format!("/Users/{user}"), json!({ "userName": "x@their.example" })).await,
+        &put(
+            &app,
+            &mine,
+            &format!("/Users/{user}"),
+            json!({ "userName": "x@their.example" }),
+        )
+        .await,
         404,
         None,
     );
-    assert_eq!(get(&app, &mine, "/Users").await.body["totalResults"], json!(0));
-    assert_eq!(get(&app, &mine, "/Groups").await.body["totalResults"], json!(0));
+    assert_eq!(
+        get(&app, &mine, "/Users").await.body["totalResults"],
+        json!(0)
+    );
+    assert_eq!(
+        get(&app, &mine, "/Groups").await.body["totalResults"],
+        json!(0)
+    );
     // Their user cannot join my group either.
-    let refused = post(&app, &mine, "/Groups", json!({ "displayName": "Mine", "members": [{ "value": user }] })).await;
+    let refused = post(
+        &app,
+        &mine,
+        "/Groups",
+        json!({ "displayName": "Mine", "members": [{ "value": user }] }),
+    )
+    .await;
     assert_scim_error(&refused, 400, Some("invalidValue"));
     // And theirs is untouched.
     let still = get(&app, &theirs, &format!("/Groups/{group}")).await;
@@ -583,19 +739,43 @@ async fn another_organizations_users_and_groups_are_404_to_every_operation() {
 async fn bad_input_is_answered_with_scim_errors_and_never_a_500() {
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
-    let taken = post(&app, &org, "/Users", json!({ "userName": "taken@example.com" })).await;
+    let taken = post(
+        &app,
+        &org,
+        "/Users",
+        json!({ "userName": "taken@example.com" }),
+    )
+    .await;
     assert_eq!(taken.status, 201);
     let id = id_of(&taken);
 
-    for filter in [r#"userName eq "unclosed"#, "userName eq", "(userName pr", "userName zz \"x\""] {
-        assert_scim_error(&get(&app, &org, &filtered("/Users", filter)).await, 400, Some("invalidFilter"));
+    for filter in [
+        r#"userName eq "unclosed"#,
+        "userName eq",
+        "(userName pr",
+        "userName zz \"x\"",
+    ] {
+        assert_scim_error(
+            &get(&app, &org, &filtered("/Users", filter)).await,
+            400,
+            Some("invalidFilter"),
+        );
     }
     let unknown = get(&app, &org, &filtered("/Users", r#"nickName eq "x""#)).await;
     assert_scim_error(&unknown, 400, Some("invalidFilter"));
-    let too_long = get(&app, &org, &filtered("/Users", &format!("userName eq \"{}\"", "a".repeat(5_000)))).await;
+    let too_long = get(
+        &app,
+        &org,
+        &filtered("/Users", &format!("userName eq \"{}\"", "a".repeat(5_000))),
+    )
+    .await;
     assert_scim_error(&too_long, 400, Some("invalidFilter"));
     assert_scim_error(&get(&app, &org, "/Users?startIndex=abc").await, 400, None);
-    assert_scim_error(&get(&app, &org, "/Users?attributes=%25%25").await, 400, None);
+    assert_scim_error(
+        &get(&app, &org, "/Users?attributes=%25%25").await,
+        400,
+        None,
+    );
 
     // Bodies: not JSON, not an object, the wrong media type, too large.
     let not_json = app
@@ -610,7 +790,11 @@ async fn bad_input_is_answered_with_scim_errors_and_never_a_500() {
     assert_eq!(not_json.status().as_u16(), 400);
     let body: Value = not_json.json().await.expect("json");
     assert_eq!(body["scimType"], json!("invalidSyntax"));
-    assert_scim_error(&post(&app, &org, "/Users", json!([1, 2])).await, 400, Some("invalidSyntax"));
+    assert_scim_error(
+        &post(&app, &org, "/Users", json!([1, 2])).await,
+        400,
+        Some("invalidSyntax"),
+    );
     let text = app
         .client
         .post(format!("{}/scim/v2/Users", app.base_url))
@@ -626,35 +810,134 @@ async fn bad_input_is_answered_with_scim_errors_and_never_a_500() {
     assert_scim_error(&post(&app, &org, "/Users", huge).await, 413, None);
     // application/json is accepted too.
     let plain = app
-        .post(&org, "/scim/v2/Users", &json!({ "userName": "plain@example.com" }))
+        .post(
+            &org,
+            "/scim/v2/Users",
+            &json!({ "userName": "plain@example.com" }),
+        )
         .await;
     assert_eq!(plain.status, 201, "{:?}", plain.body);
 
     // Values.
-    assert_scim_error(&post(&app, &org, "/Users", json!({ "title": "x" })).await, 400, Some("invalidValue"));
-    assert_scim_error(&post(&app, &org, "/Users", json!({ "userName": "not-an-address" })).await, 400, Some("invalidValue"));
-    assert_scim_error(&post(&app, &org, "/Users", json!({ "userName": 7 })).await, 400, Some("invalidValue"));
     assert_scim_error(
-        &post(&app, &org, "/Users", json!({ "userName": "TAKEN@example.com" })).await,
+        &post(&app, &org, "/Users", json!({ "title": "x" })).await,
+        400,
+        Some("invalidValue"),
+    );
+    assert_scim_error(
+        &post(
+            &app,
+            &org,
+            "/Users",
+            json!({ "userName": "not-an-address" }),
+        )
+        .await,
+        400,
+        Some("invalidValue"),
+    );
+    assert_scim_error(
+        &post(&app, &org, "/Users", json!({ "userName": 7 })).await,
+        400,
+        Some("invalidValue"),
+    );
+    assert_scim_error(
+        &post(
+            &app,
+            &org,
+            "/Users",
+            json!({ "userName": "TAKEN@example.com" }),
+        )
+        .await,
         409,
         Some("uniqueness"),
     );
     let path = format!("/Users/{id}");
-    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "explode", "path": "title" }])).await, 400, Some("invalidSyntax"));
-    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "replace", "path": "id", "value": "usr_1" }])).await, 400, Some("mutability"));
-    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "remove" }])).await, 400, Some("noTarget"));
-    assert_scim_error(&patch(&app, &org, &path, json!([{ "op": "replace", "path": "title.value", "value": "x" }])).await, 400, Some("invalidPath"));
     assert_scim_error(
-        &patch(&app, &org, &path, json!([{ "op": "replace", "path": "userName", "value": "plain@example.com" }])).await,
+        &patch(
+            &app,
+            &org,
+            &path,
+            json!([{ "op": "explode", "path": "title" }]),
+        )
+        .await,
+        400,
+        Some("invalidSyntax"),
+    );
+    assert_scim_error(
+        &patch(
+            &app,
+            &org,
+            &path,
+            json!([{ "op": "replace", "path": "id", "value": "usr_1" }]),
+        )
+        .await,
+        400,
+        Some("mutability"),
+    );
+    assert_scim_error(
+        &patch(&app, &org, &path, json!([{ "op": "remove" }])).await,
+        400,
+        Some("noTarget"),
+    );
+    assert_scim_error(
+        &patch(
+            &app,
+            &org,
+            &path,
+            json!([{ "op": "replace", "path": "title.value", "value": "x" }]),
+        )
+        .await,
+        400,
+        Some("invalidPath"),
+    );
+    assert_scim_error(
+        &patch(
+            &app,
+            &org,
+            &path,
+            json!([{ "op": "replace", "path": "userName", "value": "plain@example.com" }]),
+        )
+        .await,
         409,
         Some("uniqueness"),
     );
     assert_scim_error(&get(&app, &org, "/Users/nope").await, 404, None);
-    assert_scim_error(&get(&app, &org, "/Users/usr_00000000000000000000000000000000").await, 404, None);
-    assert_scim_error(&post(&app, &org, "/Groups", json!({ "displayName": "G", "members": [{ "value": "usr_nope" }] })).await, 400, Some("invalidValue"));
-    assert_eq!(post(&app, &org, "/Groups", json!({ "displayName": "G" })).await.status, 201);
-    assert_scim_error(&post(&app, &org, "/Groups", json!({ "displayName": "g" })).await, 409, Some("uniqueness"));
-    let wrong_method = scim(&app, &org.key, reqwest::Method::PATCH, "/Users", Some(&json!({})), &[]).await;
+    assert_scim_error(
+        &get(&app, &org, "/Users/usr_00000000000000000000000000000000").await,
+        404,
+        None,
+    );
+    assert_scim_error(
+        &post(
+            &app,
+            &org,
+            "/Groups",
+            json!({ "displayName": "G", "members": [{ "value": "usr_nope" }] }),
+        )
+        .await,
+        400,
+        Some("invalidValue"),
+    );
+    assert_eq!(
+        post(&app, &org, "/Groups", json!({ "displayName": "G" }))
+            .await
+            .status,
+        201
+    );
+    assert_scim_error(
+        &post(&app, &org, "/Groups", json!({ "displayName": "g" })).await,
+        409,
+        Some("uniqueness"),
+    );
+    let wrong_method = scim(
+        &app,
+        &org.key,
+        reqwest::Method::PATCH,
+        "/Users",
+        Some(&json!({})),
+        &[],
+    )
+    .await;
     assert_scim_error(&wrong_method, 405, None);
 }
 
@@ -663,22 +946,50 @@ async fn scim_users_are_the_users_of_v1_and_the_other_way_round() {
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
     app.create_users(&org, &["Carol@Example.com"]).await;
-    let by_name = get(&app, &org, &filtered("/Users", r#"userName eq "carol@example.com""#)).await;
+    let by_name = get(
+        &app,
+        &org,
+        &filtered("/Users", r#"userName eq "carol@example.com""#),
+    )
+    .await;
     assert_eq!(by_name.body["totalResults"], json!(1), "{:?}", by_name.body);
     let carol = &by_name.body["Resources"][0];
     assert_eq!(carol["userName"], json!("Carol@Example.com"));
     assert_eq!(carol["active"], json!(true));
     // The address is the user's primary work e-mail, where Entra ID looks.
-    assert_eq!(carol["emails"], json!([{ "value": "Carol@Example.com", "type": "work", "primary": true }]));
-    let by_work = get(&app, &org, &filtered("/Users", r#"emails[type eq "work"].value eq "carol@example.com""#)).await;
+    assert_eq!(
+        carol["emails"],
+        json!([{ "value": "Carol@Example.com", "type": "work", "primary": true }])
+    );
+    let by_work = get(
+        &app,
+        &org,
+        &filtered(
+            "/Users",
+            r#"emails[type eq "work"].value eq "carol@example.com""#,
+        ),
+    )
+    .await;
     assert_eq!(by_work.body["totalResults"], json!(1));
     assert_scim_error(
-        &post(&app, &org, "/Users", json!({ "userName": "carol@example.com" })).await,
+        &post(
+            &app,
+            &org,
+            "/Users",
+            json!({ "userName": "carol@example.com" }),
+        )
+        .await,
         409,
         Some("uniqueness"),
     );
 
-    let dave = post(&app, &org, "/Users", json!({ "userName": "dave@example.com", "displayName": "Dave" })).await;
+    let dave = post(
+        &app,
+        &org,
+        "/Users",
+        json!({ "userName": "dave@example.com", "displayName": "Dave" }),
+    )
+    .await;
     assert_eq!(dave.status, 201);
     let listed = v1_user(&app, &org, "dave@example.com").await;
     assert_eq!(listed["userId"], dave.body["id"]);
@@ -692,7 +1003,15 @@ async fn deactivation_refuses_single_and_bulk_assigns_and_reactivation_restores_
     let org = app.create_org(Tier::Standard).await;
     let flow = app.create_flow(&org, "Compliance", &[10]).await;
     app.create_users(&org, &["active@example.com"]).await;
-    let user = id_of(&post(&app, &org, "/Users", json!({ "userName": "leaver@example.com", "active": false })).await);
+    let user = id_of(
+        &post(
+            &app,
+            &org,
+            "/Users",
+            json!({ "userName": "leaver@example.com", "active": false }),
+        )
+        .await,
+    );
 
     let single = assign(&app, &org, &flow, "Leaver@example.com").await;
     assert_eq!(single.status, 409, "{:?}", single.body);
@@ -723,7 +1042,13 @@ async fn deactivation_refuses_single_and_bulk_assigns_and_reactivation_restores_
         bulk.body
     );
 
-    let reactivated = patch(&app, &org, &format!("/Users/{user}"), json!([{ "op": "replace", "path": "active", "value": true }])).await;
+    let reactivated = patch(
+        &app,
+        &org,
+        &format!("/Users/{user}"),
+        json!([{ "op": "replace", "path": "active", "value": true }]),
+    )
+    .await;
     assert_eq!(reactivated.status, 200, "{:?}", reactivated.body);
     let again = assign(&app, &org, &flow, "leaver@example.com").await;
     assert_eq!(again.status, 200, "{:?}", again.body);
@@ -734,7 +1059,13 @@ async fn deactivation_refuses_single_and_bulk_assigns_and_reactivation_restores_
     .await;
 
     // Deactivated again: the report keeps the assignment, showing the user inactive.
-    patch(&app, &org, &format!("/Users/{user}"), json!([{ "op": "replace", "path": "active", "value": false }])).await;
+    patch(
+        &app,
+        &org,
+        &format!("/Users/{user}"),
+        json!([{ "op": "replace", "path": "active", "value": false }]),
+    )
+    .await;
     let report = app
         .post(&org, "/v1/flows/report", &json!({ "flowId": flow }))
         .await;
@@ -764,14 +1095,28 @@ async fn deactivated_users_get_no_scheduled_occurrences_and_no_overdue_events() 
     let app = TestApp::spawn().await;
     let org = app.create_org(Tier::Standard).await;
     let flow = app.create_flow(&org, "Refresher", &[10]).await;
-    let user = id_of(&post(&app, &org, "/Users", json!({ "userName": "sam@example.com" })).await);
+    let user = id_of(
+        &post(
+            &app,
+            &org,
+            "/Users",
+            json!({ "userName": "sam@example.com" }),
+        )
+        .await,
+    );
     let path = format!("/Users/{user}");
     let set_active = |active: bool| {
         let path = path.clone();
         let app = &app;
         let org = &org;
         async move {
-            let response = patch(app, org, &path, json!([{ "op": "replace", "path": "active", "value": active }])).await;
+            let response = patch(
+                app,
+                org,
+                &path,
+                json!([{ "op": "replace", "path": "active", "value": active }]),
+            )
+            .await;
             assert_eq!(response.status, 200, "{:?}", response.body);
         }
     };
@@ -779,9 +1124,16 @@ async fn deactivated_users_get_no_scheduled_occurrences_and_no_overdue_events() 
     // An open assignment past its due date.
     let assigned = assign(&app, &org, &flow, "sam@example.com").await;
     assert_eq!(assigned.status, 200, "{:?}", assigned.body);
-    let assignment = assigned.body["assignmentId"].as_str().expect("id").to_owned();
+    let assignment = assigned.body["assignmentId"]
+        .as_str()
+        .expect("id")
+        .to_owned();
     app.eventually(Duration::from_secs(10), "the assignment", || async {
-        (app.get(&org, &format!("/v1/assignments/{assignment}")).await.status == 200).then_some(())
+        (app.get(&org, &format!("/v1/assignments/{assignment}"))
+            .await
+            .status
+            == 200)
+            .then_some(())
     })
     .await;
     sqlx::query("UPDATE assignments SET due_at = now() - interval '1 hour'")
@@ -813,18 +1165,30 @@ async fn deactivated_users_get_no_scheduled_occurrences_and_no_overdue_events() 
         due.len()
     };
     assert_eq!(due_schedules().await, 0);
-    assert_eq!(flow_workers::scheduler::scan_overdue(&app.db, 10).await.expect("scan"), 0);
-    let overdue_events = || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox WHERE event_type = 'flow.overdue'")
-            .fetch_one(&app.db)
+    assert_eq!(
+        flow_workers::scheduler::scan_overdue(&app.db, 10)
             .await
-            .expect("count")
+            .expect("scan"),
+        0
+    );
+    let overdue_events = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM outbox WHERE event_type = 'flow.overdue'",
+        )
+        .fetch_one(&app.db)
+        .await
+        .expect("count")
     };
     assert_eq!(overdue_events().await, 0);
 
     set_active(true).await;
     assert_eq!(due_schedules().await, 1);
-    assert_eq!(flow_workers::scheduler::scan_overdue(&app.db, 10).await.expect("scan"), 1);
+    assert_eq!(
+        flow_workers::scheduler::scan_overdue(&app.db, 10)
+            .await
+            .expect("scan"),
+        1
+    );
     assert_eq!(overdue_events().await, 1);
 }
 
@@ -840,12 +1204,21 @@ async fn a_scim_only_key_provisions_but_is_refused_on_v1() {
         id: org.id,
         key: secret,
     };
-    let created = post(&app, &scim_only, "/Users", json!({ "userName": "idp@example.com" })).await;
+    let created = post(
+        &app,
+        &scim_only,
+        "/Users",
+        json!({ "userName": "idp@example.com" }),
+    )
+    .await;
     assert_eq!(created.status, 201, "{:?}", created.body);
     let refused = app.get(&scim_only, "/v1/users").await;
     assert_eq!(refused.status, 403, "{:?}", refused.body);
     assert_eq!(refused.body["error"], json!("forbidden"));
     // The organization's other keys still work on both.
     assert_eq!(app.get(&org, "/v1/users").await.status, 200);
-    assert_eq!(get(&app, &org, "/Users").await.body["totalResults"], json!(1));
+    assert_eq!(
+        get(&app, &org, "/Users").await.body["totalResults"],
+        json!(1)
+    );
 }

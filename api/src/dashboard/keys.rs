@@ -168,7 +168,8 @@ async fn generate(
         &form.name,
         form.scim_only.is_some(),
     )
-    .await {
+    .await
+    {
         Ok(generated) => generated,
         Err(error) => {
             let Some(problem) = error.field_problems().first() else {

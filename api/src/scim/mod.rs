@@ -152,7 +152,10 @@ impl IntoResponse for ScimJson {
 
 fn scim_json(body: Value) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(SCIM_MEDIA_TYPE))],
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(SCIM_MEDIA_TYPE),
+        )],
         body.to_string(),
     )
 }
@@ -232,11 +235,13 @@ impl<S: Send + Sync> FromRequest<S> for ScimBody {
                     ScimError::bad_request(format!("could not read the request body: {rejection}"))
                 }
             })?;
-        serde_json::from_slice(&bytes).map(ScimBody).map_err(|error| {
-            let text = error.to_string();
-            let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
-            ScimError::invalid_syntax(format!("the body is not valid JSON: {text}")).into()
-        })
+        serde_json::from_slice(&bytes)
+            .map(ScimBody)
+            .map_err(|error| {
+                let text = error.to_string();
+                let text = text.split(" at line ").next().unwrap_or(&text).to_owned();
+                ScimError::invalid_syntax(format!("the body is not valid JSON: {text}")).into()
+            })
     }
 }
 
@@ -304,7 +309,8 @@ async fn resource_type(
     Path(name): Path<String>,
 ) -> Result<(RateInfo, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
-    let resource = discovery::find_resource_type(&name).ok_or_else(|| not_found("resource type"))?;
+    let resource =
+        discovery::find_resource_type(&name).ok_or_else(|| not_found("resource type"))?;
     Ok((
         rate,
         ScimJson(discovery::resource_type(base_url(&state), resource)),

@@ -96,7 +96,10 @@ fn profile(user: &User) -> Result<Profile, Failure> {
         title: user.title.clone(),
         department: user.department.clone(),
         employee_number: user.employee_number.clone(),
-        manager_id: user.manager.as_ref().and_then(|manager| manager.value.clone()),
+        manager_id: user
+            .manager
+            .as_ref()
+            .and_then(|manager| manager.value.clone()),
         manager_name: user
             .manager
             .as_ref()

@@ -115,8 +115,9 @@ pub async fn search(
     let found = rows
         .into_iter()
         .map(|row| {
-            let (mine, rest): (Vec<MemberRow>, Vec<MemberRow>) =
-                members.drain(..).partition(|member| member.group_id == row.id);
+            let (mine, rest): (Vec<MemberRow>, Vec<MemberRow>) = members
+                .drain(..)
+                .partition(|member| member.group_id == row.id);
             members = rest;
             StoredGroup { row, members: mine }
         })

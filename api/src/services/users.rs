@@ -112,8 +112,9 @@ fn taken(email: &Email) -> ServiceError {
 
 /// The stored profile of a row, as a provider's write would give it.
 pub fn stored_profile(row: &ProfileRow) -> Result<Profile, ServiceError> {
-    let email = Email::parse("email", &row.email)
-        .map_err(|_| ServiceError::Internal(anyhow::anyhow!("user {} has no valid e-mail", row.id)))?;
+    let email = Email::parse("email", &row.email).map_err(|_| {
+        ServiceError::Internal(anyhow::anyhow!("user {} has no valid e-mail", row.id))
+    })?;
     Ok(Profile {
         email,
         name: row.name.clone(),

@@ -59,7 +59,10 @@ impl SqlFilter {
 /// Where an attribute lives in SQL.
 #[derive(Debug, Clone, Copy)]
 enum Target {
-    Text { sql: &'static str, case_exact: bool },
+    Text {
+        sql: &'static str,
+        case_exact: bool,
+    },
     Boolean(&'static str),
     Time(&'static str),
     /// A multi-valued attribute: `exists` opens an `EXISTS (SELECT 1 … AND (` over its values,
@@ -86,15 +89,19 @@ const GROUP_MEMBERS: &str =
     "EXISTS (SELECT 1 FROM user_group_members m WHERE m.group_id = g.id AND (";
 
 fn user_target(path: &AttrPath) -> Option<Target> {
-    let text = |sql| Some(Target::Text {
-        sql,
-        case_exact: false,
-    });
-    let emails = |sub| Some(Target::Values {
-        exists: USER_EMAILS,
-        inner: email_target,
-        sub,
-    });
+    let text = |sql| {
+        Some(Target::Text {
+            sql,
+            case_exact: false,
+        })
+    };
+    let emails = |sub| {
+        Some(Target::Values {
+            exists: USER_EMAILS,
+            inner: email_target,
+            sub,
+        })
+    };
     if path.is("id", None) {
         return Some(Target::Text {
             sql: "('usr_' || replace(u.id::text, '-', ''))",
@@ -452,7 +459,10 @@ mod tests {
     fn values_are_bound_never_spliced() {
         let sql = users_sql(r#"userName eq "x'; DROP TABLE users; --""#);
         assert!(!sql.contains("DROP"), "{sql}");
-        assert!(sql.contains("u.email_normalized = lower($1::text)"), "{sql}");
+        assert!(
+            sql.contains("u.email_normalized = lower($1::text)"),
+            "{sql}"
+        );
     }
 
     #[test]
