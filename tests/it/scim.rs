@@ -1222,3 +1222,56 @@ async fn a_scim_only_key_provisions_but_is_refused_on_v1() {
         json!(1)
     );
 }
+
+#[tokio::test]
+async fn the_dashboard_generates_a_scim_only_key_when_asked_and_marks_it() {
+    let app = api_only().await;
+    let org = app.create_org(Tier::Standard).await;
+    let client = flow_tests::dashboard::DashboardClient::signed_in(
+        &app,
+        org.id,
+        "admin@example.com",
+        flow_tests::dashboard::role("admin"),
+    )
+    .await;
+    let generated = client
+        .post_form(
+            "/dashboard/settings/api-keys",
+            &[("name", "Okta provisioning"), ("scim_only", "1")],
+        )
+        .await;
+    assert_eq!(generated.status, 200, "{}", generated.body);
+    let secret =
+        flow_tests::dashboard::between(&generated.body, "<code id=\"new-key-secret\">", "</code>")
+            .expect("the secret is shown")
+            .to_owned();
+    assert!(generated.body.contains("SCIM only"), "{}", generated.body);
+    let key = TestOrg {
+        id: org.id,
+        key: secret,
+    };
+    assert_eq!(get(&app, &key, "/Users").await.status, 200);
+    assert_eq!(app.get(&key, "/v1/flows").await.status, 403);
+    // Without the box, a key works on both.
+    let plain = client
+        .post_form("/dashboard/settings/api-keys", &[("name", "Reporting")])
+        .await;
+    let secret =
+        flow_tests::dashboard::between(&plain.body, "<code id=\"new-key-secret\">", "</code>")
+            .expect("the secret is shown")
+            .to_owned();
+    let key = TestOrg {
+        id: org.id,
+        key: secret,
+    };
+    assert_eq!(app.get(&key, "/v1/flows").await.status, 200);
+    assert_eq!(get(&app, &key, "/Users").await.status, 200);
+    let details: Vec<String> = sqlx::query_scalar(
+        "SELECT detail FROM audit_events WHERE org_id = $1 AND action = 'key.created' ORDER BY id",
+    )
+    .bind(org.id)
+    .fetch_all(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(details, ["Okta provisioning (SCIM only)", "Reporting"]);
+}
