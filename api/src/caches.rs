@@ -217,15 +217,20 @@ impl Caches {
                     .map(|address| self.address_window(address))
                     .transpose()?;
                 let epoch = self.keys.epoch();
-                let found = keys::authenticate(pool, &hash)
-                    .await?
-                    .map(|(key_id, org, expiry)| {
+                let found = keys::authenticate(pool, &hash).await?.map(
+                    |(key_id, org, expiry, scim_only)| {
                         if let Some(expiry) = expiry {
                             self.key_expiries.insert(key_id, expiry);
                         }
                         let zone = org.zone();
-                        Arc::new(Caller { key_id, org, zone })
-                    });
+                        Arc::new(Caller {
+                            key_id,
+                            org,
+                            zone,
+                            scim_only,
+                        })
+                    },
+                );
                 match &found {
                     Some(caller) => self.keys.insert_loaded(epoch, hash, caller.clone()),
                     None => {

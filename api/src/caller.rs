@@ -13,6 +13,8 @@ pub struct Caller {
     pub org: Organization,
     /// The organization's time zone.
     pub zone: chrono_tz::Tz,
+    /// The key is restricted to SCIM (`/scim/v2`); `/v1` refuses it with 403.
+    pub scim_only: bool,
 }
 
 impl Caller {

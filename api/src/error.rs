@@ -37,6 +37,9 @@ pub enum ApiError {
     /// 401 `unauthorized`.
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// 403 `forbidden`: the key works but may not do this (a SCIM-only key on `/v1`).
+    #[error("{0}")]
+    Forbidden(&'static str),
     /// 404 `not_found`.
     #[error("{0}")]
     NotFound(String),
@@ -96,6 +99,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Conflict(_) | Self::NotYet => StatusCode::CONFLICT,
@@ -113,6 +117,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest(_) => "invalid_request",
             Self::Unauthorized(_) => "unauthorized",
+            Self::Forbidden(_) => "forbidden",
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::Conflict(_) | Self::NotYet => "conflict",

@@ -200,7 +200,22 @@ impl std::ops::Deref for Auth {
 impl FromRequestParts<AppState> for Auth {
     type Rejection = ApiError;
 
+    /// A key restricted to SCIM is refused here (403): this extractor guards `/v1`.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let auth = Self::any_scope(parts, state).await?;
+        if auth.scim_only {
+            return Err(ApiError::Forbidden(
+                "this API key is restricted to SCIM provisioning (/scim/v2); use another key for /v1",
+            ));
+        }
+        Ok(auth)
+    }
+}
+
+impl Auth {
+    /// The caller behind the request's key, whatever the key is restricted to (the SCIM
+    /// surface, which every working key may use).
+    pub async fn any_scope(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let header = parts
             .headers
             .get(header::AUTHORIZATION)

@@ -22,6 +22,7 @@ pub mod middleware;
 pub mod queue_depths;
 pub mod ratelimit;
 pub mod routes;
+pub mod scim;
 pub mod services;
 pub mod state;
 
@@ -47,6 +48,7 @@ pub fn router(state: AppState) -> Router {
     let request_timeout = state.config.request_timeout;
     api_routes
         .nest("/dashboard", dashboard)
+        .nest("/scim/v2", scim::router())
         .merge(docs::router(operations))
         .route_layer(axum::middleware::from_fn(middleware::record_metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })

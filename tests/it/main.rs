@@ -31,6 +31,7 @@ mod reports;
 mod request_timeout;
 mod rollups;
 mod schedules;
+mod scim;
 mod sessions;
 mod sign_in;
 mod status_rule;

@@ -46,6 +46,7 @@ async fn report_metrics_lists_and_schedules_match_hand_computed_figures() {
         rows[0],
         json!({
             "assignmentId": fixture.ids["a1"].to_string(), "assigneeEmail": "alice@example.com",
+            "userActive": true,
             "assignedAt": "2025-03-03T09:00:00.000Z", "status": "completed",
             "completedModules": 3, "totalModules": 3, "dueDate": null,
             "startedAt": "2025-03-03T10:00:00.000Z", "completedAt": "2025-03-05T09:00:00.000Z",

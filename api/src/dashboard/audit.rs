@@ -57,6 +57,14 @@ pub fn describe(action: &str) -> String {
         "account.disabled" => "Disabled a dashboard account",
         "account.enabled" => "Enabled a dashboard account",
         "account.role_changed" => "Changed the role of a dashboard account",
+        "user.provisioned" => "Provisioned a user (SCIM)",
+        "user.updated" => "Changed a user's profile (SCIM)",
+        "user.deactivated" => "Deactivated a user",
+        "user.reactivated" => "Reactivated a user",
+        "user.deleted" => "Deleted a user in SCIM (kept, deactivated)",
+        "group.created" => "Created a group (SCIM)",
+        "group.updated" => "Changed a group (SCIM)",
+        "group.deleted" => "Deleted a group (SCIM)",
         other => other,
     }
     .to_owned()

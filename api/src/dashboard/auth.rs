@@ -219,6 +219,7 @@ impl FromRequestParts<AppState> for SignedIn {
                 key_id: KeyId(Uuid::nil()),
                 org: found.org.clone(),
                 zone,
+                scim_only: false,
             }),
             account: found.account,
             org: found.org,

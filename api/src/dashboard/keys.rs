@@ -62,6 +62,8 @@ pub struct KeyRow {
     pub state_class: &'static str,
     /// Whether it still works (so it can be revoked or rolled).
     pub working: bool,
+    /// Restricted to SCIM provisioning.
+    pub scim_only: bool,
 }
 
 impl KeyRow {
@@ -90,6 +92,7 @@ impl KeyRow {
             state,
             state_class,
             working,
+            scim_only: key.scim_only,
         }
     }
 }
@@ -148,6 +151,9 @@ pub struct GenerateForm {
     /// A name saying who uses the key.
     #[serde(default)]
     pub name: String,
+    /// The "SCIM provisioning only" box: present when ticked.
+    #[serde(default)]
+    pub scim_only: Option<String>,
 }
 
 async fn generate(
@@ -156,7 +162,14 @@ async fn generate(
     HtmlForm(form): HtmlForm<GenerateForm>,
 ) -> PageResult {
     account.require_admin()?;
-    let generated = match service::generate(&state, account.acting(), &form.name).await {
+    let generated = match service::generate(
+        &state,
+        account.acting(),
+        &form.name,
+        form.scim_only.is_some(),
+    )
+    .await
+    {
         Ok(generated) => generated,
         Err(error) => {
             let Some(problem) = error.field_problems().first() else {

@@ -43,6 +43,8 @@ pub struct UserRow {
     pub name: String,
     /// Creation time.
     pub created: String,
+    /// False once deactivated (offboarded): shown, and refused new assigns.
+    pub active: bool,
 }
 
 /// A row the import refused.
@@ -135,6 +137,7 @@ async fn page(
                 email: user.email.clone(),
                 name: user.name.clone().unwrap_or_default(),
                 created: layout.time(&user.created_at),
+                active: user.active,
             })
             .collect(),
         layout,

@@ -322,6 +322,9 @@ pub struct ReportAssignment {
     pub assignment_id: AssignmentId,
     /// Assignee.
     pub assignee_email: String,
+    /// False when the assignee has been deactivated (offboarded): the assignment stays in
+    /// reports as compliance history.
+    pub user_active: bool,
     /// Assignment time.
     #[serde(serialize_with = "timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
@@ -361,6 +364,7 @@ impl ReportAssignment {
             status: row.status,
             assignment_id: row.id,
             assignee_email: row.assignee_email,
+            user_active: row.user_active,
             assigned_at: row.assigned_at,
             completed_modules: row.completed_modules,
             total_modules,

@@ -62,6 +62,9 @@ pub struct UserView {
     pub email: String,
     /// Display name.
     pub name: Option<String>,
+    /// False once the user was deactivated (SCIM `active: false` or DELETE): assigns to them
+    /// are refused with 409 `conflict`; their history stays.
+    pub active: bool,
     /// Creation time.
     #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
@@ -74,6 +77,7 @@ impl From<User> for UserView {
             user_id: user.id,
             email: user.email,
             name: user.name,
+            active: user.active,
             created_at: user.created_at,
         }
     }

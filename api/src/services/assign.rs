@@ -362,7 +362,10 @@ async fn look_up(
     prepared: &[Prepared],
 ) -> Result<Vec<LookupResult>, LookupError> {
     let unsettled = |prepared: &Prepared, found: &LookupResult| {
-        prepared.key.request.is_some() && found.user.is_some() && found.claim.is_none()
+        prepared.key.request.is_some()
+            && found.user.is_some()
+            && !found.user_inactive
+            && found.claim.is_none()
     };
     let keys = prepared.iter().map(|item| item.key.clone()).collect();
     let mut found = state.lookup.resolve_all(keys).await?;
@@ -401,6 +404,12 @@ impl Prepared {
                 input.email
             ))
         })?;
+        // Offboarding keeps the record but stops new training: 409, the state refuses it.
+        if found.user_inactive {
+            return Err(ServiceError::Conflict(format!(
+                "user {email} is deactivated; reactivate them (SCIM active: true) to assign"
+            )));
+        }
         let command = AssignCommand {
             version: ASSIGN_COMMAND_VERSION,
             assignment_id: AssignmentId::default(),

@@ -48,22 +48,30 @@ fn check_name(text: &str) -> Result<String, ServiceError> {
         .map_err(|problem| ServiceError::Fields(vec![FieldProblem::invalid("name", problem)]))
 }
 
-/// Generates a key named `name` (who uses it).
+/// Generates a key named `name` (who uses it), restricted to SCIM provisioning when
+/// `scim_only` (the key an identity provider holds: refused on `/v1`).
 pub async fn generate(
     state: &AppState,
     acting: Acting<'_>,
     name: &str,
+    scim_only: bool,
 ) -> Result<WithSecret, ServiceError> {
     let name = check_name(name)?;
     let mut transaction = state.db.begin().await?;
-    let (key, secret) = keys::create(&mut *transaction, acting.org_id(), &name).await?;
+    let (key, secret) =
+        keys::create_scoped(&mut *transaction, acting.org_id(), &name, scim_only).await?;
+    let detail = if scim_only {
+        format!("{name} (SCIM only)")
+    } else {
+        name.clone()
+    };
     audit::record(
         &mut *transaction,
         acting.org_id(),
         acting.actor,
         "key.created",
         &key.id.to_string(),
-        &name,
+        &detail,
     )
     .await?;
     transaction.commit().await?;

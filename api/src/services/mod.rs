@@ -6,7 +6,7 @@
 //! its wire types.
 //!
 //! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`flows`], [`schedules`], [`reports`] and
+//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`flows`], [`schedules`], [`reports`] and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
 //! export downloads) are checked here; the `/v1` read and write limits per request stay in the
 //! routes.
@@ -14,6 +14,7 @@
 pub mod assign;
 pub mod exports;
 pub mod flows;
+pub mod groups;
 pub mod keys;
 pub mod reports;
 pub mod schedules;

@@ -82,6 +82,11 @@ pub async fn create(
         .ok_or_else(|| {
             ServiceError::NotFoundSaying(format!("user {email} not found in this organization"))
         })?;
+    if !user.active {
+        return Err(ServiceError::Conflict(format!(
+            "user {email} is deactivated; reactivate them (SCIM active: true) to schedule"
+        )));
+    }
     let mut connection = state.db.acquire().await?;
     let record = schedules::create(
         &mut connection,

@@ -1,8 +1,14 @@
 //! Users (assignees), for every surface: each one checked by one rule (an e-mail, and a name of
 //! one line of at most 200 characters), then upserted by e-mail, one, many in one transaction
-//! (all or nothing), or an imported file's worth in batches.
+//! (all or nothing), or an imported file's worth in batches; and provisioned by an identity
+//! provider (SCIM) with a profile, changed, deactivated and deleted. Every provisioning write
+//! answers [`Changed`]: the users whose attributes or memberships it changed.
 
-use flow_common::db::users::{self, NewUser, User};
+use flow_common::db::audit;
+use flow_common::db::groups;
+use flow_common::db::scim_filter::SqlFilter;
+use flow_common::db::users::{self, NewUser, Profile, ProfileRow, User};
+use flow_domain::ids::UserId;
 use flow_domain::{Email, Invalid, TextRule};
 
 use super::{Acting, ServiceError};
@@ -71,4 +77,213 @@ pub async fn import(
         "users imported"
     );
     Ok(imported)
+}
+
+/// What a write did, and the users whose attributes or group memberships it changed: those
+/// enrollment rules look at again.
+#[derive(Debug, Clone)]
+pub struct Changed<T> {
+    /// The result of the write.
+    pub value: T,
+    /// The users it changed, each once.
+    pub users: Vec<UserId>,
+}
+
+impl<T> Changed<T> {
+    /// `value`, with `user` changed or not.
+    fn of(value: T, user: Option<UserId>) -> Self {
+        Self {
+            value,
+            users: user.into_iter().collect(),
+        }
+    }
+}
+
+/// Whether `error` is a unique violation (a taken e-mail or group name).
+pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(database) if database.is_unique_violation())
+}
+
+fn taken(email: &Email) -> ServiceError {
+    ServiceError::Conflict(format!(
+        "a user with the e-mail {email} already exists in this organization"
+    ))
+}
+
+/// The stored profile of a row, as a provider's write would give it.
+pub fn stored_profile(row: &ProfileRow) -> Result<Profile, ServiceError> {
+    let email = Email::parse("email", &row.email).map_err(|_| {
+        ServiceError::Internal(anyhow::anyhow!("user {} has no valid e-mail", row.id))
+    })?;
+    Ok(Profile {
+        email,
+        name: row.name.clone(),
+        active: row.active,
+        external_id: row.external_id.clone(),
+        given_name: row.given_name.clone(),
+        family_name: row.family_name.clone(),
+        formatted_name: row.formatted_name.clone(),
+        title: row.title.clone(),
+        department: row.department.clone(),
+        employee_number: row.employee_number.clone(),
+        manager_id: row.manager_id.clone(),
+        manager_name: row.manager_name.clone(),
+        start_date: row.start_date,
+        emails: row.emails.0.clone(),
+    })
+}
+
+/// A user of the organization with their profile, as provisioning sees them: a user deleted
+/// through SCIM is [`ServiceError::NotFound`].
+pub async fn profile(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: UserId,
+) -> Result<ProfileRow, ServiceError> {
+    let mut connection = state.db.acquire().await?;
+    users::profile(&mut connection, acting.org_id(), id, false)
+        .await?
+        .filter(|row| row.scim_deleted_at.is_none())
+        .ok_or(ServiceError::NotFound("user"))
+}
+
+/// A page of the users provisioning sees, matching `filter`, from `offset`; and how many match.
+pub async fn search(
+    state: &AppState,
+    acting: Acting<'_>,
+    filter: Option<&SqlFilter>,
+    offset: u64,
+    count: usize,
+) -> Result<(u64, Vec<ProfileRow>), ServiceError> {
+    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+    let count = i64::try_from(count).unwrap_or(i64::MAX);
+    let (total, rows) =
+        users::search_profiles(&state.db, acting.org_id(), filter, offset, count).await?;
+    Ok((total.unsigned_abs(), rows))
+}
+
+/// Provisions a user: a new one, or — when a user with that e-mail was deleted through SCIM —
+/// the same one again, with their history ([`ServiceError::Conflict`] when one exists and was
+/// not). Audited as `user.provisioned`.
+pub async fn provision(
+    state: &AppState,
+    acting: Acting<'_>,
+    profile: Profile,
+) -> Result<Changed<ProfileRow>, ServiceError> {
+    let org_id = acting.org_id();
+    let mut transaction = state.db.begin().await?;
+    let existing =
+        users::profile_by_email_for_update(&mut transaction, org_id, &profile.email).await?;
+    let (row, detail) = match existing {
+        Some(existing) if existing.scim_deleted_at.is_some() => (
+            users::update_profile(&mut transaction, org_id, existing.id, &profile, true).await?,
+            format!("{} (provisioned again)", profile.email),
+        ),
+        Some(_) => return Err(taken(&profile.email)),
+        None => match users::insert_profile(&mut transaction, org_id, &profile).await {
+            Ok(row) => (row, profile.email.to_string()),
+            Err(error) if is_unique_violation(&error) => return Err(taken(&profile.email)),
+            Err(error) => return Err(error.into()),
+        },
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        "user.provisioned",
+        &row.id.to_string(),
+        &detail,
+    )
+    .await?;
+    transaction.commit().await?;
+    let id = row.id;
+    Ok(Changed::of(row, Some(id)))
+}
+
+/// Changes a user's profile: `edit` gets the stored user (to check a precondition such as an
+/// ETag, and to apply a PUT or PATCH) and returns the new profile, or its own error. Nothing is
+/// written when nothing changes. A deactivation (`active` turned false) stops new assigns to
+/// the user; audited as `user.deactivated`, `user.reactivated` or `user.updated`.
+pub async fn edit<E: From<ServiceError>>(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: UserId,
+    edit: impl FnOnce(&ProfileRow) -> Result<Profile, E>,
+) -> Result<Changed<ProfileRow>, E> {
+    let org_id = acting.org_id();
+    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
+    let current = users::profile(&mut transaction, org_id, id, true)
+        .await
+        .map_err(ServiceError::from)?
+        .filter(|row| row.scim_deleted_at.is_none())
+        .ok_or(ServiceError::NotFound("user"))?;
+    let before = stored_profile(&current)?;
+    let after = edit(&current)?;
+    if after == before {
+        return Ok(Changed::of(current, None));
+    }
+    let row = match users::update_profile(&mut transaction, org_id, id, &after, false).await {
+        Ok(row) => row,
+        Err(error) if is_unique_violation(&error) => return Err(taken(&after.email).into()),
+        Err(error) => return Err(ServiceError::from(error).into()),
+    };
+    let action = match (before.active, after.active) {
+        (true, false) => "user.deactivated",
+        (false, true) => "user.reactivated",
+        _ => "user.updated",
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        action,
+        &id.to_string(),
+        after.email.as_str(),
+    )
+    .await
+    .map_err(ServiceError::from)?;
+    transaction.commit().await.map_err(ServiceError::from)?;
+    if before.active != after.active {
+        tracing::info!(user_id = %id, active = after.active, "user (de)activated");
+    }
+    Ok(Changed::of(row, Some(id)))
+}
+
+/// Deletes a user for provisioning: they are deactivated and leave their groups, and SCIM
+/// answers 404 for them from then on; their record and assignments stay (a later provisioning
+/// of the same e-mail revives them). `check` sees the stored user first (a precondition).
+/// Audited as `user.deleted`.
+pub async fn delete<E: From<ServiceError>>(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: UserId,
+    check: impl FnOnce(&ProfileRow) -> Result<(), E>,
+) -> Result<Changed<()>, E> {
+    let org_id = acting.org_id();
+    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
+    let current = users::profile(&mut transaction, org_id, id, true)
+        .await
+        .map_err(ServiceError::from)?
+        .filter(|row| row.scim_deleted_at.is_none())
+        .ok_or(ServiceError::NotFound("user"))?;
+    check(&current)?;
+    users::mark_scim_deleted(&mut transaction, org_id, id)
+        .await
+        .map_err(ServiceError::from)?;
+    groups::leave_all(&mut transaction, org_id, id)
+        .await
+        .map_err(ServiceError::from)?;
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        "user.deleted",
+        &id.to_string(),
+        &current.email,
+    )
+    .await
+    .map_err(ServiceError::from)?;
+    transaction.commit().await.map_err(ServiceError::from)?;
+    tracing::info!(user_id = %id, "user deleted through SCIM (kept, deactivated)");
+    Ok(Changed::of((), Some(id)))
 }

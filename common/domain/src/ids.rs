@@ -141,6 +141,10 @@ define_id!(
     /// A dashboard account (a person who signs in to the dashboard).
     AccountId, "acc"
 );
+define_id!(
+    /// A group of users, as an identity provider pushes it (SCIM).
+    GroupId, "grp"
+);
 
 /// A UUIDv8 whose bits are the SHA-256 of `domain` and `parts`: the same inputs always give the
 /// same id, and it cannot collide with a generated UUIDv7.

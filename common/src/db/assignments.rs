@@ -397,6 +397,8 @@ pub struct RequestClaim {
 pub struct LookupResult {
     /// The assignee, when the e-mail exists in the organization: (id, e-mail as stored).
     pub user: Option<(UserId, String)>,
+    /// The assignee was deactivated: new assigns to them are refused.
+    pub user_inactive: bool,
     /// An earlier request with the same `X-Request-ID`, persisted and resolved.
     pub by_request: Option<ExistingAssignment>,
     /// The claim of the request's idempotency key (present when the request has one and the
@@ -455,6 +457,7 @@ pub async fn lookup<'e>(
         ord: i64,
         user_id: Option<UserId>,
         user_email: Option<String>,
+        user_active: Option<bool>,
         request_answer_id: Option<AssignmentId>,
         request_assignment_id: Option<AssignmentId>,
         request_flow_id: Option<FlowId>,
@@ -469,7 +472,7 @@ pub async fn lookup<'e>(
     let rows: Vec<Row> = sqlx::query_as(
         "WITH resolved AS (
             SELECT q.ord, q.org_id, q.request_id, q.fingerprint, q.proposed_at,
-                   u.id AS user_id, u.email AS user_email,
+                   u.id AS user_id, u.email AS user_email, u.active AS user_active,
                    r.answer_id AS request_answer_id, r.id AS request_assignment_id,
                    r.flow_id AS request_flow_id, r.user_id AS request_user_id,
                    r.assigned_at AS request_assigned_at,
@@ -481,7 +484,7 @@ pub async fn lookup<'e>(
             -- LATERAL … LIMIT 1: an index probe per key. As a plain join, a bulk request's
             -- 1,000 keys were planned as a hash join over a sequential scan of every user of
             -- the server, on every call.
-            LEFT JOIN LATERAL (SELECT u.id, u.email FROM users u
+            LEFT JOIN LATERAL (SELECT u.id, u.email, u.active FROM users u
                                WHERE u.org_id = q.org_id AND u.email_normalized = q.email
                                LIMIT 1) u ON true
             LEFT JOIN LATERAL (
@@ -510,12 +513,13 @@ pub async fn lookup<'e>(
                    COALESCE(request_answer_id, active_id, request_id),
                    COALESCE(request_assigned_at, active_assigned_at, proposed_at)
             FROM resolved
-            WHERE request_id IS NOT NULL AND user_id IS NOT NULL
+            WHERE request_id IS NOT NULL AND user_id IS NOT NULL AND user_active
             ORDER BY request_id
             ON CONFLICT (assignment_id) DO UPDATE SET org_id = request_claims.org_id
             RETURNING assignment_id, fingerprint, answer_id, assigned_at
          )
-         SELECT r.ord, r.user_id, r.user_email, r.request_answer_id, r.request_assignment_id,
+         SELECT r.ord, r.user_id, r.user_email, r.user_active, r.request_answer_id,
+                r.request_assignment_id,
                 r.request_flow_id, r.request_user_id, r.request_assigned_at, r.active_id,
                 r.active_assigned_at, c.fingerprint AS claim_fingerprint,
                 c.answer_id AS claim_answer_id, c.assigned_at AS claim_assigned_at
@@ -540,6 +544,7 @@ pub async fn lookup<'e>(
         };
         let slot = &mut results[index];
         slot.user = row.user_id.zip(row.user_email);
+        slot.user_inactive = row.user_active == Some(false);
         if let (Some(answer_id), Some(assignment_id), Some(flow_id), Some(user_id), Some(at)) = (
             row.request_answer_id,
             row.request_assignment_id,

@@ -258,7 +258,7 @@ pub async fn search_users<'e>(
     limit: i64,
 ) -> Result<Vec<User>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, email, name, created_at FROM users
+        "SELECT id, org_id, email, name, active, created_at FROM users
          WHERE org_id = $1 AND ($2::uuid IS NULL OR id > $2)
            AND ($3::text IS NULL
                 OR strpos(email_normalized, lower($3)) > 0

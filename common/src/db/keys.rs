@@ -32,10 +32,12 @@ pub struct ApiKey {
     pub last_used_at: Option<DateTime<Utc>>,
     /// When it stops working (set when the key is rolled).
     pub expires_at: Option<DateTime<Utc>>,
+    /// Restricted to SCIM provisioning (`/scim/v2`): refused on `/v1`.
+    pub scim_only: bool,
 }
 
 const KEY_COLUMNS: &str =
-    "id, org_id, name, prefix, created_at, revoked_at, last_used_at, expires_at";
+    "id, org_id, name, prefix, created_at, revoked_at, last_used_at, expires_at, scim_only";
 
 /// SHA-256 of a presented secret: what is stored and looked up.
 pub fn hash_secret(secret: &str) -> [u8; 32] {
@@ -55,10 +57,22 @@ pub async fn create<'e>(
     org_id: OrgId,
     name: &str,
 ) -> Result<(ApiKey, String), sqlx::Error> {
+    create_scoped(executor, org_id, name, false).await
+}
+
+/// Creates a key for `org_id`, restricted to SCIM when `scim_only`; returns the record and the
+/// secret, which is not stored.
+pub async fn create_scoped<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    name: &str,
+    scim_only: bool,
+) -> Result<(ApiKey, String), sqlx::Error> {
     let secret = generate_secret();
     let prefix: String = secret.chars().take(KEY_PREFIX.len() + 8).collect();
     let key: ApiKey = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO api_keys (id, org_id, name, key_hash, prefix) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO api_keys (id, org_id, name, key_hash, prefix, scim_only)
+         VALUES ($1, $2, $3, $4, $5, $6)
          RETURNING {KEY_COLUMNS}"
     )))
     .bind(KeyId::new())
@@ -66,6 +80,7 @@ pub async fn create<'e>(
     .bind(name)
     .bind(hash_secret(&secret).as_slice())
     .bind(&prefix)
+    .bind(scim_only)
     .fetch_one(executor)
     .await?;
     Ok((key, secret))
@@ -124,7 +139,7 @@ pub async fn roll(
     let Some(old) = old else {
         return Ok(None);
     };
-    let (key, secret) = create(&mut *transaction, org_id, &old.name).await?;
+    let (key, secret) = create_scoped(&mut *transaction, org_id, &old.name, old.scim_only).await?;
     let detail = format!("{} (replaced by {}…)", old.name, key.prefix);
     audit::record(
         &mut *transaction,
@@ -153,8 +168,9 @@ pub async fn list<'e>(
     .await
 }
 
-/// A key that authenticates: its id, organization, and expiry when it was rolled.
-pub type AuthenticatedKey = (KeyId, Organization, Option<DateTime<Utc>>);
+/// A key that authenticates: its id, organization, expiry when it was rolled, and whether it is
+/// restricted to SCIM.
+pub type AuthenticatedKey = (KeyId, Organization, Option<DateTime<Utc>>, bool);
 
 /// The organization a working key (not revoked, not expired) belongs to, and the key's expiry.
 pub async fn authenticate<'e>(
@@ -165,11 +181,13 @@ pub async fn authenticate<'e>(
     struct Row {
         key_id: KeyId,
         key_expires_at: Option<DateTime<Utc>>,
+        key_scim_only: bool,
         #[sqlx(flatten)]
         org: Organization,
     }
     let row: Option<Row> = sqlx::query_as(
-        "SELECT k.id AS key_id, k.expires_at AS key_expires_at, o.id, o.name, o.tier, o.timezone,
+        "SELECT k.id AS key_id, k.expires_at AS key_expires_at, k.scim_only AS key_scim_only,
+                o.id, o.name, o.tier, o.timezone,
                 o.assign_limit_per_minute, o.report_limit_per_minute, o.created_at, o.bulk_lane
          FROM api_keys k JOIN organizations o ON o.id = k.org_id
          WHERE k.key_hash = $1 AND k.revoked_at IS NULL
@@ -178,7 +196,7 @@ pub async fn authenticate<'e>(
     .bind(hash.as_slice())
     .fetch_optional(executor)
     .await?;
-    Ok(row.map(|row| (row.key_id, row.org, row.key_expires_at)))
+    Ok(row.map(|row| (row.key_id, row.org, row.key_expires_at, row.key_scim_only)))
 }
 
 /// Records that keys were used (batched by the API, at most once a minute per key).

@@ -226,8 +226,9 @@ pub async fn module_in_flow<'e>(
 }
 
 /// Moves up to `limit` pending or in-progress assignments whose due date is at or before `now` to
-/// overdue, with one `flow.overdue` event each. Rows another scheduler (or a progress update)
-/// holds are skipped and picked up by the next scan. Returns how many changed.
+/// overdue, with one `flow.overdue` event each; those of deactivated users stay as they are.
+/// Rows another scheduler (or a progress update) holds are skipped and picked up by the next
+/// scan. Returns how many changed.
 pub async fn mark_overdue(
     connection: &mut PgConnection,
     now: DateTime<Utc>,
@@ -237,6 +238,9 @@ pub async fn mark_overdue(
         "WITH due AS (
             SELECT id FROM assignments
             WHERE status IN ('pending', 'in_progress') AND due_at IS NOT NULL AND due_at <= $1
+              -- A deactivated user's open assignments fire no `flow.overdue`.
+              AND NOT EXISTS (SELECT 1 FROM users u WHERE u.id = assignments.user_id
+                              AND NOT u.active)
             ORDER BY due_at
             LIMIT $2
             FOR UPDATE SKIP LOCKED

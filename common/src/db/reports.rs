@@ -134,6 +134,8 @@ pub struct ReportRow {
     pub id: AssignmentId,
     /// Assignee e-mail.
     pub assignee_email: String,
+    /// False when the assignee was deactivated since (their history stays in reports).
+    pub user_active: bool,
     /// Assignment time.
     pub assigned_at: DateTime<Utc>,
     /// Status at the reading time; a name this build does not know fails the read.
@@ -159,8 +161,8 @@ impl ReportRow {
     }
 }
 
-const ROW_COLUMNS: &str = "a.id, u.email AS assignee_email, a.assigned_at, {status} AS status, a.priority, \
-     a.due_at, a.started_at, a.completed_at";
+const ROW_COLUMNS: &str = "a.id, u.email AS assignee_email, u.active AS user_active, a.assigned_at, \
+     {status} AS status, a.priority, a.due_at, a.started_at, a.completed_at";
 
 fn row_columns() -> String {
     ROW_COLUMNS.replace("{status}", EFFECTIVE_STATUS)

@@ -160,7 +160,8 @@ pub struct DueSchedule {
     pub bulk_lane: i64,
 }
 
-/// Locks up to `limit` schedules due at `now`, skipping those another scheduler holds.
+/// Locks up to `limit` schedules due at `now`, skipping those another scheduler holds and those
+/// of deactivated users.
 pub async fn claim_due(
     connection: &mut PgConnection,
     now: DateTime<Utc>,
@@ -175,6 +176,9 @@ pub async fn claim_due(
          JOIN flows f ON f.id = s.flow_id
          JOIN users u ON u.id = s.user_id
          WHERE s.active AND s.deleted_at IS NULL AND s.scheduled_at <= $1
+           -- A deactivated assignee's schedules wait, due, until they are reactivated (then
+           -- the latest occurrence is assigned, as after any pause).
+           AND u.active
          ORDER BY s.scheduled_at
          LIMIT $2
          FOR UPDATE OF s SKIP LOCKED",

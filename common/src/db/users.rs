@@ -15,6 +15,8 @@ pub struct User {
     pub email: String,
     /// Display name.
     pub name: Option<String>,
+    /// False once deactivated (SCIM `active: false` or DELETE): assigns to them are refused.
+    pub active: bool,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// True when this call created the row (rather than updating it).
@@ -53,9 +55,10 @@ pub async fn upsert<'e>(
             SELECT id, $1, email, normalized, name FROM input ORDER BY normalized
             ON CONFLICT (org_id, email_normalized) DO UPDATE
                 SET name = COALESCE(EXCLUDED.name, users.name), updated_at = now()
-            RETURNING id, org_id, email, email_normalized, name, created_at, (xmax = 0) AS created
+            RETURNING id, org_id, email, email_normalized, name, active, created_at,
+                      (xmax = 0) AS created
          )
-         SELECT t.ord, u.id, u.org_id, u.email, u.name, u.created_at, u.created
+         SELECT t.ord, u.id, u.org_id, u.email, u.name, u.active, u.created_at, u.created
          FROM UNNEST($4::text[]) WITH ORDINALITY AS t(normalized, ord)
          JOIN upserted u ON u.email_normalized = t.normalized
          ORDER BY t.ord",
@@ -88,7 +91,7 @@ pub async fn find_by_email<'e>(
     email: &Email,
 ) -> Result<Option<User>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, email, name, created_at FROM users
+        "SELECT id, org_id, email, name, active, created_at FROM users
          WHERE org_id = $1 AND email_normalized = $2",
     )
     .bind(org_id)
@@ -105,7 +108,7 @@ pub async fn list<'e>(
     limit: i64,
 ) -> Result<Vec<User>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, email, name, created_at FROM users
+        "SELECT id, org_id, email, name, active, created_at FROM users
          WHERE org_id = $1 AND ($2::uuid IS NULL OR id > $2)
          ORDER BY id LIMIT $3",
     )
@@ -113,5 +116,258 @@ pub async fn list<'e>(
     .bind(after)
     .bind(limit)
     .fetch_all(executor)
+    .await
+}
+
+/// One of the e-mail addresses an identity provider keeps on a user.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ProfileEmail {
+    /// The address.
+    pub value: String,
+    /// What it is for (`work`, `home`, `other`), as sent.
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Whether it is the primary address.
+    #[serde(default)]
+    pub primary: bool,
+}
+
+/// What an identity provider (SCIM) says of a user: the address the service identifies them
+/// by, the name every surface shows, and the profile attributes of migration 0180.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Profile {
+    /// The address the service identifies the person by.
+    pub email: Email,
+    /// The name every surface shows.
+    pub name: Option<String>,
+    /// False: deactivated.
+    pub active: bool,
+    pub external_id: Option<String>,
+    pub given_name: Option<String>,
+    pub family_name: Option<String>,
+    pub formatted_name: Option<String>,
+    pub title: Option<String>,
+    pub department: Option<String>,
+    pub employee_number: Option<String>,
+    /// The provider's id of the manager.
+    pub manager_id: Option<String>,
+    pub manager_name: Option<String>,
+    pub start_date: Option<chrono::NaiveDate>,
+    /// The addresses as the provider sent them.
+    pub emails: Vec<ProfileEmail>,
+}
+
+/// A stored user with their profile.
+#[derive(Debug, Clone, FromRow)]
+pub struct ProfileRow {
+    pub id: UserId,
+    pub email: String,
+    pub name: Option<String>,
+    pub active: bool,
+    pub external_id: Option<String>,
+    pub given_name: Option<String>,
+    pub family_name: Option<String>,
+    pub formatted_name: Option<String>,
+    pub title: Option<String>,
+    pub department: Option<String>,
+    pub employee_number: Option<String>,
+    pub manager_id: Option<String>,
+    pub manager_name: Option<String>,
+    pub start_date: Option<chrono::NaiveDate>,
+    pub emails: sqlx::types::Json<Vec<ProfileEmail>>,
+    pub created_at: DateTime<Utc>,
+    /// Every write moves it forward: the resource's version (ETag).
+    pub updated_at: DateTime<Utc>,
+    /// Set by a SCIM DELETE: SCIM answers 404 for the user from then on.
+    pub scim_deleted_at: Option<DateTime<Utc>>,
+}
+
+const PROFILE_COLUMNS: &str = "u.id, u.email, u.name, u.active, u.external_id, u.given_name,
+    u.family_name, u.formatted_name, u.title, u.department, u.employee_number, u.manager_id,
+    u.manager_name, u.start_date, u.emails, u.created_at, u.updated_at, u.scim_deleted_at";
+
+/// The next version of a row: now, and always after the last one, so that two writes in the
+/// same microsecond still change the ETag.
+const NEXT_VERSION: &str = "GREATEST(clock_timestamp(), u.updated_at + interval '1 microsecond')";
+
+/// A user and their profile, locked for an update when `lock`.
+pub async fn profile(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    id: UserId,
+    lock: bool,
+) -> Result<Option<ProfileRow>, sqlx::Error> {
+    let lock = if lock { "FOR UPDATE" } else { "" };
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {PROFILE_COLUMNS} FROM users u WHERE u.org_id = $1 AND u.id = $2 {lock}"
+    )))
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(connection)
+    .await
+}
+
+/// The user with this e-mail (case-insensitive) and their profile, locked for an update.
+pub async fn profile_by_email_for_update(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    email: &Email,
+) -> Result<Option<ProfileRow>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {PROFILE_COLUMNS} FROM users u
+         WHERE u.org_id = $1 AND u.email_normalized = $2 FOR UPDATE"
+    )))
+    .bind(org_id)
+    .bind(email.normalized())
+    .fetch_optional(connection)
+    .await
+}
+
+/// Inserts a user with a profile. A user with the same e-mail is a unique violation
+/// (`users_org_id_email_normalized_key`).
+pub async fn insert_profile(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    profile: &Profile,
+) -> Result<ProfileRow, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO users AS u (id, org_id, email, email_normalized, name, active, deactivated_at,
+                          external_id, given_name, family_name, formatted_name, title, department,
+                          employee_number, manager_id, manager_name, start_date, emails)
+         VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $6 THEN NULL ELSE now() END, $7, $8, $9, $10,
+                 $11, $12, $13, $14, $15, $16, $17)
+         RETURNING {PROFILE_COLUMNS}"
+    )))
+    .bind(UserId::new())
+    .bind(org_id)
+    .bind(profile.email.as_str())
+    .bind(profile.email.normalized())
+    .bind(profile.name.as_deref())
+    .bind(profile.active)
+    .bind(profile.external_id.as_deref())
+    .bind(profile.given_name.as_deref())
+    .bind(profile.family_name.as_deref())
+    .bind(profile.formatted_name.as_deref())
+    .bind(profile.title.as_deref())
+    .bind(profile.department.as_deref())
+    .bind(profile.employee_number.as_deref())
+    .bind(profile.manager_id.as_deref())
+    .bind(profile.manager_name.as_deref())
+    .bind(profile.start_date)
+    .bind(sqlx::types::Json(&profile.emails))
+    .fetch_one(connection)
+    .await
+}
+
+/// Replaces a user's profile (e-mail and name included). Deactivation stamps `deactivated_at`
+/// once, reactivation clears it; `revive` clears a SCIM deletion. A taken e-mail is a unique
+/// violation.
+pub async fn update_profile(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    id: UserId,
+    profile: &Profile,
+    revive: bool,
+) -> Result<ProfileRow, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "UPDATE users u SET email = $3, email_normalized = $4, name = $5, active = $6,
+                deactivated_at = CASE WHEN $6 THEN NULL ELSE COALESCE(u.deactivated_at, now()) END,
+                external_id = $7, given_name = $8, family_name = $9, formatted_name = $10,
+                title = $11, department = $12, employee_number = $13, manager_id = $14,
+                manager_name = $15, start_date = $16, emails = $17,
+                scim_deleted_at = CASE WHEN $18 THEN NULL ELSE u.scim_deleted_at END,
+                updated_at = {NEXT_VERSION}
+         WHERE u.org_id = $1 AND u.id = $2
+         RETURNING {PROFILE_COLUMNS}"
+    )))
+    .bind(org_id)
+    .bind(id)
+    .bind(profile.email.as_str())
+    .bind(profile.email.normalized())
+    .bind(profile.name.as_deref())
+    .bind(profile.active)
+    .bind(profile.external_id.as_deref())
+    .bind(profile.given_name.as_deref())
+    .bind(profile.family_name.as_deref())
+    .bind(profile.formatted_name.as_deref())
+    .bind(profile.title.as_deref())
+    .bind(profile.department.as_deref())
+    .bind(profile.employee_number.as_deref())
+    .bind(profile.manager_id.as_deref())
+    .bind(profile.manager_name.as_deref())
+    .bind(profile.start_date)
+    .bind(sqlx::types::Json(&profile.emails))
+    .bind(revive)
+    .fetch_one(connection)
+    .await
+}
+
+/// Deactivates a user and marks them deleted for SCIM (their record and history stay).
+pub async fn mark_scim_deleted(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    id: UserId,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE users u SET active = false, deactivated_at = COALESCE(u.deactivated_at, now()),
+                scim_deleted_at = now(), updated_at = {NEXT_VERSION}
+         WHERE u.org_id = $1 AND u.id = $2"
+    )))
+    .bind(org_id)
+    .bind(id)
+    .execute(connection)
+    .await
+    .map(|_| ())
+}
+
+/// A page of the organization's users SCIM sees (not SCIM-deleted) matching `filter`, in id
+/// order from `offset`, and how many match in all.
+pub async fn search_profiles(
+    pool: &sqlx::PgPool,
+    org_id: OrgId,
+    filter: Option<&super::scim_filter::SqlFilter>,
+    offset: i64,
+    limit: i64,
+) -> Result<(i64, Vec<ProfileRow>), sqlx::Error> {
+    let push_where = |builder: &mut sqlx::QueryBuilder<sqlx::Postgres>| {
+        builder.push(" FROM users u WHERE u.org_id = ");
+        builder.push_bind(org_id);
+        builder.push(" AND u.scim_deleted_at IS NULL");
+        if let Some(filter) = filter {
+            builder.push(" AND ");
+            filter
+                .push(builder)
+                .map_err(|error| sqlx::Error::Protocol(format!("filter: {error}")))?;
+        }
+        Ok::<_, sqlx::Error>(())
+    };
+    let mut count = sqlx::QueryBuilder::new("SELECT count(*)");
+    push_where(&mut count)?;
+    let total: i64 = count.build_query_scalar().fetch_one(pool).await?;
+    if limit == 0 || offset >= total {
+        return Ok((total, Vec::new()));
+    }
+    let mut page = sqlx::QueryBuilder::new(format!("SELECT {PROFILE_COLUMNS}"));
+    push_where(&mut page)?;
+    page.push(" ORDER BY u.id OFFSET ");
+    page.push_bind(offset);
+    page.push(" LIMIT ");
+    page.push_bind(limit);
+    let rows = page.build_query_as().fetch_all(pool).await?;
+    Ok((total, rows))
+}
+
+/// Which of `ids` are users of the organization that SCIM sees (group members must be).
+pub async fn existing_ids(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    ids: &[UserId],
+) -> Result<Vec<UserId>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM users WHERE org_id = $1 AND id = ANY($2) AND scim_deleted_at IS NULL",
+    )
+    .bind(org_id)
+    .bind(ids)
+    .fetch_all(connection)
     .await
 }
