@@ -1785,19 +1785,26 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     use flow_common::amqp::QueueKind;
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let prefetch = usize::from(
-        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch,
-    );
+    let lane_prefetch =
+        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch;
     // The prefetch counts messages; with the relay's largest messages it bounds the events a
-    // worker holds, and a bulk backlog waits in the broker beyond that.
-    let most_held = prefetch * flow_domain::events::MAX_EVENTS_PER_MESSAGE;
+    // worker holds in a lane (the bulk lane's window is shared among its shards' queues), and a
+    // bulk backlog waits in the broker beyond that.
+    let most_held = usize::from(lane_prefetch) * flow_domain::events::MAX_EVENTS_PER_MESSAGE;
+    let prefetch = usize::from(flow_workers::webhook::bulk_prefetch(lane_prefetch));
     assert!(
         most_held <= 8_192,
         "a webhook-worker may hold {most_held} events (WEBHOOK_PREFETCH {prefetch} messages)"
     );
-    // One message per event, twenty more than the worker's prefetch (the default).
+    // One message per event, twenty more than the worker's prefetch of a bulk queue (the default).
     let count = prefetch + 20;
     let (org, flow, emails) = app.org_with_users(count).await;
+    let shard: i64 = sqlx::query_scalar("SELECT bulk_lane FROM organizations WHERE id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("bulk lane");
+    let queue = QueueKind::webhooks_for(shard);
     receiver.set("held", Behaviour::Gated(b"ok"));
     let (webhook, _) = endpoint(&app, &org, &receiver.url("held"), None).await;
     let bulk = app
@@ -1820,7 +1827,7 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     let queued = |ready: usize| {
         let app = &app;
         async move {
-            app.queue_state(QueueKind::Webhooks)
+            app.queue_state(queue)
                 .await
                 .is_some_and(|(found, _)| found as usize == ready)
                 .then_some(())
@@ -1847,11 +1854,11 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let state = app.queue_state(QueueKind::Webhooks).await;
+    let state = app.queue_state(queue).await;
     assert!(
         waiting > 0 && state.is_some_and(|(ready, _)| ready as usize == waiting),
         "{waiting} of {count} event messages wait in the broker while the worker holds \
-         {prefetch} (WEBHOOK_PREFETCH); the queue: {state:?} (ready, consumers)"
+         {prefetch} (WEBHOOK_PREFETCH shared by the bulk queues); the queue: {state:?} (ready, consumers)"
     );
 
     receiver.open_gate();

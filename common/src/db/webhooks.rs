@@ -248,22 +248,9 @@ pub async fn rotate_secret<'e>(
     .await
 }
 
-/// An event received from the events exchange, to fan out to the endpoints of its organization.
-#[derive(Debug, Clone)]
-pub struct IncomingEvent {
-    /// Event id.
-    pub event_id: EventId,
-    /// Organization.
-    pub org_id: OrgId,
-    /// Type.
-    pub event_type: String,
-    /// Body, the JSON text customers receive (passed through, never parsed into a tree).
-    pub payload: Box<RawValue>,
-    /// When the state change happened.
-    pub event_at: DateTime<Utc>,
-    /// W3C trace context of the work that caused the event, kept on its deliveries.
-    pub traceparent: Option<String>,
-}
+/// An event to fan out, as decoded from the events queue (the codec lives beside the relay's
+/// encoder in the domain crate).
+pub use flow_domain::events::codec::IncomingEvent;
 
 /// A delivery claimed for an attempt, with what sending it needs.
 #[derive(Debug, Clone, FromRow)]
