@@ -36,7 +36,8 @@ use std::time::Duration;
 use anyhow::Context;
 use flow_common::amqp::{BULK_SHARDS, Lane, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::fan_out::{ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
 use flow_common::runtime::{Wakeup, retry_transient};
 use flow_common::telemetry;
@@ -411,9 +412,9 @@ impl EventsHandler {
             self.dispatcher.dispatch(claimed, claimed_at);
             return Ok(());
         }
-        let events = webhooks::distinct_events(events);
+        let events = webhooks::fan_out::distinct_events(events);
         let targets = retry_transient("fan-out", shutdown, database::is_transient, || {
-            webhooks::targets(&self.pool, &events, None)
+            webhooks::fan_out::targets(&self.pool, &events, None)
         })
         .await?;
         // One token for every claim of the batch, and for every try of its transaction: a retry
@@ -469,7 +470,7 @@ impl EventsHandler {
         let claimed_at = Instant::now();
         let created = retry_transient("fan-out", shutdown, database::is_transient, || async {
             let mut transaction = self.pool.begin().await?;
-            let created = webhooks::create_deliveries(
+            let created = webhooks::fan_out::create_deliveries(
                 &mut transaction,
                 &rows,
                 self.lease,
@@ -520,14 +521,15 @@ impl EventsHandler {
         &self,
         events: &[IncomingEvent],
         shutdown: &CancellationToken,
-    ) -> Result<(Vec<webhooks::ClaimedDelivery>, Instant), sqlx::Error> {
+    ) -> Result<(Vec<webhooks::fan_out::ClaimedDelivery>, Instant), sqlx::Error> {
         // One token for every try: a retry after a lost COMMIT answer reclaims its own rows.
         let claim_token = uuid::Uuid::new_v4();
         retry_transient("fan-out", shutdown, database::is_transient, || async {
             let started = Instant::now();
             let mut transaction = self.pool.begin().await?;
             let claimed =
-                webhooks::fan_out(&mut transaction, events, self.lease, claim_token).await?;
+                webhooks::fan_out::fan_out(&mut transaction, events, self.lease, claim_token)
+                    .await?;
             transaction.commit().await?;
             Ok((claimed, started))
         })
@@ -632,7 +634,7 @@ async fn poll(
         if dispatcher.in_flight() < memory_cap {
             let skip = dispatcher.saturated();
             let claimed_at = Instant::now();
-            match webhooks::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
+            match webhooks::fan_out::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
                 Ok(claimed) => {
                     claimed_full = claimed.len() as i64 == CLAIM_BATCH;
                     if !claimed.is_empty() {
