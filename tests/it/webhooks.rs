@@ -1008,18 +1008,58 @@ fn assigned_event(org_id: OrgId) -> webhook_rows::fan_out::IncomingEvent {
     }
 }
 
-/// Fans `events` out in a transaction of their own, as the webhook-worker does, and commits.
+/// Fans `events` out in a transaction of their own, by the webhook-worker's route with no inline
+/// attempt (every delivery written claimed), and commits.
 async fn fan_out_committed(
     pool: &sqlx::PgPool,
     events: &[webhook_rows::fan_out::IncomingEvent],
     lease: Duration,
     claim_token: uuid::Uuid,
 ) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    let events = webhook_rows::fan_out::distinct_events(events);
     let mut transaction = pool.begin().await?;
-    let claimed =
-        webhook_rows::fan_out::fan_out(&mut transaction, events, lease, claim_token).await?;
+    let targets =
+        webhook_rows::fan_out::targets(&mut *transaction, &events, Some(claim_token)).await?;
+    let claimed: Vec<ClaimedDelivery> = targets
+        .into_iter()
+        .map(|target| {
+            let event = events[usize::try_from(target.event_index).expect("index")];
+            target.claimed(event, DeliveryId::new(), claim_token)
+        })
+        .collect();
+    let rows: Vec<webhook_rows::fan_out::NewDelivery<'_>> = claimed
+        .iter()
+        .map(|delivery| webhook_rows::fan_out::NewDelivery {
+            id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            event: events
+                .iter()
+                .find(|event| event.event_id == delivery.event_id)
+                .expect("its event"),
+            start: webhook_rows::fan_out::Start::Claimed(claim_token),
+        })
+        .collect();
+    let created = webhook_rows::fan_out::create_deliveries(
+        &mut transaction,
+        &rows,
+        lease,
+        Duration::from_secs(5 * 86_400),
+    )
+    .await?;
     transaction.commit().await?;
-    Ok(claimed)
+    // Rows found claimed under the same token keep their first ids.
+    Ok(claimed
+        .into_iter()
+        .filter_map(|delivery| {
+            let row = created.deliveries.iter().find(|row| {
+                row.endpoint_id == delivery.endpoint_id && row.event_id == delivery.event_id
+            })?;
+            Some(ClaimedDelivery {
+                id: row.id,
+                ..delivery
+            })
+        })
+        .collect())
 }
 
 /// Waits until a session of the test's database waits for a lock (`what` says which).

@@ -397,9 +397,10 @@ impl EventsHandler {
         Ok(())
     }
 
-    /// Delivers a batch of events: first attempts inline (waiting at most `inline_wait`) to the
-    /// endpoints that take them, then every delivery written in one transaction, then the claimed
-    /// ones dispatched and the outcomes of attempts still under way handed to the recorder. The
+    /// Delivers a batch of events, the one fan-out route: the endpoints each event goes to, first
+    /// attempts inline (waiting at most `inline_wait`; none when it is zero) to the endpoints that
+    /// take them, then every delivery written in one transaction, then the claimed ones
+    /// dispatched and the outcomes of attempts still under way handed to the recorder. The
     /// deliveries are committed when this returns: the caller acks.
     async fn deliver(
         &self,
@@ -407,11 +408,6 @@ impl EventsHandler {
         inline_wait: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
-        if inline_wait.is_zero() {
-            let (claimed, claimed_at) = self.fan_out(events, shutdown).await?;
-            self.dispatcher.dispatch(claimed, claimed_at);
-            return Ok(());
-        }
         let events = webhooks::fan_out::distinct_events(events);
         let targets = retry_transient("fan-out", shutdown, database::is_transient, || {
             webhooks::fan_out::targets(&self.pool, &events, None)
@@ -426,6 +422,12 @@ impl EventsHandler {
         for target in targets {
             let event = events[usize::try_from(target.event_index).unwrap_or(usize::MAX)];
             let delivery = target.claimed(event, DeliveryId::new(), claim_token);
+            // An inline wait of zero declines every inline attempt: the one route then writes
+            // every delivery claimed and dispatches it.
+            if inline_wait.is_zero() {
+                unsent.push(delivery);
+                continue;
+            }
             match self.dispatcher.attempt_inline(delivery, deadline) {
                 Inline::Started(attempt) => inline.push(attempt),
                 Inline::Declined(delivery) => unsent.push(delivery),
@@ -515,27 +517,6 @@ impl EventsHandler {
         Ok(())
     }
 
-    /// Fans events out in one transaction, retrying transient failures until shutdown. Returns
-    /// the claimed deliveries and when the transaction that claimed them started.
-    async fn fan_out(
-        &self,
-        events: &[IncomingEvent],
-        shutdown: &CancellationToken,
-    ) -> Result<(Vec<webhooks::fan_out::ClaimedDelivery>, Instant), sqlx::Error> {
-        // One token for every try: a retry after a lost COMMIT answer reclaims its own rows.
-        let claim_token = uuid::Uuid::new_v4();
-        retry_transient("fan-out", shutdown, database::is_transient, || async {
-            let started = Instant::now();
-            let mut transaction = self.pool.begin().await?;
-            let claimed =
-                webhooks::fan_out::fan_out(&mut transaction, events, self.lease, claim_token)
-                    .await?;
-            transaction.commit().await?;
-            Ok((claimed, started))
-        })
-        .await
-    }
-
     /// Fans each event out in its own transaction. A message whose events all went out (or were
     /// dead-lettered on their own) is acked; one with a transient failure goes back to the queue
     /// (its other events fan out to nothing new next time).
@@ -549,11 +530,14 @@ impl EventsHandler {
         let mut returned = vec![false; messages.len()];
         for (event, owner) in events.iter().zip(owners) {
             match self
-                .fan_out(std::slice::from_ref(event), &context.shutdown)
+                .deliver(
+                    std::slice::from_ref(event),
+                    Duration::ZERO,
+                    &context.shutdown,
+                )
                 .await
             {
-                Ok((claimed, claimed_at)) => {
-                    self.dispatcher.dispatch(claimed, claimed_at);
+                Ok(()) => {
                     metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                         .increment(1);
                 }

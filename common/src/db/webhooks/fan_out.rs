@@ -232,53 +232,6 @@ async fn insert_with_attempts<'a>(
     Ok((written, recorded))
 }
 
-/// Creates one delivery per enabled endpoint of the event's organization that subscribes to its
-/// type, already claimed by the caller for `lease` under `claim_token`. Events seen before
-/// (redeliveries) create nothing: the caller gets only new deliveries — and the ones it claimed
-/// itself under the same token, so a retry after a commit whose answer was lost (the connection
-/// dropped during COMMIT) gets its deliveries back instead of leaving them claimed by nobody
-/// until the lease expires. An endpoint deleted meanwhile gets none.
-pub async fn fan_out(
-    connection: &mut PgConnection,
-    events: &[IncomingEvent],
-    lease: Duration,
-    claim_token: Uuid,
-) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
-    let events = distinct_events(events);
-    let targets = targets(&mut *connection, &events, Some(claim_token)).await?;
-    if targets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let deliveries: Vec<NewDelivery<'_>> = targets
-        .iter()
-        .map(|target| NewDelivery {
-            id: DeliveryId::new(),
-            endpoint_id: target.endpoint_id,
-            event: events[target_event(target)],
-            start: Start::Claimed(claim_token),
-        })
-        .collect();
-    let written = crate::db::insert_optimistically!(connection, |conflicts| {
-        insert_deliveries(connection, &deliveries, lease, conflicts).await
-    })?;
-    let ids: std::collections::HashMap<(WebhookEndpointId, EventId), DeliveryId> = written
-        .into_iter()
-        .map(|delivery| ((delivery.endpoint_id, delivery.event_id), delivery.id))
-        .collect();
-    Ok(targets
-        .into_iter()
-        .filter_map(|target| {
-            let event = events[target_event(&target)];
-            let id = *ids.get(&(target.endpoint_id, event.event_id))?;
-            Some(target.claimed(event, id, claim_token))
-        })
-        .collect())
-}
-
-fn target_event(target: &Target) -> usize {
-    usize::try_from(target.event_index).unwrap_or(usize::MAX)
-}
-
 impl Target {
     /// The delivery of `event` to this target as claimed under `claim_token`, before any attempt.
     pub fn claimed(
