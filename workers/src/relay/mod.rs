@@ -165,13 +165,13 @@ async fn relay_batch(
         grouped
             .entry((
                 webhook_queue(event.org_id).map(QueueKind::suffix),
-                &event.event_type,
+                event.event_type.as_str(),
             ))
             .or_default()
             .push(OutgoingEvent {
                 event_id: event.event_id,
                 org_id: event.org_id,
-                payload: &event.payload,
+                payload: &*event.payload,
                 traceparent: event.traceparent.as_deref(),
             });
     }

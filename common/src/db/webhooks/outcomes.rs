@@ -228,7 +228,7 @@ pub(super) async fn lock_endpoints_for_health(
 
 impl NextStep {
     /// The delivery's status and next attempt time for this step, as stored.
-    fn stored(self) -> (&'static str, Option<DateTime<Utc>>) {
+    pub(super) fn stored(self) -> (&'static str, Option<DateTime<Utc>>) {
         match self {
             Self::Succeeded => ("succeeded", None),
             Self::Failed => ("failed", None),
@@ -239,14 +239,14 @@ impl NextStep {
 
 impl AttemptOutcome {
     /// The error as stored: without NUL characters, within the bound.
-    fn stored_error(&self) -> Option<String> {
+    pub(super) fn stored_error(&self) -> Option<String> {
         self.error
             .as_deref()
             .map(|error| storable_text(error, STORED_TEXT_BYTES))
     }
 
     /// The response excerpt as stored.
-    fn stored_excerpt(&self) -> Option<String> {
+    pub(super) fn stored_excerpt(&self) -> Option<String> {
         self.response_excerpt
             .as_deref()
             .map(|excerpt| storable_text(excerpt, STORED_TEXT_BYTES))
