@@ -171,7 +171,7 @@ async fn relay_batch(
             .push(OutgoingEvent {
                 event_id: event.event_id,
                 org_id: event.org_id,
-                payload: &*event.payload,
+                payload: &event.payload,
                 traceparent: event.traceparent.as_deref(),
             });
     }
