@@ -551,9 +551,14 @@ async fn a_slow_endpoint_does_not_hold_another_organizations_bulk_webhooks() {
     signed_endpoint(&app, &slow, &receiver, "slow").await;
     signed_endpoint(&app, &other, &receiver, "other").await;
     // Batches of one message: were batches to wait on the slow endpoint's attempts, its events
-    // would take every batch slot.
+    // would take every batch slot. The send timeout is the production default, so the slow
+    // endpoint's 8 s are inside it.
     drop(app.webhook_worker.take());
-    app.webhook_worker = Some(app.start_webhook_worker_with(|config| config.batch_size = 1));
+    app.webhook_worker = Some(app.start_webhook_worker_with(|config| {
+        config.batch_size = 1;
+        config.timeout = Duration::from_secs(15);
+        config.lease = Duration::from_secs(60);
+    }));
     app.wait_for_consumers(QueueKind::Webhooks, 1).await;
     bulk_assign_all(&app, &slow, &slow_flow, &slow_emails).await;
     app.eventually(
