@@ -59,6 +59,8 @@ pub struct Shared {
     pub export_store: ExportStore,
     /// Mints the ids of assignments requested without an `X-Request-ID`, and recognises them.
     pub assignment_ids: AssignmentIdSigner,
+    /// The queue-depth poller's latest reading (the dashboard's operations page shows it).
+    pub queue_depths: queue_depths::QueueDepths,
     /// The tasks behind the caches, the lookups and the queue gauges; the server stops them
     /// once it has answered its last request.
     pub background: Supervisor,
@@ -120,8 +122,10 @@ pub async fn build_state(
     let lookup = Lookup::start(db.clone(), config.lookup_concurrency, &background);
     let amqp_url = config.core.amqp_url.clone();
     let queues = publisher.topology().clone();
+    let queue_depths = queue_depths::QueueDepths::default();
+    let latest = queue_depths.clone();
     background.spawn("queue depth poller", |stop| {
-        queue_depths::poll(amqp_url, queues, stop)
+        queue_depths::poll(amqp_url, queues, latest, stop)
     });
     let assign_publisher = BatchPublisher::start(
         publisher.clone(),
@@ -151,6 +155,7 @@ pub async fn build_state(
         metrics: flow_common::telemetry::metrics_handle(),
         export_store,
         assignment_ids,
+        queue_depths,
         background,
     })))
 }

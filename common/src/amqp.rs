@@ -60,9 +60,13 @@ pub enum QueueKind {
     BulkAssign(u16),
     /// Progress commands (module activity), consumed by the assign-worker.
     Progress,
-    /// Lifecycle events of the bulk lane to deliver to webhook endpoints, consumed by the
-    /// webhook-worker.
+    /// The single queue of the bulk lane's events before they were sharded: no longer bound
+    /// (nothing new reaches it), still declared and consumed by the webhook-worker so that what an
+    /// earlier version left in it is delivered (see docs/operations.md, upgrading).
     Webhooks,
+    /// Lifecycle events of the bulk lane to deliver to webhook endpoints, one queue per shard of
+    /// organizations (the shard of their assign queue), consumed in turn by the webhook-worker.
+    BulkWebhooks(u16),
     /// Lifecycle events of the interactive lane, consumed by the webhook-worker beside the bulk
     /// ones.
     InteractiveWebhooks,
@@ -75,13 +79,20 @@ impl QueueKind {
     pub fn all() -> Vec<QueueKind> {
         let mut all = vec![QueueKind::Assign];
         all.extend((0..BULK_SHARDS).map(QueueKind::BulkAssign));
-        all.extend([
-            QueueKind::Progress,
-            QueueKind::Webhooks,
-            QueueKind::InteractiveWebhooks,
-            QueueKind::DeadLetters,
-        ]);
+        all.extend([QueueKind::Progress, QueueKind::Webhooks]);
+        all.extend(QueueKind::bulk_webhooks());
+        all.extend([QueueKind::InteractiveWebhooks, QueueKind::DeadLetters]);
         all
+    }
+
+    /// The queues of the bulk lane's webhook events, one per shard.
+    pub fn bulk_webhooks() -> Vec<QueueKind> {
+        (0..BULK_SHARDS).map(QueueKind::BulkWebhooks).collect()
+    }
+
+    /// The bulk lane's webhook queue of an organization whose lane number is `bulk_lane`.
+    pub fn webhooks_for(bulk_lane: i64) -> QueueKind {
+        QueueKind::BulkWebhooks(bulk_shard(bulk_lane))
     }
 
     /// The queues of the bulk assign lane.
@@ -96,6 +107,7 @@ impl QueueKind {
             QueueKind::BulkAssign(shard) => format!("assign.bulk.{shard}"),
             QueueKind::Progress => "progress".into(),
             QueueKind::Webhooks => "webhooks".into(),
+            QueueKind::BulkWebhooks(shard) => format!("webhooks.bulk.{shard}"),
             QueueKind::InteractiveWebhooks => "webhooks.interactive".into(),
             QueueKind::DeadLetters => "dead-letters".into(),
         }
@@ -107,7 +119,9 @@ impl QueueKind {
             QueueKind::Assign | QueueKind::Progress | QueueKind::InteractiveWebhooks => {
                 Some(Lane::Interactive)
             }
-            QueueKind::BulkAssign(_) | QueueKind::Webhooks => Some(Lane::Bulk),
+            QueueKind::BulkAssign(_) | QueueKind::Webhooks | QueueKind::BulkWebhooks(_) => {
+                Some(Lane::Bulk)
+            }
             QueueKind::DeadLetters => None,
         }
     }
@@ -168,7 +182,10 @@ impl Topology {
     }
 
     /// Topic exchange for lifecycle events of the bulk lane; the routing key is the event type
-    /// (`flow.assigned`).
+    /// (`flow.assigned`), so a consumer of its own binds it by type. The relay adds the webhook
+    /// queue of the event's organization as a `BCC` routing key ([`QueueKind::BulkWebhooks`]'s
+    /// suffix, `webhooks.bulk.N`, which no event type matches and which RabbitMQ strips before
+    /// delivery): one publish reaches both.
     pub fn events_exchange(&self) -> String {
         format!("{}.events", self.prefix)
     }
@@ -273,8 +290,21 @@ impl Topology {
                     arguments,
                 )
                 .await?;
+            if kind == QueueKind::Webhooks {
+                // Bound to every event before the bulk lane's events were sharded; unbound now,
+                // or it would get a second copy of every one (drained by the webhook-worker).
+                channel
+                    .queue_unbind(
+                        name.into(),
+                        self.events_exchange().into(),
+                        "#".into(),
+                        FieldTable::default(),
+                    )
+                    .await?;
+                continue;
+            }
             let (exchange, routing_key) = match kind {
-                QueueKind::Webhooks => (self.events_exchange(), "#".to_owned()),
+                QueueKind::BulkWebhooks(_) => (self.events_exchange(), kind.suffix()),
                 QueueKind::InteractiveWebhooks => {
                     (self.events_exchange_for(Lane::Interactive), "#".to_owned())
                 }
@@ -437,6 +467,17 @@ impl Publisher {
 
     /// Publishes one persistent message and waits for the broker's confirm.
     pub async fn publish(&self, message: Outgoing<'_>) -> Result<(), PublishError> {
+        self.publish_bcc(message, &[]).await
+    }
+
+    /// Publishes one persistent message routed by its routing key and also by each of `bcc`
+    /// (RabbitMQ's sender-selected distribution: the `BCC` header, removed before delivery), and
+    /// waits for the broker's confirm.
+    pub async fn publish_bcc(
+        &self,
+        message: Outgoing<'_>,
+        bcc: &[&str],
+    ) -> Result<(), PublishError> {
         let live = self.live().await?;
         let index = self.inner.next.fetch_add(1, Ordering::Relaxed) % live.channels.len();
         let channel = &live.channels[index];
@@ -458,8 +499,19 @@ impl Publisher {
         } else {
             crate::telemetry::current_traceparent()
         };
-        if message.request_id.is_some() || !message.headers.is_empty() || traceparent.is_some() {
+        if message.request_id.is_some()
+            || !message.headers.is_empty()
+            || traceparent.is_some()
+            || !bcc.is_empty()
+        {
             let mut headers = FieldTable::default();
+            if !bcc.is_empty() {
+                let keys: Vec<AMQPValue> = bcc
+                    .iter()
+                    .map(|key| AMQPValue::LongString((*key).into()))
+                    .collect();
+                headers.insert("BCC".into(), AMQPValue::FieldArray(keys.into()));
+            }
             if let Some(traceparent) = traceparent {
                 headers.insert(
                     crate::telemetry::TRACEPARENT.into(),

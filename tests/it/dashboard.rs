@@ -1876,3 +1876,102 @@ async fn flowctl_admin_create_refuses_duplicates_and_a_new_link_replaces_the_old
     assert_eq!(DashboardClient::new(&app).get(old_path).await.status, 410);
     DashboardClient::with_link(&app, &second, PASSWORD).await;
 }
+
+/// The figure in the `num` cell right after the row labelled `label` of the operations page
+/// (its first number column: messages waiting).
+fn queue_figure(html: &str, label: &str) -> String {
+    let at = html.find(label).unwrap_or_else(|| panic!("no row {label}"));
+    let cell = at + html[at..].find("<td class=\"num\">").expect("a figure") + 16;
+    html[cell..cell + html[cell..].find('<').expect("end of cell")].to_owned()
+}
+
+#[tokio::test]
+async fn the_operations_view_shows_admins_the_lane_depths_their_shard_and_their_webhook_backlog() {
+    // No assign-worker: bulk commands wait in their queues.
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let rival = app.create_org(Tier::Standard).await;
+    sqlx::query("UPDATE organizations SET name = 'Rival Corp' WHERE id = $1")
+        .bind(rival.id)
+        .execute(&app.db)
+        .await
+        .expect("rename");
+    let (org, client) = admin(&app).await;
+    let shard: i64 = sqlx::query_scalar("SELECT bulk_lane % 8 FROM organizations WHERE id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("shard");
+    // Two bulk calls of this organization and one of the rival's wait in the bulk lane.
+    for (who, emails) in [
+        (&org, ["a@example.com", "b@example.com"]),
+        (&rival, ["c@example.com", "d@example.com"]),
+    ] {
+        let flow = app.create_flow(who, "Onboarding", &[10]).await;
+        app.create_users(who, &emails).await;
+        let calls = if who.id == org.id { 2 } else { 1 };
+        for _ in 0..calls {
+            let items: Vec<String> = emails.iter().map(|email| (*email).to_owned()).collect();
+            let response = app
+                .assign_bulk(who, &flow_tests::assign_items(&flow, &items), &[])
+                .await;
+            assert_eq!(response.status, 200, "{:?}", response.body);
+        }
+    }
+    // A test ping no webhook-worker takes: one delivery waiting for its first attempt.
+    let endpoint = create_endpoint(&app, &org, "http://127.0.0.1:9/hooks/ops").await;
+    let ping = app
+        .post(&org, &format!("/v1/webhooks/{endpoint}/test"), &json!({}))
+        .await;
+    assert!(ping.status < 300, "{:?}", ping.body);
+
+    let own_label = format!("Bulk assigns, your shard ({shard})");
+    let html = app
+        .eventually(
+            Duration::from_secs(30),
+            "the poller's reading of the bulk queues",
+            || async {
+                let html = client.page("/dashboard/settings/operations").await;
+                (html.contains(&own_label) && queue_figure(&html, &own_label) == "2")
+                    .then_some(html)
+            },
+        )
+        .await;
+    assert!(
+        html.contains(&format!("id=\"bulk-shard\">{shard}<")),
+        "{html}"
+    );
+    assert_eq!(
+        queue_figure(&html, "Bulk assigns, every shard"),
+        "3",
+        "every organization's messages count in the total"
+    );
+    assert_eq!(queue_figure(&html, "Assigns, one at a time"), "0");
+    assert!(html.contains("id=\"webhooks-waiting\">1<"), "{html}");
+    assert!(html.contains("id=\"webhooks-retrying\">0<"), "{html}");
+    assert!(!html.contains("Rival Corp"), "another organization's name");
+    assert!(
+        client
+            .page("/dashboard/settings/api-keys")
+            .await
+            .contains("/dashboard/settings/operations"),
+        "in the settings navigation of admins"
+    );
+
+    let viewer =
+        DashboardClient::signed_in(&app, org.id, "ops-viewer@example.com", role("viewer")).await;
+    assert_eq!(
+        viewer.get("/dashboard/settings/operations").await.status,
+        403
+    );
+    assert!(
+        !viewer
+            .page("/dashboard/settings/api-keys")
+            .await
+            .contains("/dashboard/settings/operations"),
+        "not offered to viewers"
+    );
+}

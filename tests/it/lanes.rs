@@ -56,15 +56,24 @@ async fn bulk_assign_all(app: &TestApp, org: &TestOrg, flow: &str, emails: &[Str
 
 /// Ready messages of the bulk queue `org` publishes to.
 async fn bulk_depth(app: &TestApp, org: &TestOrg) -> u32 {
-    let bulk_lane: i64 = sqlx::query_scalar("SELECT bulk_lane FROM organizations WHERE id = $1")
-        .bind(org.id)
-        .fetch_one(&app.db)
-        .await
-        .expect("bulk lane");
+    let bulk_lane = org_bulk_lane(app, org).await;
     app.queue_state(QueueKind::BulkAssign(bulk_shard(bulk_lane)))
         .await
         .expect("the bulk queue exists")
         .0
+}
+
+/// The bulk lane's webhook queue of `org`'s events.
+async fn webhook_queue(app: &TestApp, org: &TestOrg) -> QueueKind {
+    QueueKind::webhooks_for(org_bulk_lane(app, org).await)
+}
+
+async fn org_bulk_lane(app: &TestApp, org: &TestOrg) -> i64 {
+    sqlx::query_scalar("SELECT bulk_lane FROM organizations WHERE id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("bulk lane")
 }
 
 /// A slow assign-worker: transactions of 20 commands, `bulk_prefetch` messages in hand per bulk
@@ -339,7 +348,8 @@ async fn a_single_assigns_webhook_is_delivered_while_a_bulk_flood_of_events_wait
     let single = app
         .assign_persisted(&bystander, &flow, &emails[0], json!({}))
         .await;
-    let (waiting, _) = app.queue_state(QueueKind::Webhooks).await.expect("queue");
+    let bulk_webhooks = webhook_queue(&app, &bulk).await;
+    let (waiting, _) = app.queue_state(bulk_webhooks).await.expect("queue");
     assert!(waiting > 0, "the bulk events wait in their queue");
     // A webhook-worker comes back that takes one message of each queue at a time and sends one
     // request at a time to each endpoint.
@@ -357,7 +367,7 @@ async fn a_single_assigns_webhook_is_delivered_while_a_bulk_flood_of_events_wait
         },
     )
     .await;
-    let (still_waiting, _) = app.queue_state(QueueKind::Webhooks).await.expect("queue");
+    let (still_waiting, _) = app.queue_state(bulk_webhooks).await.expect("queue");
     assert!(
         still_waiting > 0,
         "the single assign's event waited until the bulk flood was taken ({} bulk events delivered)",
@@ -414,4 +424,245 @@ async fn a_poison_command_of_a_bulk_queue_is_dead_lettered_with_that_queue_and_r
         .await;
     assert_eq!(failed.status, 200, "{:?}", failed.body);
     assert_eq!(failed.body["status"], "failed", "{:?}", failed.body);
+}
+
+/// Creates an endpoint of `org` at `path` of `receiver`, which checks its signatures (and so
+/// tallies its arrivals).
+async fn signed_endpoint(app: &TestApp, org: &TestOrg, receiver: &Receiver, path: &str) {
+    let response = app
+        .post(org, "/v1/webhooks", &json!({ "url": receiver.url(path) }))
+        .await;
+    assert_eq!(response.status, 201, "{:?}", response.body);
+    receiver.sign(path, response.body["secret"].as_str().expect("secret"));
+}
+
+/// Deliveries written for `org`'s events.
+async fn deliveries_of(app: &TestApp, org: &TestOrg) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE org_id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("deliveries")
+}
+
+#[tokio::test]
+async fn another_organizations_bulk_webhooks_are_fanned_out_before_a_floods_backlog_drains() {
+    let mut app = TestApp::spawn_with(TestOptions {
+        webhooks: true,
+        ..TestOptions::default()
+    })
+    .await;
+    let (flood, flood_flow, flood_emails) = app.org_with_users(3_000).await;
+    let (other, other_flow, other_emails) = app.org_with_users(3).await;
+    assert_ne!(
+        webhook_queue(&app, &flood).await,
+        webhook_queue(&app, &other).await,
+        "two organizations created one after the other have webhook queues of their own"
+    );
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    signed_endpoint(&app, &flood, &receiver, "flood").await;
+    signed_endpoint(&app, &other, &receiver, "other").await;
+    // No webhook-worker while both bulk jobs are relayed: the flood's 3,000 events are queued
+    // before the other organization's three, as a single FIFO queue would hold them.
+    drop(app.webhook_worker.take());
+    bulk_assign_all(&app, &flood, &flood_flow, &flood_emails).await;
+    app.eventually(
+        Duration::from_secs(60),
+        "the flood's events to be relayed",
+        || async {
+            let persisted = persisted_by_org(&app).await.get(&flood.id).copied();
+            (persisted == Some(3_000) && outbox_backlog(&app).await == 0).then_some(())
+        },
+    )
+    .await;
+    bulk_assign_all(&app, &other, &other_flow, &other_emails).await;
+    app.eventually(
+        Duration::from_secs(60),
+        "the other organization's events to be relayed",
+        || async {
+            let persisted = persisted_by_org(&app).await.get(&other.id).copied();
+            (persisted == Some(3) && outbox_backlog(&app).await == 0).then_some(())
+        },
+    )
+    .await;
+    let flood_queue = webhook_queue(&app, &flood).await;
+    let (flood_waiting, _) = app.queue_state(flood_queue).await.expect("flood's queue");
+    let (other_waiting, _) = app
+        .queue_state(webhook_queue(&app, &other).await)
+        .await
+        .expect("other's queue");
+    assert!(
+        flood_waiting > 10 && other_waiting > 0,
+        "each organization's events wait in its own queue ({flood_waiting} and {other_waiting} messages)"
+    );
+    // A webhook-worker that takes one message at a time from each queue.
+    app.webhook_worker = Some(app.start_webhook_worker_with(|config| {
+        config.prefetch = flow_common::amqp::BULK_SHARDS;
+        config.batch_size = 1;
+    }));
+    app.eventually(
+        Duration::from_secs(30),
+        "the other organization's deliveries",
+        || async { (deliveries_of(&app, &other).await == 3).then_some(()) },
+    )
+    .await;
+    // Order, not time: when the other organization's events were fanned out, most of the
+    // flood's had not been; with one queue for everyone they would all have come first.
+    let flood_before: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_deliveries
+         WHERE org_id = $1
+           AND created_at < (SELECT max(created_at) FROM webhook_deliveries WHERE org_id = $2)",
+    )
+    .bind(flood.id)
+    .bind(other.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("order");
+    assert!(
+        flood_before < 1_500,
+        "{flood_before} of the flood's 3,000 deliveries were written before the other \
+         organization's last one"
+    );
+    receiver
+        .wait_for_deliveries("other", 3, Duration::from_secs(30))
+        .await;
+    // Nothing lost or sent twice: the flood drains completely, each event once.
+    receiver
+        .wait_for_deliveries("flood", 3_000, Duration::from_secs(120))
+        .await;
+    assert_eq!(deliveries_of(&app, &flood).await, 3_000);
+    let tally = receiver.tally();
+    assert_eq!(tally.first_arrivals("flood"), 3_000);
+    assert_eq!(tally.duplicates, 0);
+}
+
+#[tokio::test]
+async fn a_slow_endpoint_does_not_hold_another_organizations_bulk_webhooks() {
+    let mut app = TestApp::spawn_with(TestOptions {
+        webhooks: true,
+        ..TestOptions::default()
+    })
+    .await;
+    let (slow, slow_flow, slow_emails) = app.org_with_users(200).await;
+    let (other, other_flow, other_emails) = app.org_with_users(20).await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    // Answers every request after 8 s, inside the send timeout.
+    receiver.set("slow", Behaviour::Delay(8_000));
+    signed_endpoint(&app, &slow, &receiver, "slow").await;
+    signed_endpoint(&app, &other, &receiver, "other").await;
+    // Batches of one message: were batches to wait on the slow endpoint's attempts, its events
+    // would take every batch slot. The send timeout is the production default, so the slow
+    // endpoint's 8 s are inside it.
+    drop(app.webhook_worker.take());
+    app.webhook_worker = Some(app.start_webhook_worker_with(|config| {
+        config.batch_size = 1;
+        config.timeout = Duration::from_secs(15);
+        config.lease = Duration::from_secs(60);
+    }));
+    app.wait_for_consumers(QueueKind::Webhooks, 1).await;
+    bulk_assign_all(&app, &slow, &slow_flow, &slow_emails).await;
+    app.eventually(
+        Duration::from_secs(30),
+        "the slow endpoint's first requests",
+        || async { (receiver.tally().first_arrivals("slow") > 0).then_some(()) },
+    )
+    .await;
+    bulk_assign_all(&app, &other, &other_flow, &other_emails).await;
+    receiver
+        .wait_for_deliveries("other", 20, Duration::from_secs(30))
+        .await;
+    assert!(
+        receiver.received("slow").is_empty(),
+        "every delivery of the other organization arrived while the slow endpoint's first \
+         requests were still sleeping"
+    );
+    // The slow endpoint's deliveries are not lost: it gets requests again once it answers.
+    assert!(receiver.tally().first_arrivals("slow") >= 1);
+}
+
+#[tokio::test]
+async fn events_left_in_the_single_webhook_queue_of_earlier_versions_are_still_delivered() {
+    let mut app = TestApp::spawn_with(TestOptions {
+        webhooks: true,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let receiver = Receiver::start().await.expect("webhook receiver");
+    signed_endpoint(&app, &org, &receiver, "old").await;
+    app.wait_for_consumers(QueueKind::Webhooks, 1).await;
+    // What a relay of an earlier version left in `{prefix}.webhooks`: a lone event.
+    let event_id = flow_domain::ids::EventId::new();
+    let body = flow_domain::events::event_body(
+        event_id,
+        "flow.assigned",
+        chrono::Utc::now(),
+        json!({ "assignmentId": "asg_left_behind" }),
+    );
+    let connection = flow_common::amqp::connect(&app.core.amqp_url, "test")
+        .await
+        .expect("amqp");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .confirm_select(lapin::options::ConfirmSelectOptions::default())
+        .await
+        .expect("confirm mode");
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert(
+        flow_domain::events::ORG_HEADER.into(),
+        lapin::types::AMQPValue::LongString(org.id.to_string().into()),
+    );
+    channel
+        .basic_publish(
+            "".into(),
+            app.topology().queue(QueueKind::Webhooks).into(),
+            lapin::options::BasicPublishOptions::default(),
+            &serde_json::to_vec(&body).expect("json"),
+            lapin::BasicProperties::default()
+                .with_delivery_mode(2)
+                .with_type(flow_domain::events::EVENT_KIND.into())
+                .with_message_id(event_id.to_string().into())
+                .with_headers(headers),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    drop(connection.close(200, "ok".into()).await);
+    let delivered = receiver
+        .wait_for_deliveries("old", 1, Duration::from_secs(30))
+        .await;
+    assert_eq!(delivered[0].header("webhook-id"), event_id.to_string());
+    assert_eq!(receiver.tally().duplicates, 0);
+    // The queue of earlier versions is no longer bound: a new event goes to the shard only.
+    drop(app.webhook_worker.take());
+    let flow = app.create_flow(&org, "F", &[5]).await;
+    app.create_users(&org, &["new@example.com"]).await;
+    let response = app
+        .assign_bulk(
+            &org,
+            &assign_items(&flow, &["new@example.com".to_owned()]),
+            &[],
+        )
+        .await;
+    assert_eq!(response.status, 200, "{:?}", response.body);
+    let shard = webhook_queue(&app, &org).await;
+    app.eventually(
+        Duration::from_secs(30),
+        "the new event in the organization's shard",
+        || async {
+            app.queue_state(shard)
+                .await
+                .is_some_and(|(ready, _)| ready == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        app.queue_state(QueueKind::Webhooks)
+            .await
+            .map(|(ready, _)| ready),
+        Some(0),
+        "the queue of earlier versions gets no copy"
+    );
 }

@@ -10,7 +10,8 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use flow_common::db::webhooks::{ClaimedDelivery, NextStep};
+use flow_common::db::webhooks::fan_out::ClaimedDelivery;
+use flow_common::db::webhooks::outcomes::NextStep;
 use flow_common::webhook::address::AddressPolicy;
 use flow_common::webhook::vault::SecretVault;
 use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};

@@ -9,9 +9,9 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_common::db::webhooks::{
-    self as webhook_rows, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep,
-};
+use flow_common::db::webhooks as webhook_rows;
+use flow_common::db::webhooks::fan_out::ClaimedDelivery;
+use flow_common::db::webhooks::outcomes::{AttemptOutcome, EndpointVerdict, NextStep};
 use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_tests::receiver::{Behaviour, Receiver};
 use flow_tests::{TEST_RETRY_SCHEDULE, TestApp, TestOptions, TestOrg, WorkerHandle};
@@ -891,7 +891,7 @@ async fn an_endpoint_deleted_while_an_event_fans_out_gets_no_delivery_and_the_ot
     // The deletion holds its lock until it commits, while the fan-out reads the endpoint.
     let mut deletion = app.db.begin().await.expect("transaction");
     assert!(
-        webhook_rows::delete(&mut deletion, org.id, deleted)
+        webhook_rows::endpoints::delete(&mut deletion, org.id, deleted)
             .await
             .expect("delete")
     );
@@ -952,15 +952,18 @@ async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_beh
 
     // The recorder holds the delivery (its attempt written, not committed) while the deletion runs.
     let mut recorder = app.db.begin().await.expect("transaction");
-    let recorded =
-        webhook_rows::record_outcomes(&mut recorder, &held, Duration::from_secs(5 * 86_400))
-            .await
-            .expect("record");
+    let recorded = webhook_rows::outcomes::record_outcomes(
+        &mut recorder,
+        &held,
+        Duration::from_secs(5 * 86_400),
+    )
+    .await
+    .expect("record");
     assert!(recorded.stale.is_empty());
     let (pool, org_id) = (app.db.clone(), org.id);
     let deletion = tokio::spawn(async move {
         let mut transaction = pool.begin().await?;
-        let found = webhook_rows::delete(&mut transaction, org_id, deleted_id).await?;
+        let found = webhook_rows::endpoints::delete(&mut transaction, org_id, deleted_id).await?;
         transaction.commit().await?;
         Ok::<_, sqlx::Error>(found)
     });
@@ -993,8 +996,8 @@ async fn deleting_an_endpoint_while_an_outcome_is_recorded_leaves_no_attempt_beh
 }
 
 /// An event of type `flow.assigned` of `org_id`, as the relay publishes it.
-fn assigned_event(org_id: OrgId) -> webhook_rows::IncomingEvent {
-    webhook_rows::IncomingEvent {
+fn assigned_event(org_id: OrgId) -> webhook_rows::fan_out::IncomingEvent {
+    webhook_rows::fan_out::IncomingEvent {
         event_id: EventId::new(),
         org_id,
         event_type: "flow.assigned".into(),
@@ -1005,17 +1008,58 @@ fn assigned_event(org_id: OrgId) -> webhook_rows::IncomingEvent {
     }
 }
 
-/// Fans `events` out in a transaction of their own, as the webhook-worker does, and commits.
+/// Fans `events` out in a transaction of their own, by the webhook-worker's route with no inline
+/// attempt (every delivery written claimed), and commits.
 async fn fan_out_committed(
     pool: &sqlx::PgPool,
-    events: &[webhook_rows::IncomingEvent],
+    events: &[webhook_rows::fan_out::IncomingEvent],
     lease: Duration,
     claim_token: uuid::Uuid,
 ) -> Result<Vec<ClaimedDelivery>, sqlx::Error> {
+    let events = webhook_rows::fan_out::distinct_events(events);
     let mut transaction = pool.begin().await?;
-    let claimed = webhook_rows::fan_out(&mut transaction, events, lease, claim_token).await?;
+    let targets =
+        webhook_rows::fan_out::targets(&mut *transaction, &events, Some(claim_token)).await?;
+    let claimed: Vec<ClaimedDelivery> = targets
+        .into_iter()
+        .map(|target| {
+            let event = events[usize::try_from(target.event_index).expect("index")];
+            target.claimed(event, DeliveryId::new(), claim_token)
+        })
+        .collect();
+    let rows: Vec<webhook_rows::fan_out::NewDelivery<'_>> = claimed
+        .iter()
+        .map(|delivery| webhook_rows::fan_out::NewDelivery {
+            id: delivery.id,
+            endpoint_id: delivery.endpoint_id,
+            event: events
+                .iter()
+                .find(|event| event.event_id == delivery.event_id)
+                .expect("its event"),
+            start: webhook_rows::fan_out::Start::Claimed(claim_token),
+        })
+        .collect();
+    let created = webhook_rows::fan_out::create_deliveries(
+        &mut transaction,
+        &rows,
+        lease,
+        Duration::from_secs(5 * 86_400),
+    )
+    .await?;
     transaction.commit().await?;
-    Ok(claimed)
+    // Rows found claimed under the same token keep their first ids.
+    Ok(claimed
+        .into_iter()
+        .filter_map(|delivery| {
+            let row = created.deliveries.iter().find(|row| {
+                row.endpoint_id == delivery.endpoint_id && row.event_id == delivery.event_id
+            })?;
+            Some(ClaimedDelivery {
+                id: row.id,
+                ..delivery
+            })
+        })
+        .collect())
 }
 
 /// Waits until a session of the test's database waits for a lock (`what` says which).
@@ -1056,17 +1100,20 @@ fn outcome(claim: &ClaimedDelivery, next: NextStep, status_code: i32) -> Attempt
 
 async fn record(app: &TestApp, outcomes: &[AttemptOutcome]) -> Vec<DeliveryId> {
     let mut transaction = app.db.begin().await.expect("transaction");
-    let recorded =
-        webhook_rows::record_outcomes(&mut transaction, outcomes, Duration::from_secs(5 * 86_400))
-            .await
-            .expect("record");
+    let recorded = webhook_rows::outcomes::record_outcomes(
+        &mut transaction,
+        outcomes,
+        Duration::from_secs(5 * 86_400),
+    )
+    .await
+    .expect("record");
     transaction.commit().await.expect("commit");
     recorded.stale
 }
 
 /// Claims due deliveries with a lease of `lease`.
 async fn claim(app: &TestApp, lease: Duration) -> Vec<ClaimedDelivery> {
-    webhook_rows::claim_due(&app.db, 10, lease, &[])
+    webhook_rows::fan_out::claim_due(&app.db, 10, lease, &[])
         .await
         .expect("claim")
 }
@@ -1121,13 +1168,13 @@ async fn a_stale_claim_cannot_overwrite_the_outcome_of_the_claim_that_took_it_ov
     // A can no longer renew its lease; B can.
     let renewed = |claim: &ClaimedDelivery| (claim.id, claim.claim_token);
     assert!(
-        webhook_rows::renew_leases(&app.db, &[renewed(stale)], Duration::from_secs(600))
+        webhook_rows::fan_out::renew_leases(&app.db, &[renewed(stale)], Duration::from_secs(600))
             .await
             .expect("renew")
             .is_empty()
     );
     assert_eq!(
-        webhook_rows::renew_leases(&app.db, &[renewed(current)], Duration::from_secs(600))
+        webhook_rows::fan_out::renew_leases(&app.db, &[renewed(current)], Duration::from_secs(600))
             .await
             .expect("renew"),
         [renewed(current)]
@@ -1749,7 +1796,7 @@ async fn the_listing_index_of_an_endpoints_deliveries_stays_dense_as_deliveries_
         "{per_page} entries per index page ({pages} pages): the index splits its pages half empty"
     );
 
-    let page = webhook_rows::list_deliveries(&app.db, org.id, endpoint_id, None, None, 50)
+    let page = webhook_rows::log::list_deliveries(&app.db, org.id, endpoint_id, None, None, 50)
         .await
         .expect("listing");
     assert_eq!(page.first().map(|delivery| delivery.id), newest);
@@ -1785,19 +1832,26 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     use flow_common::amqp::QueueKind;
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let prefetch = usize::from(
-        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch,
-    );
+    let lane_prefetch =
+        flow_common::config::from_env::<flow_workers::webhook::WebhookWorkerConfig>().prefetch;
     // The prefetch counts messages; with the relay's largest messages it bounds the events a
-    // worker holds, and a bulk backlog waits in the broker beyond that.
-    let most_held = prefetch * flow_domain::events::MAX_EVENTS_PER_MESSAGE;
+    // worker holds in a lane (the bulk lane's window is shared among its shards' queues), and a
+    // bulk backlog waits in the broker beyond that.
+    let most_held = usize::from(lane_prefetch) * flow_domain::events::MAX_EVENTS_PER_MESSAGE;
+    let prefetch = usize::from(flow_workers::webhook::bulk_prefetch(lane_prefetch));
     assert!(
         most_held <= 8_192,
         "a webhook-worker may hold {most_held} events (WEBHOOK_PREFETCH {prefetch} messages)"
     );
-    // One message per event, twenty more than the worker's prefetch (the default).
+    // One message per event, twenty more than the worker's prefetch of a bulk queue (the default).
     let count = prefetch + 20;
     let (org, flow, emails) = app.org_with_users(count).await;
+    let shard: i64 = sqlx::query_scalar("SELECT bulk_lane FROM organizations WHERE id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("bulk lane");
+    let queue = QueueKind::webhooks_for(shard);
     receiver.set("held", Behaviour::Gated(b"ok"));
     let (webhook, _) = endpoint(&app, &org, &receiver.url("held"), None).await;
     let bulk = app
@@ -1820,7 +1874,7 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     let queued = |ready: usize| {
         let app = &app;
         async move {
-            app.queue_state(QueueKind::Webhooks)
+            app.queue_state(queue)
                 .await
                 .is_some_and(|(found, _)| found as usize == ready)
                 .then_some(())
@@ -1847,11 +1901,11 @@ async fn a_backlog_of_event_messages_waits_in_the_broker_not_in_the_webhook_work
     )
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let state = app.queue_state(QueueKind::Webhooks).await;
+    let state = app.queue_state(queue).await;
     assert!(
         waiting > 0 && state.is_some_and(|(ready, _)| ready as usize == waiting),
         "{waiting} of {count} event messages wait in the broker while the worker holds \
-         {prefetch} (WEBHOOK_PREFETCH); the queue: {state:?} (ready, consumers)"
+         {prefetch} (WEBHOOK_PREFETCH shared by the bulk queues); the queue: {state:?} (ready, consumers)"
     );
 
     receiver.open_gate();

@@ -1,6 +1,6 @@
 //! The dashboard: server-rendered pages under `/dashboard` for an organization's accounts (API
 //! keys, webhooks and their delivery log, flows with reports and exports, assign, users,
-//! schedules, team and audit trail).
+//! schedules, team, audit trail, and for admins the operations view of the lanes).
 //!
 //! Pages are askama templates checked at compile time; every value is HTML-escaped by them.
 //! Forms are plain HTML and work without JavaScript; htmx (vendored, served from the binary) only
@@ -18,6 +18,7 @@ mod chart;
 pub mod csv_upload;
 pub mod flows;
 pub mod keys;
+pub mod operations;
 pub mod schedules;
 pub mod session;
 pub mod team;
@@ -82,6 +83,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(keys::router())
         .merge(team::router())
         .merge(audit::router())
+        .merge(operations::router())
         .merge(webhooks::router())
         .merge(flows::router())
         .merge(assign::router())

@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
-use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::endpoints::Endpoint;
+use flow_common::db::webhooks::log::DeliveryRecord;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE};
 use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
@@ -155,11 +157,11 @@ struct ListPage {
 
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<ListPage> {
     let layout = Layout::new(&account, Section::Webhooks).await;
-    let endpoints = webhooks::list(
+    let endpoints = webhooks::endpoints::list(
         &state.db,
         account.org.id,
         None,
-        webhooks::MAX_ENDPOINTS_PER_ORG,
+        webhooks::endpoints::MAX_ENDPOINTS_PER_ORG,
     )
     .await?;
     let ids: Vec<WebhookEndpointId> = endpoints.iter().map(|endpoint| endpoint.id).collect();
@@ -339,7 +341,7 @@ async fn create(
                 (None, ServiceError::Conflict(_)) => FormErrors {
                     general: Some(format!(
                         "An organization may have at most {} endpoints; delete one first.",
-                        webhooks::MAX_ENDPOINTS_PER_ORG
+                        webhooks::endpoints::MAX_ENDPOINTS_PER_ORG
                     )),
                     ..FormErrors::default()
                 },
@@ -769,7 +771,7 @@ async fn delivery(
     let record = queries::delivery(&state.db, account.org.id, current.id, delivery_id)
         .await?
         .ok_or_else(PageError::not_found)?;
-    let attempts = webhooks::attempts(&state.db, &[record.id]).await?;
+    let attempts = webhooks::log::attempts(&state.db, &[record.id]).await?;
     let layout = Layout::new(&account, Section::Webhooks).await;
     Ok(DeliveryPage {
         endpoint_id: current.id.to_string(),

@@ -6,7 +6,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_common::db::webhooks::{self, DeliveryRecord, Endpoint};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::endpoints::Endpoint;
+use flow_common::db::webhooks::log::DeliveryRecord;
 use flow_domain::events::EventType;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
@@ -197,7 +199,7 @@ pub async fn list_endpoints(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let rows = webhooks::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    let rows = webhooks::endpoints::list(&state.db, auth.org_id(), after, limit + 1).await?;
     let page = Page::from_rows(
         rows,
         limit,
@@ -468,10 +470,10 @@ pub async fn list_deliveries(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let endpoint = webhooks::get(&state.db, auth.org_id(), endpoint_id(&id)?)
+    let endpoint = webhooks::endpoints::get(&state.db, auth.org_id(), endpoint_id(&id)?)
         .await?
         .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    let rows = webhooks::list_deliveries(
+    let rows = webhooks::log::list_deliveries(
         &state.db,
         auth.org_id(),
         endpoint.id,
@@ -481,7 +483,7 @@ pub async fn list_deliveries(
     )
     .await?;
     let ids: Vec<DeliveryId> = rows.iter().map(|row| row.id).collect();
-    let mut attempts = webhooks::attempts(&state.db, &ids).await?;
+    let mut attempts = webhooks::log::attempts(&state.db, &ids).await?;
     let page = Page::from_rows(
         rows,
         limit,
@@ -497,7 +499,7 @@ pub async fn list_deliveries(
     Ok((rate, Json(page)))
 }
 
-fn attempt_view(attempt: webhooks::AttemptRecord) -> AttemptView {
+fn attempt_view(attempt: webhooks::log::AttemptRecord) -> AttemptView {
     AttemptView {
         attempt: attempt.attempt,
         attempted_at: attempt.attempted_at,

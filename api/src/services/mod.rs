@@ -6,7 +6,9 @@
 //! its wire types.
 //!
 //! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`flows`], [`schedules`], [`reports`] and
+//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`flows`],
+//! [`schedules`], [`reports`], [`operations`] (the lanes' queue depths and an organization's
+//! backlog) and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
 //! export downloads) are checked here; the `/v1` read and write limits per request stay in the
 //! routes.
@@ -16,6 +18,7 @@ pub mod exports;
 pub mod flows;
 pub mod groups;
 pub mod keys;
+pub mod operations;
 pub mod reports;
 pub mod schedules;
 pub mod team;

@@ -9,9 +9,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flow_common::db::audit;
 use flow_common::db::dashboard as queries;
-use flow_common::db::webhooks::{
-    self, AttemptRecord, DeliveryRecord, Endpoint, EndpointChanges, NewEndpoint, RetryRefusal,
-};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::endpoints::{Endpoint, EndpointChanges, NewEndpoint};
+use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, RetryRefusal};
 use flow_common::webhook::address::check_endpoint_url;
 use flow_domain::events::{TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_domain::format_timestamp;
@@ -155,13 +155,13 @@ pub async fn get(
     acting: Acting<'_>,
     id: WebhookEndpointId,
 ) -> Result<Endpoint, ServiceError> {
-    webhooks::get(&state.db, acting.org_id(), id)
+    webhooks::endpoints::get(&state.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))
 }
 
 /// Creates an endpoint with a new secret; refused (409) when the organization has
-/// [`webhooks::MAX_ENDPOINTS_PER_ORG`].
+/// [`webhooks::endpoints::MAX_ENDPOINTS_PER_ORG`].
 pub async fn create(
     state: &AppState,
     acting: Acting<'_>,
@@ -178,12 +178,12 @@ pub async fn create(
         secret: seal(state, id, &secret)?,
     };
     let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::create(&mut transaction, acting.org_id(), &new)
+    let endpoint = webhooks::endpoints::create(&mut transaction, acting.org_id(), &new)
         .await?
         .ok_or_else(|| {
             ServiceError::Conflict(format!(
                 "an organization may have at most {} webhook endpoints",
-                webhooks::MAX_ENDPOINTS_PER_ORG
+                webhooks::endpoints::MAX_ENDPOINTS_PER_ORG
             ))
         })?;
     commit_with_audit(transaction, acting, "webhook.created", &endpoint).await?;
@@ -206,7 +206,7 @@ pub async fn update(
         enabled: fields.enabled,
     };
     let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::update(&mut *transaction, acting.org_id(), id, &changes)
+    let endpoint = webhooks::endpoints::update(&mut *transaction, acting.org_id(), id, &changes)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
     commit_with_audit(transaction, acting, "webhook.updated", &endpoint).await?;
@@ -220,10 +220,10 @@ pub async fn delete(
     id: WebhookEndpointId,
 ) -> Result<Endpoint, ServiceError> {
     let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::get(&mut *transaction, acting.org_id(), id)
+    let endpoint = webhooks::endpoints::get(&mut *transaction, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
-    if !webhooks::delete(&mut transaction, acting.org_id(), id).await? {
+    if !webhooks::endpoints::delete(&mut transaction, acting.org_id(), id).await? {
         return Err(ServiceError::NotFound(ENDPOINT));
     }
     commit_with_audit(transaction, acting, "webhook.deleted", &endpoint).await?;
@@ -240,7 +240,7 @@ pub async fn rotate_secret(
     let secret = generate_secret();
     let sealed = seal(state, id, &secret)?;
     let mut transaction = state.db.begin().await?;
-    let endpoint = webhooks::rotate_secret(
+    let endpoint = webhooks::endpoints::rotate_secret(
         &mut *transaction,
         acting.org_id(),
         id,
@@ -288,7 +288,7 @@ pub async fn send_test(
     );
     let mut transaction = state.db.begin().await?;
     let delivery_id =
-        webhooks::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
+        webhooks::log::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
             .await?
             .ok_or(ServiceError::NotFound(ENDPOINT))?;
     transaction.commit().await?;
@@ -323,7 +323,7 @@ pub async fn retry_delivery(
         .check(acting.caller, Operation::WebhookSend, 1)
         .await?;
     let mut transaction = state.db.begin().await?;
-    let delivery = match webhooks::retry(&mut transaction, acting.org_id(), id).await? {
+    let delivery = match webhooks::log::retry(&mut transaction, acting.org_id(), id).await? {
         Ok(record) => record,
         Err(RetryRefusal::NotFound) => return Err(ServiceError::NotFound("delivery")),
         Err(RetryRefusal::InFlight) => {
@@ -338,7 +338,7 @@ pub async fn retry_delivery(
         }
     };
     transaction.commit().await?;
-    let attempts = webhooks::attempts(&state.db, &[delivery.id]).await?;
+    let attempts = webhooks::log::attempts(&state.db, &[delivery.id]).await?;
     Ok((DeliveryWithAttempts { delivery, attempts }, rate))
 }
 

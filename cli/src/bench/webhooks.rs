@@ -59,10 +59,10 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Runs the benchmark on queues of its own (deleted afterwards), so nothing left in the
 /// configured queues, and nothing this run leaves, mixes with another run.
 pub async fn run(core: &CoreConfig, args: WebhookBenchArgs) -> anyhow::Result<()> {
-    if args.endpoints == 0 || args.endpoints as i64 > webhooks::MAX_ENDPOINTS_PER_ORG {
+    if args.endpoints == 0 || args.endpoints as i64 > webhooks::endpoints::MAX_ENDPOINTS_PER_ORG {
         bail!(
             "--endpoints must be between 1 and {}",
-            webhooks::MAX_ENDPOINTS_PER_ORG
+            webhooks::endpoints::MAX_ENDPOINTS_PER_ORG
         );
     }
     if args.rate == 0 || args.duration == 0 {
@@ -273,10 +273,10 @@ pub async fn create_endpoints_at(
         receiver.sign(&path, secret);
         let mut transaction = pool.begin().await?;
         let id = WebhookEndpointId::new();
-        let endpoint = webhooks::create(
+        let endpoint = webhooks::endpoints::create(
             &mut transaction,
             org_id,
-            &webhooks::NewEndpoint {
+            &webhooks::endpoints::NewEndpoint {
                 id,
                 url: receiver.url(&path),
                 description: Some(format!("Benchmark receiver {index}")),
@@ -561,7 +561,7 @@ async fn measure(core: &CoreConfig, args: &WebhookBenchArgs) -> anyhow::Result<(
     for endpoint in endpoints {
         let deleted = async {
             let mut transaction = pool.begin().await?;
-            webhooks::delete(&mut transaction, org_id, endpoint).await?;
+            webhooks::endpoints::delete(&mut transaction, org_id, endpoint).await?;
             transaction.commit().await
         };
         if let Err(error) = deleted.await {

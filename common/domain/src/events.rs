@@ -208,3 +208,299 @@ pub struct BatchedEvent<B = Value> {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
 }
+
+/// The codec of the events queues: [`encode_event_message`] is what the outbox relay publishes,
+/// [`decode_event_message`] what the webhook-worker reads back, side by side so the two cannot
+/// drift apart.
+pub mod codec {
+    use std::borrow::Cow;
+
+    use chrono::{DateTime, Utc};
+    use serde_json::value::RawValue;
+
+    use super::{BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch};
+    use crate::ids::{EventId, OrgId};
+
+    /// An event to publish, as the outbox holds it.
+    #[derive(Debug, Clone, Copy)]
+    pub struct OutgoingEvent<'a> {
+        /// Event id.
+        pub event_id: EventId,
+        /// Organization.
+        pub org_id: OrgId,
+        /// The body, the JSON text customers receive.
+        pub payload: &'a RawValue,
+        /// W3C trace context of the work that caused the event.
+        pub traceparent: Option<&'a str>,
+    }
+
+    /// One message of an events exchange, ready to publish.
+    #[derive(Debug, Clone)]
+    pub struct EventMessage {
+        /// AMQP `message-id`: the event id of a lone event; for a batch, stable across a retry of
+        /// the same claim, so a republished batch is the same message.
+        pub message_id: String,
+        /// AMQP `type`: [`EVENT_KIND`] or [`EVENT_BATCH_KIND`].
+        pub kind: &'static str,
+        /// Body.
+        pub body: Vec<u8>,
+        /// The [`super::ORG_HEADER`] of a lone event.
+        pub org: Option<String>,
+        /// The `traceparent` header of a lone event (the trace of the work that caused it); a
+        /// batch names the publisher's, and each of its events carries its own.
+        pub traceparent: Option<String>,
+    }
+
+    /// Encodes `events` (at most [`super::MAX_EVENTS_PER_MESSAGE`], of one type) as one message:
+    /// a lone event as itself (the body is what customers receive; organization and trace in
+    /// headers), several as an [`EventBatch`]. `None` for no event.
+    pub fn encode_event_message(
+        events: &[OutgoingEvent<'_>],
+    ) -> serde_json::Result<Option<EventMessage>> {
+        match events {
+            [] => Ok(None),
+            [event] => Ok(Some(EventMessage {
+                message_id: event.event_id.to_string(),
+                kind: EVENT_KIND,
+                body: event.payload.get().as_bytes().to_vec(),
+                org: Some(event.org_id.to_string()),
+                traceparent: event.traceparent.map(str::to_owned),
+            })),
+            [first, ..] => {
+                let batch = EventBatch {
+                    version: EVENT_BATCH_VERSION,
+                    events: events
+                        .iter()
+                        .map(|event| BatchedEvent {
+                            org_id: event.org_id,
+                            event: event.payload,
+                            traceparent: event.traceparent.map(str::to_owned),
+                        })
+                        .collect(),
+                };
+                Ok(Some(EventMessage {
+                    message_id: format!("events-{}-{}", first.event_id, events.len()),
+                    kind: EVENT_BATCH_KIND,
+                    body: serde_json::to_vec(&batch)?,
+                    org: None,
+                    traceparent: None,
+                }))
+            }
+        }
+    }
+
+    /// An event read from a message of an events queue.
+    #[derive(Debug, Clone)]
+    pub struct IncomingEvent {
+        /// Event id.
+        pub event_id: EventId,
+        /// Organization.
+        pub org_id: OrgId,
+        /// Type.
+        pub event_type: String,
+        /// Body, the JSON text customers receive (passed through, never parsed into a tree).
+        pub payload: Box<RawValue>,
+        /// When the state change happened.
+        pub event_at: DateTime<Utc>,
+        /// W3C trace context of the work that caused the event, kept on its deliveries.
+        pub traceparent: Option<String>,
+    }
+
+    /// Reads an event message from its AMQP `type`, its organization and `traceparent` headers
+    /// and its body. Each event keeps the trace of the work that caused it: a lone event's is the
+    /// header, a batched event carries its own (an event without one, such as those of batches
+    /// published before events carried it, continues the header's: the relay's). The error says
+    /// why the message can never be read (it is dead-lettered).
+    pub fn decode_event_message(
+        kind: Option<&str>,
+        org_header: Option<&str>,
+        traceparent: Option<&str>,
+        body: &[u8],
+    ) -> Result<Vec<IncomingEvent>, String> {
+        if kind == Some(EVENT_BATCH_KIND) {
+            let batch: EventBatch<Box<RawValue>> = serde_json::from_slice(body)
+                .map_err(|error| format!("malformed event batch: {error}"))?;
+            if batch.version != EVENT_BATCH_VERSION {
+                return Err(format!(
+                    "unsupported event batch version {} (this build handles {EVENT_BATCH_VERSION})",
+                    batch.version
+                ));
+            }
+            return batch
+                .events
+                .into_iter()
+                .map(|batched| {
+                    let traceparent = batched
+                        .traceparent
+                        .or_else(|| traceparent.map(str::to_owned));
+                    incoming(batched.event, batched.org_id, traceparent)
+                })
+                .collect();
+        }
+        let payload: Box<RawValue> =
+            serde_json::from_slice(body).map_err(|error| format!("malformed event: {error}"))?;
+        let org_id = org_header
+            .and_then(OrgId::parse)
+            .ok_or("event without its organization header")?;
+        Ok(vec![incoming(
+            payload,
+            org_id,
+            traceparent.map(str::to_owned),
+        )?])
+    }
+
+    /// The fields of an event body the webhook-worker reads (the rest passes through as text).
+    #[derive(serde::Deserialize)]
+    struct EventHead<'a> {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+        #[serde(borrow, rename = "type")]
+        event_type: Cow<'a, str>,
+        #[serde(borrow)]
+        timestamp: Cow<'a, str>,
+    }
+
+    /// An event body of organization `org_id`, checked.
+    fn incoming(
+        payload: Box<RawValue>,
+        org_id: OrgId,
+        traceparent: Option<String>,
+    ) -> Result<IncomingEvent, String> {
+        let head: EventHead<'_> = serde_json::from_str(payload.get())
+            .map_err(|error| format!("malformed event: {error}"))?;
+        let event_id = EventId::parse(&head.id).ok_or("malformed event: bad id")?;
+        let event_type = head.event_type.into_owned();
+        let event_at = DateTime::parse_from_rfc3339(&head.timestamp)
+            .map_err(|_| "malformed event: bad timestamp")?
+            .with_timezone(&Utc);
+        Ok(IncomingEvent {
+            event_id,
+            org_id,
+            event_type,
+            payload,
+            event_at,
+            traceparent,
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use chrono::Utc;
+
+        use super::*;
+        use crate::events::event_body;
+
+        fn body(event_id: EventId) -> Box<RawValue> {
+            serde_json::value::to_raw_value(&event_body(
+                event_id,
+                "flow.assigned",
+                Utc::now(),
+                serde_json::json!({}),
+            ))
+            .expect("json")
+        }
+
+        /// What the webhook-worker reads back from a message the relay publishes, with `header`
+        /// as the message's `traceparent` header when the relay names none (the publisher's span).
+        fn round_trip(events: &[OutgoingEvent<'_>], header: &str) -> Vec<Option<String>> {
+            let message = encode_event_message(events)
+                .expect("encodes")
+                .expect("a message");
+            let decoded = decode_event_message(
+                Some(message.kind),
+                message.org.as_deref(),
+                Some(message.traceparent.as_deref().unwrap_or(header)),
+                &message.body,
+            )
+            .expect("decodes");
+            let ids: Vec<EventId> = decoded.iter().map(|event| event.event_id).collect();
+            let sent: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
+            assert_eq!(ids, sent, "every event, in order");
+            for (got, sent) in decoded.iter().zip(events) {
+                assert_eq!(got.org_id, sent.org_id);
+                assert_eq!(got.payload.get(), sent.payload.get());
+            }
+            decoded.into_iter().map(|event| event.traceparent).collect()
+        }
+
+        #[test]
+        fn every_event_keeps_its_own_trace_through_the_codec() {
+            let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+            let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+            let relay = "00-11111111111111111111111111111111-2222222222222222-01";
+            let ids = [EventId::new(), EventId::new(), EventId::new()];
+            let bodies: Vec<Box<RawValue>> = ids.iter().map(|id| body(*id)).collect();
+            let event = |index: usize, traceparent| OutgoingEvent {
+                event_id: ids[index],
+                org_id: OrgId::new(),
+                payload: &bodies[index],
+                traceparent,
+            };
+            let (traced, other, untraced) = (
+                event(0, Some(first)),
+                event(1, Some(second)),
+                event(2, None),
+            );
+            assert_eq!(
+                round_trip(&[traced, other, untraced], relay),
+                [
+                    Some(first.to_owned()),
+                    Some(second.to_owned()),
+                    Some(relay.to_owned())
+                ],
+                "a batch carries each event's trace; one without continues the relay's"
+            );
+            assert_eq!(
+                round_trip(&[traced], relay),
+                [Some(first.to_owned())],
+                "a lone event's header names its own trace"
+            );
+            assert_eq!(round_trip(&[untraced], relay), [Some(relay.to_owned())]);
+            assert!(encode_event_message(&[]).expect("encodes").is_none());
+        }
+
+        #[test]
+        fn batches_published_before_events_carried_their_trace_still_decode() {
+            let event_id = EventId::new();
+            let org_id = OrgId::new();
+            let old = serde_json::json!({
+                "version": EVENT_BATCH_VERSION,
+                "events": [{ "orgId": org_id, "event": body(event_id) }],
+            });
+            let relay = "00-11111111111111111111111111111111-2222222222222222-01";
+            let decoded = decode_event_message(
+                Some(EVENT_BATCH_KIND),
+                None,
+                Some(relay),
+                &serde_json::to_vec(&old).expect("json"),
+            )
+            .expect("an old batch decodes");
+            assert_eq!(decoded.len(), 1);
+            assert_eq!(decoded[0].event_id, event_id);
+            assert_eq!(decoded[0].traceparent.as_deref(), Some(relay));
+        }
+
+        #[test]
+        fn a_message_that_can_never_be_read_says_why() {
+            let event_id = EventId::new();
+            let payload = body(event_id);
+            let lone = payload.get().as_bytes();
+            assert!(
+                decode_event_message(Some(EVENT_KIND), None, None, lone)
+                    .unwrap_err()
+                    .contains("organization")
+            );
+            let future = serde_json::json!({ "version": EVENT_BATCH_VERSION + 1, "events": [] });
+            assert!(
+                decode_event_message(
+                    Some(EVENT_BATCH_KIND),
+                    None,
+                    None,
+                    &serde_json::to_vec(&future).expect("json")
+                )
+                .unwrap_err()
+                .contains("unsupported event batch version")
+            );
+        }
+    }
+}

@@ -12,7 +12,7 @@ use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
 use super::users::User;
-use super::webhooks::DeliveryRecord;
+use super::webhooks::log::DeliveryRecord;
 
 /// An endpoint's health over the last 24 hours.
 #[derive(Debug, Clone, FromRow)]

@@ -181,3 +181,17 @@ pub async fn bulk_shard_counts<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<
     }
     Ok(counts)
 }
+
+/// The lane numbers of the organizations `ids` (the relay routes each bulk event to its
+/// organization's webhook queue by it); an unknown id is absent.
+pub async fn bulk_lanes<'e>(
+    executor: impl PgExecutor<'e>,
+    ids: &[OrgId],
+) -> Result<std::collections::HashMap<OrgId, i64>, sqlx::Error> {
+    let rows: Vec<(OrgId, i64)> =
+        sqlx::query_as("SELECT id, bulk_lane FROM organizations WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(executor)
+            .await?;
+    Ok(rows.into_iter().collect())
+}

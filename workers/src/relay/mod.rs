@@ -10,22 +10,26 @@
 //!
 //! Lanes: the outbox has a cursor per lane (migration 0151), and each process relays the two
 //! side by side: events of interactive work go to `{prefix}.events.interactive` without waiting
-//! behind a bulk flood's, which go to `{prefix}.events`.
+//! behind a bulk flood's, which go to `{prefix}.events`. A bulk event also names its
+//! organization's webhook queue (`{prefix}.webhooks.bulk.N`, the shard of its assign queue) as a
+//! `BCC` routing key: one organization's flood of events queues in its shard, and the
+//! webhook-worker takes the shards in turn. The routing key stays the event type, so a consumer
+//! of its own still binds `{prefix}.events` by type. Messages are encoded by the events codec
+//! (`flow_domain::events::codec`), which the webhook-worker decodes with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
-use flow_common::amqp::{Lane, Outgoing, Publisher};
+use flow_common::amqp::{Lane, Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, outbox};
+use flow_common::db::{self, orgs, outbox};
 use flow_common::runtime::Backoff;
 use flow_common::telemetry::TRACEPARENT;
-use flow_domain::events::{
-    BatchedEvent, EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch,
-    MAX_EVENTS_PER_MESSAGE, ORG_HEADER,
-};
+use flow_domain::events::codec::{EventMessage, OutgoingEvent, encode_event_message};
+use flow_domain::events::{MAX_EVENTS_PER_MESSAGE, ORG_HEADER};
+use flow_domain::ids::OrgId;
 use sqlx::PgPool;
 use tracing::Instrument;
 
@@ -137,22 +141,49 @@ async fn relay_batch(
     };
     let started = Instant::now();
     let exchange = publisher.topology().events_exchange_for(lane);
-    // One message per event type and chunk: routing keys stay the event types.
-    let mut by_type: BTreeMap<&str, Vec<&outbox::PendingEvent>> = BTreeMap::new();
+    // The bulk lane's events also go to their organization's webhook queue (a `BCC` routing key),
+    // so one organization's flood queues in its own shard.
+    let shards = match lane {
+        Lane::Interactive => HashMap::new(),
+        Lane::Bulk => {
+            let mut orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
+            orgs.sort_unstable();
+            orgs.dedup();
+            orgs::bulk_lanes(&mut *transaction, &orgs).await?
+        }
+    };
+    let webhook_queue = |org: OrgId| match lane {
+        Lane::Interactive => None,
+        // An organization that is gone has no endpoint left: any shard does.
+        Lane::Bulk => Some(QueueKind::webhooks_for(
+            shards.get(&org).copied().unwrap_or(0),
+        )),
+    };
+    // One message per webhook queue, event type and chunk: routing keys stay the event types.
+    let mut grouped: BTreeMap<(Option<String>, &str), Vec<OutgoingEvent<'_>>> = BTreeMap::new();
     for event in &events {
-        by_type.entry(&event.event_type).or_default().push(event);
+        grouped
+            .entry((
+                webhook_queue(event.org_id).map(QueueKind::suffix),
+                event.event_type.as_str(),
+            ))
+            .or_default()
+            .push(OutgoingEvent {
+                event_id: event.event_id,
+                org_id: event.org_id,
+                payload: &event.payload,
+                traceparent: event.traceparent.as_deref(),
+            });
     }
-    let messages: Vec<(&str, Message)> = by_type
-        .into_iter()
-        .flat_map(|(event_type, events)| {
-            events
-                .chunks(MAX_EVENTS_PER_MESSAGE)
-                .map(|chunk| (event_type, Message::of(chunk)))
-                .collect::<Vec<_>>()
-        })
-        .map(|(event_type, message)| message.map(|message| (event_type, message)))
-        .collect::<Result<_, _>>()?;
-    let publishes = messages.iter().map(|(event_type, message)| {
+    let mut messages: Vec<(Option<String>, &str, EventMessage)> = Vec::new();
+    for ((webhooks, event_type), events) in grouped {
+        for chunk in events.chunks(MAX_EVENTS_PER_MESSAGE) {
+            if let Some(message) = encode_event_message(chunk)? {
+                messages.push((webhooks.clone(), event_type, message));
+            }
+        }
+    }
+    let publishes = messages.iter().map(|(webhooks, event_type, message)| {
         // A lone event names its own trace; a batch names the relay's (its events carry theirs).
         let headers: Vec<(&str, &str)> = message
             .org
@@ -166,18 +197,22 @@ async fn relay_batch(
                     .map(|traceparent| (TRACEPARENT, traceparent)),
             )
             .collect();
+        let bcc: Vec<&str> = webhooks.as_deref().into_iter().collect();
         let exchange = exchange.as_str();
         async move {
             publisher
-                .publish(Outgoing {
-                    exchange,
-                    routing_key: event_type,
-                    payload: &message.body,
-                    message_id: &message.id,
-                    kind: message.kind,
-                    request_id: None,
-                    headers: &headers,
-                })
+                .publish_bcc(
+                    Outgoing {
+                        exchange,
+                        routing_key: event_type,
+                        payload: &message.body,
+                        message_id: &message.message_id,
+                        kind: message.kind,
+                        request_id: None,
+                        headers: &headers,
+                    },
+                    &bcc,
+                )
                 .await
         }
     });
@@ -208,50 +243,6 @@ async fn relay_batch(
     Ok(events.len())
 }
 
-/// One message of the events exchange: a lone event as itself, or a batch.
-struct Message {
-    id: String,
-    kind: &'static str,
-    body: Vec<u8>,
-    /// The organization header of a lone event.
-    org: Option<String>,
-    /// The `traceparent` header of a lone event: the trace of the work that caused it.
-    traceparent: Option<String>,
-}
-
-impl Message {
-    fn of(events: &[&outbox::PendingEvent]) -> serde_json::Result<Self> {
-        if let [event] = events {
-            return Ok(Self {
-                id: event.event_id.to_string(),
-                kind: EVENT_KIND,
-                body: event.payload.get().as_bytes().to_vec(),
-                org: Some(event.org_id.to_string()),
-                traceparent: event.traceparent.clone(),
-            });
-        }
-        let batch = EventBatch {
-            version: EVENT_BATCH_VERSION,
-            events: events
-                .iter()
-                .map(|event| BatchedEvent {
-                    org_id: event.org_id,
-                    event: &*event.payload,
-                    traceparent: event.traceparent.clone(),
-                })
-                .collect(),
-        };
-        Ok(Self {
-            // Stable across a retry of the same claim: a redelivered batch is the same message.
-            id: format!("events-{}-{}", events[0].event_id, events.len()),
-            kind: EVENT_BATCH_KIND,
-            body: serde_json::to_vec(&batch)?,
-            org: None,
-            traceparent: None,
-        })
-    }
-}
-
 async fn prune(pool: &PgPool, retention_hours: u64) {
     let before = Utc::now() - chrono::Duration::hours(i64::try_from(retention_hours).unwrap_or(72));
     loop {
@@ -263,98 +254,5 @@ async fn prune(pool: &PgPool, retention_hours: u64) {
                 break;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::Utc;
-    use flow_common::db::outbox::PendingEvent;
-    use flow_domain::events::event_body;
-    use flow_domain::ids::{EventId, OrgId};
-
-    use super::*;
-    use crate::webhook::decode_event_message;
-
-    fn pending(seq: i64, traceparent: Option<&str>) -> PendingEvent {
-        let event_id = EventId::new();
-        PendingEvent {
-            seq,
-            event_id,
-            org_id: OrgId::new(),
-            event_type: "flow.assigned".into(),
-            payload: serde_json::value::to_raw_value(&event_body(
-                event_id,
-                "flow.assigned",
-                Utc::now(),
-                serde_json::json!({}),
-            ))
-            .expect("json"),
-            created_at: Utc::now(),
-            traceparent: traceparent.map(str::to_owned),
-        }
-    }
-
-    /// What the webhook-worker reads back from a message the relay publishes, with `header` as the
-    /// message's `traceparent` header when the relay names none (the publisher's span then).
-    fn round_trip(events: &[&PendingEvent], header: &str) -> Vec<Option<String>> {
-        let message = Message::of(events).expect("encodes");
-        let decoded = decode_event_message(
-            Some(message.kind),
-            message.org.as_deref(),
-            Some(message.traceparent.as_deref().unwrap_or(header)),
-            &message.body,
-        )
-        .expect("decodes");
-        let ids: Vec<EventId> = decoded.iter().map(|event| event.event_id).collect();
-        let sent: Vec<EventId> = events.iter().map(|event| event.event_id).collect();
-        assert_eq!(ids, sent, "every event, in order");
-        decoded.into_iter().map(|event| event.traceparent).collect()
-    }
-
-    #[test]
-    fn every_event_keeps_its_own_trace_through_the_relay_encoding() {
-        let first = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let second = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-        let relay = "00-11111111111111111111111111111111-2222222222222222-01";
-        let traced = pending(1, Some(first));
-        let other = pending(2, Some(second));
-        let untraced = pending(3, None);
-
-        assert_eq!(
-            round_trip(&[&traced, &other, &untraced], relay),
-            [
-                Some(first.to_owned()),
-                Some(second.to_owned()),
-                Some(relay.to_owned())
-            ],
-            "a batch carries each event's trace; one without continues the relay's"
-        );
-        assert_eq!(
-            round_trip(&[&traced], relay),
-            [Some(first.to_owned())],
-            "a lone event's header names its own trace"
-        );
-        assert_eq!(round_trip(&[&untraced], relay), [Some(relay.to_owned())]);
-    }
-
-    #[test]
-    fn batches_published_before_events_carried_their_trace_still_decode() {
-        let event = pending(1, None);
-        let body = serde_json::json!({
-            "version": EVENT_BATCH_VERSION,
-            "events": [{ "orgId": event.org_id, "event": event.payload }],
-        });
-        let relay = "00-11111111111111111111111111111111-2222222222222222-01";
-        let decoded = decode_event_message(
-            Some(EVENT_BATCH_KIND),
-            None,
-            Some(relay),
-            &serde_json::to_vec(&body).expect("json"),
-        )
-        .expect("an old batch decodes");
-        assert_eq!(decoded.len(), 1);
-        assert_eq!(decoded[0].event_id, event.event_id);
-        assert_eq!(decoded[0].traceparent.as_deref(), Some(relay));
     }
 }

@@ -20,7 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use flow_common::db::webhooks::{self, AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::fan_out::ClaimedDelivery;
+use flow_common::db::webhooks::outcomes::{AttemptOutcome, EndpointVerdict, NextStep};
 use flow_common::runtime::Backoff;
 use flow_domain::ids::{DeliveryId, WebhookEndpointId};
 use sqlx::PgPool;
@@ -368,7 +370,7 @@ impl Dispatcher {
                 .collect();
             for chunk in held.chunks(RENEW_CHUNK) {
                 let started = Instant::now();
-                match webhooks::renew_leases(&pool, chunk, self.limits.lease).await {
+                match webhooks::fan_out::renew_leases(&pool, chunk, self.limits.lease).await {
                     Ok(renewed) => self.renewed(chunk, &renewed, started + self.limits.lease),
                     Err(error) => {
                         tracing::warn!(%error, count = chunk.len(), "could not renew webhook leases");
@@ -607,9 +609,10 @@ async fn write(
     pool: &PgPool,
     batch: &[AttemptOutcome],
     disable_after: Duration,
-) -> Result<webhooks::Recorded, sqlx::Error> {
+) -> Result<webhooks::outcomes::Recorded, sqlx::Error> {
     let mut transaction = pool.begin().await?;
-    let recorded = webhooks::record_outcomes(&mut transaction, batch, disable_after).await?;
+    let recorded =
+        webhooks::outcomes::record_outcomes(&mut transaction, batch, disable_after).await?;
     transaction.commit().await?;
     Ok(recorded)
 }

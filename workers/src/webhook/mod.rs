@@ -1,13 +1,17 @@
 //! The webhook-worker: delivers lifecycle events to customers' endpoints, signed (Standard
 //! Webhooks v1), retried on a durable schedule, never lost.
 //!
-//! 1. It consumes `{prefix}.webhooks` (the bulk lane's events) and `{prefix}.webhooks.interactive`
-//!    (the interactive lane's, in a consume loop of its own so a bulk flood never delays them),
-//!    and fans each event out to the enabled endpoints of its organization that subscribe to its
-//!    type that have no delivery of it yet (a redelivered or republished event is not sent again).
-//!    The interactive lane's deliveries are written first and attempted by the dispatcher (step
-//!    2's last sentence), so no batch of them ever waits for an endpoint.
-//! 2. To an endpoint that answers promptly, the first attempt is made at once, before anything is
+//! 1. It consumes `{prefix}.webhooks.bulk.0..7` (the bulk lane's events, one queue per shard of
+//!    organizations, taken in turn by deficit round robin like the assign-worker's bulk queues,
+//!    plus `{prefix}.webhooks`, the single queue of earlier versions, drained) and
+//!    `{prefix}.webhooks.interactive` (the interactive lane's, in a consume loop of its own so a
+//!    bulk flood never delays them), and fans each event out to the enabled endpoints of its
+//!    organization that subscribe to its type that have no delivery of it yet (a redelivered or
+//!    republished event is not sent again). By default every delivery is written first (claimed
+//!    by this worker) and attempted by the dispatcher (step 2's last sentence), so no batch ever
+//!    waits for an endpoint: a slow one costs only its own request slots.
+//! 2. With `WEBHOOK_INLINE_WAIT` above zero, on the bulk lane, to an endpoint that answers
+//!    promptly the first attempt is made at once, before anything is
 //!    written (the event is still unacked in the broker, so a crash loses nothing: the event comes
 //!    back and is sent again, with the same `webhook-id`). The batch then writes each delivery
 //!    once, in one transaction: with its outcome when the attempt answered within
@@ -25,30 +29,27 @@
 pub mod dispatch;
 pub mod sender;
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
-use flow_common::amqp::{Lane, QueueKind};
+use flow_common::amqp::{BULK_SHARDS, Lane, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::webhooks::{self, ClaimedDelivery, IncomingEvent, NewDelivery, Start};
+use flow_common::db::webhooks;
+use flow_common::db::webhooks::fan_out::{ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
 use flow_common::runtime::{Wakeup, retry_transient};
 use flow_common::telemetry;
 use flow_common::webhook::address::AddressPolicy;
 use flow_common::webhook::vault::SecretVault;
 use flow_domain::duration::parse_duration;
-use flow_domain::events::{
-    EVENT_BATCH_KIND, EVENT_BATCH_VERSION, EVENT_KIND, EventBatch, ORG_HEADER,
-};
-use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use flow_domain::events::codec::decode_event_message;
+use flow_domain::events::{EVENT_KIND, ORG_HEADER};
+use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::webhook::retry::RetrySchedule;
 use lapin::message::Delivery;
 use lapin::types::AMQPValue;
-use serde_json::value::RawValue;
 use sqlx::PgPool;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -123,22 +124,24 @@ pub struct WebhookWorkerConfig {
     pub lease: Duration,
 
     /// How long a batch of bulk-lane events waits for first attempts made before their
-    /// deliveries are written; an attempt that takes longer goes on, and its endpoint's next first
-    /// attempts are made after the delivery is written. `0s` writes every delivery before its
-    /// first attempt, as the interactive lane always does.
-    #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "1s", value_parser = parse_duration)]
+    /// deliveries are written (saving a write per delivery); an attempt that takes longer goes
+    /// on, and its endpoint's next first attempts are made after the delivery is written. The
+    /// default `0s` writes every delivery before its first attempt, as the interactive lane always
+    /// does: no batch ever waits for an endpoint, so a slow one delays nobody else's events (with
+    /// a wait, the first batches that reach a newly slow endpoint hold their batch slot that long).
+    #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "0s", value_parser = parse_duration)]
     pub inline_wait: Duration,
 
     /// Longest wait between two looks for due retries.
     #[arg(long, env = "WEBHOOK_POLL_INTERVAL", default_value = "1s", value_parser = parse_duration)]
     pub poll_interval: Duration,
 
-    /// Unacknowledged event messages the broker may hand over at once. A message carries up to
-    /// `MAX_EVENTS_PER_MESSAGE` (32) events, so this bounds what a worker holds at 8,192 events
-    /// by default: a backlog waits in the broker, not in the worker. It must also cover the
-    /// messages that arrive while a batch waits for its inline first attempts (up to
-    /// `WEBHOOK_INLINE_WAIT`): a light load comes as many small messages, and too small a
-    /// prefetch would make one slow endpoint hold up the intake of every other's events.
+    /// Unacknowledged event messages the broker may hand over at once, per lane: the interactive
+    /// queue's window, and the bulk lane's shared among its shards (see [`bulk_prefetch`]). A
+    /// message carries up to `MAX_EVENTS_PER_MESSAGE` (32) events, so this bounds what a worker
+    /// holds at about 8,192 events a lane by default: a backlog waits in the broker, not in the
+    /// worker. With `WEBHOOK_INLINE_WAIT` above zero it must also cover the messages that arrive
+    /// while a batch waits for its inline first attempts.
     #[arg(long, env = "WEBHOOK_PREFETCH", default_value_t = 256)]
     pub prefetch: u16,
 
@@ -152,6 +155,13 @@ pub struct WebhookWorkerConfig {
 }
 
 role! { WebhookWorkerConfig, ROLE, "Flow webhook-worker", "0.0.0.0:9105", work }
+
+/// The prefetch window of each queue of the bulk lane: `WEBHOOK_PREFETCH` shared among the
+/// shards, so the lane holds about as many events as the interactive lane when every shard is
+/// busy (a batch never waits for an endpoint, so a small window does not slow the intake).
+pub fn bulk_prefetch(prefetch: u16) -> u16 {
+    (prefetch / BULK_SHARDS).max(1)
+}
 
 /// Delivers until shutdown, then finishes the attempts under way and records them.
 async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {
@@ -217,13 +227,19 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
             stop,
         )
     });
+    // The bulk lane's events come in one queue per shard of organizations, taken in turn (as
+    // the assign-worker takes its bulk queues), so one organization's flood waits behind nobody
+    // else's events and nobody else's wait behind it; plus the queue of earlier versions, drained.
+    let mut bulk_queues = QueueKind::bulk_webhooks();
+    bulk_queues.push(QueueKind::Webhooks);
     let settings = ConsumerSettings {
         role: ROLE,
-        queues: vec![QueueKind::Webhooks],
-        prefetch: config.prefetch,
+        queues: bulk_queues,
+        prefetch: bulk_prefetch(config.prefetch),
         batch_size: config.batch_size.max(1),
         batch_bytes: usize::MAX,
-        // A batch waits for its first attempts: more batches in flight keep the queue moving.
+        // A batch may wait for the recorder (or, with `WEBHOOK_INLINE_WAIT`, for first
+        // attempts): more batches in flight keep the queues moving.
         concurrency: 4,
         liveness: runtime.liveness("consumer", None),
     };
@@ -232,6 +248,7 @@ async fn work(config: WebhookWorkerConfig, runtime: Runtime) -> anyhow::Result<(
     let interactive_settings = ConsumerSettings {
         role: "webhook-worker-interactive",
         queues: vec![QueueKind::InteractiveWebhooks],
+        prefetch: config.prefetch,
         liveness: runtime.liveness("interactive-consumer", None),
         ..settings.clone()
     };
@@ -291,8 +308,8 @@ impl BatchHandler for EventsHandler {
         }
         // The interactive lane's events never wait for anyone's first attempt: their deliveries
         // are written first and attempted by the dispatcher, bounded per endpoint, so a slow
-        // endpoint costs only its own slots. The bulk lane makes first attempts inline, which
-        // saves a write per delivery.
+        // endpoint costs only its own slots. The bulk lane does the same unless
+        // `WEBHOOK_INLINE_WAIT` lets it make first attempts inline (a write per delivery saved).
         let lane = context.queue.lane().unwrap_or(Lane::Bulk);
         match self
             .deliver_in_parts(&events, lane, &context.shutdown)
@@ -380,9 +397,10 @@ impl EventsHandler {
         Ok(())
     }
 
-    /// Delivers a batch of events: first attempts inline (waiting at most `inline_wait`) to the
-    /// endpoints that take them, then every delivery written in one transaction, then the claimed
-    /// ones dispatched and the outcomes of attempts still under way handed to the recorder. The
+    /// Delivers a batch of events, the one fan-out route: the endpoints each event goes to, first
+    /// attempts inline (waiting at most `inline_wait`; none when it is zero) to the endpoints that
+    /// take them, then every delivery written in one transaction, then the claimed ones
+    /// dispatched and the outcomes of attempts still under way handed to the recorder. The
     /// deliveries are committed when this returns: the caller acks.
     async fn deliver(
         &self,
@@ -390,14 +408,9 @@ impl EventsHandler {
         inline_wait: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
-        if inline_wait.is_zero() {
-            let (claimed, claimed_at) = self.fan_out(events, shutdown).await?;
-            self.dispatcher.dispatch(claimed, claimed_at);
-            return Ok(());
-        }
-        let events = webhooks::distinct_events(events);
+        let events = webhooks::fan_out::distinct_events(events);
         let targets = retry_transient("fan-out", shutdown, database::is_transient, || {
-            webhooks::targets(&self.pool, &events, None)
+            webhooks::fan_out::targets(&self.pool, &events, None)
         })
         .await?;
         // One token for every claim of the batch, and for every try of its transaction: a retry
@@ -409,6 +422,12 @@ impl EventsHandler {
         for target in targets {
             let event = events[usize::try_from(target.event_index).unwrap_or(usize::MAX)];
             let delivery = target.claimed(event, DeliveryId::new(), claim_token);
+            // An inline wait of zero declines every inline attempt: the one route then writes
+            // every delivery claimed and dispatches it.
+            if inline_wait.is_zero() {
+                unsent.push(delivery);
+                continue;
+            }
             match self.dispatcher.attempt_inline(delivery, deadline) {
                 Inline::Started(attempt) => inline.push(attempt),
                 Inline::Declined(delivery) => unsent.push(delivery),
@@ -453,7 +472,7 @@ impl EventsHandler {
         let claimed_at = Instant::now();
         let created = retry_transient("fan-out", shutdown, database::is_transient, || async {
             let mut transaction = self.pool.begin().await?;
-            let created = webhooks::create_deliveries(
+            let created = webhooks::fan_out::create_deliveries(
                 &mut transaction,
                 &rows,
                 self.lease,
@@ -498,26 +517,6 @@ impl EventsHandler {
         Ok(())
     }
 
-    /// Fans events out in one transaction, retrying transient failures until shutdown. Returns
-    /// the claimed deliveries and when the transaction that claimed them started.
-    async fn fan_out(
-        &self,
-        events: &[IncomingEvent],
-        shutdown: &CancellationToken,
-    ) -> Result<(Vec<webhooks::ClaimedDelivery>, Instant), sqlx::Error> {
-        // One token for every try: a retry after a lost COMMIT answer reclaims its own rows.
-        let claim_token = uuid::Uuid::new_v4();
-        retry_transient("fan-out", shutdown, database::is_transient, || async {
-            let started = Instant::now();
-            let mut transaction = self.pool.begin().await?;
-            let claimed =
-                webhooks::fan_out(&mut transaction, events, self.lease, claim_token).await?;
-            transaction.commit().await?;
-            Ok((claimed, started))
-        })
-        .await
-    }
-
     /// Fans each event out in its own transaction. A message whose events all went out (or were
     /// dead-lettered on their own) is acked; one with a transient failure goes back to the queue
     /// (its other events fan out to nothing new next time).
@@ -531,11 +530,14 @@ impl EventsHandler {
         let mut returned = vec![false; messages.len()];
         for (event, owner) in events.iter().zip(owners) {
             match self
-                .fan_out(std::slice::from_ref(event), &context.shutdown)
+                .deliver(
+                    std::slice::from_ref(event),
+                    Duration::ZERO,
+                    &context.shutdown,
+                )
                 .await
             {
-                Ok((claimed, claimed_at)) => {
-                    self.dispatcher.dispatch(claimed, claimed_at);
+                Ok(()) => {
                     metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "fanned_out")
                         .increment(1);
                 }
@@ -598,82 +600,6 @@ fn decode_events(delivery: &Delivery) -> Result<Vec<IncomingEvent>, String> {
     )
 }
 
-/// Reads an event message from its AMQP `type`, its organization and `traceparent` headers and its
-/// body. Each event keeps the trace of the work that caused it: a lone event's is the header, a
-/// batched event carries its own (an event without one, such as those of batches published
-/// before events carried it, continues the header's: the relay's).
-pub(crate) fn decode_event_message(
-    kind: Option<&str>,
-    org_header: Option<&str>,
-    traceparent: Option<&str>,
-    body: &[u8],
-) -> Result<Vec<IncomingEvent>, String> {
-    if kind == Some(EVENT_BATCH_KIND) {
-        let batch: EventBatch<Box<RawValue>> = serde_json::from_slice(body)
-            .map_err(|error| format!("malformed event batch: {error}"))?;
-        if batch.version != EVENT_BATCH_VERSION {
-            return Err(format!(
-                "unsupported event batch version {} (this build handles {EVENT_BATCH_VERSION})",
-                batch.version
-            ));
-        }
-        return batch
-            .events
-            .into_iter()
-            .map(|batched| {
-                let traceparent = batched
-                    .traceparent
-                    .or_else(|| traceparent.map(str::to_owned));
-                incoming(batched.event, batched.org_id, traceparent)
-            })
-            .collect();
-    }
-    let payload: Box<RawValue> =
-        serde_json::from_slice(body).map_err(|error| format!("malformed event: {error}"))?;
-    let org_id = org_header
-        .and_then(OrgId::parse)
-        .ok_or("event without its organization header")?;
-    Ok(vec![incoming(
-        payload,
-        org_id,
-        traceparent.map(str::to_owned),
-    )?])
-}
-
-/// The fields of an event body the webhook-worker reads (the rest passes through as text).
-#[derive(serde::Deserialize)]
-struct EventHead<'a> {
-    #[serde(borrow)]
-    id: Cow<'a, str>,
-    #[serde(borrow, rename = "type")]
-    event_type: Cow<'a, str>,
-    #[serde(borrow)]
-    timestamp: Cow<'a, str>,
-}
-
-/// An event body of organization `org_id`, checked.
-fn incoming(
-    payload: Box<RawValue>,
-    org_id: OrgId,
-    traceparent: Option<String>,
-) -> Result<IncomingEvent, String> {
-    let head: EventHead<'_> =
-        serde_json::from_str(payload.get()).map_err(|error| format!("malformed event: {error}"))?;
-    let event_id = EventId::parse(&head.id).ok_or("malformed event: bad id")?;
-    let event_type = head.event_type.into_owned();
-    let event_at = DateTime::parse_from_rfc3339(&head.timestamp)
-        .map_err(|_| "malformed event: bad timestamp")?
-        .with_timezone(&Utc);
-    Ok(IncomingEvent {
-        event_id,
-        org_id,
-        event_type,
-        payload,
-        event_at,
-        traceparent,
-    })
-}
-
 /// Claims due deliveries (retries, expired leases, test pings, manual retries) until `shutdown`.
 async fn poll(
     liveness: flow_common::ops::Liveness,
@@ -692,7 +618,7 @@ async fn poll(
         if dispatcher.in_flight() < memory_cap {
             let skip = dispatcher.saturated();
             let claimed_at = Instant::now();
-            match webhooks::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
+            match webhooks::fan_out::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
                 Ok(claimed) => {
                     claimed_full = claimed.len() as i64 == CLAIM_BATCH;
                     if !claimed.is_empty() {

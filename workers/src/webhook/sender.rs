@@ -9,8 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use flow_common::db::webhooks::{
-    AttemptOutcome, ClaimedDelivery, EndpointVerdict, NextStep, STORED_TEXT_BYTES, storable_text,
+use flow_common::db::webhooks::fan_out::ClaimedDelivery;
+use flow_common::db::webhooks::outcomes::{
+    AttemptOutcome, EndpointVerdict, NextStep, STORED_TEXT_BYTES, storable_text,
 };
 use flow_common::telemetry;
 use flow_common::webhook::address::{AddressPolicy, parse_endpoint_url};
