@@ -325,6 +325,7 @@ impl From<ServiceError> for ApiError {
                 message,
                 retry_after,
             },
+            ServiceError::Unavailable(message) => Self::Unavailable(message),
             ServiceError::Database(error) => error.into(),
             ServiceError::Internal(error) => Self::Internal(error),
         }

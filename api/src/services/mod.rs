@@ -6,12 +6,14 @@
 //! its wire types.
 //!
 //! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`flows`], [`schedules`], [`reports`] and
+//! [`keys`], [`team`] (dashboard accounts), [`users`], [`enrollment`] (rules that assign on their own), [`flows`], [`schedules`], [`reports`] and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
 //! export downloads) are checked here; the `/v1` read and write limits per request stay in the
 //! routes.
 
 pub mod assign;
+pub mod enrollment;
+pub mod erasure;
 pub mod exports;
 pub mod flows;
 pub mod keys;
@@ -123,6 +125,9 @@ pub enum ServiceError {
         /// Seconds to wait.
         retry_after: u64,
     },
+    /// The broker could not take the work durably (503): nothing is lost, retrying does it.
+    #[error("{0}")]
+    Unavailable(String),
     /// Postgres failed (transient failures become 503 at the surfaces).
     #[error(transparent)]
     Database(#[from] sqlx::Error),

@@ -1,6 +1,7 @@
 //! Users (assignees), for every surface: each one checked by one rule (an e-mail, and a name of
 //! one line of at most 200 characters), then upserted by e-mail, one, many in one transaction
-//! (all or nothing), or an imported file's worth in batches.
+//! (all or nothing), or an imported file's worth in batches. Every write then runs the
+//! organization's enrollment rules for the users it wrote ([`super::enrollment::users_changed`]).
 
 use flow_common::db::users::{self, NewUser, User};
 use flow_domain::{Email, Invalid, TextRule};
@@ -28,7 +29,11 @@ pub async fn upsert(
     acting: Acting<'_>,
     new: &[NewUser],
 ) -> Result<Vec<User>, ServiceError> {
-    Ok(users::upsert(&state.db, acting.org_id(), new).await?)
+    let rows = users::upsert(&state.db, acting.org_id(), new).await?;
+    let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
+    // A failure here fails the request; its retry (an upsert is idempotent) evaluates again.
+    super::enrollment::users_changed(state, acting, &ids).await?;
+    Ok(rows)
 }
 
 /// What an import did.
@@ -61,6 +66,8 @@ pub async fn import(
     let mut imported = Imported::default();
     for batch in unique.chunks(IMPORT_BATCH) {
         let rows = users::upsert(&state.db, acting.org_id(), batch).await?;
+        let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
+        super::enrollment::users_changed(state, acting, &ids).await?;
         let created = rows.iter().filter(|user| user.created).count();
         imported.created += created;
         imported.updated += rows.len() - created;

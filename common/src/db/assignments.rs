@@ -7,7 +7,9 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use flow_domain::AssignmentStatus;
 use flow_domain::events::{EventData, EventType, event_body};
-use flow_domain::ids::{AssignmentId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::ids::{
+    AssignmentId, EnrollmentRuleId, EventId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
+};
 use flow_domain::messages::AssignCommand;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -135,10 +137,14 @@ macro_rules! insert_statement {
                      request_id, schedule_id, event_id, payload, traceparent)
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
-                                     assigned_at, request_id, schedule_id)
+                                     assigned_at, request_id, schedule_id, enrollment_rule_id)
             SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
-                   i.assigned_at, i.request_id, i.schedule_id
+                   i.assigned_at, i.request_id, i.schedule_id, ledger.rule_id
             FROM input i
+            -- An enrollment rule's assignment: its ledger row (written before the command was
+            -- published) names the rule, for the assignment and its event.
+            LEFT JOIN LATERAL (SELECT e.rule_id FROM enrollment_assignments e
+                               WHERE e.assignment_id = i.id AND e.org_id = i.org_id) ledger ON true
             -- The parents must exist in the same organization (checked here, not by foreign
             -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
             -- row whatever the planner guesses about the input's size.
@@ -149,11 +155,17 @@ macro_rules! insert_statement {
             ",
             $assignments_conflict,
             "
-            RETURNING id
+            RETURNING id, enrollment_rule_id
          ), events AS (
             INSERT INTO outbox (event_id, org_id, event_type, assignment_id, payload, traceparent,
                                 interactive)
-            SELECT i.event_id, i.org_id, 'flow.assigned', i.id, i.payload, i.traceparent, $14
+            SELECT i.event_id, i.org_id, 'flow.assigned', i.id,
+                   CASE WHEN inserted.enrollment_rule_id IS NULL THEN i.payload
+                        ELSE jsonb_set(i.payload, '{data,source}', jsonb_build_object(
+                            'enrollmentRuleId',
+                            'enr_' || replace(inserted.enrollment_rule_id::text, '-', '')))
+                   END,
+                   i.traceparent, $14
             FROM input i JOIN inserted USING (id)
             ",
             $events_conflict,
@@ -648,6 +660,8 @@ pub struct AssignmentRecord {
     pub overdue_at: Option<DateTime<Utc>>,
     /// Schedule that created it.
     pub schedule_id: Option<ScheduleId>,
+    /// Enrollment rule that created it.
+    pub enrollment_rule_id: Option<EnrollmentRuleId>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -664,7 +678,7 @@ impl AssignmentRecord {
 /// Columns of [`AssignmentRecord`], for queries over `assignments a JOIN flows f JOIN users u`.
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
-    a.started_at, a.completed_at, a.overdue_at, a.schedule_id,
+    a.started_at, a.completed_at, a.overdue_at, a.schedule_id, a.enrollment_rule_id,
     (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
         AS completed_modules,
     (SELECT count(*) FROM modules m WHERE m.flow_id = a.flow_id) AS total_modules";
