@@ -715,3 +715,96 @@ async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_st
     // The other person is untouched.
     assert!(!traces(&app, "other@example.com").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    app.create_users(&org, &["sam@example.com", "sue@example.com", "sid@example.com"])
+        .await;
+    set_profile(&app, &org, "sam@example.com", "Sales", true).await;
+    set_profile(&app, &org, "sue@example.com", "Sales", true).await;
+    let admin = DashboardClient::signed_in(&app, org.id, "ada@example.com", role("admin")).await;
+    let empty = admin.page("/dashboard/rules").await;
+    assert!(empty.contains("No rules"), "{empty}");
+    let form = admin.page("/dashboard/rules/new").await;
+    assert!(form.contains("Sales onboarding"), "the flow is offered: {form}");
+
+    let fields = |intent: &'static str, condition: &'static str| {
+        vec![
+            ("name", "Sales"),
+            ("condition", condition),
+            ("flow_id", flow.as_str()),
+            ("due_days", "14"),
+            ("due_from", "start_date"),
+            ("priority", "high"),
+            ("notes", ""),
+            ("intent", intent),
+        ]
+    };
+    let preview = admin
+        .post_form("/dashboard/rules", &fields("preview", r#"{"departmentEquals": "sales"}"#))
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(preview.body.contains("<strong>2</strong> active users match"), "{}", preview.body);
+    assert!(preview.body.contains("sam@example.com") && !preview.body.contains("sid@example.com"));
+    let bad = admin
+        .post_form("/dashboard/rules", &fields("save", r#"{"all": []}"#))
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("condition.all must be a non-empty list"), "{}", bad.body);
+    let not_json = admin
+        .post_form("/dashboard/rules", &fields("save", "{departmentEquals"))
+        .await;
+    assert_eq!(not_json.status, 400);
+    assert!(not_json.body.contains("condition is not valid JSON"));
+
+    let viewer = DashboardClient::signed_in(&app, org.id, "vic@example.com", role("viewer")).await;
+    let refused = viewer
+        .post_form("/dashboard/rules", &fields("save", r#"{"departmentEquals": "Sales"}"#))
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    let saved = admin
+        .post_form("/dashboard/rules", &fields("save", r#"{"departmentEquals": "Sales"}"#))
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let list = admin.page("/dashboard/rules").await;
+    assert!(list.contains("14 days after start date"), "{list}");
+    let rule: String = sqlx::query_scalar(
+        "SELECT 'enr_' || replace(id::text, '-', '') FROM enrollment_rules WHERE org_id = $1",
+    )
+    .bind(org.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("rule");
+    let edit = admin.page(&format!("/dashboard/rules/{rule}")).await;
+    assert!(edit.contains("departmentEquals"), "{edit}");
+    let mut renamed = fields("save", r#"{"departmentEquals": "Sales"}"#);
+    renamed[0] = ("name", "Sales team");
+    let updated = admin
+        .post_form(&format!("/dashboard/rules/{rule}"), &renamed)
+        .await;
+    assert_eq!(updated.status, 303, "{}", updated.body);
+    assert!(admin.page("/dashboard/rules").await.contains("Sales team"));
+
+    let backfilled = admin
+        .post_form(&format!("/dashboard/rules/{rule}/backfill"), &[])
+        .await;
+    assert_eq!(backfilled.status, 303, "{}", backfilled.body);
+    assert!(admin
+        .page("/dashboard/rules")
+        .await
+        .contains("2 users match; 2 assignments queued"));
+    assert_eq!(
+        wait_assigned(&app, &rule, 2).await,
+        ["sam@example.com", "sue@example.com"]
+    );
+    let deleted = admin
+        .post_form(&format!("/dashboard/rules/{rule}/delete"), &[])
+        .await;
+    assert_eq!(deleted.status, 303);
+    assert!(admin.page("/dashboard/rules").await.contains("No rules"));
+    assert_eq!(app.assignment_count().await, 2, "its assignments stay");
+}

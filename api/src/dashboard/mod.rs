@@ -18,6 +18,7 @@ mod chart;
 pub mod csv_upload;
 pub mod flows;
 pub mod keys;
+pub mod rules;
 pub mod schedules;
 pub mod session;
 pub mod team;
@@ -87,6 +88,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(assign::router())
         .merge(users::router())
         .merge(schedules::router())
+        .merge(rules::router())
         .fallback(|| async { PageError::not_found() })
         .layer(sessions);
     Router::new()

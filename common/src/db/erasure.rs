@@ -27,7 +27,7 @@ pub const PSEUDONYM_DOMAIN: &str = "erased.invalid";
 /// The pseudonym of a user: `erased-<16 hex digits>@erased.invalid`, derived from the user's id
 /// (not from anything about the person), the same each time and unique in the organization.
 pub fn pseudonym(user_id: UserId) -> String {
-    let digest = Sha256::digest([b"flow.erasure\0".as_slice(), user_id.0.as_bytes()].concat());
+    let digest = Sha256::digest([b"flow.erasure\0".as_slice(), user_id.0.as_bytes().as_slice()].concat());
     let hex: String = digest[..8].iter().map(|byte| format!("{byte:02x}")).collect();
     format!("erased-{hex}@{PSEUDONYM_DOMAIN}")
 }
@@ -221,13 +221,12 @@ async fn replace_everywhere(
             Scope::User,
         ),
         (
-            format!(
-                "UPDATE dead_letters d
-                 SET payload = convert_to(regexp_replace(convert_from(d.payload, 'UTF8'), $2, $3, 'gi'), 'UTF8')
-                 WHERE d.id IN (SELECT f.dead_letter_id FROM assignment_failures f
-                                WHERE f.org_id = $1 AND f.command->>'userId' = $4::text)
-                   AND convert_from(d.payload, 'UTF8') ~* $2"
-            ),
+            "UPDATE dead_letters d
+             SET payload = convert_to(regexp_replace(convert_from(d.payload, 'UTF8'), $2, $3, 'gi'), 'UTF8')
+             WHERE d.id IN (SELECT f.dead_letter_id FROM assignment_failures f
+                            WHERE f.org_id = $1 AND f.command->>'userId' = $4::text)
+               AND convert_from(d.payload, 'UTF8') ~* $2"
+                .to_owned(),
             Scope::UserText,
         ),
         (
