@@ -207,7 +207,10 @@ async fn edit(
         name: record.name.clone(),
         condition: serde_json::to_string_pretty(&record.condition).unwrap_or_default(),
         flow_id: record.flow_id.to_string(),
-        due_days: record.due_days.map(|days| days.to_string()).unwrap_or_default(),
+        due_days: record
+            .due_days
+            .map(|days| days.to_string())
+            .unwrap_or_default(),
         due_from: record.due_from.clone(),
         priority: record.priority.clone(),
         notes: record.notes.clone().unwrap_or_default(),
@@ -250,49 +253,48 @@ async fn submit(
 ) -> PageResult<Response> {
     let shown = editing.map(|id| id.to_string());
     let refuse = |message: String| (StatusCode::BAD_REQUEST, message);
-    let outcome: Result<Option<PreviewShown>, (StatusCode, String)> =
-        match input(&form) {
-            Err(message) => Err(refuse(message)),
-            Ok(input) => {
-                let result = if form.intent.as_deref() == Some("preview") {
-                    service::preview(state, account.acting(), input)
-                        .await
-                        .map(|preview| {
-                            Some(PreviewShown {
-                                matching: preview.matching,
-                                users: preview
-                                    .users
-                                    .into_iter()
-                                    .map(|user| PreviewRow {
-                                        email: user.email,
-                                        name: user.name.unwrap_or_default(),
-                                    })
-                                    .collect(),
-                            })
+    let outcome: Result<Option<PreviewShown>, (StatusCode, String)> = match input(&form) {
+        Err(message) => Err(refuse(message)),
+        Ok(input) => {
+            let result = if form.intent.as_deref() == Some("preview") {
+                service::preview(state, account.acting(), input)
+                    .await
+                    .map(|preview| {
+                        Some(PreviewShown {
+                            matching: preview.matching,
+                            users: preview
+                                .users
+                                .into_iter()
+                                .map(|user| PreviewRow {
+                                    email: user.email,
+                                    name: user.name.unwrap_or_default(),
+                                })
+                                .collect(),
                         })
-                } else {
-                    match editing {
-                        Some(id) => service::update(state, account.acting(), id, input)
-                            .await
-                            .map(|_| None),
-                        None => service::create(state, account.acting(), input)
-                            .await
-                            .map(|_| None),
-                    }
-                };
-                match result {
-                    Ok(done) => Ok(done),
-                    Err(error @ (ServiceError::Invalid(_) | ServiceError::Fields(_))) => {
-                        Err(refuse(error.to_string()))
-                    }
-                    Err(ServiceError::NotFound("flow")) => {
-                        Err(refuse("Choose one of the organization's flows.".to_owned()))
-                    }
-                    Err(ServiceError::Conflict(message)) => Err((StatusCode::CONFLICT, message)),
-                    Err(other) => return Err(other.into()),
+                    })
+            } else {
+                match editing {
+                    Some(id) => service::update(state, account.acting(), id, input)
+                        .await
+                        .map(|_| None),
+                    None => service::create(state, account.acting(), input)
+                        .await
+                        .map(|_| None),
                 }
+            };
+            match result {
+                Ok(done) => Ok(done),
+                Err(error @ (ServiceError::Invalid(_) | ServiceError::Fields(_))) => {
+                    Err(refuse(error.to_string()))
+                }
+                Err(ServiceError::NotFound("flow")) => {
+                    Err(refuse("Choose one of the organization's flows.".to_owned()))
+                }
+                Err(ServiceError::Conflict(message)) => Err((StatusCode::CONFLICT, message)),
+                Err(other) => return Err(other.into()),
             }
-        };
+        }
+    };
     match outcome {
         Ok(None) => {
             flash(&account.session, "success", "The rule is saved. It applies to users as they are created or changed; run a backfill to assign those who match already.").await;

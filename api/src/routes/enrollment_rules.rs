@@ -76,7 +76,10 @@ impl From<RuleRequest> for RuleInput {
     fn from(request: RuleRequest) -> Self {
         let (due_days, due_from) = match request.due {
             // A `due` without `days` is refused by name (`due.days is required with due.from`).
-            Some(due) => (due.days, Some(due.from.unwrap_or_else(|| "matched".to_owned()))),
+            Some(due) => (
+                due.days,
+                Some(due.from.unwrap_or_else(|| "matched".to_owned())),
+            ),
             None => (None, None),
         };
         Self {

@@ -27,8 +27,17 @@ pub const PSEUDONYM_DOMAIN: &str = "erased.invalid";
 /// The pseudonym of a user: `erased-<16 hex digits>@erased.invalid`, derived from the user's id
 /// (not from anything about the person), the same each time and unique in the organization.
 pub fn pseudonym(user_id: UserId) -> String {
-    let digest = Sha256::digest([b"flow.erasure\0".as_slice(), user_id.0.as_bytes().as_slice()].concat());
-    let hex: String = digest[..8].iter().map(|byte| format!("{byte:02x}")).collect();
+    let digest = Sha256::digest(
+        [
+            b"flow.erasure\0".as_slice(),
+            user_id.0.as_bytes().as_slice(),
+        ]
+        .concat(),
+    );
+    let hex: String = digest[..8]
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect();
     format!("erased-{hex}@{PSEUDONYM_DOMAIN}")
 }
 
@@ -64,13 +73,12 @@ pub async fn erase_user(
     org_id: OrgId,
     user_id: UserId,
 ) -> Result<Option<Erased>, sqlx::Error> {
-    let Some(row) = sqlx::query(
-        "SELECT email, erased_at FROM users WHERE org_id = $1 AND id = $2 FOR UPDATE",
-    )
-    .bind(org_id)
-    .bind(user_id)
-    .fetch_optional(&mut *connection)
-    .await?
+    let Some(row) =
+        sqlx::query("SELECT email, erased_at FROM users WHERE org_id = $1 AND id = $2 FOR UPDATE")
+            .bind(org_id)
+            .bind(user_id)
+            .fetch_optional(&mut *connection)
+            .await?
     else {
         return Ok(None);
     };
@@ -117,12 +125,13 @@ pub async fn erase_user(
     erased.erased_at = Some(erased_at);
     // The user's assignments and the ids of every event about them (derived, so found even
     // once the outbox rows are pruned).
-    let assignments: Vec<(AssignmentId, DateTime<Utc>)> =
-        sqlx::query_as("SELECT id, assigned_at FROM assignments WHERE org_id = $1 AND user_id = $2")
-            .bind(org_id)
-            .bind(user_id)
-            .fetch_all(&mut *connection)
-            .await?;
+    let assignments: Vec<(AssignmentId, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT id, assigned_at FROM assignments WHERE org_id = $1 AND user_id = $2",
+    )
+    .bind(org_id)
+    .bind(user_id)
+    .fetch_all(&mut *connection)
+    .await?;
     let assignment_ids: Vec<AssignmentId> = assignments.iter().map(|(id, _)| *id).collect();
     let event_ids: Vec<EventId> = assignments
         .iter()
@@ -161,9 +170,8 @@ async fn replace_everywhere(
 ) -> Result<u64, sqlx::Error> {
     // Each statement: $1 organization, $2 pattern, $3 pseudonym, then its own scope.
     let text = |column: &str| format!("{column} = regexp_replace({column}, $2, $3, 'gi')");
-    let json = |column: &str| {
-        format!("{column} = regexp_replace({column}::text, $2, $3, 'gi')::jsonb")
-    };
+    let json =
+        |column: &str| format!("{column} = regexp_replace({column}::text, $2, $3, 'gi')::jsonb");
     let hit = |column: &str| format!("{column} ~* $2");
     let json_hit = |column: &str| format!("{column}::text ~* $2");
     let user_text = user_id.to_string();

@@ -62,7 +62,8 @@ impl Group {
         let bare = text
             .split_once('_')
             .filter(|(prefix, rest)| {
-                !prefix.is_empty() && prefix.chars().all(|c| c.is_ascii_lowercase())
+                !prefix.is_empty()
+                    && prefix.chars().all(|c| c.is_ascii_lowercase())
                     && rest.len() == 32
             })
             .map_or(text.as_str(), |(_, rest)| rest);
@@ -116,7 +117,9 @@ impl Condition {
                     .as_array()
                     .filter(|items| !items.is_empty())
                     .ok_or_else(|| {
-                        Invalid(format!("{inner_path} must be a non-empty list of conditions"))
+                        Invalid(format!(
+                            "{inner_path} must be a non-empty list of conditions"
+                        ))
                     })?;
                 let parsed = items
                     .iter()
@@ -242,15 +245,18 @@ mod tests {
         )
         .expect("valid");
         assert!(group_by_id.matches(&profile()));
-        let other = Condition::parse("condition", &json!({"departmentEquals": "Support"}))
-            .expect("valid");
+        let other =
+            Condition::parse("condition", &json!({"departmentEquals": "Support"})).expect("valid");
         assert!(!other.matches(&profile()));
     }
 
     #[test]
     fn refusals_name_the_field() {
         let cases = [
-            (json!({"all": []}), "condition.all must be a non-empty list of conditions"),
+            (
+                json!({"all": []}),
+                "condition.all must be a non-empty list of conditions",
+            ),
             (
                 json!({"all": [{"titleContains": 3}]}),
                 "condition.all[0].titleContains must be a string",
@@ -277,7 +283,10 @@ mod tests {
         let long = "x".repeat(201);
         let error =
             Condition::parse("condition", &json!({"titleContains": long})).expect_err("long");
-        assert_eq!(error.0, "condition.titleContains must be at most 200 characters");
+        assert_eq!(
+            error.0,
+            "condition.titleContains must be at most 200 characters"
+        );
     }
 
     #[test]
@@ -285,6 +294,9 @@ mod tests {
         let value = json!({"any": [{"memberOf": "EMEA"}, {"not": {"titleContains": "Intern"}}]});
         let condition = Condition::parse("condition", &value).expect("valid");
         assert_eq!(condition.to_json(), value);
-        assert_eq!(Condition::parse("condition", &condition.to_json()), Ok(condition));
+        assert_eq!(
+            Condition::parse("condition", &condition.to_json()),
+            Ok(condition)
+        );
     }
 }

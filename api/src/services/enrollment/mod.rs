@@ -149,9 +149,8 @@ impl Rule {
         let flow_id = FlowId::parse(flow_text.trim()).ok_or(ServiceError::NotFound("flow"))?;
         let from = match input.due_from.as_deref() {
             None => DueFrom::Matched,
-            Some(text) => DueFrom::parse(text).ok_or_else(|| {
-                Invalid::new("due.from must be one of: start_date, matched")
-            })?,
+            Some(text) => DueFrom::parse(text)
+                .ok_or_else(|| Invalid::new("due.from must be one of: start_date, matched"))?,
         };
         let due = match input.due_days {
             None if input.due_from.is_some() => {
@@ -526,9 +525,12 @@ async fn apply(
             other => break other?,
         }
     };
-    let rules: HashMap<EnrollmentRuleId, &Rule> = rules.iter().map(|rule| (rule.id, rule)).collect();
-    let profiles: HashMap<UserId, &Profile> =
-        profiles.iter().map(|profile| (profile.id, profile)).collect();
+    let rules: HashMap<EnrollmentRuleId, &Rule> =
+        rules.iter().map(|rule| (rule.id, rule)).collect();
+    let profiles: HashMap<UserId, &Profile> = profiles
+        .iter()
+        .map(|profile| (profile.id, profile))
+        .collect();
     let mut submissions = Vec::with_capacity(pending.len());
     for found in &pending {
         let (Some(rule), Some(profile)) = (rules.get(&found.rule_id), profiles.get(&found.user_id))
@@ -604,7 +606,10 @@ async fn claim(
     let org_id = acting.org_id();
     let mut transaction = state.db.begin().await?;
     let matches = db::record_matches(&mut transaction, org_id, evaluated, now).await?;
-    let pending: Vec<Match> = matches.into_iter().filter(|found| !found.persisted).collect();
+    let pending: Vec<Match> = matches
+        .into_iter()
+        .filter(|found| !found.persisted)
+        .collect();
     let entries: Vec<LedgerEntry> = pending
         .iter()
         .map(|found| LedgerEntry {
