@@ -879,3 +879,55 @@ async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules(
     assert!(admin.page("/dashboard/rules").await.contains("No rules"));
     assert_eq!(app.assignment_count().await, 2, "its assignments stay");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flowctl_users_erase_erases_by_email_and_audits_as_flowctl() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Welcome", &[10]).await;
+    app.create_users(&org, &["Ivy.Quinn@example.com", "jay@example.com"])
+        .await;
+    app.assign_persisted(&org, &flow, "ivy.quinn@example.com", json!({}))
+        .await;
+    let outcome = flowctl::admin::users(
+        &app.core,
+        flowctl::admin::UsersCommand::Erase {
+            org: org.id.to_string(),
+            email: "ivy.quinn@EXAMPLE.com".to_owned(),
+        },
+    )
+    .await
+    .expect("erased");
+    let printed = outcome.render(true);
+    assert!(printed.contains("@erased.invalid"), "{printed}");
+    assert_eq!(
+        traces(&app, "ivy.quinn@example.com").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(app.assignment_count().await, 1);
+    let (actor, action): (String, String) = sqlx::query_as(
+        "SELECT actor, action FROM audit_events WHERE org_id = $1 ORDER BY id DESC LIMIT 1",
+    )
+    .bind(org.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(
+        (actor.as_str(), action.as_str()),
+        ("flowctl", "user.erased")
+    );
+    // An e-mail the organization does not have is an error naming it.
+    let error = flowctl::admin::users(
+        &app.core,
+        flowctl::admin::UsersCommand::Erase {
+            org: org.id.to_string(),
+            email: "nobody@example.com".to_owned(),
+        },
+    )
+    .await
+    .expect_err("unknown");
+    assert!(
+        error.to_string().contains("no user nobody@example.com"),
+        "{error}"
+    );
+}
