@@ -362,6 +362,69 @@ Examples:
         /// CSV file.
         file: PathBuf,
     },
+    /// Erase a person on request: their e-mail and names become a pseudonym everywhere the
+    /// service keeps them (docs/privacy.md); their assignments and the counts stay. The user is
+    /// deactivated. Cannot be undone.
+    #[command(after_help = "\
+Examples:
+  flowctl users erase --org org_… alice@example.com
+  flowctl users erase --org org_… alice@example.com --json   # {\"userId\": …, \"pseudonym\": …}")]
+    Erase {
+        /// Organization id.
+        #[arg(long)]
+        org: String,
+        /// The person's e-mail.
+        email: String,
+    },
+}
+
+/// What `flowctl users erase` did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErasureSummary {
+    /// The user (usr_…).
+    pub user_id: String,
+    /// The pseudonym that replaced the e-mail.
+    pub pseudonym: String,
+    /// Rows rewritten outside the user's own.
+    pub rows_rewritten: u64,
+}
+
+/// `flowctl users erase`: the same erasure as `POST /v1/users/{id}/erase`, audited as flowctl.
+async fn erase(core: &CoreConfig, org: &str, email: &str) -> anyhow::Result<Outcome> {
+    let org = parse_org(org)?;
+    let email = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!("{invalid}"))?;
+    let pool = pool(core).await?;
+    let user = db::users::find_by_email(&pool, org, &email)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
+    let mut transaction = pool.begin().await?;
+    let erased = db::erasure::erase_user(&mut transaction, org, user.id)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
+    db::audit::record(
+        &mut *transaction,
+        org,
+        db::audit::Actor::Flowctl,
+        "user.erased",
+        &user.id.to_string(),
+        &erased.pseudonym,
+    )
+    .await?;
+    transaction.commit().await?;
+    pool.close().await;
+    let summary = ErasureSummary {
+        user_id: user.id.to_string(),
+        pseudonym: erased.pseudonym.clone(),
+        rows_rewritten: erased.rows,
+    };
+    Outcome::new(
+        &summary,
+        format!(
+            "{} erased: now {} ({} other rows rewritten)",
+            user.id, erased.pseudonym, erased.rows
+        ),
+    )
 }
 
 #[derive(Deserialize)]
@@ -383,7 +446,10 @@ pub struct ImportSummary {
 /// `flowctl users ...`: every row is checked before any is written, so an invalid file imports
 /// nothing; writes go in chunks of 1,000 with a progress bar.
 pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<Outcome> {
-    let UsersCommand::Import { org, file } = command;
+    let (org, file) = match command {
+        UsersCommand::Import { org, file } => (org, file),
+        UsersCommand::Erase { org, email } => return erase(core, &org, &email).await,
+    };
     let org = parse_org(&org)?;
     let mut reader =
         csv::Reader::from_path(&file).with_context(|| format!("opening {}", file.display()))?;

@@ -12,6 +12,7 @@ mod control_plane;
 mod dashboard;
 mod dashboard_browser;
 mod detailed_reports;
+mod enrollment_rules;
 mod errors;
 mod exactly_once;
 mod export_fairness;

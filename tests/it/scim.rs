@@ -1275,3 +1275,98 @@ async fn the_dashboard_generates_a_scim_only_key_when_asked_and_marks_it() {
     .expect("audit");
     assert_eq!(details, ["Okta provisioning (SCIM only)", "Reporting"]);
 }
+
+/// The persisted assignments an enrollment rule made, as (e-mail, count) sorted by e-mail.
+async fn rule_assignments(app: &TestApp, rule: &str) -> Vec<(String, i64)> {
+    let rule = flow_domain::ids::EnrollmentRuleId::parse(rule).expect("rule id");
+    sqlx::query_as(
+        "SELECT u.email, count(*) FROM assignments a JOIN users u ON u.id = a.user_id
+         WHERE a.enrollment_rule_id = $1 GROUP BY u.email ORDER BY u.email",
+    )
+    .bind(rule)
+    .fetch_all(&app.db)
+    .await
+    .expect("assignments")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    let mut rules = Vec::new();
+    for (name, condition) in [
+        ("Sales", json!({"departmentEquals": "Sales"})),
+        ("Engineering", json!({"memberOf": "Engineering"})),
+    ] {
+        let created = app
+            .post(
+                &org,
+                "/v1/enrollment-rules",
+                &json!({"name": name, "condition": condition, "flowId": flow,
+                        "due": {"days": 14, "from": "start_date"}}),
+            )
+            .await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        rules.push(created.body["ruleId"].as_str().expect("ruleId").to_owned());
+    }
+    let (sales, engineering) = (&rules[0], &rules[1]);
+
+    // Provisioned in Sales: the Sales rule assigns; provisioned elsewhere: nothing.
+    let mut alice = okta_user("alice@example.com", "Alice", "Able");
+    alice[ENTERPRISE] = json!({"department": "Sales"});
+    alice["schemas"] = json!([USER_SCHEMA, ENTERPRISE]);
+    assert_eq!(post(&app, &org, "/Users", alice).await.status, 201);
+    let mut bob = okta_user("bob@example.com", "Bob", "Baker");
+    bob[ENTERPRISE] = json!({"department": "Operations"});
+    bob["schemas"] = json!([USER_SCHEMA, ENTERPRISE]);
+    let bob = post(&app, &org, "/Users", bob).await;
+    assert_eq!(bob.status, 201, "{:?}", bob.body);
+    let bob_id = id_of(&bob);
+    let expected_alice = vec![("alice@example.com".to_owned(), 1)];
+    app.eventually(Duration::from_secs(30), "alice assigned", || async {
+        (rule_assignments(&app, sales).await == expected_alice).then_some(())
+    })
+    .await;
+
+    // Bob moves to Sales (an Entra ID style PATCH), twice, as a retrying provider sends it.
+    for _ in 0..2 {
+        let moved = patch(
+            &app,
+            &org,
+            &format!("/Users/{bob_id}"),
+            json!([{"op": "Replace", "path": format!("{ENTERPRISE}:department"), "value": "Sales"}]),
+        )
+        .await;
+        assert_eq!(moved.status, 200, "{:?}", moved.body);
+    }
+    let both = vec![
+        ("alice@example.com".to_owned(), 1),
+        ("bob@example.com".to_owned(), 1),
+    ];
+    app.eventually(Duration::from_secs(30), "bob assigned", || async {
+        (rule_assignments(&app, sales).await == both).then_some(())
+    })
+    .await;
+
+    // A group push makes Bob a member of Engineering: that rule assigns him, once.
+    let group = post(
+        &app,
+        &org,
+        "/Groups",
+        json!({"schemas": [GROUP_SCHEMA],
+               "displayName": "Engineering", "members": [{"value": bob_id}]}),
+    )
+    .await;
+    assert_eq!(group.status, 201, "{:?}", group.body);
+    let expected_bob = vec![("bob@example.com".to_owned(), 1)];
+    app.eventually(Duration::from_secs(30), "bob assigned by group", || async {
+        (rule_assignments(&app, engineering).await == expected_bob).then_some(())
+    })
+    .await;
+
+    // Settled: nothing more arrives for either rule.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(rule_assignments(&app, sales).await, both);
+    assert_eq!(rule_assignments(&app, engineering).await, expected_bob);
+}

@@ -19,6 +19,7 @@ pub mod csv_upload;
 pub mod flows;
 pub mod keys;
 pub mod operations;
+pub mod rules;
 pub mod schedules;
 pub mod session;
 pub mod team;
@@ -89,6 +90,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(assign::router())
         .merge(users::router())
         .merge(schedules::router())
+        .merge(rules::router())
         .fallback(|| async { PageError::not_found() })
         .layer(sessions);
     Router::new()

@@ -15,6 +15,8 @@ pub enum Section {
     Assign,
     Users,
     Schedules,
+    /// Enrollment rules.
+    Rules,
     /// Webhook endpoints and deliveries.
     Webhooks,
     /// API keys, team, audit trail.
@@ -29,6 +31,7 @@ impl Section {
             Self::Assign => "assign",
             Self::Users => "users",
             Self::Schedules => "schedules",
+            Self::Rules => "rules",
             Self::Webhooks => "webhooks",
             Self::Settings => "settings",
         }

@@ -12,7 +12,9 @@ use flow_common::amqp::{Outgoing, QueueKind};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::{self, AssignmentFailure};
 use flow_common::db::lifecycle;
-use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::ids::{
+    AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
+};
 use flow_domain::messages::{
     AssignCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
 };
@@ -80,6 +82,10 @@ pub struct AssignmentView {
     pub total_modules: i64,
     /// The schedule that created it, if any.
     pub schedule_id: Option<ScheduleId>,
+    /// What made it when it was not a direct assign: the enrollment rule, for a rule's
+    /// assignment (`{"enrollmentRuleId": "enr_…"}`, as in its `flow.assigned` event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<AssignmentSource>,
     /// Why the assignment could not be persisted (status `failed` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure_reason: Option<String>,
@@ -93,6 +99,14 @@ pub struct AssignmentView {
     /// Modules started or completed, in flow order.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub module_progress: Option<Vec<ModuleProgressView>>,
+}
+
+/// What made an assignment that no assign request made.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentSource {
+    /// The enrollment rule that assigned it.
+    pub enrollment_rule_id: EnrollmentRuleId,
 }
 
 impl AssignmentView {
@@ -118,6 +132,9 @@ impl AssignmentView {
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
+            source: record
+                .enrollment_rule_id
+                .map(|enrollment_rule_id| AssignmentSource { enrollment_rule_id }),
             failure_reason: None,
             failed_at: None,
             module_progress,
@@ -319,6 +336,7 @@ impl AssignmentView {
             completed_modules: 0,
             total_modules,
             schedule_id: command.schedule_id,
+            source: None,
             failure_reason: Some(failure.reason),
             failed_at: Some(failure.failed_at),
             module_progress: Some(Vec::new()),

@@ -2,12 +2,14 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod enrollment_rules;
 pub mod exports;
 pub mod flows;
 pub mod health;
 pub mod pagination;
 pub mod report;
 pub mod schedules;
+pub mod user_erasure;
 pub mod users;
 pub mod webhooks;
 
@@ -44,5 +46,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(report::router())
         .merge(exports::router())
         .merge(schedules::router())
+        .merge(enrollment_rules::router())
+        .merge(user_erasure::router())
         .merge(webhooks::router())
 }

@@ -161,10 +161,12 @@ pub async fn create(
     .await?;
     let members = groups::members(&mut *transaction, org_id, &[row.id]).await?;
     transaction.commit().await?;
-    Ok(Changed {
+    Changed {
         value: StoredGroup { row, members },
         users: added,
-    })
+    }
+    .with_rules(state, acting, None)
+    .await
 }
 
 /// Changes a group: `edit` gets the stored group with its members (to check a precondition and
@@ -241,10 +243,12 @@ pub async fn edit<E: From<ServiceError>>(
         .await
         .map_err(ServiceError::from)?;
     transaction.commit().await.map_err(ServiceError::from)?;
-    Ok(Changed {
+    Changed {
         value: StoredGroup { row, members },
         users: changed,
-    })
+    }
+    .with_rules(state, acting, None)
+    .await
 }
 
 /// Deletes a group (its members stay users). `check` sees the stored group first (a
@@ -276,8 +280,10 @@ pub async fn delete<E: From<ServiceError>>(
     .await
     .map_err(ServiceError::from)?;
     transaction.commit().await.map_err(ServiceError::from)?;
-    Ok(Changed {
+    Changed {
         value: (),
         users: former,
-    })
+    }
+    .with_rules(state, acting, None)
+    .await
 }

@@ -6,14 +6,16 @@
 //! its wire types.
 //!
 //! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`flows`],
-//! [`schedules`], [`reports`], [`operations`] (the lanes' queue depths and an organization's
-//! backlog) and
+//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`enrollment`]
+//! (rules that assign on their own), [`erasure`], [`flows`], [`schedules`], [`reports`],
+//! [`operations`] (the lanes' queue depths and an organization's backlog) and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
 //! export downloads) are checked here; the `/v1` read and write limits per request stay in the
 //! routes.
 
 pub mod assign;
+pub mod enrollment;
+pub mod erasure;
 pub mod exports;
 pub mod flows;
 pub mod groups;

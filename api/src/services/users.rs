@@ -3,6 +3,8 @@
 //! (all or nothing), or an imported file's worth in batches; and provisioned by an identity
 //! provider (SCIM) with a profile, changed, deactivated and deleted. Every provisioning write
 //! answers [`Changed`]: the users whose attributes or memberships it changed.
+//! Every write then runs the organization's enrollment rules for the users it changed
+//! ([`super::enrollment::users_changed`]).
 
 use flow_common::db::audit;
 use flow_common::db::groups;
@@ -34,7 +36,11 @@ pub async fn upsert(
     acting: Acting<'_>,
     new: &[NewUser],
 ) -> Result<Vec<User>, ServiceError> {
-    Ok(users::upsert(&state.db, acting.org_id(), new).await?)
+    let rows = users::upsert(&state.db, acting.org_id(), new).await?;
+    let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
+    // A failure here fails the request; its retry (an upsert is idempotent) evaluates again.
+    super::enrollment::users_changed(state, acting, &ids).await?;
+    Ok(rows)
 }
 
 /// What an import did.
@@ -67,6 +73,8 @@ pub async fn import(
     let mut imported = Imported::default();
     for batch in unique.chunks(IMPORT_BATCH) {
         let rows = users::upsert(&state.db, acting.org_id(), batch).await?;
+        let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
+        super::enrollment::users_changed(state, acting, &ids).await?;
         let created = rows.iter().filter(|user| user.created).count();
         imported.created += created;
         imported.updated += rows.len() - created;
@@ -96,6 +104,23 @@ impl<T> Changed<T> {
             value,
             users: user.into_iter().collect(),
         }
+    }
+
+    /// Runs the organization's enrollment rules for the users this write changed, and the
+    /// `also` ones (a write that changed nothing because its first try already did, whose rules
+    /// may not have run then). After the commit: a failure fails the request (503 for a broker
+    /// or database fault), and the caller's retry evaluates again; a (rule, user) pair assigns
+    /// once however often it is evaluated.
+    pub(super) async fn with_rules<E: From<ServiceError>>(
+        self,
+        state: &AppState,
+        acting: Acting<'_>,
+        also: Option<UserId>,
+    ) -> Result<Self, E> {
+        let mut users = self.users.clone();
+        users.extend(also.filter(|id| !self.users.contains(id)));
+        super::enrollment::users_changed(state, acting, &users).await?;
+        Ok(self)
     }
 }
 
@@ -197,7 +222,9 @@ pub async fn provision(
     .await?;
     transaction.commit().await?;
     let id = row.id;
-    Ok(Changed::of(row, Some(id)))
+    Changed::of(row, Some(id))
+        .with_rules(state, acting, None)
+        .await
 }
 
 /// Changes a user's profile: `edit` gets the stored user (to check a precondition such as an
@@ -220,7 +247,10 @@ pub async fn edit<E: From<ServiceError>>(
     let before = stored_profile(&current)?;
     let after = edit(&current)?;
     if after == before {
-        return Ok(Changed::of(current, None));
+        drop(transaction);
+        return Changed::of(current, None)
+            .with_rules(state, acting, Some(id))
+            .await;
     }
     let row = match users::update_profile(&mut transaction, org_id, id, &after, false).await {
         Ok(row) => row,
@@ -246,7 +276,9 @@ pub async fn edit<E: From<ServiceError>>(
     if before.active != after.active {
         tracing::info!(user_id = %id, active = after.active, "user (de)activated");
     }
-    Ok(Changed::of(row, Some(id)))
+    Changed::of(row, Some(id))
+        .with_rules(state, acting, None)
+        .await
 }
 
 /// Deletes a user for provisioning: they are deactivated and leave their groups, and SCIM

@@ -118,6 +118,10 @@ define_id!(
     ScheduleId, "sch"
 );
 define_id!(
+    /// An enrollment rule: a condition on users that assigns a flow to those it matches.
+    EnrollmentRuleId, "enr"
+);
+define_id!(
     /// An export file.
     ExportId, "exp"
 );
@@ -178,6 +182,20 @@ impl AssignmentId {
         Self(derived_uuid(
             b"flow.schedule.occurrence",
             &[schedule.0.as_bytes(), &occurrence.to_le_bytes()],
+        ))
+    }
+
+    /// The id of the assignment an enrollment rule makes for a user at a generation of their
+    /// match (1 at the first match; more only for a rule that re-assigns on a re-match): the same
+    /// on every replica and retry, so a (rule, user, generation) assigns at most once.
+    pub fn for_enrollment(rule: EnrollmentRuleId, user: UserId, generation: i32) -> Self {
+        Self(derived_uuid(
+            b"flow.enrollment.match",
+            &[
+                rule.0.as_bytes(),
+                user.0.as_bytes(),
+                &generation.to_le_bytes(),
+            ],
         ))
     }
 }

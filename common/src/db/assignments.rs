@@ -2,11 +2,13 @@
 //! `flow.assigned` outbox row in the same transaction), the API's batched pre-publish lookup, and
 //! reads.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use flow_domain::events::{EventData, EventType, NewEvent};
-use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, ScheduleId, UserId};
+use flow_domain::ids::{
+    AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
+};
 use flow_domain::messages::AssignCommand;
 use flow_domain::{AssignmentStatus, ModuleStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
@@ -132,10 +134,14 @@ macro_rules! insert_statement {
                      request_id, schedule_id)
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
-                                     assigned_at, request_id, schedule_id)
+                                     assigned_at, request_id, schedule_id, enrollment_rule_id)
             SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
-                   i.assigned_at, i.request_id, i.schedule_id
+                   i.assigned_at, i.request_id, i.schedule_id, ledger.rule_id
             FROM input i
+            -- An enrollment rule's assignment: its ledger row (written before the command was
+            -- published) names the rule, for the assignment and its event.
+            LEFT JOIN LATERAL (SELECT e.rule_id FROM enrollment_assignments e
+                               WHERE e.assignment_id = i.id AND e.org_id = i.org_id) ledger ON true
             -- The parents must exist in the same organization (checked here, not by foreign
             -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
             -- row whatever the planner guesses about the input's size.
@@ -146,13 +152,13 @@ macro_rules! insert_statement {
             ",
             $assignments_conflict,
             "
-            RETURNING id
+            RETURNING id, enrollment_rule_id
          ), current_schedules AS (
             UPDATE schedules s SET current_assignment_id = i.id
             FROM input i JOIN inserted USING (id)
             WHERE i.schedule_id IS NOT NULL AND s.id = i.schedule_id
          )
-         SELECT id FROM inserted"
+         SELECT id, enrollment_rule_id FROM inserted"
         )
     };
 }
@@ -176,7 +182,7 @@ async fn insert_new(
     let assigned: Vec<DateTime<Utc>> = commands.iter().map(|c| c.assigned_at).collect();
     let request_ids: Vec<Option<&str>> = commands.iter().map(|c| c.request_id.as_deref()).collect();
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
-    let rows: Vec<(AssignmentId,)> = sqlx::query_as(match conflicts {
+    let rows: Vec<(AssignmentId, Option<EnrollmentRuleId>)> = sqlx::query_as(match conflicts {
         Conflicts::Fail => insert_statement!(""),
         Conflicts::Handle => insert_statement!("ON CONFLICT DO NOTHING"),
     })
@@ -192,17 +198,19 @@ async fn insert_new(
     .bind(&schedules)
     .fetch_all(&mut *connection)
     .await?;
-    let inserted: HashSet<AssignmentId> = rows.into_iter().map(|(id,)| id).collect();
+    let inserted: HashMap<AssignmentId, Option<EnrollmentRuleId>> = rows.into_iter().collect();
     // Each event continues its command's request; a command that names none (sent before commands
     // carried it, or by untraced work) joins the trace of the batch applying it.
     let batch_trace = crate::telemetry::current_traceparent();
     let events: Vec<NewEvent> = commands
         .iter()
-        .filter(|command| inserted.contains(&command.assignment_id))
-        .map(|command| assigned_event(command, batch_trace.as_deref()))
+        .filter_map(|command| {
+            let rule = inserted.get(&command.assignment_id)?;
+            Some(assigned_event(command, *rule, batch_trace.as_deref()))
+        })
         .collect();
     outbox::write(&mut *connection, lane, &events, conflicts).await?;
-    Ok(inserted)
+    Ok(inserted.into_keys().collect())
 }
 
 /// What became of commands that were not inserted.
@@ -318,7 +326,11 @@ async fn record_explicit_aliases(
 
 /// The `flow.assigned` event of a command's new assignment, with the body every consumer
 /// receives; `batch_trace` is its trace when the command names none.
-fn assigned_event(command: &AssignCommand, batch_trace: Option<&str>) -> NewEvent {
+fn assigned_event(
+    command: &AssignCommand,
+    rule: Option<EnrollmentRuleId>,
+    batch_trace: Option<&str>,
+) -> NewEvent {
     let snapshot = AssignmentSnapshot {
         id: command.assignment_id,
         org_id: command.org_id,
@@ -332,14 +344,19 @@ fn assigned_event(command: &AssignCommand, batch_trace: Option<&str>) -> NewEven
         started_at: None,
         completed_at: None,
     };
-    NewEvent::about(
+    let mut event = NewEvent::about(
         command.org_id,
         EventData::from(&snapshot),
         command.assigned_at,
         EventType::Assigned,
         command.assigned_at,
         command.traceparent.as_deref().or(batch_trace),
-    )
+    );
+    // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`).
+    if let (Some(rule), Some(data)) = (rule, event.body.get_mut("data")) {
+        data["source"] = serde_json::json!({ "enrollmentRuleId": rule });
+    }
+    event
 }
 
 /// The idempotency key of a request with an `X-Request-ID`, as the API claims it.
@@ -626,6 +643,8 @@ pub struct AssignmentRecord {
     pub overdue_at: Option<DateTime<Utc>>,
     /// Schedule that created it.
     pub schedule_id: Option<ScheduleId>,
+    /// Enrollment rule that created it.
+    pub enrollment_rule_id: Option<EnrollmentRuleId>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -642,7 +661,7 @@ impl AssignmentRecord {
 /// Columns of [`AssignmentRecord`], for queries over `assignments a JOIN flows f JOIN users u`.
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
-    a.started_at, a.completed_at, a.overdue_at, a.schedule_id,
+    a.started_at, a.completed_at, a.overdue_at, a.schedule_id, a.enrollment_rule_id,
     (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
         AS completed_modules,
     (SELECT count(*) FROM modules m WHERE m.flow_id = a.flow_id) AS total_modules";

@@ -78,6 +78,33 @@ pub async fn record<'e>(
     .map(|_| ())
 }
 
+/// Records many changes of one kind at once (`action` on each of `targets`, with its detail),
+/// as [`record`] does one: the work of one operation over many things (a rule's assignments).
+pub async fn record_many<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    actor: Actor<'_>,
+    action: &str,
+    targets: &[String],
+    details: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO audit_events (org_id, actor_kind, actor, action, target, detail)
+         SELECT $1, $2, {ACTOR_SQL}, $5, t.target, t.detail
+         FROM UNNEST($6::text[], $7::text[]) AS t(target, detail)"
+    )))
+    .bind(org_id)
+    .bind(actor.kind())
+    .bind(actor.account())
+    .bind(actor.key())
+    .bind(action)
+    .bind(targets)
+    .bind(details)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
 /// Records a change of the API key `key_id` in its own organization (for callers that know the
 /// key but not its organization, such as `flowctl key revoke`). The detail is the key's name.
 pub async fn record_for_key<'e>(

@@ -5,6 +5,8 @@ pub mod assignments;
 pub mod audit;
 pub mod dashboard;
 pub mod dead_letters;
+pub mod enrollment_rules;
+pub mod erasure;
 pub mod exports;
 pub mod flows;
 pub mod groups;

@@ -1,0 +1,374 @@
+//! Enrollment rules: the organization's rules (list), a form to create or edit one with a preview
+//! of what it would assign now, delete and backfill. Every action is one call of
+//! `services::enrollment`; the condition is written as the API's JSON (docs/enrollment-rules.md).
+
+use askama::Template;
+use askama_web::WebTemplate;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use flow_common::db::enrollment_rules::RuleRecord;
+use flow_common::db::flows;
+use flow_domain::ids::EnrollmentRuleId;
+use serde::Deserialize;
+
+use super::auth::SignedIn;
+use super::session::flash;
+use super::view::{Layout, Section};
+use super::{HtmlForm, PageError, PageResult};
+use crate::services::ServiceError;
+use crate::services::enrollment::{self as service, MAX_RULES, RuleInput};
+use crate::state::AppState;
+
+/// Flows offered in the form's list.
+const FLOW_CHOICES: i64 = 500;
+
+/// Routes of this module.
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/rules", get(list).post(create))
+        .route("/rules/new", get(new))
+        .route("/rules/{id}", get(edit).post(update))
+        .route("/rules/{id}/delete", post(delete))
+        .route("/rules/{id}/backfill", post(backfill))
+}
+
+/// A rule in the list.
+pub struct RuleRow {
+    pub id: String,
+    pub name: String,
+    pub flow: String,
+    pub condition: String,
+    pub due: String,
+}
+
+impl From<&RuleRecord> for RuleRow {
+    fn from(record: &RuleRecord) -> Self {
+        Self {
+            id: record.id.to_string(),
+            name: record.name.clone(),
+            flow: record.flow_name.clone(),
+            condition: record.condition.to_string(),
+            due: record.due_days.map_or_else(
+                || "–".to_owned(),
+                |days| {
+                    let from = if record.due_from == "start_date" {
+                        "start date"
+                    } else {
+                        "match"
+                    };
+                    format!("{days} days after {from}")
+                },
+            ),
+        }
+    }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/rules.html")]
+struct RulesPage {
+    layout: Layout,
+    rules: Vec<RuleRow>,
+    /// Whether the organization may add one (an admin, under the cap).
+    can_add: bool,
+}
+
+/// A flow the form offers.
+pub struct FlowChoice {
+    pub id: String,
+    pub name: String,
+    pub selected: bool,
+}
+
+/// A user a preview lists.
+pub struct PreviewRow {
+    pub email: String,
+    pub name: String,
+}
+
+/// What a preview found.
+pub struct PreviewShown {
+    /// Active users matching.
+    pub matching: u64,
+    /// The first of them.
+    pub users: Vec<PreviewRow>,
+}
+
+/// A priority the form offers.
+pub struct PriorityChoice {
+    pub value: &'static str,
+    pub selected: bool,
+}
+
+/// The form's fields, as sent.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RuleForm {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub condition: String,
+    #[serde(default)]
+    pub flow_id: String,
+    #[serde(default)]
+    pub due_days: String,
+    #[serde(default)]
+    pub due_from: String,
+    #[serde(default)]
+    pub priority: String,
+    #[serde(default)]
+    pub notes: String,
+    /// `on` when ticked.
+    pub reassign: Option<String>,
+    /// `preview` to preview instead of saving.
+    pub intent: Option<String>,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/rule_form.html")]
+struct RuleFormPage {
+    layout: Layout,
+    editing: Option<String>,
+    form: RuleForm,
+    flows: Vec<FlowChoice>,
+    priorities: Vec<PriorityChoice>,
+    from_start_date: bool,
+    error: Option<String>,
+    preview: Option<PreviewShown>,
+}
+
+async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<RulesPage> {
+    let layout = Layout::new(&account, Section::Rules).await;
+    let records = service::list(&state, account.acting(), None, MAX_RULES).await?;
+    Ok(RulesPage {
+        can_add: layout.is_admin && (records.len() as i64) < MAX_RULES,
+        layout,
+        rules: records.iter().map(RuleRow::from).collect(),
+    })
+}
+
+async fn form_page(
+    state: &AppState,
+    account: &SignedIn,
+    editing: Option<String>,
+    form: RuleForm,
+    error: Option<String>,
+    preview: Option<PreviewShown>,
+) -> PageResult<RuleFormPage> {
+    let layout = Layout::new(account, Section::Rules).await;
+    let flows = flows::list(&state.db, account.org.id, None, FLOW_CHOICES)
+        .await?
+        .into_iter()
+        .map(|flow| FlowChoice {
+            selected: flow.id.to_string() == form.flow_id,
+            id: flow.id.to_string(),
+            name: flow.name,
+        })
+        .collect();
+    let priorities = ["low", "medium", "high"]
+        .into_iter()
+        .map(|value| PriorityChoice {
+            value,
+            selected: form.priority == value,
+        })
+        .collect();
+    Ok(RuleFormPage {
+        layout,
+        editing,
+        from_start_date: form.due_from == "start_date",
+        form,
+        flows,
+        priorities,
+        error,
+        preview,
+    })
+}
+
+async fn new(State(state): State<AppState>, account: SignedIn) -> PageResult<RuleFormPage> {
+    account.require_admin()?;
+    let form = RuleForm {
+        condition: "{\"departmentEquals\": \"Sales\"}".to_owned(),
+        priority: "medium".to_owned(),
+        due_from: "matched".to_owned(),
+        ..RuleForm::default()
+    };
+    form_page(&state, &account, None, form, None, None).await
+}
+
+async fn edit(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult<RuleFormPage> {
+    let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
+    let record = service::get(&state, account.acting(), id).await?;
+    let form = RuleForm {
+        name: record.name.clone(),
+        condition: serde_json::to_string_pretty(&record.condition).unwrap_or_default(),
+        flow_id: record.flow_id.to_string(),
+        due_days: record
+            .due_days
+            .map(|days| days.to_string())
+            .unwrap_or_default(),
+        due_from: record.due_from.clone(),
+        priority: record.priority.clone(),
+        notes: record.notes.clone().unwrap_or_default(),
+        reassign: record.reassign.then(|| "on".to_owned()),
+        intent: None,
+    };
+    form_page(&state, &account, Some(id.to_string()), form, None, None).await
+}
+
+/// The form as the service takes it; a condition that is not JSON is refused here, by name.
+fn input(form: &RuleForm) -> Result<RuleInput, String> {
+    let condition = serde_json::from_str(&form.condition)
+        .map_err(|error| format!("condition is not valid JSON: {error}"))?;
+    let due_days = match form.due_days.trim() {
+        "" => None,
+        text => Some(
+            text.parse::<i32>()
+                .map_err(|_| "due.days must be a whole number of days".to_owned())?,
+        ),
+    };
+    let optional = |text: &str| (!text.trim().is_empty()).then(|| text.to_owned());
+    Ok(RuleInput {
+        name: Some(form.name.clone()),
+        condition: Some(condition),
+        flow_id: Some(form.flow_id.clone()),
+        due_from: due_days.and(optional(&form.due_from)),
+        due_days,
+        priority: optional(&form.priority),
+        notes: optional(&form.notes),
+        reassign: Some(form.reassign.is_some()),
+    })
+}
+
+/// Creates, updates or previews, as the form asks; a refusal shows the form again with it.
+async fn submit(
+    state: &AppState,
+    account: &SignedIn,
+    editing: Option<EnrollmentRuleId>,
+    form: RuleForm,
+) -> PageResult<Response> {
+    let shown = editing.map(|id| id.to_string());
+    let refuse = |message: String| (StatusCode::BAD_REQUEST, message);
+    let outcome: Result<Option<PreviewShown>, (StatusCode, String)> = match input(&form) {
+        Err(message) => Err(refuse(message)),
+        Ok(input) => {
+            let result = if form.intent.as_deref() == Some("preview") {
+                service::preview(state, account.acting(), input)
+                    .await
+                    .map(|preview| {
+                        Some(PreviewShown {
+                            matching: preview.matching,
+                            users: preview
+                                .users
+                                .into_iter()
+                                .map(|user| PreviewRow {
+                                    email: user.email,
+                                    name: user.name.unwrap_or_default(),
+                                })
+                                .collect(),
+                        })
+                    })
+            } else {
+                match editing {
+                    Some(id) => service::update(state, account.acting(), id, input)
+                        .await
+                        .map(|_| None),
+                    None => service::create(state, account.acting(), input)
+                        .await
+                        .map(|_| None),
+                }
+            };
+            match result {
+                Ok(done) => Ok(done),
+                Err(error @ (ServiceError::Invalid(_) | ServiceError::Fields(_))) => {
+                    Err(refuse(error.to_string()))
+                }
+                Err(ServiceError::NotFound("flow")) => {
+                    Err(refuse("Choose one of the organization's flows.".to_owned()))
+                }
+                Err(ServiceError::Conflict(message)) => Err((StatusCode::CONFLICT, message)),
+                Err(other) => return Err(other.into()),
+            }
+        }
+    };
+    match outcome {
+        Ok(None) => {
+            flash(&account.session, "success", "The rule is saved. It applies to users as they are created or changed; run a backfill to assign those who match already.").await;
+            Ok(Redirect::to("/dashboard/rules").into_response())
+        }
+        Ok(Some(preview)) => Ok(form_page(state, account, shown, form, None, Some(preview))
+            .await?
+            .into_response()),
+        Err((status, message)) => Ok((
+            status,
+            form_page(state, account, shown, form, Some(message), None).await?,
+        )
+            .into_response()),
+    }
+}
+
+async fn create(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlForm(form): HtmlForm<RuleForm>,
+) -> PageResult {
+    // A preview changes nothing: viewers may preview.
+    if form.intent.as_deref() != Some("preview") {
+        account.require_admin()?;
+    }
+    submit(&state, &account, None, form).await
+}
+
+async fn update(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlForm(form): HtmlForm<RuleForm>,
+) -> PageResult {
+    if form.intent.as_deref() != Some("preview") {
+        account.require_admin()?;
+    }
+    let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
+    submit(&state, &account, Some(id), form).await
+}
+
+async fn delete(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult {
+    account.require_admin()?;
+    let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
+    service::delete(&state, account.acting(), id).await?;
+    flash(
+        &account.session,
+        "success",
+        "The rule is deleted; assignments it made stay.",
+    )
+    .await;
+    Ok(Redirect::to("/dashboard/rules").into_response())
+}
+
+async fn backfill(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult {
+    account.require_admin()?;
+    let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
+    let applied = service::backfill(&state, account.acting(), id).await?;
+    flash(
+        &account.session,
+        "success",
+        &format!(
+            "{} users match; {} assignments queued (the others were assigned before).",
+            applied.matching, applied.queued
+        ),
+    )
+    .await;
+    Ok(Redirect::to("/dashboard/rules").into_response())
+}

@@ -1,0 +1,385 @@
+//! Enrollment rules: their rows, the user attributes they are evaluated on, and the ledger that
+//! makes each (rule, user, generation) assign at most once (migration 0190).
+
+use chrono::{DateTime, NaiveDate, Utc};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, OrgId, UserId};
+use sqlx::{FromRow, PgConnection, PgExecutor};
+
+/// A stored rule.
+#[derive(Debug, Clone, FromRow)]
+pub struct RuleRecord {
+    pub id: EnrollmentRuleId,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// What the organization calls it.
+    pub name: String,
+    /// The condition, as the API takes it (validated before it was stored).
+    pub condition: serde_json::Value,
+    /// The flow it assigns.
+    pub flow_id: FlowId,
+    /// The flow's name.
+    pub flow_name: String,
+    /// Days from `due_from` to the due date; no due date without.
+    pub due_days: Option<i32>,
+    /// `start_date` or `matched`.
+    pub due_from: String,
+    /// Priority of its assignments.
+    pub priority: String,
+    /// Notes of its assignments.
+    pub notes: Option<String>,
+    /// Whether a user who stops matching and matches again is assigned again.
+    pub reassign: bool,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Last change.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A rule's fields, to create or replace one.
+#[derive(Debug, Clone)]
+pub struct RuleFields {
+    /// Name.
+    pub name: String,
+    /// Condition, validated.
+    pub condition: serde_json::Value,
+    /// Flow.
+    pub flow_id: FlowId,
+    /// Days to the due date.
+    pub due_days: Option<i32>,
+    /// `start_date` or `matched`.
+    pub due_from: &'static str,
+    /// Priority.
+    pub priority: String,
+    /// Notes.
+    pub notes: Option<String>,
+    /// Re-assign on a re-match.
+    pub reassign: bool,
+}
+
+const RULE_COLUMNS: &str = "r.id, r.org_id, r.name, r.condition, r.flow_id, f.name AS flow_name,
+    r.due_days, r.due_from, r.priority, r.notes, r.reassign, r.created_at, r.updated_at";
+
+/// Creates a rule.
+pub async fn create(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    fields: &RuleFields,
+) -> Result<RuleRecord, sqlx::Error> {
+    let id = EnrollmentRuleId::new();
+    sqlx::query(
+        "INSERT INTO enrollment_rules (id, org_id, name, condition, flow_id, due_days, due_from,
+                                       priority, notes, reassign)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+    )
+    .bind(id)
+    .bind(org_id)
+    .bind(&fields.name)
+    .bind(&fields.condition)
+    .bind(fields.flow_id)
+    .bind(fields.due_days)
+    .bind(fields.due_from)
+    .bind(&fields.priority)
+    .bind(fields.notes.as_deref())
+    .bind(fields.reassign)
+    .execute(&mut *connection)
+    .await?;
+    get(&mut *connection, org_id, id)
+        .await?
+        .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// Replaces a rule's fields; false when the organization has no such rule.
+pub async fn update(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    id: EnrollmentRuleId,
+    fields: &RuleFields,
+) -> Result<bool, sqlx::Error> {
+    let updated = sqlx::query(
+        "UPDATE enrollment_rules SET name = $3, condition = $4, flow_id = $5, due_days = $6,
+                due_from = $7, priority = $8, notes = $9, reassign = $10, updated_at = now()
+         WHERE org_id = $1 AND id = $2",
+    )
+    .bind(org_id)
+    .bind(id)
+    .bind(&fields.name)
+    .bind(&fields.condition)
+    .bind(fields.flow_id)
+    .bind(fields.due_days)
+    .bind(fields.due_from)
+    .bind(&fields.priority)
+    .bind(fields.notes.as_deref())
+    .bind(fields.reassign)
+    .execute(&mut *connection)
+    .await?;
+    Ok(updated.rows_affected() == 1)
+}
+
+/// One rule of the organization.
+pub async fn get<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: EnrollmentRuleId,
+) -> Result<Option<RuleRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RULE_COLUMNS} FROM enrollment_rules r JOIN flows f ON f.id = r.flow_id
+         WHERE r.org_id = $1 AND r.id = $2"
+    )))
+    .bind(org_id)
+    .bind(id)
+    .fetch_optional(executor)
+    .await
+}
+
+/// The organization's rules in id order (creation order), after `after` when given.
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    after: Option<EnrollmentRuleId>,
+    limit: i64,
+) -> Result<Vec<RuleRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {RULE_COLUMNS} FROM enrollment_rules r JOIN flows f ON f.id = r.flow_id
+         WHERE r.org_id = $1 AND ($2::uuid IS NULL OR r.id > $2)
+         ORDER BY r.id LIMIT $3"
+    )))
+    .bind(org_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// How many rules the organization has.
+pub async fn count<'e>(executor: impl PgExecutor<'e>, org_id: OrgId) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM enrollment_rules WHERE org_id = $1")
+        .bind(org_id)
+        .fetch_one(executor)
+        .await
+}
+
+/// Deletes a rule (its matches with it; its assignments and ledger rows stay); false when the
+/// organization has no such rule.
+pub async fn delete<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    id: EnrollmentRuleId,
+) -> Result<bool, sqlx::Error> {
+    let deleted = sqlx::query("DELETE FROM enrollment_rules WHERE org_id = $1 AND id = $2")
+        .bind(org_id)
+        .bind(id)
+        .execute(executor)
+        .await?;
+    Ok(deleted.rows_affected() == 1)
+}
+
+/// What a rule's condition looks at on a user.
+#[derive(Debug, Clone, FromRow)]
+pub struct Profile {
+    /// The user.
+    pub id: UserId,
+    /// E-mail.
+    pub email: String,
+    /// Display name.
+    pub name: Option<String>,
+    /// False once deactivated: never assigned by a rule.
+    pub active: bool,
+    /// Department.
+    pub department: Option<String>,
+    /// Job title.
+    pub title: Option<String>,
+    /// First day at work.
+    pub start_date: Option<NaiveDate>,
+    /// Ids of the groups the user is a member of.
+    pub group_ids: Vec<uuid::Uuid>,
+    /// Their display names, lowercased.
+    pub group_names: Vec<String>,
+}
+
+/// The profile columns, with the user's groups, over a set of users `u`.
+const PROFILE_SELECT: &str = "SELECT u.id, u.email, u.name, u.active, u.department, u.title,
+           u.start_date,
+           COALESCE(array_agg(g.id) FILTER (WHERE g.id IS NOT NULL), '{}') AS group_ids,
+           COALESCE(array_agg(lower(g.display_name)) FILTER (WHERE g.id IS NOT NULL), '{}')
+               AS group_names
+    FROM selected u
+    LEFT JOIN user_group_members m ON m.user_id = u.id
+    LEFT JOIN user_groups g ON g.id = m.group_id
+    GROUP BY u.id, u.email, u.name, u.active, u.department, u.title, u.start_date
+    ORDER BY u.id";
+
+/// The profiles of the organization's users among `ids`, in id order.
+pub async fn profiles<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    ids: &[UserId],
+) -> Result<Vec<Profile>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH selected AS (SELECT * FROM users WHERE org_id = $1 AND id = ANY($2))
+         {PROFILE_SELECT}"
+    )))
+    .bind(org_id)
+    .bind(ids)
+    .fetch_all(executor)
+    .await
+}
+
+/// A page of the organization's profiles in id order, after `after` when given (a backfill's or
+/// a preview's walk over every user, in bounded memory).
+pub async fn profiles_page<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    after: Option<UserId>,
+    limit: i64,
+) -> Result<Vec<Profile>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH selected AS (SELECT * FROM users
+                           WHERE org_id = $1 AND ($2::uuid IS NULL OR id > $2)
+                           ORDER BY id LIMIT $3)
+         {PROFILE_SELECT}"
+    )))
+    .bind(org_id)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// One (rule, user) as evaluated now.
+#[derive(Debug, Clone, Copy)]
+pub struct Evaluated {
+    /// The rule.
+    pub rule_id: EnrollmentRuleId,
+    /// The (active) user.
+    pub user_id: UserId,
+    /// Whether the rule's condition holds for them.
+    pub matching: bool,
+}
+
+/// A (rule, user) that matches, at its current generation.
+#[derive(Debug, Clone, Copy, FromRow)]
+pub struct Match {
+    /// The rule.
+    pub rule_id: EnrollmentRuleId,
+    /// The user.
+    pub user_id: UserId,
+    /// 1 at the first match; more after re-matches of a rule that re-assigns.
+    pub generation: i32,
+    /// When this generation matched.
+    pub matched_at: DateTime<Utc>,
+    /// Whether the generation's assignment is persisted (made, or resolved to an active
+    /// assignment of the same flow the user already had).
+    pub persisted: bool,
+}
+
+/// Records what an evaluation found, in `connection`'s transaction: pairs that no longer match
+/// are marked so; pairs that match are claimed (generation 1 at a first match, one more at a
+/// re-match of a rule whose `reassign` is set, unchanged otherwise). Answers every matching
+/// pair with its generation and whether its assignment is persisted already. Concurrent callers
+/// serialise on the pairs' rows and agree on their generations.
+pub async fn record_matches(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    evaluated: &[Evaluated],
+    now: DateTime<Utc>,
+) -> Result<Vec<Match>, sqlx::Error> {
+    let rules: Vec<EnrollmentRuleId> = evaluated.iter().map(|pair| pair.rule_id).collect();
+    let users: Vec<UserId> = evaluated.iter().map(|pair| pair.user_id).collect();
+    let matching: Vec<bool> = evaluated.iter().map(|pair| pair.matching).collect();
+    // Rows are locked in one order (rule, user) so concurrent evaluations cannot deadlock.
+    sqlx::query(
+        "UPDATE enrollment_matches m SET matching = false
+         FROM (SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::bool[]) AS t(rule_id, user_id, matching)
+               ORDER BY rule_id, user_id) i
+         WHERE m.rule_id = i.rule_id AND m.user_id = i.user_id AND NOT i.matching AND m.matching",
+    )
+    .bind(&rules)
+    .bind(&users)
+    .bind(&matching)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query(
+        "INSERT INTO enrollment_matches AS m (rule_id, user_id, org_id, matching, generation,
+                                              matched_at)
+         SELECT i.rule_id, i.user_id, $4, true, 1, $5
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::bool[]) AS i(rule_id, user_id, matching)
+         JOIN enrollment_rules r ON r.id = i.rule_id AND r.org_id = $4
+         WHERE i.matching
+         ORDER BY i.rule_id, i.user_id
+         ON CONFLICT (rule_id, user_id) DO UPDATE SET
+             matching = true,
+             generation = m.generation
+                 + (SELECT CASE WHEN r.reassign THEN 1 ELSE 0 END
+                    FROM enrollment_rules r WHERE r.id = EXCLUDED.rule_id),
+             matched_at = CASE
+                 WHEN (SELECT r.reassign FROM enrollment_rules r WHERE r.id = EXCLUDED.rule_id)
+                 THEN EXCLUDED.matched_at ELSE m.matched_at END
+         WHERE NOT m.matching",
+    )
+    .bind(&rules)
+    .bind(&users)
+    .bind(&matching)
+    .bind(org_id)
+    .bind(now)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query_as(
+        "SELECT m.rule_id, m.user_id, m.generation, m.matched_at,
+                EXISTS (SELECT 1 FROM enrollment_assignments e
+                        WHERE e.rule_id = m.rule_id AND e.user_id = m.user_id
+                          AND e.generation = m.generation
+                          AND (EXISTS (SELECT 1 FROM assignments a WHERE a.id = e.assignment_id)
+                               OR EXISTS (SELECT 1 FROM assignment_aliases x
+                                          WHERE x.alias_id = e.assignment_id))) AS persisted
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::bool[]) AS i(rule_id, user_id, matching)
+         JOIN enrollment_matches m ON m.rule_id = i.rule_id AND m.user_id = i.user_id
+         WHERE i.matching AND m.matching",
+    )
+    .bind(&rules)
+    .bind(&users)
+    .bind(&matching)
+    .fetch_all(&mut *connection)
+    .await
+}
+
+/// One generation's assignment, for the ledger.
+#[derive(Debug, Clone, Copy)]
+pub struct LedgerEntry {
+    /// The assignment id derived from the rest.
+    pub assignment_id: AssignmentId,
+    /// The rule.
+    pub rule_id: EnrollmentRuleId,
+    /// The user.
+    pub user_id: UserId,
+    /// The generation.
+    pub generation: i32,
+}
+
+/// Writes the ledger rows of `entries` (those already there stay as they are); answers the
+/// assignment ids written now, the first time, which are the ones to audit.
+pub async fn record_ledger(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    entries: &[LedgerEntry],
+) -> Result<Vec<AssignmentId>, sqlx::Error> {
+    let ids: Vec<AssignmentId> = entries.iter().map(|entry| entry.assignment_id).collect();
+    let rules: Vec<EnrollmentRuleId> = entries.iter().map(|entry| entry.rule_id).collect();
+    let users: Vec<UserId> = entries.iter().map(|entry| entry.user_id).collect();
+    let generations: Vec<i32> = entries.iter().map(|entry| entry.generation).collect();
+    sqlx::query_scalar(
+        "INSERT INTO enrollment_assignments (assignment_id, rule_id, user_id, org_id, generation)
+         SELECT t.id, t.rule_id, t.user_id, $5, t.generation
+         FROM UNNEST($1::uuid[], $2::uuid[], $3::uuid[], $4::int[])
+             AS t(id, rule_id, user_id, generation)
+         ORDER BY t.id
+         ON CONFLICT DO NOTHING
+         RETURNING assignment_id",
+    )
+    .bind(&ids)
+    .bind(&rules)
+    .bind(&users)
+    .bind(&generations)
+    .bind(org_id)
+    .fetch_all(&mut *connection)
+    .await
+}
