@@ -1293,11 +1293,17 @@ async fn rule_assignments(app: &TestApp, rule: &str) -> Vec<(String, i64)> {
 async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
     let app = TestApp::spawn().await;
     let org = app.create_org(Tier::Standard).await;
-    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    let sales_flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    let engineering_flow = app.create_flow(&org, "Engineering onboarding", &[10]).await;
     let mut rules = Vec::new();
-    for (name, condition) in [
-        ("Sales", json!({"departmentEquals": "Sales"})),
-        ("Engineering", json!({"memberOf": "Engineering"})),
+    // Two flows: a user holds one active assignment per flow, whichever rule asks.
+    for (name, condition, flow) in [
+        ("Sales", json!({"departmentEquals": "Sales"}), &sales_flow),
+        (
+            "Engineering",
+            json!({"memberOf": "Engineering"}),
+            &engineering_flow,
+        ),
     ] {
         let created = app
             .post(
