@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::format_timestamp;
-use crate::ids::{AssignmentId, EventId, FlowId, OrgId, WebhookEndpointId};
+use crate::ids::{AssignmentId, EnrollmentRuleId, EventId, FlowId, OrgId, WebhookEndpointId};
 
 string_enum!(
     /// The kind of a lifecycle event; also its routing key on the events exchange.
@@ -74,6 +74,19 @@ pub struct EventData {
     /// low, medium or high.
     #[schema(examples("high"))]
     pub priority: String,
+    /// What made the assignment, when not a direct assign: present only on the `flow.assigned`
+    /// event of an assignment an enrollment rule made (additive: absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub source: Option<EventSource>,
+}
+
+/// What made an assignment (`data.source` of its `flow.assigned` event).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventSource {
+    /// The enrollment rule that assigned it (`GET /v1/enrollment-rules/{id}`).
+    pub enrollment_rule_id: EnrollmentRuleId,
 }
 
 /// The `data` of the `webhook.test` ping (`POST /v1/webhooks/{id}/test`).

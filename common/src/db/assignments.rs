@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use flow_domain::events::{EventData, EventType, NewEvent};
+use flow_domain::events::{EventData, EventSource, EventType, NewEvent};
 use flow_domain::ids::{
     AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
 };
@@ -344,19 +344,19 @@ fn assigned_event(
         started_at: None,
         completed_at: None,
     };
-    let mut event = NewEvent::about(
+    // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`).
+    let data = EventData {
+        source: rule.map(|enrollment_rule_id| EventSource { enrollment_rule_id }),
+        ..EventData::from(&snapshot)
+    };
+    NewEvent::about(
         command.org_id,
-        EventData::from(&snapshot),
+        data,
         command.assigned_at,
         EventType::Assigned,
         command.assigned_at,
         command.traceparent.as_deref().or(batch_trace),
-    );
-    // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`).
-    if let (Some(rule), Some(data)) = (rule, event.body.get_mut("data")) {
-        data["source"] = serde_json::json!({ "enrollmentRuleId": rule });
-    }
-    event
+    )
 }
 
 /// The idempotency key of a request with an `X-Request-ID`, as the API claims it.

@@ -75,6 +75,7 @@ impl From<&AssignmentSnapshot> for EventData {
             started_at: snapshot.started_at.map(format_timestamp),
             completed_at: snapshot.completed_at.map(format_timestamp),
             priority: snapshot.priority.as_str().to_owned(),
+            source: None,
         }
     }
 }
