@@ -1,7 +1,7 @@
 //! Read-through caches of what the hot path needs from Postgres: API keys (with their
-//! organization) and flow summaries. Every replica listens on a Postgres channel and drops its
-//! copies the moment a key is revoked or an organization or flow changes; a short time-to-live
-//! bounds staleness should a notification be missed.
+//! organization), flow summaries and organizations' enrollment rules. Every replica listens on
+//! a Postgres channel and drops its copies the moment a key is revoked or an organization, flow
+//! or rule changes; a short time-to-live bounds staleness should a notification be missed.
 //!
 //! Keys that do not authenticate are remembered too, and one client address may only have so
 //! many keys looked up in vain a minute: a flood of made-up keys is answered from memory, not by
@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
+use flow_common::enrollment::{self, EnrollmentError};
 use flow_common::runtime::{Supervisor, Wakeup};
+use flow_domain::enrollment::Rule;
 use flow_domain::ids::{FlowId, KeyId, OrgId};
 use moka::sync::Cache;
 use sqlx::PgPool;
@@ -31,6 +33,13 @@ pub const UNKNOWN_KEYS_PER_ADDRESS: u32 = 20;
 /// The window of [`UNKNOWN_KEYS_PER_ADDRESS`]; it starts at the address's first lookup of an
 /// uncached key.
 pub const UNKNOWN_KEY_WINDOW: Duration = Duration::from_secs(60);
+
+/// How long an organization's enrollment rules are cached: a change made on another replica
+/// whose notification was missed applies here after at most this long.
+pub const RULES_TIME_TO_LIVE: Duration = Duration::from_secs(5);
+
+/// The payload of the invalidation notice of enrollment rules.
+pub const RULES_CHANGED: &str = "rules";
 
 /// How long a key that does not authenticate is remembered. Not authenticating is final (keys
 /// are only ever revoked or made to expire sooner, and a secret is unknown before its key
@@ -148,6 +157,8 @@ pub struct Caches {
     /// When rolled keys stop working: a cached key is refused from then on.
     key_expiries: Cache<KeyId, DateTime<Utc>>,
     flows: EpochCache<FlowId, Arc<FlowSummary>>,
+    /// Each organization's enrollment rules, read on every user write.
+    rules: EpochCache<OrgId, Arc<[Rule]>>,
     touched: Cache<KeyId, ()>,
     touch_queue: mpsc::Sender<KeyId>,
 }
@@ -180,6 +191,7 @@ impl Caches {
                 .time_to_live(UNKNOWN_KEY_WINDOW)
                 .build(),
             flows: EpochCache::new(100_000, Duration::from_secs(600)),
+            rules: EpochCache::new(10_000, RULES_TIME_TO_LIVE),
             // Outlives the key entry it guards.
             key_expiries: Cache::builder()
                 .max_capacity(100_000)
@@ -314,11 +326,37 @@ impl Caches {
         Ok((flow.org_id == org_id).then_some(flow))
     }
 
+    /// The organization's enrollment rules, cached for [`RULES_TIME_TO_LIVE`] (dropped at once
+    /// when a rule of any organization changes, on every replica that hears the notice).
+    pub async fn enrollment_rules(
+        &self,
+        pool: &PgPool,
+        org_id: OrgId,
+    ) -> Result<Arc<[Rule]>, EnrollmentError> {
+        if let Some(rules) = self.rules.get(&org_id) {
+            return Ok(rules);
+        }
+        let epoch = self.rules.epoch();
+        let rules: Arc<[Rule]> = enrollment::rules(pool, org_id).await?.into();
+        self.rules.insert_loaded(epoch, org_id, rules.clone());
+        Ok(rules)
+    }
+
+    /// Drops the cached rules (a rule changed on this replica; the others hear the notice).
+    pub fn rules_changed(&self) {
+        self.rules.invalidate_all();
+    }
+
     /// Drops what a notification payload says changed.
     fn invalidate(&self, payload: &str) {
         match payload {
             "keys" | "orgs" => self.keys.invalidate_all(),
-            "flows" => self.flows.invalidate_all(),
+            // A rule carries its flow's name.
+            "flows" => {
+                self.flows.invalidate_all();
+                self.rules.invalidate_all();
+            }
+            RULES_CHANGED => self.rules.invalidate_all(),
             _ => self.invalidate_everything(),
         }
     }
@@ -326,6 +364,7 @@ impl Caches {
     fn invalidate_everything(&self) {
         self.keys.invalidate_all();
         self.flows.invalidate_all();
+        self.rules.invalidate_all();
     }
 
     /// Listens for invalidations until `shutdown`; drops everything whenever it starts listening

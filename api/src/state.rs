@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, QueueKind, Topology};
+use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher, Topology};
 use flow_common::db::replicas::ReadRouter;
 use flow_common::export_store::ExportStore;
 use flow_common::runtime::Supervisor;
@@ -129,13 +129,7 @@ pub async fn build_state(
     });
     let assign_publisher = BatchPublisher::start(
         publisher.clone(),
-        BatchTarget {
-            exchange: publisher.topology().commands_exchange(),
-            routing_key: QueueKind::Assign.suffix(),
-            single_kind: flow_domain::messages::ASSIGN_KIND,
-            batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
-            envelope: flow_domain::messages::AssignBatch::envelope,
-        },
+        BatchTarget::assign_commands(publisher.topology()),
         BatchLimits {
             max_batch: config.publish_batch_max,
             in_flight: config.publish_batches_in_flight,

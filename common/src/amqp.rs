@@ -721,6 +721,20 @@ pub struct BatchTarget {
     pub envelope: fn(&[&[u8]]) -> Vec<u8>,
 }
 
+impl BatchTarget {
+    /// The assign commands, on `topology`'s commands exchange (the default routing key is the
+    /// interactive assign queue; a bulk caller names its organization's bulk queue).
+    pub fn assign_commands(topology: &Topology) -> Self {
+        Self {
+            exchange: topology.commands_exchange(),
+            routing_key: QueueKind::Assign.suffix(),
+            single_kind: flow_domain::messages::ASSIGN_KIND,
+            batch_kind: flow_domain::messages::ASSIGN_BATCH_KIND,
+            envelope: flow_domain::messages::AssignBatch::envelope,
+        }
+    }
+}
+
 /// How a [`BatchPublisher`] forms its batches.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchLimits {

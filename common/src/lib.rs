@@ -1,5 +1,5 @@
 //! The infrastructure every Flow binary shares: configuration, telemetry, SQL access per
-//! aggregate, the report engine, the AMQP topology, the export store, the operations endpoints,
+//! aggregate, the report engine, the evaluation of enrollment rules, the AMQP topology, the export store, the operations endpoints,
 //! shutdown, the runtime of a long-running process (supervised tasks, Postgres wake-ups,
 //! backoff), and the safeguards of webhook delivery. What these carry (ids, domain types,
 //! messages, events) is `flow_domain`'s.
@@ -7,6 +7,7 @@
 pub mod amqp;
 pub mod config;
 pub mod db;
+pub mod enrollment;
 pub mod export_store;
 pub mod ops;
 pub mod report;

@@ -2,7 +2,8 @@
 //! user writes through `/v1/users` and the dashboard's CSV import, exactly one assignment per
 //! (rule, user) under concurrent changes to two API replicas with the assign-worker killed
 //! midway, re-matches, the rule's id on the assignment and in `flow.assigned`, preview, a
-//! backfill of 10,000 users, inactive users skipped; and erasure (docs/privacy.md) leaving no
+//! backfill of 10,000 users as a background job, users whose write's evaluation never ran
+//! assigned once by the scheduler (two of them at once), inactive users skipped; and erasure (docs/privacy.md) leaving no
 //! trace of the e-mail in any text or JSON column of any table.
 
 use std::time::Duration;
@@ -466,9 +467,53 @@ async fn a_preview_counts_the_active_users_a_rule_would_assign_and_lists_the_fir
     );
 }
 
+/// Starts a backfill of the rule; answers the job as the 202 shows it, after checking its
+/// `Location`.
+async fn start_backfill(app: &TestApp, org: &TestOrg, rule: &str) -> Value {
+    let response = app
+        .post(
+            org,
+            &format!("/v1/enrollment-rules/{rule}/backfill"),
+            &json!({}),
+        )
+        .await;
+    assert_eq!(response.status, 202, "{:?}", response.body);
+    let id = response.body["backfillId"].as_str().expect("backfillId");
+    assert!(id.starts_with("bkf_"), "{id}");
+    assert_eq!(response.body["ruleId"], rule);
+    assert_eq!(
+        response.header("location"),
+        Some(format!("/v1/enrollment-rules/{rule}/backfills/{id}").as_str())
+    );
+    response.body
+}
+
+/// Polls the backfill until it has succeeded; answers it.
+async fn wait_backfill(app: &TestApp, org: &TestOrg, rule: &str, backfill: &Value) -> Value {
+    let path = format!(
+        "/v1/enrollment-rules/{rule}/backfills/{}",
+        backfill["backfillId"].as_str().expect("backfillId")
+    );
+    app.eventually(
+        Duration::from_secs(120),
+        &format!("backfill {path} to succeed"),
+        || async {
+            let response = app.get(org, &path).await;
+            assert_eq!(response.status, 200, "{:?}", response.body);
+            assert_ne!(response.body["status"], "failed", "{:?}", response.body);
+            (response.body["status"] == "succeeded").then_some(response.body)
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_assigns_ten_thousand_matching_users_once_through_the_bulk_lane() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(TestOptions {
+        scheduler: true,
+        ..TestOptions::default()
+    })
+    .await;
     let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
     let flow = app.create_flow(&org, "Compliance", &[10]).await;
     // Setup in SQL for speed: 10,000 in Finance, 100 elsewhere, 50 inactive in Finance.
@@ -488,33 +533,23 @@ async fn a_backfill_assigns_ten_thousand_matching_users_once_through_the_bulk_la
         json!({"name": "Finance", "condition": {"departmentEquals": "Finance"}, "flowId": flow}),
     )
     .await;
-    let response = app
-        .post(
-            &org,
-            &format!("/v1/enrollment-rules/{rule}/backfill"),
-            &json!({}),
-        )
-        .await;
-    assert_eq!(response.status, 202, "{:?}", response.body);
-    assert_eq!(response.body["matching"], 10_000);
-    assert_eq!(response.body["queued"], 10_000);
+    let started = start_backfill(&app, &org, &rule).await;
+    let done = wait_backfill(&app, &org, &rule, &started).await;
+    assert_eq!(done["matching"], 10_000, "{done:?}");
+    assert_eq!(done["queued"], 10_000, "{done:?}");
+    assert!(done["finishedAt"].is_string(), "{done:?}");
     app.eventually(
         Duration::from_secs(120),
         "10,000 backfilled assignments",
         || async { (app.assignment_count().await >= 10_000).then_some(()) },
     )
     .await;
-    // A second backfill finds everyone assigned already.
-    let again = app
-        .post(
-            &org,
-            &format!("/v1/enrollment-rules/{rule}/backfill"),
-            &json!({}),
-        )
-        .await;
-    assert_eq!(again.status, 202, "{:?}", again.body);
-    assert_eq!(again.body["matching"], 10_000);
-    assert_eq!(again.body["queued"], 0);
+    // A second backfill, once the first is over, finds everyone assigned already.
+    let again = start_backfill(&app, &org, &rule).await;
+    assert_ne!(again["backfillId"], started["backfillId"]);
+    let again = wait_backfill(&app, &org, &rule, &again).await;
+    assert_eq!(again["matching"], 10_000);
+    assert_eq!(again["queued"], 0);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(app.assignment_count().await, 10_000);
     assert_eq!(assigned_by(&app, &rule).await.len(), 10_000);
@@ -537,6 +572,216 @@ async fn a_backfill_assigns_ten_thousand_matching_users_once_through_the_bulk_la
         )
         .await;
     assert_eq!(unknown.status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_backfill_request_answers_the_one_waiting_and_another_organization_gets_404() {
+    let mut app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Compliance", &[10]).await;
+    app.create_users(&org, &["ann@example.com", "bob@example.com"])
+        .await;
+    set_profile(&app, &org, "ann@example.com", "Finance", true).await;
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Finance", "condition": {"departmentEquals": "Finance"}, "flowId": flow}),
+    )
+    .await;
+    // No scheduler yet: the job waits, and asking again answers it rather than a second one.
+    let first = start_backfill(&app, &org, &rule).await;
+    assert_eq!(first["status"], "queued", "{first:?}");
+    assert_eq!(first["matching"], 0);
+    let second = start_backfill(&app, &org, &rule).await;
+    assert_eq!(second["backfillId"], first["backfillId"]);
+    let jobs: i64 = sqlx::query_scalar("SELECT count(*) FROM enrollment_backfills")
+        .fetch_one(&app.db)
+        .await
+        .expect("jobs");
+    assert_eq!(jobs, 1);
+    let path = format!(
+        "/v1/enrollment-rules/{rule}/backfills/{}",
+        first["backfillId"].as_str().unwrap()
+    );
+    let other = app.create_org(Tier::Standard).await;
+    let foreign = app.get(&other, &path).await;
+    assert_eq!(foreign.status, 404, "{:?}", foreign.body);
+    assert_eq!(foreign.body["error"], "not_found");
+    let garbled = app
+        .get(
+            &org,
+            &format!("/v1/enrollment-rules/{rule}/backfills/bkf_nope"),
+        )
+        .await;
+    assert_eq!(garbled.status, 404);
+
+    app.scheduler = Some(app.start_scheduler());
+    let done = wait_backfill(&app, &org, &rule, &first).await;
+    assert_eq!(done["matching"], 1);
+    assert_eq!(done["queued"], 1);
+    assert!(
+        done["startedAt"].is_string() && done["error"].is_null(),
+        "{done:?}"
+    );
+    assert_eq!(wait_assigned(&app, &rule, 1).await, ["ann@example.com"]);
+    // The assignment is audited as the requester's, and the request itself too.
+    let actors: Vec<(String, String)> = sqlx::query_as(
+        "SELECT action, actor_kind FROM audit_events
+         WHERE org_id = $1 AND action LIKE 'enrollment_rule.%' ORDER BY id",
+    )
+    .bind(org.id)
+    .fetch_all(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(
+        actors,
+        [
+            ("enrollment_rule.created".to_owned(), "api_key".to_owned()),
+            (
+                "enrollment_rule.backfill_requested".to_owned(),
+                "api_key".to_owned()
+            ),
+            ("enrollment_rule.assigned".to_owned(), "api_key".to_owned()),
+        ]
+    );
+}
+
+/// Pending evaluations of the organization's users.
+async fn pending_count(app: &TestApp, org: &TestOrg) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM enrollment_pending WHERE org_id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("pending")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn users_written_without_their_evaluation_are_assigned_once_by_the_scheduler() {
+    let mut app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Compliance", &[10]).await;
+    app.create_users(&org, &["old@example.com"]).await;
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Finance", "condition": {"departmentEquals": "Finance"}, "flowId": flow}),
+    )
+    .await;
+    // Through the API, the write's own evaluation runs and clears what the write queued.
+    assert_eq!(
+        touch(&app, &app.base_url, &org, &["api@example.com"]).await,
+        200
+    );
+    assert_eq!(pending_count(&app, &org).await, 0);
+
+    // As an API that died right after its commit leaves them: users written and queued (by the
+    // write's own transaction), never evaluated.
+    sqlx::query(
+        "INSERT INTO users (id, org_id, email, email_normalized, department)
+         SELECT gen_random_uuid(), $1, 'new' || i || '@example.com', 'new' || i || '@example.com',
+                'Finance'
+         FROM generate_series(1, 3) AS i",
+    )
+    .bind(org.id)
+    .execute(&app.db)
+    .await
+    .expect("users");
+    set_profile(&app, &org, "old@example.com", "Finance", true).await;
+    assert_eq!(pending_count(&app, &org).await, 4);
+    // Nothing assigns them until a scheduler drains what is pending.
+    assert!(assigned_by(&app, &rule).await.is_empty());
+    app.scheduler = Some(app.start_scheduler_with(|config| config.enrollment_grace_ms = 0));
+    let assigned = wait_assigned(&app, &rule, 4).await;
+    assert_eq!(
+        assigned,
+        [
+            "new1@example.com",
+            "new2@example.com",
+            "new3@example.com",
+            "old@example.com"
+        ]
+    );
+    app.eventually(Duration::from_secs(30), "pending rows deleted", || async {
+        (pending_count(&app, &org).await == 0).then_some(())
+    })
+    .await;
+    let scheduled: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events
+         WHERE org_id = $1 AND action = 'enrollment_rule.assigned' AND actor_kind = 'scheduler'",
+    )
+    .bind(org.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(scheduled, 4);
+    // A later change queues them again; evaluated again, they are not assigned twice.
+    sqlx::query("UPDATE users SET title = 'Analyst' WHERE org_id = $1")
+        .bind(org.id)
+        .execute(&app.db)
+        .await
+        .expect("titles");
+    app.eventually(Duration::from_secs(30), "pending rows drained", || async {
+        (pending_count(&app, &org).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(assigned_by(&app, &rule).await.len(), 4);
+    assert_eq!(app.assignment_count().await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_schedulers_draining_the_same_pending_users_assign_each_once() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
+    let flow = app.create_flow(&org, "Compliance", &[10]).await;
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Everyone", "condition": {"startDatePresent": false}, "flowId": flow}),
+    )
+    .await;
+    sqlx::query(
+        "INSERT INTO users (id, org_id, email, email_normalized)
+         SELECT gen_random_uuid(), $1, 'p' || i || '@example.com', 'p' || i || '@example.com'
+         FROM generate_series(1, 2000) AS i",
+    )
+    .bind(org.id)
+    .execute(&app.db)
+    .await
+    .expect("users");
+    assert_eq!(pending_count(&app, &org).await, 2_000);
+    // Two schedulers, small batches, and claims that run out at once: each claims what the
+    // other holds as soon as it can, so they overlap.
+    let tune = |config: &mut flow_workers::scheduler::SchedulerConfig| {
+        config.enrollment_grace_ms = 0;
+        config.enrollment_drain_batch = 50;
+        config.enrollment_lease_ms = 1_000;
+    };
+    let first = app.start_scheduler_with(tune);
+    let second = app.start_scheduler_with(tune);
+    app.eventually(Duration::from_secs(120), "pending rows drained", || async {
+        (pending_count(&app, &org).await == 0).then_some(())
+    })
+    .await;
+    assert_eq!(wait_assigned(&app, &rule, 2_000).await.len(), 2_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.assignment_count().await, 2_000);
+    let ledger: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM enrollment_assignments WHERE org_id = $1 AND generation = 1",
+    )
+    .bind(org.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("ledger");
+    assert_eq!(ledger, 2_000);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE org_id = $1 AND action = 'enrollment_rule.assigned'",
+    )
+    .bind(org.id)
+    .fetch_one(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(audited, 2_000);
+    drop((first, second));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -762,7 +1007,11 @@ async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules() {
-    let app = TestApp::spawn().await;
+    let app = TestApp::spawn_with(TestOptions {
+        scheduler: true,
+        ..TestOptions::default()
+    })
+    .await;
     let org = app.create_org(Tier::Standard).await;
     let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
     app.create_users(
@@ -866,8 +1115,20 @@ async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules(
         admin
             .page("/dashboard/rules")
             .await
-            .contains("2 users match; 2 assignments queued")
+            .contains("The backfill has started")
     );
+    app.eventually(
+        Duration::from_secs(60),
+        "the backfill shown as succeeded",
+        || async {
+            admin
+                .page("/dashboard/rules")
+                .await
+                .contains("Succeeded: 2 users match; 2 assignments queued")
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(
         wait_assigned(&app, &rule, 2).await,
         ["sam@example.com", "sue@example.com"]

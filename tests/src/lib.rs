@@ -560,9 +560,18 @@ impl TestApp {
 
     /// Starts a scheduler scanning every 100 ms.
     pub fn start_scheduler(&self) -> WorkerHandle {
+        self.start_scheduler_with(|_| {})
+    }
+
+    /// Starts a scheduler scanning every 100 ms, with the settings changed by `tune`.
+    pub fn start_scheduler_with(
+        &self,
+        tune: impl FnOnce(&mut flow_workers::scheduler::SchedulerConfig),
+    ) -> WorkerHandle {
         let mut config: flow_workers::scheduler::SchedulerConfig = flow_common::config::from_env();
         config.core = self.core.clone();
         config.interval_ms = 100;
+        tune(&mut config);
         WorkerHandle::spawn(move |shutdown| flow_workers::runtime::run(config, shutdown))
     }
 

@@ -108,6 +108,7 @@ async fn list(
                 via: match row.actor_kind.as_str() {
                     "account" => "Dashboard",
                     "api_key" => "API",
+                    "scheduler" => "Scheduler",
                     _ => "flowctl",
                 },
                 action: describe(&row.action),

@@ -1,6 +1,7 @@
 //! Enrollment rules: the organization's rules (list), a form to create or edit one with a preview
-//! of what it would assign now, delete and backfill. Every action is one call of
-//! `services::enrollment`; the condition is written as the API's JSON (docs/enrollment-rules.md).
+//! of what it would assign now, delete and backfill (a background job: the list shows each
+//! rule's latest one). Every action is one call of `services::enrollment`; the condition is
+//! written as the API's JSON (docs/enrollment-rules.md).
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -9,6 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flow_common::db::enrollment_backfills::{Backfill, BackfillStatus};
 use flow_common::db::enrollment_rules::RuleRecord;
 use flow_common::db::flows;
 use flow_domain::ids::EnrollmentRuleId;
@@ -42,10 +44,13 @@ pub struct RuleRow {
     pub flow: String,
     pub condition: String,
     pub due: String,
+    /// The latest backfill's status (empty without one) and what it did.
+    pub backfill_status: &'static str,
+    pub backfill: String,
 }
 
-impl From<&RuleRecord> for RuleRow {
-    fn from(record: &RuleRecord) -> Self {
+impl RuleRow {
+    fn new(record: &RuleRecord, backfill: Option<&Backfill>) -> Self {
         Self {
             id: record.id.to_string(),
             name: record.name.clone(),
@@ -62,7 +67,28 @@ impl From<&RuleRecord> for RuleRow {
                     format!("{days} days after {from}")
                 },
             ),
+            backfill_status: backfill.map_or("", |backfill| backfill.status.as_str()),
+            backfill: backfill.map_or_else(|| "–".to_owned(), describe_backfill),
         }
+    }
+}
+
+/// A backfill in a sentence.
+fn describe_backfill(backfill: &Backfill) -> String {
+    let counts = |so_far: &str| {
+        format!(
+            "{} users match{so_far}; {} assignments queued",
+            backfill.matching, backfill.queued
+        )
+    };
+    match backfill.status {
+        BackfillStatus::Queued => "Queued".to_owned(),
+        BackfillStatus::Running => format!("Running: {}", counts(" so far")),
+        BackfillStatus::Succeeded => format!("Succeeded: {}", counts("")),
+        BackfillStatus::Failed => format!(
+            "Failed: {}",
+            backfill.error.as_deref().unwrap_or("unknown error")
+        ),
     }
 }
 
@@ -141,10 +167,19 @@ struct RuleFormPage {
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<RulesPage> {
     let layout = Layout::new(&account, Section::Rules).await;
     let records = service::list(&state, account.acting(), None, MAX_RULES).await?;
+    let backfills = service::latest_backfills(&state, account.acting()).await?;
     Ok(RulesPage {
         can_add: layout.is_admin && (records.len() as i64) < MAX_RULES,
         layout,
-        rules: records.iter().map(RuleRow::from).collect(),
+        rules: records
+            .iter()
+            .map(|record| {
+                let backfill = backfills
+                    .iter()
+                    .find(|backfill| backfill.rule_id == record.id);
+                RuleRow::new(record, backfill)
+            })
+            .collect(),
     })
 }
 
@@ -360,15 +395,12 @@ async fn backfill(
 ) -> PageResult {
     account.require_admin()?;
     let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
-    let applied = service::backfill(&state, account.acting(), id).await?;
-    flash(
-        &account.session,
-        "success",
-        &format!(
-            "{} users match; {} assignments queued (the others were assigned before).",
-            applied.matching, applied.queued
-        ),
-    )
-    .await;
+    let (_, created) = service::backfill(&state, account.acting(), id).await?;
+    let message = if created {
+        "The backfill has started: it runs in the background, and its progress shows in the list (reload to follow it)."
+    } else {
+        "A backfill of this rule is already queued or running; its progress shows in the list."
+    };
+    flash(&account.session, "success", message).await;
     Ok(Redirect::to("/dashboard/rules").into_response())
 }

@@ -1,13 +1,16 @@
 //! Enrollment rules: `GET|POST /v1/enrollment-rules`, `GET|PUT|DELETE /v1/enrollment-rules/{id}`,
-//! `POST /v1/enrollment-rules/preview` and `POST /v1/enrollment-rules/{id}/backfill`. The
-//! condition language and the guarantees are in docs/enrollment-rules.md.
+//! `POST /v1/enrollment-rules/preview`, `POST /v1/enrollment-rules/{id}/backfill` (a background
+//! job) and `GET /v1/enrollment-rules/{id}/backfills/{backfillId}`. The condition language and
+//! the guarantees are in docs/enrollment-rules.md.
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
+use flow_common::db::enrollment_backfills::Backfill;
 use flow_common::db::enrollment_rules::{Profile, RuleRecord};
-use flow_domain::ids::{EnrollmentRuleId, FlowId, UserId};
+use flow_domain::enrollment::BackfillStatus;
+use flow_domain::ids::{BackfillId, EnrollmentRuleId, FlowId, UserId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -29,6 +32,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(preview_rule))
         .routes(routes!(get_rule, update_rule, delete_rule))
         .routes(routes!(backfill_rule))
+        .routes(routes!(get_backfill))
 }
 
 /// A rule to create, replace or preview.
@@ -191,16 +195,52 @@ pub struct PreviewView {
     pub users: Vec<MatchedUser>,
 }
 
-/// What a backfill queued.
+/// A backfill: a background job assigning the rule's flow to every active user who matches it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BackfillView {
+    /// Identifier.
+    pub backfill_id: BackfillId,
     /// The rule.
     pub rule_id: EnrollmentRuleId,
-    /// Active users it matches now.
+    /// queued, running, succeeded or failed.
+    pub status: BackfillStatus,
+    /// Active users the rule matched so far.
     pub matching: u64,
-    /// Assignments queued: users it had not assigned yet (the others were assigned before).
+    /// Assignments queued so far: users it had not assigned yet (the others were assigned
+    /// before). A job resumed after its scheduler stopped may count a page's assignments twice;
+    /// each is made once.
     pub queued: u64,
+    /// Why it failed (or, while it runs, why its last attempt stopped).
+    pub error: Option<String>,
+    /// When it was requested.
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// When a scheduler took it up.
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it succeeded or failed.
+    #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<Backfill> for BackfillView {
+    fn from(backfill: Backfill) -> Self {
+        Self {
+            backfill_id: backfill.id,
+            rule_id: backfill.rule_id,
+            status: backfill.status,
+            matching: u64::try_from(backfill.matching).unwrap_or(0),
+            queued: u64::try_from(backfill.queued).unwrap_or(0),
+            error: backfill.error,
+            created_at: backfill.created_at,
+            started_at: backfill.started_at,
+            finished_at: backfill.finished_at,
+        }
+    }
 }
 
 /// List the organization's enrollment rules.
@@ -369,40 +409,80 @@ pub async fn delete_rule(
     Ok((rate, StatusCode::NO_CONTENT))
 }
 
-/// Assign the rule's flow to every active user who matches it now and has not been assigned by
-/// it, through the organization's bulk queue.
+/// Start a backfill: assign the rule's flow to every active user who matches it and has not been
+/// assigned by it, through the organization's bulk queue.
 ///
-/// Answers once every assignment is queued (they are persisted shortly after, as for a bulk
-/// assign). Calling it again queues only what is still missing. Charged as one write request.
+/// Answers at once with the job (`Location` is its address); a scheduler runs it, a page of
+/// 1,000 users at a time, and resumes it from where it stopped should it stop. While a backfill
+/// of the rule is queued or running, answers that one instead of starting another. Starting one
+/// again later queues only what is still missing. Charged as one write request.
 #[utoipa::path(
     post,
     path = "/v1/enrollment-rules/{id}/backfill",
     tag = "enrollment rules",
     params(("id" = String, Path, description = "Rule id (enr_…)")),
     responses(
-        (status = 202, description = "Queued", body = BackfillView),
+        (status = 202, description = "Queued (or the backfill already queued or running)", body = BackfillView,
+            headers(("Location" = String, description = "The backfill: /v1/enrollment-rules/{id}/backfills/{backfillId}"))),
         (status = 404, description = "No such rule in this organization", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
-        (status = 503, description = "Not all could be queued; call again", body = ErrorBody),
     )
 )]
 pub async fn backfill_rule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(StatusCode, RateInfo, Json<BackfillView>), ApiError> {
+) -> Result<
+    (
+        StatusCode,
+        RateInfo,
+        [(header::HeaderName, HeaderValue); 1],
+        Json<BackfillView>,
+    ),
+    ApiError,
+> {
     let Some(id) = EnrollmentRuleId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "enrollment rule").await);
     };
     let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
-    let applied = service::backfill(&state, auth.acting(), id).await?;
+    let (backfill, _) = service::backfill(&state, auth.acting(), id).await?;
+    let location = format!("/v1/enrollment-rules/{id}/backfills/{}", backfill.id);
+    let location = HeaderValue::from_str(&location).map_err(anyhow::Error::new)?;
     Ok((
         StatusCode::ACCEPTED,
         rate,
-        Json(BackfillView {
-            rule_id: id,
-            matching: applied.matching,
-            queued: applied.queued,
-        }),
+        [(header::LOCATION, location)],
+        Json(backfill.into()),
     ))
+}
+
+/// Get a backfill: where it stands and what it did so far.
+#[utoipa::path(
+    get,
+    path = "/v1/enrollment-rules/{id}/backfills/{backfillId}",
+    tag = "enrollment rules",
+    params(
+        ("id" = String, Path, description = "Rule id (enr_…)"),
+        ("backfillId" = String, Path, description = "Backfill id (bkf_…)"),
+    ),
+    responses(
+        (status = 200, description = "The backfill", body = BackfillView),
+        (status = 404, description = "No such backfill of this rule in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn get_backfill(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath((id, backfill_id)): ApiPath<(String, String)>,
+) -> Result<(RateInfo, Json<BackfillView>), ApiError> {
+    let (Some(id), Some(backfill_id)) = (
+        EnrollmentRuleId::parse(&id),
+        BackfillId::parse(&backfill_id),
+    ) else {
+        return Err(unknown_id(&state, &auth, Operation::Read, "backfill").await);
+    };
+    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+    let backfill = service::backfill_status(&state, auth.acting(), id, backfill_id).await?;
+    Ok((rate, Json(backfill.into())))
 }

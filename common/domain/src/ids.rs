@@ -122,6 +122,10 @@ define_id!(
     EnrollmentRuleId, "enr"
 );
 define_id!(
+    /// A backfill of an enrollment rule: a background job assigning everyone it matches.
+    BackfillId, "bkf"
+);
+define_id!(
     /// An export file.
     ExportId, "exp"
 );

@@ -18,25 +18,43 @@ pub enum Actor<'a> {
     ApiKey(KeyId),
     /// An operator running `flowctl`.
     Flowctl,
+    /// The scheduler, on its own (evaluating enrollment rules a write left pending).
+    Scheduler,
 }
 
-impl Actor<'_> {
-    fn kind(&self) -> &'static str {
+impl<'a> Actor<'a> {
+    /// The actor's kind as stored (`account`, `api_key`, `flowctl` or `scheduler`).
+    pub fn kind(&self) -> &'static str {
         match self {
             Self::Account(_) => "account",
             Self::ApiKey(_) => "api_key",
             Self::Flowctl => "flowctl",
+            Self::Scheduler => "scheduler",
         }
     }
 
-    fn account(&self) -> Option<&str> {
+    /// The account's e-mail, for an account.
+    pub fn account(&self) -> Option<&'a str> {
         match self {
             Self::Account(email) => Some(email),
             _ => None,
         }
     }
 
-    fn key(&self) -> Option<KeyId> {
+    /// Reads an actor stored as its [`Actor::kind`], [`Actor::account`] and [`Actor::key`];
+    /// `None` for a kind it does not know or a part missing.
+    pub fn from_parts(kind: &str, account: Option<&'a str>, key: Option<KeyId>) -> Option<Self> {
+        match kind {
+            "account" => account.map(Self::Account),
+            "api_key" => key.map(Self::ApiKey),
+            "flowctl" => Some(Self::Flowctl),
+            "scheduler" => Some(Self::Scheduler),
+            _ => None,
+        }
+    }
+
+    /// The API key, for a key.
+    pub fn key(&self) -> Option<KeyId> {
         match self {
             Self::ApiKey(key) => Some(*key),
             _ => None,
@@ -50,6 +68,7 @@ const ACTOR_SQL: &str = "CASE $2
         WHEN 'account' THEN $3
         WHEN 'api_key' THEN COALESCE((SELECT k.prefix || '…' FROM api_keys k WHERE k.id = $4),
                                      'an API key')
+        WHEN 'scheduler' THEN 'scheduler'
         ELSE 'flowctl' END";
 
 /// Records a change of `org_id`'s control plane: `action` (e.g. `key.revoked`) on `target` (an
@@ -136,7 +155,7 @@ pub struct AuditEvent {
     pub id: i64,
     /// When it happened.
     pub occurred_at: DateTime<Utc>,
-    /// `account`, `api_key` or `flowctl`.
+    /// `account`, `api_key`, `flowctl` or `scheduler`.
     pub actor_kind: String,
     /// The account's e-mail, the key's prefix, or `flowctl`.
     pub actor: String,

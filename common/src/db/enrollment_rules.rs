@@ -1,7 +1,10 @@
-//! Enrollment rules: their rows, the user attributes they are evaluated on, and the ledger that
-//! makes each (rule, user, generation) assign at most once (migration 0190).
+//! Enrollment rules: their rows, the user attributes they are evaluated on, the ledger that
+//! makes each (rule, user, generation) assign at most once (migration 0190), and the users whose
+//! evaluation is pending (migration 0200).
 
-use chrono::{DateTime, NaiveDate, Utc};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, OrgId, UserId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -173,28 +176,7 @@ pub async fn delete<'e>(
     Ok(deleted.rows_affected() == 1)
 }
 
-/// What a rule's condition looks at on a user.
-#[derive(Debug, Clone, FromRow)]
-pub struct Profile {
-    /// The user.
-    pub id: UserId,
-    /// E-mail.
-    pub email: String,
-    /// Display name.
-    pub name: Option<String>,
-    /// False once deactivated: never assigned by a rule.
-    pub active: bool,
-    /// Department.
-    pub department: Option<String>,
-    /// Job title.
-    pub title: Option<String>,
-    /// First day at work.
-    pub start_date: Option<NaiveDate>,
-    /// Ids of the groups the user is a member of.
-    pub group_ids: Vec<uuid::Uuid>,
-    /// Their display names, lowercased.
-    pub group_names: Vec<String>,
-}
+pub use flow_domain::enrollment::Profile;
 
 /// The profile columns, with the user's groups, over a set of users `u`.
 const PROFILE_SELECT: &str = "SELECT u.id, u.email, u.name, u.active, u.department, u.title,
@@ -382,4 +364,104 @@ pub async fn record_ledger(
     .bind(org_id)
     .fetch_all(&mut *connection)
     .await
+}
+
+/// A user whose evaluation is pending, as queued (by a trigger, in the transaction of the write
+/// that changed them: migration 0200).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, FromRow)]
+pub struct Pending {
+    /// The organization.
+    pub org_id: OrgId,
+    /// The user.
+    pub user_id: UserId,
+    /// The queueing it stands for: the row is deleted only while it is still this one.
+    pub version: i64,
+}
+
+/// The pending rows of these users of the organization, as they stand.
+pub async fn pending<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    user_ids: &[UserId],
+) -> Result<Vec<Pending>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT org_id, user_id, version FROM enrollment_pending
+         WHERE org_id = $1 AND user_id = ANY($2)",
+    )
+    .bind(org_id)
+    .bind(user_ids)
+    .fetch_all(executor)
+    .await
+}
+
+/// Deletes the pending rows an evaluation handled, each only if it was not queued again since
+/// it was read (its version is the same) and is not being queued again right now (a row locked
+/// by a write is skipped: that write queues it anew). Answers how many were deleted.
+pub async fn delete_pending<'e>(
+    executor: impl PgExecutor<'e>,
+    handled: &[Pending],
+) -> Result<u64, sqlx::Error> {
+    if handled.is_empty() {
+        return Ok(0);
+    }
+    let orgs: Vec<OrgId> = handled.iter().map(|row| row.org_id).collect();
+    let users: Vec<UserId> = handled.iter().map(|row| row.user_id).collect();
+    let versions: Vec<i64> = handled.iter().map(|row| row.version).collect();
+    let deleted = sqlx::query(
+        "DELETE FROM enrollment_pending p
+         USING (SELECT q.org_id, q.user_id
+                FROM enrollment_pending q
+                JOIN UNNEST($1::uuid[], $2::uuid[], $3::bigint[]) AS h(org_id, user_id, version)
+                  ON q.org_id = h.org_id AND q.user_id = h.user_id AND q.version = h.version
+                ORDER BY q.org_id, q.user_id
+                FOR UPDATE OF q SKIP LOCKED) l
+         WHERE p.org_id = l.org_id AND p.user_id = l.user_id",
+    )
+    .bind(&orgs)
+    .bind(&users)
+    .bind(&versions)
+    .execute(executor)
+    .await?;
+    Ok(deleted.rows_affected())
+}
+
+/// Claims up to `limit` pending rows queued more than `grace` ago and not claimed by another
+/// scheduler, oldest first, for `lease`: other schedulers skip them until it ends (a scheduler
+/// that dies leaves them to the next after that). `FOR UPDATE SKIP LOCKED`, so schedulers share
+/// the rows and none waits on a write that is queueing one.
+pub async fn claim_pending<'e>(
+    executor: impl PgExecutor<'e>,
+    grace: Duration,
+    lease: Duration,
+    limit: i64,
+) -> Result<Vec<Pending>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE enrollment_pending p
+         SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond'
+         FROM (SELECT org_id, user_id FROM enrollment_pending
+               WHERE queued_at < clock_timestamp() - $1 * interval '1 millisecond'
+                 AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+               ORDER BY queued_at
+               LIMIT $3
+               FOR UPDATE SKIP LOCKED) c
+         WHERE p.org_id = c.org_id AND p.user_id = c.user_id
+         RETURNING p.org_id, p.user_id, p.version",
+    )
+    .bind(millis(grace))
+    .bind(millis(lease))
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// Pending rows, all organizations together (for the gauge and the tests).
+pub async fn pending_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM enrollment_pending")
+        .fetch_one(executor)
+        .await
+}
+
+/// A duration in milliseconds, for `$n * interval '1 millisecond'`.
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }

@@ -5,6 +5,7 @@ pub mod assignments;
 pub mod audit;
 pub mod dashboard;
 pub mod dead_letters;
+pub mod enrollment_backfills;
 pub mod enrollment_rules;
 pub mod erasure;
 pub mod exports;

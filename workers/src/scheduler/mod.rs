@@ -9,6 +9,8 @@
 //!   then the schedule advances to its next occurrence on the organization's calendar.
 //! - Report rollups: the deltas every change to `assignments` leaves are merged into the rollups
 //!   (see `flow_common::db::rollups`), so readers sum few rows.
+//! - Enrollment rules ([`enrollment`], a task of its own): the users a write left pending (its
+//!   own evaluation did not finish) are evaluated after a grace period, and backfills run.
 
 use std::time::Duration;
 
@@ -23,6 +25,8 @@ use sqlx::PgPool;
 use tracing::Instrument;
 
 use crate::runtime::{Runtime, role};
+
+pub mod enrollment;
 
 const ROLE: &str = "scheduler";
 
@@ -45,6 +49,21 @@ pub struct SchedulerConfig {
     #[arg(long, env = "SCHEDULE_BATCH_SIZE", default_value_t = 200)]
     pub schedule_batch_size: i64,
 
+    /// How long after a user write its enrollment evaluation is left to the API that made the
+    /// write, before a scheduler evaluates it (the API died after the commit, or the broker
+    /// refused its commands).
+    #[arg(long, env = "ENROLLMENT_PENDING_GRACE_MS", default_value_t = 10_000)]
+    pub enrollment_grace_ms: u64,
+
+    /// Most pending enrollment evaluations claimed at once.
+    #[arg(long, env = "ENROLLMENT_DRAIN_BATCH", default_value_t = 500)]
+    pub enrollment_drain_batch: i64,
+
+    /// How long a scheduler holds a claimed evaluation or backfill without progress before
+    /// another may take it over.
+    #[arg(long, env = "ENROLLMENT_LEASE_MS", default_value_t = 60_000)]
+    pub enrollment_lease_ms: u64,
+
     /// What this role's readiness depends on (filled in by `run`, served by the ops endpoints).
     #[arg(skip)]
     pub health: flow_common::ops::Health,
@@ -63,6 +82,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
         Some(interval.saturating_mul(2) + Duration::from_secs(300)),
     );
     runtime.gauge("schedules due", crate::gauges::schedules);
+    enrollment::start(&config, &runtime, &publisher);
     let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
     let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {

@@ -2,9 +2,10 @@
 //! with `all`, `any` and `not` (docs/enrollment-rules.md). Read from JSON with the path of each
 //! term, so a refusal names the field as the caller wrote it (`condition.all[1].titleContains`).
 
-use flow_common::db::enrollment_rules::Profile;
-use flow_domain::{Invalid, TextRule};
 use serde_json::{Map, Value, json};
+
+use super::Profile;
+use crate::{Invalid, TextRule};
 
 /// Deepest nesting of `all`, `any` and `not` (a term alone is depth 1).
 pub const MAX_DEPTH: usize = 5;
@@ -214,7 +215,7 @@ mod tests {
 
     fn profile() -> Profile {
         Profile {
-            id: flow_domain::ids::UserId::new(),
+            id: crate::ids::UserId::new(),
             email: "a@example.com".into(),
             name: None,
             active: true,

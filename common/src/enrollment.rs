@@ -1,0 +1,524 @@
+//! Evaluating enrollment rules and assigning what they match (docs/enrollment-rules.md), for
+//! the API right after a user write, and for the scheduler: the users a write left pending
+//! ([`drain`]) and backfills ([`run_backfill`]).
+//!
+//! Each (rule, user) assigns at most once: the match is claimed in Postgres (its generation, 1 at
+//! the first match and one more only at a re-match of a rule that re-assigns), the assignment id
+//! is derived from (rule, user, generation), and the ledger row naming it is committed before the
+//! command goes to the organization's bulk queue. Replicas, schedulers and retries therefore
+//! publish the same id, which the assign-worker applies once; a command lost before it was
+//! persisted is published again by the next evaluation of that user.
+//!
+//! Durability: every write that changes what a rule looks at queues its users in
+//! `enrollment_pending`, in its own transaction (the triggers of migration 0200). An evaluation
+//! deletes the rows it handled once its assignments are queued; a row that stays (the API died
+//! after the commit, the broker refused) is evaluated by a scheduler after a grace period.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use flow_domain::Priority;
+use flow_domain::enrollment::{Applied, Condition, Due, DueFrom, Profile, Rule};
+use flow_domain::ids::{AssignmentId, BackfillId, EnrollmentRuleId, OrgId, UserId};
+use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
+use sqlx::PgPool;
+
+use crate::amqp::{BatchPublisher, Lane, PublishError, Submission};
+use crate::db::audit::{self, Actor};
+use crate::db::enrollment_backfills::{self as backfills, Claimed};
+use crate::db::enrollment_rules::{self as db, Evaluated, LedgerEntry, Match, Pending, RuleRecord};
+use crate::db::orgs::{self, Organization};
+
+/// Most rules an organization may have.
+pub const MAX_RULES: i64 = 100;
+
+/// Users read, evaluated and assigned per round of a backfill or a preview.
+pub const PAGE: i64 = 1_000;
+
+/// Most users one evaluation takes at once; more are taken in rounds.
+const CHANGED_BATCH: usize = 1_000;
+
+/// How often a claim is tried again when concurrent evaluations of the same users deadlock.
+const CLAIM_ATTEMPTS: usize = 3;
+
+/// Times a backfill is taken up before it is marked failed.
+pub const BACKFILL_ATTEMPTS: i32 = 5;
+
+/// Why an evaluation did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum EnrollmentError {
+    /// Postgres failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// Some assignments were not confirmed by the broker; the matches are recorded, so the next
+    /// evaluation of these users publishes the same ids again.
+    #[error("{failed} rule assignments could not be queued durably ({error}); retry shortly")]
+    Unavailable {
+        /// Commands not confirmed.
+        failed: usize,
+        /// The first failure.
+        error: PublishError,
+    },
+    /// A stored rule does not read back (written by hand, or by a newer build).
+    #[error("enrollment rule {rule} has an unreadable {field}")]
+    Corrupt {
+        /// The rule.
+        rule: EnrollmentRuleId,
+        /// Which of its columns.
+        field: &'static str,
+    },
+    /// An assign command did not encode.
+    #[error("encoding an assign command: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// Reads a stored rule.
+pub fn rule(record: &RuleRecord) -> Result<Rule, EnrollmentError> {
+    let corrupt = |field| EnrollmentError::Corrupt {
+        rule: record.id,
+        field,
+    };
+    Ok(Rule {
+        id: record.id,
+        name: record.name.clone(),
+        condition: Condition::parse("condition", &record.condition)
+            .map_err(|_| corrupt("condition"))?,
+        flow_id: record.flow_id,
+        flow_name: record.flow_name.clone(),
+        due: match record.due_days {
+            Some(days) => Some(Due {
+                days,
+                from: DueFrom::parse(&record.due_from).ok_or_else(|| corrupt("due_from"))?,
+            }),
+            None => None,
+        },
+        priority: Priority::parse_field("priority", &record.priority)
+            .map_err(|_| corrupt("priority"))?,
+        notes: record.notes.clone(),
+        reassign: record.reassign,
+    })
+}
+
+/// The organization's rules, read from Postgres.
+pub async fn rules(pool: &PgPool, org_id: OrgId) -> Result<Vec<Rule>, EnrollmentError> {
+    db::list(pool, org_id, None, MAX_RULES)
+        .await?
+        .iter()
+        .map(rule)
+        .collect()
+}
+
+/// Evaluates rules of one organization and assigns what they match: where the commands go and
+/// whom the audit rows name.
+#[derive(Clone, Copy)]
+pub struct Assigner<'a> {
+    /// The database.
+    pub pool: &'a PgPool,
+    /// Publishes the assign commands (to the organization's bulk queue).
+    pub publisher: &'a BatchPublisher,
+    /// The organization.
+    pub org: &'a Organization,
+    /// Who the audit rows of the assignments name.
+    pub actor: Actor<'a>,
+}
+
+impl Assigner<'_> {
+    /// Evaluates `rules` for these users after a change to them and assigns what they now
+    /// match; then deletes the pending rows their change left, unless queued again meanwhile.
+    /// The pending rows are read before the users, so a change committed after that read stays
+    /// pending (a scheduler evaluates it).
+    pub async fn users_changed(
+        &self,
+        rules: &[Rule],
+        user_ids: &[UserId],
+    ) -> Result<Applied, EnrollmentError> {
+        let pending = db::pending(self.pool, self.org.id, user_ids).await?;
+        self.evaluate(rules, user_ids, &pending).await
+    }
+
+    /// Evaluates `rules` for the users, assigns, and deletes the `handled` pending rows.
+    async fn evaluate(
+        &self,
+        rules: &[Rule],
+        user_ids: &[UserId],
+        handled: &[Pending],
+    ) -> Result<Applied, EnrollmentError> {
+        let mut total = Applied::default();
+        if !rules.is_empty() {
+            for chunk in user_ids.chunks(CHANGED_BATCH) {
+                let profiles = db::profiles(self.pool, self.org.id, chunk).await?;
+                total += self.apply(rules, &profiles, Utc::now()).await?;
+            }
+        }
+        db::delete_pending(self.pool, handled).await?;
+        Ok(total)
+    }
+
+    /// Evaluates `rules` for `profiles` (inactive users are left out: never assigned, their
+    /// matches left as they stand), records the matches, and publishes the assignments not
+    /// persisted yet.
+    pub async fn apply(
+        &self,
+        rules: &[Rule],
+        profiles: &[Profile],
+        now: DateTime<Utc>,
+    ) -> Result<Applied, EnrollmentError> {
+        let mut evaluated: Vec<Evaluated> = Vec::new();
+        for rule in rules {
+            for profile in profiles.iter().filter(|profile| profile.active) {
+                evaluated.push(Evaluated {
+                    rule_id: rule.id,
+                    user_id: profile.id,
+                    matching: rule.condition.matches(profile),
+                });
+            }
+        }
+        if evaluated.is_empty() {
+            return Ok(Applied::default());
+        }
+        // Rows are claimed in one order, so concurrent evaluations wait for each other rather
+        // than deadlock (mostly: a deadlock is retried).
+        evaluated.sort_by_key(|pair| (pair.rule_id, pair.user_id));
+        let matching = evaluated.iter().filter(|pair| pair.matching).count() as u64;
+        let mut attempt = 0;
+        let pending = loop {
+            attempt += 1;
+            match self.claim(rules, profiles, &evaluated, now).await {
+                Err(error) if attempt < CLAIM_ATTEMPTS && crate::db::is_transient(&error) => {
+                    tracing::debug!(%error, "enrollment claim retried");
+                }
+                other => break other?,
+            }
+        };
+        let rules: HashMap<EnrollmentRuleId, &Rule> =
+            rules.iter().map(|rule| (rule.id, rule)).collect();
+        let profiles: HashMap<UserId, &Profile> = profiles
+            .iter()
+            .map(|profile| (profile.id, profile))
+            .collect();
+        let zone = self.org.zone();
+        let traceparent = crate::telemetry::current_traceparent();
+        let mut submissions = Vec::with_capacity(pending.len());
+        for found in &pending {
+            let (Some(rule), Some(profile)) =
+                (rules.get(&found.rule_id), profiles.get(&found.user_id))
+            else {
+                continue;
+            };
+            let command = AssignCommand {
+                version: ASSIGN_COMMAND_VERSION,
+                assignment_id: AssignmentId::for_enrollment(rule.id, profile.id, found.generation),
+                existing_assignment_id: None,
+                org_id: self.org.id,
+                flow_id: rule.flow_id,
+                flow_name: rule.flow_name.clone(),
+                user_id: profile.id,
+                assignee_email: profile.email.clone(),
+                priority: rule.priority,
+                notes: rule.notes.clone(),
+                due_at: rule.due_at(profile, found.matched_at, zone),
+                assigned_at: found.matched_at,
+                request_id: None,
+                schedule_id: None,
+                traceparent: traceparent.clone(),
+            };
+            submissions.push(submission(&command)?);
+        }
+        if submissions.is_empty() {
+            return Ok(Applied {
+                matching,
+                queued: 0,
+            });
+        }
+        metrics::counter!("flow_assign_commands_total", "lane" => Lane::Bulk.as_str())
+            .increment(submissions.len() as u64);
+        let queue = self.org.assign_queue(Lane::Bulk).suffix();
+        let published = self
+            .publisher
+            .publish_all(Some(queue.as_str()), &submissions)
+            .await;
+        let failed = published.iter().filter(|outcome| outcome.is_err()).count();
+        if let Some(Err(error)) = published.into_iter().find(Result::is_err) {
+            // The matches are recorded: the next evaluation of these users (the pending rows
+            // stay, a retry, a backfill) publishes the same ids again.
+            tracing::warn!(%error, failed, "enrollment assignments not queued");
+            return Err(EnrollmentError::Unavailable { failed, error });
+        }
+        Ok(Applied {
+            matching,
+            queued: submissions.len() as u64,
+        })
+    }
+
+    /// Records the evaluation in one transaction: the matches, the ledger rows of the
+    /// generations not persisted yet, and an audit row for each generation claimed now. Answers
+    /// the matches whose assignment is still to be published.
+    async fn claim(
+        &self,
+        rules: &[Rule],
+        profiles: &[Profile],
+        evaluated: &[Evaluated],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Match>, sqlx::Error> {
+        let org_id = self.org.id;
+        let mut transaction = self.pool.begin().await?;
+        let matches = db::record_matches(&mut transaction, org_id, evaluated, now).await?;
+        let pending: Vec<Match> = matches
+            .into_iter()
+            .filter(|found| !found.persisted)
+            .collect();
+        let entries: Vec<LedgerEntry> = pending
+            .iter()
+            .map(|found| LedgerEntry {
+                assignment_id: AssignmentId::for_enrollment(
+                    found.rule_id,
+                    found.user_id,
+                    found.generation,
+                ),
+                rule_id: found.rule_id,
+                user_id: found.user_id,
+                generation: found.generation,
+            })
+            .collect();
+        let claimed = db::record_ledger(&mut transaction, org_id, &entries).await?;
+        if !claimed.is_empty() {
+            let names: HashMap<EnrollmentRuleId, &str> = rules
+                .iter()
+                .map(|rule| (rule.id, rule.name.as_str()))
+                .collect();
+            let emails: HashMap<UserId, &str> = profiles
+                .iter()
+                .map(|profile| (profile.id, profile.email.as_str()))
+                .collect();
+            let (targets, details): (Vec<String>, Vec<String>) = entries
+                .iter()
+                .filter(|entry| claimed.contains(&entry.assignment_id))
+                .map(|entry| {
+                    (
+                        entry.assignment_id.to_string(),
+                        format!(
+                            "rule \"{}\" ({}) assigned {}",
+                            names.get(&entry.rule_id).copied().unwrap_or(""),
+                            entry.rule_id,
+                            emails.get(&entry.user_id).copied().unwrap_or(""),
+                        ),
+                    )
+                })
+                .unzip();
+            audit::record_many(
+                &mut *transaction,
+                org_id,
+                self.actor,
+                "enrollment_rule.assigned",
+                &targets,
+                &details,
+            )
+            .await?;
+        }
+        transaction.commit().await?;
+        Ok(pending)
+    }
+}
+
+/// An assign command as the batch publisher takes it.
+fn submission(command: &AssignCommand) -> Result<Submission, EnrollmentError> {
+    Ok(Submission {
+        json: serde_json::to_vec(command)?,
+        message_id: command.assignment_id.to_string(),
+        request_id: None,
+        traceparent: command.traceparent.clone(),
+    })
+}
+
+/// How a scheduler drains the pending evaluations.
+#[derive(Debug, Clone, Copy)]
+pub struct DrainSettings {
+    /// How long after its queueing a row is left to the write's own evaluation.
+    pub grace: Duration,
+    /// How long a claimed row is left to the scheduler that claimed it.
+    pub lease: Duration,
+    /// Most rows claimed at once.
+    pub batch: i64,
+}
+
+/// Evaluates the users whose evaluation is still pending a grace period after their write
+/// (the API died after the commit, or its publish failed), a batch at a time, with the
+/// organization's rules as Postgres has them: claims the rows, evaluates, claims the matches,
+/// publishes, and deletes the rows. Safe with any number of schedulers. Answers how many users
+/// were evaluated; an organization that fails is logged and left for the next round (its rows'
+/// claims run out).
+pub async fn drain(
+    pool: &PgPool,
+    publisher: &BatchPublisher,
+    settings: DrainSettings,
+) -> Result<u64, EnrollmentError> {
+    let mut total = 0;
+    loop {
+        let claimed =
+            db::claim_pending(pool, settings.grace, settings.lease, settings.batch).await?;
+        let mut by_org: HashMap<OrgId, Vec<Pending>> = HashMap::new();
+        for row in &claimed {
+            by_org.entry(row.org_id).or_default().push(*row);
+        }
+        for (org_id, rows) in by_org {
+            let Some(org) = orgs::get(pool, org_id).await? else {
+                // The organization was deleted.
+                db::delete_pending(pool, &rows).await?;
+                continue;
+            };
+            let users: Vec<UserId> = rows.iter().map(|row| row.user_id).collect();
+            let outcome = async {
+                let rules = rules(pool, org_id).await?;
+                let assigner = Assigner {
+                    pool,
+                    publisher,
+                    org: &org,
+                    actor: Actor::Scheduler,
+                };
+                assigner.evaluate(&rules, &users, &rows).await
+            }
+            .await;
+            match outcome {
+                Ok(applied) => {
+                    total += users.len() as u64;
+                    tracing::info!(
+                        org_id = %org_id,
+                        users = users.len(),
+                        matching = applied.matching,
+                        queued = applied.queued,
+                        "pending enrollment evaluations done"
+                    );
+                }
+                Err(error) => tracing::warn!(
+                    org_id = %org_id,
+                    users = users.len(),
+                    %error,
+                    "pending enrollment evaluations failed; retried when their claim ends"
+                ),
+            }
+        }
+        if (claimed.len() as i64) < settings.batch {
+            return Ok(total);
+        }
+    }
+}
+
+/// What a scheduler did with a backfill it took up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackfillRun {
+    /// It finished (succeeded or failed for good).
+    Finished(BackfillId),
+    /// It stopped on a failure that may pass; it is resumed later from where it stopped.
+    Released(BackfillId),
+    /// Another scheduler took it over, or it was deleted with its rule.
+    Lost(BackfillId),
+}
+
+/// Takes up the oldest backfill waiting (or left by a scheduler that died) and runs it to its
+/// end: every user of the organization in id order, a page at a time, from after the last user
+/// done; each page's evaluation is recorded with the job's progress and a fresh `lease`. `None`
+/// when there was none to run.
+pub async fn run_backfill(
+    pool: &PgPool,
+    publisher: &BatchPublisher,
+    lease: Duration,
+) -> Result<Option<BackfillRun>, EnrollmentError> {
+    let Some(claimed) = backfills::claim(pool, lease).await? else {
+        return Ok(None);
+    };
+    let job = &claimed.backfill;
+    tracing::info!(
+        backfill_id = %job.id,
+        rule_id = %job.rule_id,
+        attempt = job.attempts,
+        after = ?job.after_user_id,
+        "backfill started"
+    );
+    match walk(pool, publisher, &claimed, lease).await {
+        Ok(None) => Ok(Some(BackfillRun::Lost(job.id))),
+        Ok(Some(total)) => {
+            let finished = backfills::finish(pool, &claimed, None).await?;
+            tracing::info!(
+                backfill_id = %job.id,
+                rule_id = %job.rule_id,
+                matching = total.matching,
+                queued = total.queued,
+                "backfill succeeded"
+            );
+            Ok(Some(match finished {
+                true => BackfillRun::Finished(job.id),
+                false => BackfillRun::Lost(job.id),
+            }))
+        }
+        Err(error) => {
+            let permanent = matches!(
+                error,
+                EnrollmentError::Corrupt { .. } | EnrollmentError::Encode(_)
+            );
+            let message = error.to_string();
+            if permanent || job.attempts >= BACKFILL_ATTEMPTS {
+                tracing::error!(backfill_id = %job.id, rule_id = %job.rule_id, %error, "backfill failed");
+                backfills::finish(pool, &claimed, Some(&message)).await?;
+                Ok(Some(BackfillRun::Finished(job.id)))
+            } else {
+                tracing::warn!(backfill_id = %job.id, rule_id = %job.rule_id, %error, "backfill interrupted; resumed shortly");
+                backfills::release(pool, &claimed, &message, Duration::from_secs(5)).await?;
+                Ok(Some(BackfillRun::Released(job.id)))
+            }
+        }
+    }
+}
+
+/// Walks the job's users from where it stopped; `None` when the lease was lost.
+async fn walk(
+    pool: &PgPool,
+    publisher: &BatchPublisher,
+    claimed: &Claimed,
+    lease: Duration,
+) -> Result<Option<Applied>, EnrollmentError> {
+    let job = &claimed.backfill;
+    let (Some(record), Some(org)) = (
+        db::get(pool, job.org_id, job.rule_id).await?,
+        orgs::get(pool, job.org_id).await?,
+    ) else {
+        // Deleted: the job went with it.
+        return Ok(None);
+    };
+    let rules = [rule(&record)?];
+    let assigner = Assigner {
+        pool,
+        publisher,
+        org: &org,
+        actor: job.actor().unwrap_or(Actor::Scheduler),
+    };
+    let mut total = Applied {
+        matching: u64::try_from(job.matching).unwrap_or(0),
+        queued: u64::try_from(job.queued).unwrap_or(0),
+    };
+    let mut after = job.after_user_id;
+    loop {
+        let page = db::profiles_page(pool, job.org_id, after, PAGE).await?;
+        let Some(last) = page.last() else { break };
+        let full = page.len() as i64 == PAGE;
+        let applied = assigner.apply(&rules, &page, Utc::now()).await?;
+        if !backfills::advance(
+            pool,
+            claimed,
+            last.id,
+            applied.matching,
+            applied.queued,
+            lease,
+        )
+        .await?
+        {
+            return Ok(None);
+        }
+        total += applied;
+        after = Some(last.id);
+        if !full {
+            break;
+        }
+    }
+    Ok(Some(total))
+}
