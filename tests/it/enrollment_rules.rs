@@ -729,6 +729,38 @@ async fn users_written_without_their_evaluation_are_assigned_once_by_the_schedul
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_rule_assignments_could_not_be_queued_is_assigned_by_the_scheduler() {
+    // The API's broker is unreachable: its user writes commit, their evaluations cannot publish.
+    let mut app = TestApp::spawn_with(TestOptions {
+        api_amqp_url: Some("amqp://guest:guest@127.0.0.1:1/%2f".to_owned()),
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Compliance", &[10]).await;
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Everyone", "condition": {"startDatePresent": false}, "flowId": flow}),
+    )
+    .await;
+    assert_eq!(
+        touch(&app, &app.base_url, &org, &["ann@example.com"]).await,
+        503
+    );
+    // The write committed, and so did its queueing; the failed evaluation left it there.
+    assert_eq!(pending_count(&app, &org).await, 1);
+    app.scheduler = Some(app.start_scheduler_with(|config| config.enrollment_grace_ms = 0));
+    assert_eq!(wait_assigned(&app, &rule, 1).await, ["ann@example.com"]);
+    app.eventually(Duration::from_secs(30), "pending row deleted", || async {
+        (pending_count(&app, &org).await == 0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.assignment_count().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_schedulers_draining_the_same_pending_users_assign_each_once() {
     let app = TestApp::spawn().await;
     let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;

@@ -41,6 +41,21 @@ pub async fn schedules(pool: PgPool) -> Result<(), sqlx::Error> {
     Ok(())
 }
 
+/// `flow_enrollment_pending`: users whose enrollment evaluation is still pending (their write's
+/// own evaluation has not finished, or did not: the scheduler drains them after a grace period),
+/// and `flow_enrollment_backfills_waiting`: backfills queued or running.
+pub async fn enrollment(pool: PgPool) -> Result<(), sqlx::Error> {
+    let pending = flow_common::db::enrollment_rules::pending_count(&pool).await?;
+    metrics::gauge!("flow_enrollment_pending").set(pending as f64);
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM enrollment_backfills WHERE status IN ('queued', 'running')",
+    )
+    .fetch_one(&pool)
+    .await?;
+    metrics::gauge!("flow_enrollment_backfills_waiting").set(waiting as f64);
+    Ok(())
+}
+
 /// `flow_dead_letters_pending`: dead letters recorded and not yet replayed or discarded.
 pub async fn dead_letters(pool: PgPool) -> Result<(), sqlx::Error> {
     let pending = flow_common::db::dead_letters::pending_count(&pool).await?;

@@ -82,6 +82,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
         Some(interval.saturating_mul(2) + Duration::from_secs(300)),
     );
     runtime.gauge("schedules due", crate::gauges::schedules);
+    runtime.gauge("enrollment pending", crate::gauges::enrollment);
     enrollment::start(&config, &runtime, &publisher);
     let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
     let mut last_prune = std::time::Instant::now();
