@@ -646,6 +646,62 @@ async fn a_second_backfill_request_answers_the_one_waiting_and_another_organizat
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_whose_scheduler_died_is_resumed_by_another_after_the_last_user_done() {
+    let mut app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Compliance", &[10]).await;
+    let emails = ["a@example.com", "b@example.com", "c@example.com"];
+    app.create_users(&org, &emails).await;
+    for email in emails {
+        set_profile(&app, &org, email, "Finance", true).await;
+    }
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Finance", "condition": {"departmentEquals": "Finance"}, "flowId": flow}),
+    )
+    .await;
+    // As a scheduler killed after its first page leaves a job: running, its lease run out,
+    // the first user (in id order) done and counted.
+    let rule_id = EnrollmentRuleId::parse(&rule).expect("rule id");
+    let (backfill, first): (String, String) = sqlx::query_as(
+        "WITH first AS (SELECT id, email FROM users WHERE org_id = $1 ORDER BY id LIMIT 1)
+         INSERT INTO enrollment_backfills (id, org_id, rule_id, status, actor_kind, matching,
+                                           queued, after_user_id, lease_token, lease_until,
+                                           attempts, started_at)
+         SELECT gen_random_uuid(), $1, $2, 'running', 'flowctl', 1, 1, first.id,
+                gen_random_uuid(), now() - interval '1 second', 1, now()
+         FROM first
+         RETURNING 'bkf_' || replace(id::text, '-', ''),
+                   (SELECT email FROM first)",
+    )
+    .bind(org.id)
+    .bind(rule_id)
+    .fetch_one(&app.db)
+    .await
+    .expect("backfill");
+    // Asking again answers the job under way.
+    let again = start_backfill(&app, &org, &rule).await;
+    assert_eq!(again["backfillId"], backfill);
+    assert_eq!(again["status"], "running");
+
+    app.scheduler = Some(app.start_scheduler());
+    let done = wait_backfill(&app, &org, &rule, &json!({ "backfillId": backfill })).await;
+    assert_eq!(done["matching"], 3, "{done:?}");
+    assert_eq!(done["queued"], 3, "{done:?}");
+    let attempts: i32 = sqlx::query_scalar("SELECT attempts FROM enrollment_backfills")
+        .fetch_one(&app.db)
+        .await
+        .expect("attempts");
+    assert_eq!(attempts, 2);
+    // It went on after the user done, not from the start.
+    let expected: Vec<&str> = emails.into_iter().filter(|email| *email != first).collect();
+    assert_eq!(wait_assigned(&app, &rule, 2).await, expected);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.assignment_count().await, 2);
+}
+
 /// Pending evaluations of the organization's users.
 async fn pending_count(app: &TestApp, org: &TestOrg) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM enrollment_pending WHERE org_id = $1")

@@ -65,6 +65,11 @@ pub fn describe(action: &str) -> String {
         "group.created" => "Created a group (SCIM)",
         "group.updated" => "Changed a group (SCIM)",
         "group.deleted" => "Deleted a group (SCIM)",
+        "enrollment_rule.created" => "Created an enrollment rule",
+        "enrollment_rule.updated" => "Changed an enrollment rule",
+        "enrollment_rule.deleted" => "Deleted an enrollment rule",
+        "enrollment_rule.backfill_requested" => "Started a backfill of an enrollment rule",
+        "enrollment_rule.assigned" => "An enrollment rule assigned a flow",
         other => other,
     }
     .to_owned()
