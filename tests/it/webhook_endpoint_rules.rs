@@ -3,7 +3,6 @@
 //! characters), and both commit an update or a secret rotation together with its audit row, or
 //! not at all.
 
-use flow_common::db::accounts::Role;
 use flow_common::db::orgs::Tier;
 use flow_tests::dashboard::DashboardClient;
 use flow_tests::{TestApp, TestOptions, TestOrg};
@@ -35,13 +34,7 @@ async fn setup() -> (TestApp, TestOrg, DashboardClient) {
     })
     .await;
     let org = app.create_org(Tier::Standard).await;
-    let client = DashboardClient::signed_in(
-        &app,
-        org.id,
-        &format!("admin-{}@example.com", org.id),
-        Role::Admin,
-    )
-    .await;
+    let client = DashboardClient::admin(&app, org.id).await;
     (app, org, client)
 }
 
