@@ -1356,7 +1356,8 @@ async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
 }
 
 #[tokio::test]
-async fn a_group_write_that_changes_nothing_evaluates_no_rule_for_its_members() {
+async fn a_group_write_that_changes_nothing_evaluates_no_rule_and_a_rename_evaluates_every_member()
+{
     let app = api_only().await;
     let org = app.create_org(Tier::Standard).await;
     let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
@@ -1412,4 +1413,20 @@ async fn a_group_write_that_changes_nothing_evaluates_no_rule_for_its_members() 
     .await;
     assert_eq!(added.status, 200, "{:?}", added.body);
     assert_eq!(matched_by(&app, &rule).await, ["cid@example.com"]);
+
+    // A rename changes what a rule naming the group matches: every member is evaluated.
+    let body = json!({"name": "EMEA", "condition": {"memberOf": "Sales EMEA"}, "flowId": flow});
+    let renamed_rule = create_rule(&app, &org, body).await;
+    let renamed = patch(
+        &app,
+        &org,
+        &group_path,
+        json!([{"op": "replace", "path": "displayName", "value": "Sales EMEA"}]),
+    )
+    .await;
+    assert_eq!(renamed.status, 200, "{:?}", renamed.body);
+    assert_eq!(
+        matched_by(&app, &renamed_rule).await,
+        ["ann@example.com", "ben@example.com", "cid@example.com"]
+    );
 }

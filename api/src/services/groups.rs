@@ -223,7 +223,7 @@ pub async fn edit<E: From<ServiceError>>(
 
 /// Writes what the locked group is to be (`after`, from `before`): its name and external id,
 /// and the difference in members, with its audit row; then runs the rules for the users who
-/// joined or left.
+/// joined or left, or for every member when the group was renamed.
 async fn write(
     state: &AppState,
     acting: Acting<'_>,
@@ -270,9 +270,16 @@ async fn write(
     .await?;
     let members = groups::members(&mut *transaction, org_id, &[id]).await?;
     transaction.commit().await?;
+    // A rule may name the group by its display name (`memberOf`): a rename changes what every
+    // member, staying or leaving, matches.
+    let users = if after.display_name == before.display_name {
+        changed
+    } else {
+        before.members.union(&after.members).copied().collect()
+    };
     Changed {
         value: StoredGroup { row, members },
-        users: changed,
+        users,
     }
     .with_rules(state, acting, None)
     .await
