@@ -27,13 +27,7 @@ struct Team {
 
 async fn team(app: &TestApp, pat_role: &str) -> Team {
     let org = app.create_org(Tier::Standard).await;
-    let admin = DashboardClient::signed_in(
-        app,
-        org.id,
-        &format!("admin-{}@example.com", org.id),
-        role("admin"),
-    )
-    .await;
+    let admin = DashboardClient::admin(app, org.id).await;
     let pat_email = format!("pat-{}@example.com", org.id);
     let link = create_account(app, org.id, &pat_email, role(pat_role)).await;
     let mut pat = DashboardClient::with_link(app, &link, PASSWORD).await;

@@ -6,24 +6,12 @@
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_tests::dashboard::{DashboardClient, between, create_account, role};
+use flow_tests::dashboard::{DashboardClient, between, create_account, org_with_admin, role};
 use flow_tests::receiver::{Behaviour, Receiver};
 use flow_tests::{TestApp, TestOptions, TestOrg};
 use serde_json::json;
 
 const PASSWORD: &str = "a long enough password";
-
-async fn admin(app: &TestApp) -> (TestOrg, DashboardClient) {
-    let org = app.create_org(Tier::Standard).await;
-    let client = DashboardClient::signed_in(
-        app,
-        org.id,
-        &format!("admin-{}@example.com", org.id),
-        role("admin"),
-    )
-    .await;
-    (org, client)
-}
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -267,7 +255,7 @@ async fn signing_in_gives_a_new_session_id_and_signing_out_ends_it() {
 #[tokio::test]
 async fn cross_site_requests_that_change_things_are_refused() {
     let app = TestApp::spawn().await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     for headers in [
         vec![("origin", "https://evil.example")],
         vec![("sec-fetch-site", "cross-site")],
@@ -326,7 +314,7 @@ async fn an_idle_session_ends() {
         ..TestOptions::default()
     })
     .await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     // Activity keeps it alive past the idle time.
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(1_000)).await;
@@ -352,7 +340,7 @@ async fn a_session_ends_at_its_maximum_age_however_active() {
         ..TestOptions::default()
     })
     .await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let ended = loop {
         let page = client.get("/dashboard/flows").await;
@@ -514,7 +502,7 @@ async fn counts(app: &TestApp) -> Vec<i64> {
 async fn another_organizations_ids_are_not_found() {
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let (_mine, client) = admin(&app).await;
+    let (_mine, client) = org_with_admin(&app).await;
     let theirs = app.create_org(Tier::Standard).await;
     app.create_users(&theirs, &["their@example.com"]).await;
     let flow = app.create_flow(&theirs, "Their flow", &[10]).await;
@@ -624,7 +612,7 @@ async fn another_organizations_ids_are_not_found() {
 async fn every_value_is_html_escaped() {
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let evil = "<script>alert(1)</script>";
     let flow = app.create_flow(&org, evil, &[10]).await;
     let response = app
@@ -684,7 +672,7 @@ async fn every_value_is_html_escaped() {
 #[tokio::test]
 async fn pages_allow_no_inline_script_or_style() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let flow = app.create_flow(&org, "Onboarding", &[10, 20]).await;
     for path in [
         "/dashboard/sign-in".to_owned(),
@@ -742,7 +730,7 @@ async fn pages_allow_no_inline_script_or_style() {
 #[tokio::test]
 async fn a_generated_key_works_until_it_is_revoked() {
     let app = TestApp::spawn().await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     let generated = client
         .post_form("/dashboard/settings/api-keys", &[("name", "HR sync")])
         .await;
@@ -799,7 +787,7 @@ async fn a_generated_key_works_until_it_is_revoked() {
 #[tokio::test]
 async fn a_rolled_key_keeps_working_until_the_chosen_expiry() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let status = |key: &str| {
         let key = key.to_owned();
         let app = &app;
@@ -891,7 +879,7 @@ async fn a_rolled_key_keeps_working_until_the_chosen_expiry() {
 async fn the_audit_log_shows_key_and_endpoint_changes_from_everywhere() {
     let app = TestApp::spawn().await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     // Dashboard: generate and revoke a key.
     let generated = client
         .post_form("/dashboard/settings/api-keys", &[("name", "dash key")])
@@ -987,7 +975,7 @@ async fn webhook_endpoints_are_managed_with_the_api_address_policy() {
         ..TestOptions::default()
     })
     .await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     let empty = client.page("/dashboard/webhooks").await;
     assert!(empty.contains("No endpoints yet"));
     let refused = client
@@ -1137,7 +1125,7 @@ async fn the_delivery_log_filters_searches_and_pages() {
     })
     .await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let endpoint = endpoint_with_receiver(&client, &app, &receiver, "log").await;
     // Three test events that fail for good, then 25 that succeed, then an assignment event.
     receiver.set("log", Behaviour::Status(500));
@@ -1277,7 +1265,7 @@ async fn a_delivery_can_be_resent_and_failed_ones_recovered_after_counting_them(
     })
     .await;
     let receiver = Receiver::start().await.expect("webhook receiver");
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     let endpoint = endpoint_with_receiver(&client, &app, &receiver, "recover").await;
     receiver.set("recover", Behaviour::Status(503));
     for _ in 0..4 {
@@ -1381,7 +1369,7 @@ async fn a_delivery_can_be_resent_and_failed_ones_recovered_after_counting_them(
 #[tokio::test]
 async fn the_assign_form_takes_the_api_path_with_errors_beside_the_fields() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     app.create_users(&org, &["Ada@Example.com"]).await;
     let flow = app.create_flow(&org, "Security Basics", &[30, 45]).await;
     let form = client.page("/dashboard/assign").await;
@@ -1475,7 +1463,7 @@ async fn the_assign_form_takes_the_api_path_with_errors_beside_the_fields() {
 #[tokio::test]
 async fn a_csv_upload_assigns_each_row_with_its_own_result() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     app.create_users(&org, &["a@example.com", "b@example.com", "c@example.com"])
         .await;
     let security = app.create_flow(&org, "Security Basics", &[30]).await;
@@ -1533,7 +1521,7 @@ async fn a_csv_upload_assigns_each_row_with_its_own_result() {
 #[tokio::test]
 async fn users_are_searched_and_imported_with_errors_per_row() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let empty = client.page("/dashboard/users").await;
     assert!(empty.contains("No users yet"));
     let imported = client
@@ -1578,7 +1566,7 @@ async fn users_are_searched_and_imported_with_errors_per_row() {
 #[tokio::test]
 async fn schedules_are_listed_and_cancelled() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     app.create_users(&org, &["sid@example.com"]).await;
     let flow = app.create_flow(&org, "Fire Drill", &[15]).await;
     let created = app
@@ -1608,7 +1596,7 @@ async fn schedules_are_listed_and_cancelled() {
 #[tokio::test]
 async fn a_flow_page_shows_the_report_chart_and_filtered_assignments() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let emails: Vec<String> = (0..30)
         .map(|index| format!("p{index:02}@example.com"))
         .collect();
@@ -1685,7 +1673,7 @@ async fn a_flow_page_shows_the_report_chart_and_filtered_assignments() {
 #[tokio::test]
 async fn an_export_shows_its_progress_then_downloads() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     app.create_users(&org, &["eve@example.com", "fay@example.com"])
         .await;
     let flow = app.create_flow(&org, "Compliance", &[10]).await;
@@ -1750,7 +1738,7 @@ async fn an_export_shows_its_progress_then_downloads() {
 #[tokio::test]
 async fn admins_invite_people_with_a_one_time_link() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let invited = client
         .post_form(
             "/dashboard/settings/team",
@@ -1848,7 +1836,7 @@ async fn flowctl_admin_create_refuses_duplicates_and_a_new_link_replaces_the_old
     .unwrap_err();
     assert!(unknown.to_string().contains("no organization"));
     // An admin issues a new link from the team page: the first one stops working.
-    let (_, admin_client) = admin(&app).await;
+    let (_, admin_client) = org_with_admin(&app).await;
     let account: String = sqlx::query_scalar(
         "SELECT 'acc_' || replace(id::text, '-', '') FROM dashboard_accounts WHERE email = 'ops@example.com'",
     )
@@ -1899,7 +1887,7 @@ async fn the_operations_view_shows_admins_the_lane_depths_their_shard_and_their_
         .execute(&app.db)
         .await
         .expect("rename");
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let shard: i64 = sqlx::query_scalar("SELECT bulk_lane % 8 FROM organizations WHERE id = $1")
         .bind(org.id)
         .fetch_one(&app.db)

@@ -9,31 +9,12 @@
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_domain::ids::{EnrollmentRuleId, UserId};
+use flow_domain::ids::UserId;
 use flow_tests::dashboard::{DashboardClient, role};
+use flow_tests::enrollment::{assigned_by, create_rule};
 use flow_tests::receiver::Receiver;
 use flow_tests::{TestApp, TestOptions, TestOrg};
 use serde_json::{Value, json};
-
-/// Creates a rule; returns its id.
-async fn create_rule(app: &TestApp, org: &TestOrg, body: Value) -> String {
-    let response = app.post(org, "/v1/enrollment-rules", &body).await;
-    assert_eq!(response.status, 201, "{:?}", response.body);
-    response.body["ruleId"].as_str().expect("ruleId").to_owned()
-}
-
-/// The e-mails of the users the rule has assigned (persisted assignments), sorted.
-async fn assigned_by(app: &TestApp, rule: &str) -> Vec<String> {
-    let rule = EnrollmentRuleId::parse(rule).expect("rule id");
-    sqlx::query_scalar(
-        "SELECT u.email FROM assignments a JOIN users u ON u.id = a.user_id
-         WHERE a.enrollment_rule_id = $1 ORDER BY u.email",
-    )
-    .bind(rule)
-    .fetch_all(&app.db)
-    .await
-    .expect("assignments")
-}
 
 /// Waits until the rule has assigned `count` users; returns their e-mails.
 async fn wait_assigned(app: &TestApp, rule: &str, count: usize) -> Vec<String> {
@@ -248,13 +229,7 @@ async fn a_rule_assigns_users_created_through_the_api_and_the_csv_import_once_ea
     assert_eq!(wait_assigned(&app, &rule, 1).await, ["alice@example.com"]);
 
     // The dashboard's CSV import runs the rules too.
-    let client = DashboardClient::signed_in(
-        &app,
-        org.id,
-        &format!("admin-{}@example.com", org.id),
-        role("admin"),
-    )
-    .await;
+    let client = DashboardClient::admin(&app, org.id).await;
     let page = client
         .post_file(
             "/dashboard/users",
@@ -380,14 +355,11 @@ async fn the_rule_id_is_in_the_flow_assigned_webhook() {
     .await;
     let receiver = Receiver::start().await.expect("receiver");
     let org = app.create_org(Tier::Standard).await;
-    let endpoint = app
-        .post(
-            &org,
-            "/v1/webhooks",
-            &json!({ "url": receiver.url("rules"), "events": ["flow.assigned"] }),
-        )
-        .await;
-    assert_eq!(endpoint.status, 201, "{:?}", endpoint.body);
+    app.create_webhook(
+        &org,
+        &json!({ "url": receiver.url("rules"), "events": ["flow.assigned"] }),
+    )
+    .await;
     let flow = app.create_flow(&org, "Welcome", &[10]).await;
     let rule = create_rule(
         &app,
@@ -968,14 +940,8 @@ async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_st
     .await;
     let receiver = Receiver::start().await.expect("receiver");
     let org = app.create_org(Tier::Standard).await;
-    let endpoint = app
-        .post(
-            &org,
-            "/v1/webhooks",
-            &json!({ "url": receiver.url("erase") }),
-        )
+    app.create_webhook(&org, &json!({ "url": receiver.url("erase") }))
         .await;
-    assert_eq!(endpoint.status, 201, "{:?}", endpoint.body);
     let flow = app.create_flow(&org, "Welcome", &[10, 10]).await;
     let manual = app.create_flow(&org, "Manual", &[10]).await;
     create_rule(

@@ -327,10 +327,8 @@ async fn a_single_assigns_webhook_is_delivered_while_a_bulk_flood_of_events_wait
     receiver.set("bulk", Behaviour::Delay(20));
     receiver.set("single", Behaviour::Succeed);
     for (org, path) in [(&bulk, "bulk"), (&bystander, "single")] {
-        let response = app
-            .post(org, "/v1/webhooks", &json!({ "url": receiver.url(path) }))
+        app.create_webhook(org, &json!({ "url": receiver.url(path) }))
             .await;
-        assert_eq!(response.status, 201, "{:?}", response.body);
     }
     // The webhook-worker is stopped while the bulk job's 5,000 events are relayed: they wait in
     // the bulk lane's webhook queue.
@@ -429,11 +427,10 @@ async fn a_poison_command_of_a_bulk_queue_is_dead_lettered_with_that_queue_and_r
 /// Creates an endpoint of `org` at `path` of `receiver`, which checks its signatures (and so
 /// tallies its arrivals).
 async fn signed_endpoint(app: &TestApp, org: &TestOrg, receiver: &Receiver, path: &str) {
-    let response = app
-        .post(org, "/v1/webhooks", &json!({ "url": receiver.url(path) }))
+    let endpoint = app
+        .create_webhook(org, &json!({ "url": receiver.url(path) }))
         .await;
-    assert_eq!(response.status, 201, "{:?}", response.body);
-    receiver.sign(path, response.body["secret"].as_str().expect("secret"));
+    receiver.sign(path, endpoint["secret"].as_str().expect("secret"));
 }
 
 /// Deliveries written for `org`'s events.

@@ -275,3 +275,38 @@ async fn the_prune_deletes_old_published_events_and_reads_no_further_than_its_li
         .expect("count");
     assert_eq!(old_left, 0);
 }
+
+#[tokio::test]
+async fn an_event_of_a_type_this_build_does_not_know_holds_the_relay_naming_it() {
+    let app = database().await;
+    let (known, unknown) = (event(), event());
+    let mut transaction = app.db.begin().await.expect("transaction");
+    outbox::insert(
+        &mut transaction,
+        Lane::Bulk,
+        &[known.clone(), unknown.clone()],
+    )
+    .await
+    .expect("insert");
+    transaction.commit().await.expect("commit");
+    // As a newer build with another event type would have written it.
+    sqlx::query("UPDATE outbox SET event_type = 'flow.archived' WHERE event_id = $1")
+        .bind(unknown.id)
+        .execute(&app.db)
+        .await
+        .expect("update");
+
+    let mut transaction = app.db.begin().await.expect("transaction");
+    let error = outbox::next_batch(&mut transaction, Lane::Bulk, 100)
+        .await
+        .expect_err("an unknown type is an error, not a routing key");
+    assert!(error.to_string().contains("\"flow.archived\""), "{error}");
+    transaction.rollback().await.expect("rollback");
+    // Nothing was skipped: once a build knows the type, both events go out, in order.
+    sqlx::query("UPDATE outbox SET event_type = 'flow.overdue' WHERE event_id = $1")
+        .bind(unknown.id)
+        .execute(&app.db)
+        .await
+        .expect("update");
+    assert_eq!(relay_round(&app.db).await, Some(vec![known.id, unknown.id]));
+}

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
+use flow_tests::enrollment::{assigned_by, create_rule, matched_by};
 use flow_tests::{TestApp, TestOrg, TestResponse};
 use serde_json::{Value, json};
 
@@ -1276,19 +1277,6 @@ async fn the_dashboard_generates_a_scim_only_key_when_asked_and_marks_it() {
     assert_eq!(details, ["Okta provisioning (SCIM only)", "Reporting"]);
 }
 
-/// The persisted assignments an enrollment rule made, as (e-mail, count) sorted by e-mail.
-async fn rule_assignments(app: &TestApp, rule: &str) -> Vec<(String, i64)> {
-    let rule = flow_domain::ids::EnrollmentRuleId::parse(rule).expect("rule id");
-    sqlx::query_as(
-        "SELECT u.email, count(*) FROM assignments a JOIN users u ON u.id = a.user_id
-         WHERE a.enrollment_rule_id = $1 GROUP BY u.email ORDER BY u.email",
-    )
-    .bind(rule)
-    .fetch_all(&app.db)
-    .await
-    .expect("assignments")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
     let app = TestApp::spawn().await;
@@ -1305,16 +1293,9 @@ async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
             &engineering_flow,
         ),
     ] {
-        let created = app
-            .post(
-                &org,
-                "/v1/enrollment-rules",
-                &json!({"name": name, "condition": condition, "flowId": flow,
-                        "due": {"days": 14, "from": "start_date"}}),
-            )
-            .await;
-        assert_eq!(created.status, 201, "{:?}", created.body);
-        rules.push(created.body["ruleId"].as_str().expect("ruleId").to_owned());
+        let body = json!({"name": name, "condition": condition, "flowId": flow,
+                          "due": {"days": 14, "from": "start_date"}});
+        rules.push(create_rule(&app, &org, body).await);
     }
     let (sales, engineering) = (&rules[0], &rules[1]);
 
@@ -1329,9 +1310,9 @@ async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
     let bob = post(&app, &org, "/Users", bob).await;
     assert_eq!(bob.status, 201, "{:?}", bob.body);
     let bob_id = id_of(&bob);
-    let expected_alice = vec![("alice@example.com".to_owned(), 1)];
+    let expected_alice = ["alice@example.com"];
     app.eventually(Duration::from_secs(30), "alice assigned", || async {
-        (rule_assignments(&app, sales).await == expected_alice).then_some(())
+        (assigned_by(&app, sales).await == expected_alice).then_some(())
     })
     .await;
 
@@ -1346,12 +1327,9 @@ async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
         .await;
         assert_eq!(moved.status, 200, "{:?}", moved.body);
     }
-    let both = vec![
-        ("alice@example.com".to_owned(), 1),
-        ("bob@example.com".to_owned(), 1),
-    ];
+    let both = ["alice@example.com", "bob@example.com"];
     app.eventually(Duration::from_secs(30), "bob assigned", || async {
-        (rule_assignments(&app, sales).await == both).then_some(())
+        (assigned_by(&app, sales).await == both).then_some(())
     })
     .await;
 
@@ -1365,14 +1343,90 @@ async fn scim_writes_run_enrollment_rules_and_each_rule_assigns_a_user_once() {
     )
     .await;
     assert_eq!(group.status, 201, "{:?}", group.body);
-    let expected_bob = vec![("bob@example.com".to_owned(), 1)];
+    let expected_bob = ["bob@example.com"];
     app.eventually(Duration::from_secs(30), "bob assigned by group", || async {
-        (rule_assignments(&app, engineering).await == expected_bob).then_some(())
+        (assigned_by(&app, engineering).await == expected_bob).then_some(())
     })
     .await;
 
     // Settled: nothing more arrives for either rule.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(rule_assignments(&app, sales).await, both);
-    assert_eq!(rule_assignments(&app, engineering).await, expected_bob);
+    assert_eq!(assigned_by(&app, sales).await, both);
+    assert_eq!(assigned_by(&app, engineering).await, expected_bob);
+}
+
+#[tokio::test]
+async fn a_group_write_that_changes_nothing_evaluates_no_rule_and_a_rename_evaluates_every_member()
+{
+    let app = api_only().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    let mut members = Vec::new();
+    for (email, given) in [("ann@example.com", "Ann"), ("ben@example.com", "Ben")] {
+        let created = post(&app, &org, "/Users", okta_user(email, given, "Sales")).await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        members.push(id_of(&created));
+    }
+    let group = json!({"schemas": [GROUP_SCHEMA], "displayName": "Sales",
+                       "members": [{"value": members[0]}, {"value": members[1]}]});
+    let created = post(&app, &org, "/Groups", group.clone()).await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let group_path = format!("/Groups/{}", id_of(&created));
+    // The rule comes after the group: creating it evaluates nobody.
+    let body = json!({"name": "Sales", "condition": {"memberOf": "Sales"}, "flowId": flow});
+    let rule = create_rule(&app, &org, body).await;
+    assert!(matched_by(&app, &rule).await.is_empty());
+
+    // A PUT of the group as it is, and a PATCH whose operations leave it as it is: both answer
+    // the group, and neither evaluates the rule for its members (both would match it).
+    let replaced = put(&app, &org, &group_path, group).await;
+    assert_eq!(replaced.status, 200, "{:?}", replaced.body);
+    let patched = patch(
+        &app,
+        &org,
+        &group_path,
+        json!([
+            {"op": "replace", "path": "displayName", "value": "Sales"},
+            {"op": "add", "path": "members", "value": [{"value": members[0]}]},
+        ]),
+    )
+    .await;
+    assert_eq!(patched.status, 200, "{:?}", patched.body);
+    assert_eq!(patched.body["members"].as_array().map(Vec::len), Some(2));
+    assert!(matched_by(&app, &rule).await.is_empty());
+
+    // A write that changes the members evaluates the rule for the member it added, only.
+    let cid = post(
+        &app,
+        &org,
+        "/Users",
+        okta_user("cid@example.com", "Cid", "Sales"),
+    )
+    .await;
+    assert_eq!(cid.status, 201, "{:?}", cid.body);
+    let added = patch(
+        &app,
+        &org,
+        &group_path,
+        json!([{"op": "add", "path": "members", "value": [{"value": id_of(&cid)}]}]),
+    )
+    .await;
+    assert_eq!(added.status, 200, "{:?}", added.body);
+    assert_eq!(matched_by(&app, &rule).await, ["cid@example.com"]);
+
+    // A rename changes what a rule naming the group matches: every member is evaluated.
+    let body = json!({"name": "EMEA", "condition": {"memberOf": "Sales EMEA"}, "flowId": flow});
+    let renamed_rule = create_rule(&app, &org, body).await;
+    let renamed = patch(
+        &app,
+        &org,
+        &group_path,
+        json!([{"op": "replace", "path": "displayName", "value": "Sales EMEA"}]),
+    )
+    .await;
+    assert_eq!(renamed.status, 200, "{:?}", renamed.body);
+    assert_eq!(
+        matched_by(&app, &renamed_rule).await,
+        ["ann@example.com", "ben@example.com", "cid@example.com"]
+    );
 }

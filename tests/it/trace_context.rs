@@ -33,14 +33,8 @@ fn trace_of(traceparent: &str) -> &str {
 
 /// An endpoint of `org` at `path` of the receiver, subscribed to `events`.
 async fn endpoint(app: &TestApp, org: &TestOrg, receiver: &Receiver, path: &str, events: &[&str]) {
-    let response = app
-        .post(
-            org,
-            "/v1/webhooks",
-            &json!({ "url": receiver.url(path), "events": events }),
-        )
+    app.create_webhook(org, &json!({ "url": receiver.url(path), "events": events }))
         .await;
-    assert_eq!(response.status, 201, "{:?}", response.body);
 }
 
 /// Posts an assign request carrying `traceparent`; returns the assignment id.

@@ -7,24 +7,11 @@
 use flow_api::dashboard::users::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS};
 use flow_api::extract::MAX_BODY_BYTES;
 use flow_api::services::assign::MAX_BULK_ITEMS;
-use flow_common::db::orgs::Tier;
-use flow_tests::dashboard::{DashboardClient, role};
-use flow_tests::{TestApp, TestOrg};
+use flow_tests::TestApp;
+use flow_tests::dashboard::org_with_admin;
 
 /// Room left in a body limit for the multipart framing around the file.
 const FRAMING: usize = 1024;
-
-async fn admin(app: &TestApp) -> (TestOrg, DashboardClient) {
-    let org = app.create_org(Tier::Standard).await;
-    let client = DashboardClient::signed_in(
-        app,
-        org.id,
-        &format!("admin-{}@example.com", org.id),
-        role("admin"),
-    )
-    .await;
-    (org, client)
-}
 
 /// `header` followed by copies of `line` up to `size` bytes.
 fn file_of(header: &str, line: &str, size: usize) -> Vec<u8> {
@@ -51,7 +38,7 @@ fn numbered_file(header: &str, line: impl Fn(usize) -> String, size: usize) -> V
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_import_of_the_largest_size_of_empty_records_is_refused_for_its_rows() {
     let app = TestApp::spawn().await;
-    let (_org, client) = admin(&app).await;
+    let (_org, client) = org_with_admin(&app).await;
     let file = file_of("email,name\n", ",\n", MAX_IMPORT_BYTES - FRAMING);
     let page = client
         .post_file("/dashboard/users", &[], "empty.csv", &file)
@@ -79,7 +66,7 @@ async fn a_users_import_of_the_largest_size_of_empty_records_is_refused_for_its_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_import_of_valid_lines_is_answered_at_the_largest_size_and_row_count() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     let too_many = numbered_file(
         "email,name\n",
         |index| format!("person{index}@example.com,Person {index}\n"),
@@ -129,7 +116,7 @@ async fn a_users_import_of_valid_lines_is_answered_at_the_largest_size_and_row_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_assign_upload_of_the_largest_size_is_refused_for_its_rows_whatever_it_holds() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     // The page shows its errors beside the form, which needs a flow to choose.
     app.create_flow(&org, "Onboarding", &[30]).await;
     let empty = file_of("email,flow\n", ",\n", MAX_BODY_BYTES - FRAMING);
@@ -156,7 +143,7 @@ async fn an_assign_upload_of_the_largest_size_is_refused_for_its_rows_whatever_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_assign_upload_of_the_most_rows_gets_a_result_per_row() {
     let app = TestApp::spawn().await;
-    let (org, client) = admin(&app).await;
+    let (org, client) = org_with_admin(&app).await;
     app.create_users(&org, &["known@example.com"]).await;
     let flow = app.create_flow(&org, "Onboarding", &[30]).await;
     // Empty records between the rows count toward the limit too: a file of exactly the most

@@ -20,15 +20,10 @@ async fn endpoint_with_failures(
     let org = app.create_org(tier).await;
     let admin = DashboardClient::signed_in(app, org.id, "ada@example.com", role("admin")).await;
     let created = app
-        .post(
-            &org,
-            "/v1/webhooks",
-            &json!({ "url": "http://127.0.0.1:9/hook" }),
-        )
+        .create_webhook(&org, &json!({ "url": "http://127.0.0.1:9/hook" }))
         .await;
-    assert_eq!(created.status, 201, "{}", created.body);
     let endpoint =
-        WebhookEndpointId::parse(created.body["webhookId"].as_str().unwrap()).expect("endpoint id");
+        WebhookEndpointId::parse(created["webhookId"].as_str().unwrap()).expect("endpoint id");
     sqlx::query(
         "INSERT INTO webhook_deliveries (id, org_id, endpoint_id, event_id, event_type, payload,
                                          status, attempts, created_at, event_at)

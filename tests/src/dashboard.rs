@@ -9,7 +9,7 @@ use flow_common::db::accounts::Role;
 use flow_domain::ids::OrgId;
 use reqwest::header::{self, HeaderMap};
 
-use crate::TestApp;
+use crate::{TestApp, TestOrg};
 
 /// Name of the session cookie.
 pub const SESSION_COOKIE: &str = "flow_session";
@@ -51,6 +51,13 @@ pub async fn create_account(app: &TestApp, org: OrgId, email: &str, role: Role) 
         .await
         .expect("create dashboard account")
         .link
+}
+
+/// A new organization (standard tier) and its admin signed in ([`DashboardClient::admin`]).
+pub async fn org_with_admin(app: &TestApp) -> (TestOrg, DashboardClient) {
+    let org = app.create_org(flow_common::db::orgs::Tier::Standard).await;
+    let client = DashboardClient::admin(app, org.id).await;
+    (org, client)
 }
 
 /// A browser-like client of one dashboard session.
@@ -111,6 +118,11 @@ impl DashboardClient {
     pub async fn signed_in(app: &TestApp, org: OrgId, email: &str, role: Role) -> Self {
         let link = create_account(app, org, email, role).await;
         Self::with_link(app, &link, "a long enough password").await
+    }
+
+    /// Signs in a new admin of `org`, `admin-{org}@example.com`.
+    pub async fn admin(app: &TestApp, org: OrgId) -> Self {
+        Self::signed_in(app, org, &format!("admin-{org}@example.com"), Role::Admin).await
     }
 
     /// The session cookie's value, if any.

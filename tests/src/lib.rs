@@ -6,6 +6,7 @@
 pub mod audit;
 pub mod cluster;
 pub mod dashboard;
+pub mod enrollment;
 pub mod proxy;
 pub mod replicas;
 pub mod reports;
@@ -902,6 +903,14 @@ impl TestApp {
         let id = response.body["flowId"].as_str().expect("flowId").to_owned();
         assert!(FlowId::parse(&id).is_some());
         id
+    }
+
+    /// Creates a webhook endpoint over HTTP from `body` (insisting on a 201); returns the
+    /// endpoint as answered, its one-time `secret` included.
+    pub async fn create_webhook(&self, org: &TestOrg, body: &Value) -> Value {
+        let response = self.post(org, "/v1/webhooks", body).await;
+        assert_eq!(response.status, 201, "{:?}", response.body);
+        response.body
     }
 
     /// Polls `check` every 50 ms until it returns `Some`, or panics after `timeout`.

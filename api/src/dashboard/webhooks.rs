@@ -133,7 +133,8 @@ impl EndpointRow {
             events: if endpoint.events.is_empty() {
                 "All events".to_owned()
             } else {
-                endpoint.events.join(", ")
+                let names: Vec<&str> = endpoint.events.iter().map(|kind| kind.as_str()).collect();
+                names.join(", ")
             },
             state,
             state_class,
@@ -205,12 +206,14 @@ pub struct EventChoice {
     pub checked: bool,
 }
 
-fn event_choices(ticked: &[String]) -> Vec<EventChoice> {
+/// The checkboxes with the kinds named in `ticked` ticked (names as the form sent them, or an
+/// endpoint's kinds).
+fn event_choices<S: AsRef<str>>(ticked: &[S]) -> Vec<EventChoice> {
     EventType::ALL
         .iter()
         .map(|event| EventChoice {
             value: event.as_str(),
-            checked: ticked.iter().any(|tick| tick == event.as_str()),
+            checked: ticked.iter().any(|tick| tick.as_ref() == event.as_str()),
         })
         .collect()
 }
@@ -293,7 +296,7 @@ async fn new_form(account: SignedIn) -> PageResult<FormPage> {
         url: String::new(),
         description: String::new(),
         enabled: true,
-        events: event_choices(&[]),
+        events: event_choices::<EventType>(&[]),
         errors: FormErrors::default(),
     })
 }

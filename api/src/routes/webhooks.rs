@@ -80,8 +80,7 @@ pub struct EndpointView {
     /// Free text.
     pub description: Option<String>,
     /// Event types delivered; empty means all.
-    #[schema(value_type = Vec<EventType>)]
-    pub events: Vec<String>,
+    pub events: Vec<EventType>,
     /// Whether deliveries go out.
     pub enabled: bool,
     /// Why it is disabled: `gone` (it answered 410), `failing` (days of failures), or by the

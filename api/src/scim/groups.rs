@@ -5,27 +5,18 @@ use std::collections::BTreeSet;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use flow_common::db::groups::GroupRow;
-use flow_common::db::scim_filter::SqlFilter;
+use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_domain::ids::{GroupId, UserId};
-use flow_scim::filter::parse_for;
-use flow_scim::{
-    Group, ListResponse, Member, Page, PatchRequest, Projection, ResourceMeta, ResourceType,
-    ScimError,
-};
+use flow_scim::filter::Filter;
+use flow_scim::{Group, Member, PatchRequest, ResourceMeta, ResourceType, ScimError};
 
-use super::{
-    Failure, ListQuery, ReadQuery, Resource, ScimAuth, ScimBody, ScimJson, base_url,
-    check_if_match, location, query,
+use super::resource::{
+    Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
+use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match};
 use crate::ratelimit::{Operation, RateInfo};
 use crate::services::groups::{self as service, GroupInput, StoredGroup};
 use crate::state::AppState;
-
-const KIND: ResourceType = ResourceType::Group;
-
-fn resource_meta(row: &GroupRow) -> ResourceMeta {
-    ResourceMeta::new(row.id.to_string(), row.created_at, row.updated_at)
-}
 
 fn scim_group(group: &StoredGroup) -> Group {
     let mut scim = Group::new(group.row.display_name.clone());
@@ -67,29 +58,25 @@ fn input(group: &Group) -> Result<GroupInput, Failure> {
     })
 }
 
-fn render(state: &AppState, group: &StoredGroup, projection: &Projection) -> serde_json::Value {
-    projection.apply(scim_group(group).to_json(&resource_meta(&group.row), base_url(state)))
-}
+impl Stored for StoredGroup {
+    const KIND: ResourceType = ResourceType::Group;
 
-fn answer(
-    state: &AppState,
-    status: StatusCode,
-    group: &StoredGroup,
-    rate: RateInfo,
-    projection: &Projection,
-) -> Resource {
-    let meta = resource_meta(&group.row);
-    Resource {
-        status,
-        body: render(state, group, projection),
-        version: meta.version,
-        location: (status == StatusCode::CREATED).then(|| location(state, KIND, &meta.id)),
-        rate,
+    fn sql_filter(filter: Filter) -> Result<SqlFilter, UnsupportedFilter> {
+        SqlFilter::groups(filter)
+    }
+
+    fn meta(&self) -> ResourceMeta {
+        meta(&self.row)
+    }
+
+    fn to_scim_json(&self, meta: &ResourceMeta, base_url: &str) -> serde_json::Value {
+        scim_group(self).to_json(meta, base_url)
     }
 }
 
-fn group_id(text: &str) -> Result<GroupId, Failure> {
-    GroupId::parse(text).ok_or_else(|| ScimError::not_found("group not found").into())
+/// The id and version of a group (what a deletion's precondition is checked against).
+fn meta(row: &GroupRow) -> ResourceMeta {
+    ResourceMeta::new(row.id.to_string(), row.created_at, row.updated_at)
 }
 
 /// `GET /Groups` (`excludedAttributes=members` skips loading members).
@@ -98,39 +85,18 @@ pub async fn list(
     auth: ScimAuth,
     uri: Uri,
 ) -> Result<(RateInfo, ScimJson), Failure> {
-    let params: ListQuery = query(&uri)?;
-    let filter = params
-        .filter
-        .as_deref()
-        .map(|text| parse_for(text, KIND))
-        .transpose()?
-        .map(SqlFilter::groups)
-        .transpose()
-        .map_err(|error| ScimError::invalid_filter(error.0))?;
-    let page = Page::parse(params.start_index.as_deref(), params.count.as_deref())?;
-    let projection = Projection::parse(
-        KIND,
-        params.attributes.as_deref(),
-        params.excluded_attributes.as_deref(),
-    )?;
+    let request = list_request::<StoredGroup>(&uri)?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let (total, groups) = service::search(
         &state,
         auth.0.acting(),
-        filter.as_ref(),
-        page.offset(),
-        page.count,
-        projection.includes("members"),
+        request.filter.as_ref(),
+        request.page.offset(),
+        request.page.count,
+        request.projection.includes("members"),
     )
     .await?;
-    let resources = groups
-        .iter()
-        .map(|group| render(&state, group, &projection))
-        .collect();
-    Ok((
-        rate,
-        ScimJson(ListResponse::new(page, total, resources).to_json()),
-    ))
+    Ok(page_answer(&state, rate, request, total, &groups))
 }
 
 /// `GET /Groups/{id}`.
@@ -140,13 +106,8 @@ pub async fn get(
     Path(id): Path<String>,
     uri: Uri,
 ) -> Result<Resource, Failure> {
-    let params: ReadQuery = query(&uri)?;
-    let projection = Projection::parse(
-        KIND,
-        params.attributes.as_deref(),
-        params.excluded_attributes.as_deref(),
-    )?;
-    let id = group_id(&id)?;
+    let projection = read_projection(&uri, StoredGroup::KIND)?;
+    let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let group = service::get(&state, auth.0.acting(), id, projection.includes("members")).await?;
     Ok(answer(&state, StatusCode::OK, &group, rate, &projection))
@@ -161,13 +122,7 @@ pub async fn create(
     let group = input(&Group::from_json(&body)?)?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::create(&state, auth.0.acting(), group).await?;
-    Ok(answer(
-        &state,
-        StatusCode::CREATED,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::CREATED, &changed.value, rate))
 }
 
 /// `PUT /Groups/{id}`: the body replaces the group, members included.
@@ -179,20 +134,14 @@ pub async fn replace(
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
     let replacement = input(&Group::from_json(&body)?)?;
-    let id = group_id(&id)?;
+    let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |current| {
-        check_if_match(&headers, &resource_meta(&current.row))?;
+        check_if_match(&headers, &current.meta())?;
         Ok::<_, Failure>(replacement)
     })
     .await?;
-    Ok(answer(
-        &state,
-        StatusCode::OK,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::OK, &changed.value, rate))
 }
 
 /// `PATCH /Groups/{id}`: renames and member additions and removals, all or nothing; answers
@@ -205,20 +154,14 @@ pub async fn patch(
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
     let request = PatchRequest::parse(&body)?;
-    let id = group_id(&id)?;
+    let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |current| {
-        check_if_match(&headers, &resource_meta(&current.row))?;
+        check_if_match(&headers, &current.meta())?;
         input(&scim_group(current).apply_patch(&request.operations)?)
     })
     .await?;
-    Ok(answer(
-        &state,
-        StatusCode::OK,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::OK, &changed.value, rate))
 }
 
 /// `DELETE /Groups/{id}`: the group goes; its members stay users.
@@ -228,10 +171,10 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<(StatusCode, RateInfo, ()), Failure> {
-    let id = group_id(&id)?;
+    let id: GroupId = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     service::delete(&state, auth.0.acting(), id, |row| {
-        check_if_match(&headers, &resource_meta(row))
+        check_if_match(&headers, &meta(row))
     })
     .await?;
     Ok((StatusCode::NO_CONTENT, rate, ()))

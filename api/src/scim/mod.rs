@@ -6,6 +6,7 @@
 //! every error is a SCIM error message. See docs/scim.md.
 
 mod groups;
+mod resource;
 mod users;
 
 use axum::Router;

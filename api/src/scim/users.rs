@@ -3,24 +3,22 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
+use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_common::db::users::{Profile, ProfileEmail, ProfileRow};
 use flow_domain::ids::UserId;
 use flow_domain::{Email, TextRule};
-use flow_scim::filter::parse_for;
+use flow_scim::filter::Filter;
 use flow_scim::{
-    ListResponse, Manager, Name, Page, PatchRequest, Projection, ResourceMeta, ResourceType,
-    ScimError, StartDate, User,
+    Manager, Name, PatchRequest, ResourceMeta, ResourceType, ScimError, StartDate, User,
 };
 
-use super::{
-    Failure, ListQuery, ReadQuery, Resource, ScimAuth, ScimBody, ScimJson, base_url,
-    check_if_match, location, query,
+use super::resource::{
+    Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
+use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match};
 use crate::ratelimit::{Operation, RateInfo};
 use crate::services::users as service;
 use crate::state::AppState;
-
-const KIND: ResourceType = ResourceType::User;
 
 /// The SCIM view of a stored user. A user who came from elsewhere (the API, a CSV) has their
 /// address as the primary work e-mail, so that Entra ID's `emails[type eq "work"]` finds it.
@@ -60,10 +58,6 @@ fn scim_user(row: &ProfileRow) -> User {
             .collect()
     };
     user
-}
-
-fn resource_meta(row: &ProfileRow) -> ResourceMeta {
-    ResourceMeta::new(row.id.to_string(), row.created_at, row.updated_at)
 }
 
 /// The profile a SCIM user gives: the e-mail must be an address; the name every surface shows
@@ -117,29 +111,20 @@ fn profile(user: &User) -> Result<Profile, Failure> {
     })
 }
 
-fn render(state: &AppState, row: &ProfileRow, projection: &Projection) -> serde_json::Value {
-    projection.apply(scim_user(row).to_json(&resource_meta(row), base_url(state)))
-}
+impl Stored for ProfileRow {
+    const KIND: ResourceType = ResourceType::User;
 
-fn answer(
-    state: &AppState,
-    status: StatusCode,
-    row: &ProfileRow,
-    rate: RateInfo,
-    projection: &Projection,
-) -> Resource {
-    let meta = resource_meta(row);
-    Resource {
-        status,
-        body: render(state, row, projection),
-        version: meta.version,
-        location: (status == StatusCode::CREATED).then(|| location(state, KIND, &meta.id)),
-        rate,
+    fn sql_filter(filter: Filter) -> Result<SqlFilter, UnsupportedFilter> {
+        SqlFilter::users(filter)
     }
-}
 
-fn user_id(text: &str) -> Result<UserId, Failure> {
-    UserId::parse(text).ok_or_else(|| ScimError::not_found("user not found").into())
+    fn meta(&self) -> ResourceMeta {
+        ResourceMeta::new(self.id.to_string(), self.created_at, self.updated_at)
+    }
+
+    fn to_scim_json(&self, meta: &ResourceMeta, base_url: &str) -> serde_json::Value {
+        scim_user(self).to_json(meta, base_url)
+    }
 }
 
 /// `GET /Users`.
@@ -148,38 +133,17 @@ pub async fn list(
     auth: ScimAuth,
     uri: Uri,
 ) -> Result<(RateInfo, ScimJson), Failure> {
-    let params: ListQuery = query(&uri)?;
-    let filter = params
-        .filter
-        .as_deref()
-        .map(|text| parse_for(text, KIND))
-        .transpose()?
-        .map(flow_common::db::scim_filter::SqlFilter::users)
-        .transpose()
-        .map_err(|error| ScimError::invalid_filter(error.0))?;
-    let page = Page::parse(params.start_index.as_deref(), params.count.as_deref())?;
-    let projection = Projection::parse(
-        KIND,
-        params.attributes.as_deref(),
-        params.excluded_attributes.as_deref(),
-    )?;
+    let request = list_request::<ProfileRow>(&uri)?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let (total, rows) = service::search(
         &state,
         auth.0.acting(),
-        filter.as_ref(),
-        page.offset(),
-        page.count,
+        request.filter.as_ref(),
+        request.page.offset(),
+        request.page.count,
     )
     .await?;
-    let resources = rows
-        .iter()
-        .map(|row| render(&state, row, &projection))
-        .collect();
-    Ok((
-        rate,
-        ScimJson(ListResponse::new(page, total, resources).to_json()),
-    ))
+    Ok(page_answer(&state, rate, request, total, &rows))
 }
 
 /// `GET /Users/{id}`.
@@ -189,13 +153,8 @@ pub async fn get(
     Path(id): Path<String>,
     uri: Uri,
 ) -> Result<Resource, Failure> {
-    let params: ReadQuery = query(&uri)?;
-    let projection = Projection::parse(
-        KIND,
-        params.attributes.as_deref(),
-        params.excluded_attributes.as_deref(),
-    )?;
-    let id = user_id(&id)?;
+    let projection = read_projection(&uri, ProfileRow::KIND)?;
+    let id = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let row = service::profile(&state, auth.0.acting(), id).await?;
     Ok(answer(&state, StatusCode::OK, &row, rate, &projection))
@@ -211,13 +170,7 @@ pub async fn create(
     let profile = profile(&user)?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::provision(&state, auth.0.acting(), profile).await?;
-    Ok(answer(
-        &state,
-        StatusCode::CREATED,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::CREATED, &changed.value, rate))
 }
 
 /// `PUT /Users/{id}`: the body replaces the user (an omitted `active` keeps its value).
@@ -228,20 +181,14 @@ pub async fn replace(
     headers: HeaderMap,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let id = user_id(&id)?;
+    let id = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |row| {
-        check_if_match(&headers, &resource_meta(row))?;
+        check_if_match(&headers, &row.meta())?;
         profile(&scim_user(row).replaced_by(&body)?)
     })
     .await?;
-    Ok(answer(
-        &state,
-        StatusCode::OK,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::OK, &changed.value, rate))
 }
 
 /// `PATCH /Users/{id}`: the operations apply all or nothing.
@@ -253,20 +200,14 @@ pub async fn patch(
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
     let request = PatchRequest::parse(&body)?;
-    let id = user_id(&id)?;
+    let id = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |row| {
-        check_if_match(&headers, &resource_meta(row))?;
+        check_if_match(&headers, &row.meta())?;
         profile(&scim_user(row).apply_patch(&request.operations)?)
     })
     .await?;
-    Ok(answer(
-        &state,
-        StatusCode::OK,
-        &changed.value,
-        rate,
-        &Projection::all(KIND),
-    ))
+    Ok(written(&state, StatusCode::OK, &changed.value, rate))
 }
 
 /// `DELETE /Users/{id}`: deactivates the user and hides them from SCIM; their record and
@@ -277,10 +218,10 @@ pub async fn delete(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<(StatusCode, RateInfo, ()), Failure> {
-    let id = user_id(&id)?;
+    let id: UserId = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     service::delete(&state, auth.0.acting(), id, |row| {
-        check_if_match(&headers, &resource_meta(row))
+        check_if_match(&headers, &row.meta())
     })
     .await?;
     Ok((StatusCode::NO_CONTENT, rate, ()))

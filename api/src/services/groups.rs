@@ -1,7 +1,8 @@
 //! Groups of users an identity provider pushes (SCIM): created, renamed, their members added
 //! and removed, deleted. Members are users of the organization; names are unique in it
-//! case-insensitively. Every write owns its transaction and audit row and answers [`Changed`]:
-//! the users whose memberships it changed, for enrollment rules.
+//! case-insensitively. Every write owns its transaction and audit row and answers
+//! [`Changed`](super::provisioning::Changed): the users whose memberships it changed, for
+//! enrollment rules (none for a write that leaves the group as it was).
 
 use std::collections::BTreeSet;
 
@@ -12,7 +13,7 @@ use flow_common::db::users;
 use flow_domain::Invalid;
 use flow_domain::ids::{GroupId, UserId};
 
-use super::users::{Changed, is_unique_violation};
+use super::provisioning::{Changed, Edit, Locked, is_unique_violation};
 use super::{Acting, ServiceError};
 use crate::state::AppState;
 
@@ -82,7 +83,19 @@ pub async fn get(
     with_members: bool,
 ) -> Result<StoredGroup, ServiceError> {
     let mut connection = state.db.acquire().await?;
-    let row = groups::get(&mut connection, acting.org_id(), id, false)
+    stored(&mut connection, acting, id, false, with_members).await
+}
+
+/// The group `id` read in `connection`, locked when `lock`, with its members when
+/// `with_members`.
+async fn stored(
+    connection: &mut sqlx::PgConnection,
+    acting: Acting<'_>,
+    id: GroupId,
+    lock: bool,
+    with_members: bool,
+) -> Result<StoredGroup, ServiceError> {
+    let row = groups::get(&mut *connection, acting.org_id(), id, lock)
         .await?
         .ok_or(ServiceError::NotFound("group"))?;
     let members = if with_members {
@@ -103,8 +116,6 @@ pub async fn search(
     count: usize,
     with_members: bool,
 ) -> Result<(u64, Vec<StoredGroup>), ServiceError> {
-    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-    let count = i64::try_from(count).unwrap_or(i64::MAX);
     let (total, rows) = groups::search(&state.db, acting.org_id(), filter, offset, count).await?;
     let mut members = if with_members && !rows.is_empty() {
         let ids: Vec<GroupId> = rows.iter().map(|row| row.id).collect();
@@ -122,7 +133,7 @@ pub async fn search(
             StoredGroup { row, members: mine }
         })
         .collect();
-    Ok((total.unsigned_abs(), found))
+    Ok((total, found))
 }
 
 /// Creates a group with its members. Audited as `group.created`.
@@ -169,34 +180,59 @@ pub async fn create(
     .await
 }
 
+/// The group `id`, with its members when `with_members`, locked in a new transaction for a
+/// change.
+async fn locked(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: GroupId,
+    with_members: bool,
+) -> Result<Locked<StoredGroup>, ServiceError> {
+    let mut transaction = state.db.begin().await?;
+    let current = stored(&mut transaction, acting, id, true, with_members).await?;
+    Ok(Locked {
+        transaction,
+        current,
+    })
+}
+
 /// Changes a group: `edit` gets the stored group with its members (to check a precondition and
 /// apply a PUT or PATCH) and returns what the group is to be, or its own error. Only the
-/// difference in members is written; nothing is when nothing changes. Audited as
-/// `group.updated`.
+/// difference in members is written. A write that leaves the group as it was (name, external
+/// id and members) writes nothing and changes no user, so it runs no enrollment rule for its
+/// members. Audited as `group.updated`.
 pub async fn edit<E: From<ServiceError>>(
     state: &AppState,
     acting: Acting<'_>,
     id: GroupId,
     edit: impl FnOnce(&StoredGroup) -> Result<GroupInput, E>,
 ) -> Result<Changed<StoredGroup>, E> {
-    let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
-    let row = groups::get(&mut transaction, org_id, id, true)
-        .await
-        .map_err(ServiceError::from)?
-        .ok_or(ServiceError::NotFound("group"))?;
-    let members = groups::members(&mut *transaction, org_id, &[id])
-        .await
-        .map_err(ServiceError::from)?;
-    let current = StoredGroup { row, members };
-    let before = current.input();
-    let after = edit(&current)?;
-    if after == before {
-        return Ok(Changed {
+    let locked = locked(state, acting, id, true).await?;
+    match locked.edit(|group| Ok(group.input()), edit)? {
+        Edit::Unchanged(current) => Ok(Changed {
             value: current,
             users: Vec::new(),
-        });
+        }),
+        Edit::To {
+            locked,
+            before,
+            after,
+        } => Ok(write(state, acting, locked, &before, &after).await?),
     }
+}
+
+/// Writes what the locked group is to be (`after`, from `before`): its name and external id,
+/// and the difference in members, with its audit row; then runs the rules for the users who
+/// joined or left, or for every member when the group was renamed.
+async fn write(
+    state: &AppState,
+    acting: Acting<'_>,
+    locked: Locked<StoredGroup>,
+    before: &GroupInput,
+    after: &GroupInput,
+) -> Result<Changed<StoredGroup>, ServiceError> {
+    let mut transaction = locked.transaction;
+    let (org_id, id) = (acting.org_id(), locked.current.row.id);
     let added: Vec<UserId> = after.members.difference(&before.members).copied().collect();
     let removed: Vec<UserId> = before.members.difference(&after.members).copied().collect();
     let added_set: BTreeSet<UserId> = added.iter().copied().collect();
@@ -212,18 +248,12 @@ pub async fn edit<E: From<ServiceError>>(
     {
         Ok(row) => row,
         Err(error) if is_unique_violation(&error) => {
-            return Err(name_taken(&after.display_name).into());
+            return Err(name_taken(&after.display_name));
         }
-        Err(error) => return Err(ServiceError::from(error).into()),
+        Err(error) => return Err(error.into()),
     };
-    let mut changed = groups::add_members(&mut transaction, org_id, id, &added)
-        .await
-        .map_err(ServiceError::from)?;
-    changed.extend(
-        groups::remove_members(&mut transaction, org_id, id, &removed)
-            .await
-            .map_err(ServiceError::from)?,
-    );
+    let mut changed = groups::add_members(&mut transaction, org_id, id, &added).await?;
+    changed.extend(groups::remove_members(&mut transaction, org_id, id, &removed).await?);
     audit::record(
         &mut *transaction,
         org_id,
@@ -237,15 +267,19 @@ pub async fn edit<E: From<ServiceError>>(
             removed.len()
         ),
     )
-    .await
-    .map_err(ServiceError::from)?;
-    let members = groups::members(&mut *transaction, org_id, &[id])
-        .await
-        .map_err(ServiceError::from)?;
-    transaction.commit().await.map_err(ServiceError::from)?;
+    .await?;
+    let members = groups::members(&mut *transaction, org_id, &[id]).await?;
+    transaction.commit().await?;
+    // A rule may name the group by its display name (`memberOf`): a rename changes what every
+    // member, staying or leaving, matches.
+    let users = if after.display_name == before.display_name {
+        changed
+    } else {
+        before.members.union(&after.members).copied().collect()
+    };
     Changed {
         value: StoredGroup { row, members },
-        users: changed,
+        users,
     }
     .with_rules(state, acting, None)
     .await
@@ -259,27 +293,28 @@ pub async fn delete<E: From<ServiceError>>(
     id: GroupId,
     check: impl FnOnce(&GroupRow) -> Result<(), E>,
 ) -> Result<Changed<()>, E> {
+    let Locked {
+        mut transaction,
+        current,
+    } = locked(state, acting, id, false).await?;
+    check(&current.row)?;
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
-    let row = groups::get(&mut transaction, org_id, id, true)
-        .await
-        .map_err(ServiceError::from)?
-        .ok_or(ServiceError::NotFound("group"))?;
-    check(&row)?;
-    let former = groups::delete(&mut transaction, org_id, id)
-        .await
-        .map_err(ServiceError::from)?;
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
-        "group.deleted",
-        &id.to_string(),
-        &row.display_name,
-    )
+    let former = async move {
+        let former = groups::delete(&mut transaction, org_id, id).await?;
+        audit::record(
+            &mut *transaction,
+            org_id,
+            acting.actor,
+            "group.deleted",
+            &id.to_string(),
+            &current.row.display_name,
+        )
+        .await?;
+        transaction.commit().await?;
+        Ok::<_, sqlx::Error>(former)
+    }
     .await
     .map_err(ServiceError::from)?;
-    transaction.commit().await.map_err(ServiceError::from)?;
     Changed {
         value: (),
         users: former,

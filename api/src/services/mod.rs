@@ -6,7 +6,8 @@
 //! its wire types.
 //!
 //! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM), [`enrollment`]
+//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM, sharing
+//! [`provisioning`]), [`enrollment`]
 //! (rules that assign on their own), [`erasure`], [`flows`], [`schedules`], [`reports`],
 //! [`operations`] (the lanes' queue depths and an organization's backlog) and
 //! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
@@ -21,6 +22,7 @@ pub mod flows;
 pub mod groups;
 pub mod keys;
 pub mod operations;
+pub mod provisioning;
 pub mod reports;
 pub mod schedules;
 pub mod team;

@@ -2,7 +2,8 @@
 //! one line of at most 200 characters), then upserted by e-mail, one, many in one transaction
 //! (all or nothing), or an imported file's worth in batches; and provisioned by an identity
 //! provider (SCIM) with a profile, changed, deactivated and deleted. Every provisioning write
-//! answers [`Changed`]: the users whose attributes or memberships it changed.
+//! answers [`Changed`](super::provisioning::Changed): the users whose attributes or memberships it
+//! changed.
 //! Every write then runs the organization's enrollment rules for the users it changed
 //! ([`super::enrollment::users_changed`]).
 
@@ -13,6 +14,7 @@ use flow_common::db::users::{self, NewUser, Profile, ProfileRow, User};
 use flow_domain::ids::UserId;
 use flow_domain::{Email, Invalid, TextRule};
 
+use super::provisioning::{Changed, Edit, Locked, is_unique_violation};
 use super::{Acting, ServiceError};
 use crate::state::AppState;
 
@@ -87,48 +89,6 @@ pub async fn import(
     Ok(imported)
 }
 
-/// What a write did, and the users whose attributes or group memberships it changed: those
-/// enrollment rules look at again.
-#[derive(Debug, Clone)]
-pub struct Changed<T> {
-    /// The result of the write.
-    pub value: T,
-    /// The users it changed, each once.
-    pub users: Vec<UserId>,
-}
-
-impl<T> Changed<T> {
-    /// `value`, with `user` changed or not.
-    fn of(value: T, user: Option<UserId>) -> Self {
-        Self {
-            value,
-            users: user.into_iter().collect(),
-        }
-    }
-
-    /// Runs the organization's enrollment rules for the users this write changed, and the
-    /// `also` ones (a write that changed nothing because its first try already did, whose rules
-    /// may not have run then). After the commit: a failure fails the request (503 for a broker
-    /// or database fault), and the caller's retry evaluates again; a (rule, user) pair assigns
-    /// once however often it is evaluated.
-    pub(super) async fn with_rules<E: From<ServiceError>>(
-        self,
-        state: &AppState,
-        acting: Acting<'_>,
-        also: Option<UserId>,
-    ) -> Result<Self, E> {
-        let mut users = self.users.clone();
-        users.extend(also.filter(|id| !self.users.contains(id)));
-        super::enrollment::users_changed(state, acting, &users).await?;
-        Ok(self)
-    }
-}
-
-/// Whether `error` is a unique violation (a taken e-mail or group name).
-pub(crate) fn is_unique_violation(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(database) if database.is_unique_violation())
-}
-
 fn taken(email: &Email) -> ServiceError {
     ServiceError::Conflict(format!(
         "a user with the e-mail {email} already exists in this organization"
@@ -166,7 +126,17 @@ pub async fn profile(
     id: UserId,
 ) -> Result<ProfileRow, ServiceError> {
     let mut connection = state.db.acquire().await?;
-    users::profile(&mut connection, acting.org_id(), id, false)
+    visible_profile(&mut connection, acting, id, false).await
+}
+
+/// The user `id` read in `connection` (locked when `lock`), unless deleted through SCIM.
+async fn visible_profile(
+    connection: &mut sqlx::PgConnection,
+    acting: Acting<'_>,
+    id: UserId,
+    lock: bool,
+) -> Result<ProfileRow, ServiceError> {
+    users::profile(connection, acting.org_id(), id, lock)
         .await?
         .filter(|row| row.scim_deleted_at.is_none())
         .ok_or(ServiceError::NotFound("user"))
@@ -180,11 +150,7 @@ pub async fn search(
     offset: u64,
     count: usize,
 ) -> Result<(u64, Vec<ProfileRow>), ServiceError> {
-    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-    let count = i64::try_from(count).unwrap_or(i64::MAX);
-    let (total, rows) =
-        users::search_profiles(&state.db, acting.org_id(), filter, offset, count).await?;
-    Ok((total.unsigned_abs(), rows))
+    Ok(users::search_profiles(&state.db, acting.org_id(), filter, offset, count).await?)
 }
 
 /// Provisions a user: a new one, or — when a user with that e-mail was deleted through SCIM —
@@ -227,6 +193,21 @@ pub async fn provision(
         .await
 }
 
+/// The user `id` as provisioning sees them (not deleted through SCIM), locked in a new
+/// transaction for a change.
+async fn locked(
+    state: &AppState,
+    acting: Acting<'_>,
+    id: UserId,
+) -> Result<Locked<ProfileRow>, ServiceError> {
+    let mut transaction = state.db.begin().await?;
+    let current = visible_profile(&mut transaction, acting, id, true).await?;
+    Ok(Locked {
+        transaction,
+        current,
+    })
+}
+
 /// Changes a user's profile: `edit` gets the stored user (to check a precondition such as an
 /// ETag, and to apply a PUT or PATCH) and returns the new profile, or its own error. Nothing is
 /// written when nothing changes. A deactivation (`active` turned false) stops new assigns to
@@ -237,25 +218,41 @@ pub async fn edit<E: From<ServiceError>>(
     id: UserId,
     edit: impl FnOnce(&ProfileRow) -> Result<Profile, E>,
 ) -> Result<Changed<ProfileRow>, E> {
-    let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
-    let current = users::profile(&mut transaction, org_id, id, true)
-        .await
-        .map_err(ServiceError::from)?
-        .filter(|row| row.scim_deleted_at.is_none())
-        .ok_or(ServiceError::NotFound("user"))?;
-    let before = stored_profile(&current)?;
-    let after = edit(&current)?;
-    if after == before {
-        drop(transaction);
-        return Changed::of(current, None)
-            .with_rules(state, acting, Some(id))
-            .await;
+    match locked(state, acting, id)
+        .await?
+        .edit(stored_profile, edit)?
+    {
+        Edit::Unchanged(current) => {
+            Changed::of(current, None)
+                .with_rules(state, acting, Some(id))
+                .await
+        }
+        Edit::To {
+            locked,
+            before,
+            after,
+        } => Ok(write_profile(state, acting, locked, &before, &after).await?),
     }
-    let row = match users::update_profile(&mut transaction, org_id, id, &after, false).await {
+}
+
+/// Writes the profile `after` of the locked user (whose profile was `before`), with its audit
+/// row, then runs the rules for them.
+async fn write_profile(
+    state: &AppState,
+    acting: Acting<'_>,
+    locked: Locked<ProfileRow>,
+    before: &Profile,
+    after: &Profile,
+) -> Result<Changed<ProfileRow>, ServiceError> {
+    let Locked {
+        mut transaction,
+        current,
+    } = locked;
+    let (org_id, id) = (acting.org_id(), current.id);
+    let row = match users::update_profile(&mut transaction, org_id, id, after, false).await {
         Ok(row) => row,
-        Err(error) if is_unique_violation(&error) => return Err(taken(&after.email).into()),
-        Err(error) => return Err(ServiceError::from(error).into()),
+        Err(error) if is_unique_violation(&error) => return Err(taken(&after.email)),
+        Err(error) => return Err(error.into()),
     };
     let action = match (before.active, after.active) {
         (true, false) => "user.deactivated",
@@ -270,9 +267,8 @@ pub async fn edit<E: From<ServiceError>>(
         &id.to_string(),
         after.email.as_str(),
     )
-    .await
-    .map_err(ServiceError::from)?;
-    transaction.commit().await.map_err(ServiceError::from)?;
+    .await?;
+    transaction.commit().await?;
     if before.active != after.active {
         tracing::info!(user_id = %id, active = after.active, "user (de)activated");
     }
@@ -291,31 +287,28 @@ pub async fn delete<E: From<ServiceError>>(
     id: UserId,
     check: impl FnOnce(&ProfileRow) -> Result<(), E>,
 ) -> Result<Changed<()>, E> {
-    let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await.map_err(ServiceError::from)?;
-    let current = users::profile(&mut transaction, org_id, id, true)
-        .await
-        .map_err(ServiceError::from)?
-        .filter(|row| row.scim_deleted_at.is_none())
-        .ok_or(ServiceError::NotFound("user"))?;
+    let Locked {
+        mut transaction,
+        current,
+    } = locked(state, acting, id).await?;
     check(&current)?;
-    users::mark_scim_deleted(&mut transaction, org_id, id)
-        .await
-        .map_err(ServiceError::from)?;
-    groups::leave_all(&mut transaction, org_id, id)
-        .await
-        .map_err(ServiceError::from)?;
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
-        "user.deleted",
-        &id.to_string(),
-        &current.email,
-    )
+    let org_id = acting.org_id();
+    async move {
+        users::mark_scim_deleted(&mut transaction, org_id, id).await?;
+        groups::leave_all(&mut transaction, org_id, id).await?;
+        audit::record(
+            &mut *transaction,
+            org_id,
+            acting.actor,
+            "user.deleted",
+            &id.to_string(),
+            &current.email,
+        )
+        .await?;
+        transaction.commit().await
+    }
     .await
     .map_err(ServiceError::from)?;
-    transaction.commit().await.map_err(ServiceError::from)?;
     tracing::info!(user_id = %id, "user deleted through SCIM (kept, deactivated)");
     Ok(Changed::of((), Some(id)))
 }

@@ -13,7 +13,7 @@ use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::{Endpoint, EndpointChanges, NewEndpoint};
 use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, RetryRefusal};
 use flow_common::webhook::address::check_endpoint_url;
-use flow_domain::events::{TEST_EVENT_TYPE, TestEventData, event_body};
+use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_domain::format_timestamp;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::webhook::endpoint as rules;
@@ -49,7 +49,7 @@ pub struct EndpointFields {
 /// The fields once they passed the rules.
 struct Checked {
     url: Option<String>,
-    events: Option<Vec<String>>,
+    events: Option<Vec<EventType>>,
     description: Option<Option<String>>,
 }
 

@@ -280,7 +280,7 @@ pub async fn create_endpoints_at(
                 id,
                 url: receiver.url(&path),
                 description: Some(format!("Benchmark receiver {index}")),
-                events: events(index),
+                events: flow_domain::webhook::endpoint::parse_events(&events(index))?,
                 secret: vault.seal(id, secret)?,
             },
         )

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use flow_domain::ids::{GroupId, OrgId, UserId};
 use sqlx::{FromRow, PgConnection, PgPool};
 
-use super::scim_filter::SqlFilter;
+use super::scim_filter::{Listing, SqlFilter, search_page};
 
 /// A group row.
 #[derive(Debug, Clone, FromRow)]
@@ -176,34 +176,16 @@ pub async fn search(
     pool: &PgPool,
     org_id: OrgId,
     filter: Option<&SqlFilter>,
-    offset: i64,
-    limit: i64,
-) -> Result<(i64, Vec<GroupRow>), sqlx::Error> {
-    let push_where = |builder: &mut sqlx::QueryBuilder<sqlx::Postgres>| {
-        builder.push(" FROM user_groups g WHERE g.org_id = ");
-        builder.push_bind(org_id);
-        if let Some(filter) = filter {
-            builder.push(" AND ");
-            filter
-                .push(builder)
-                .map_err(|error| sqlx::Error::Protocol(format!("filter: {error}")))?;
-        }
-        Ok::<_, sqlx::Error>(())
+    offset: u64,
+    limit: usize,
+) -> Result<(u64, Vec<GroupRow>), sqlx::Error> {
+    let listing = Listing {
+        table: "user_groups g",
+        alias: "g",
+        columns: COLUMNS,
+        condition: None,
     };
-    let mut count = sqlx::QueryBuilder::new("SELECT count(*)");
-    push_where(&mut count)?;
-    let total: i64 = count.build_query_scalar().fetch_one(pool).await?;
-    if limit == 0 || offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sqlx::QueryBuilder::new(format!("SELECT {COLUMNS}"));
-    push_where(&mut page)?;
-    page.push(" ORDER BY g.id OFFSET ");
-    page.push_bind(offset);
-    page.push(" LIMIT ");
-    page.push_bind(limit);
-    let rows = page.build_query_as().fetch_all(pool).await?;
-    Ok((total, rows))
+    search_page(pool, &listing, org_id, filter, offset, limit).await
 }
 
 /// Removes a user from every group of the organization (a SCIM deletion).

@@ -2,7 +2,7 @@
 //! relay publishes them to the events exchange afterwards.
 
 use chrono::{DateTime, Utc};
-use flow_domain::events::NewEvent;
+use flow_domain::events::{EventType, NewEvent};
 use flow_domain::ids::{AssignmentId, EventId, OrgId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -78,10 +78,7 @@ pub(crate) async fn write(
     }
     let ids: Vec<EventId> = events.iter().map(|event| event.id).collect();
     let orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
-    let types: Vec<&str> = events
-        .iter()
-        .map(|event| event.event_type.as_str())
-        .collect();
+    let types: Vec<EventType> = events.iter().map(|event| event.event_type).collect();
     let assignments: Vec<AssignmentId> = events.iter().map(|event| event.assignment_id).collect();
     let bodies: Vec<&serde_json::Value> = events.iter().map(|event| &event.body).collect();
     let traceparents: Vec<Option<&str>> = events
@@ -113,8 +110,11 @@ pub struct PendingEvent {
     pub event_id: EventId,
     /// Organization.
     pub org_id: OrgId,
-    /// Type (the routing key).
-    pub event_type: String,
+    /// Type (the routing key). Read loudly: a stored type this build does not know (written by a
+    /// newer build) fails [`next_batch`] naming it, and the relay retries the batch instead of
+    /// publishing under a routing key no consumer of this build binds; the events wait in the
+    /// outbox until a build that knows the type relays them.
+    pub event_type: EventType,
     /// Body, as the JSON text Postgres returns (the relay passes it on without parsing it).
     pub payload: Box<serde_json::value::RawValue>,
     /// When the state change was written.

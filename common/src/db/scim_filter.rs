@@ -6,8 +6,10 @@
 //! missing attribute compares false, so `not` of it is true), as RFC 7644 §3.4.2.2 reads.
 
 use chrono::{DateTime, Utc};
+use flow_domain::ids::OrgId;
 use flow_scim::filter::{AttrPath, Filter, FilterValue, Operator};
-use sqlx::{Postgres, QueryBuilder};
+use sqlx::postgres::PgRow;
+use sqlx::{FromRow, PgPool, Postgres, QueryBuilder};
 
 /// A filter this module cannot express (an operator or value the attribute's type does not
 /// take). `parse_for` lets few through; those are the caller's 400 `invalidFilter`.
@@ -54,6 +56,67 @@ impl SqlFilter {
         };
         push_filter(builder, &self.filter, resolve)
     }
+}
+
+/// What a SCIM list reads: an organization's rows of one table.
+pub(crate) struct Listing {
+    /// The table and its alias, the one the filter's resource uses (`users u`).
+    pub table: &'static str,
+    /// The alias, whose `id` orders the pages.
+    pub alias: &'static str,
+    /// The columns of a row.
+    pub columns: &'static str,
+    /// What every listed row must also be (`u.scim_deleted_at IS NULL`), if anything.
+    pub condition: Option<&'static str>,
+}
+
+/// A page of `listing`'s rows of the organization matching `filter`, in id order from `offset`,
+/// and how many match in all. The count is read first; the page is not read when it would be
+/// empty.
+pub(crate) async fn search_page<T>(
+    pool: &PgPool,
+    listing: &Listing,
+    org_id: OrgId,
+    filter: Option<&SqlFilter>,
+    offset: u64,
+    limit: usize,
+) -> Result<(u64, Vec<T>), sqlx::Error>
+where
+    T: for<'r> FromRow<'r, PgRow> + Send + Unpin,
+{
+    let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let push_where = |builder: &mut QueryBuilder<Postgres>| {
+        builder.push(format_args!(
+            " FROM {} WHERE {}.org_id = ",
+            listing.table, listing.alias
+        ));
+        builder.push_bind(org_id);
+        if let Some(condition) = listing.condition {
+            builder.push(format_args!(" AND {condition}"));
+        }
+        if let Some(filter) = filter {
+            builder.push(" AND ");
+            filter
+                .push(builder)
+                .map_err(|error| sqlx::Error::Protocol(format!("filter: {error}")))?;
+        }
+        Ok::<_, sqlx::Error>(())
+    };
+    let mut count = QueryBuilder::new("SELECT count(*)");
+    push_where(&mut count)?;
+    let total: i64 = count.build_query_scalar().fetch_one(pool).await?;
+    if limit == 0 || offset >= total {
+        return Ok((total.unsigned_abs(), Vec::new()));
+    }
+    let mut page = QueryBuilder::new(format!("SELECT {}", listing.columns));
+    push_where(&mut page)?;
+    page.push(format_args!(" ORDER BY {}.id OFFSET ", listing.alias));
+    page.push_bind(offset);
+    page.push(" LIMIT ");
+    page.push_bind(limit);
+    let rows = page.build_query_as().fetch_all(pool).await?;
+    Ok((total.unsigned_abs(), rows))
 }
 
 /// Where an attribute lives in SQL.

@@ -223,6 +223,33 @@ pub async fn profile_by_email_for_update(
     .await
 }
 
+/// A statement answering a [`ProfileRow`].
+type ProfileQuery<'q> =
+    sqlx::query::QueryAs<'q, sqlx::Postgres, ProfileRow, sqlx::postgres::PgArguments>;
+
+/// Binds `profile` as the next fifteen parameters of `query` (`$3` to `$17` after its two
+/// ids), in this order: email, email_normalized, name, active, external_id, given_name,
+/// family_name, formatted_name, title, department, employee_number, manager_id, manager_name,
+/// start_date, emails. One binding for the insert and the update, so they cannot drift apart.
+fn bind_profile<'q>(query: ProfileQuery<'q>, profile: &'q Profile) -> ProfileQuery<'q> {
+    query
+        .bind(profile.email.as_str())
+        .bind(profile.email.normalized())
+        .bind(profile.name.as_deref())
+        .bind(profile.active)
+        .bind(profile.external_id.as_deref())
+        .bind(profile.given_name.as_deref())
+        .bind(profile.family_name.as_deref())
+        .bind(profile.formatted_name.as_deref())
+        .bind(profile.title.as_deref())
+        .bind(profile.department.as_deref())
+        .bind(profile.employee_number.as_deref())
+        .bind(profile.manager_id.as_deref())
+        .bind(profile.manager_name.as_deref())
+        .bind(profile.start_date)
+        .bind(sqlx::types::Json(&profile.emails))
+}
+
 /// Inserts a user with a profile. A user with the same e-mail is a unique violation
 /// (`users_org_id_email_normalized_key`).
 pub async fn insert_profile(
@@ -230,7 +257,7 @@ pub async fn insert_profile(
     org_id: OrgId,
     profile: &Profile,
 ) -> Result<ProfileRow, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO users AS u (id, org_id, email, email_normalized, name, active, deactivated_at,
                           external_id, given_name, family_name, formatted_name, title, department,
                           employee_number, manager_id, manager_name, start_date, emails)
@@ -239,24 +266,8 @@ pub async fn insert_profile(
          RETURNING {PROFILE_COLUMNS}"
     )))
     .bind(UserId::new())
-    .bind(org_id)
-    .bind(profile.email.as_str())
-    .bind(profile.email.normalized())
-    .bind(profile.name.as_deref())
-    .bind(profile.active)
-    .bind(profile.external_id.as_deref())
-    .bind(profile.given_name.as_deref())
-    .bind(profile.family_name.as_deref())
-    .bind(profile.formatted_name.as_deref())
-    .bind(profile.title.as_deref())
-    .bind(profile.department.as_deref())
-    .bind(profile.employee_number.as_deref())
-    .bind(profile.manager_id.as_deref())
-    .bind(profile.manager_name.as_deref())
-    .bind(profile.start_date)
-    .bind(sqlx::types::Json(&profile.emails))
-    .fetch_one(connection)
-    .await
+    .bind(org_id);
+    bind_profile(query, profile).fetch_one(connection).await
 }
 
 /// Replaces a user's profile (e-mail and name included). Deactivation stamps `deactivated_at`
@@ -269,7 +280,7 @@ pub async fn update_profile(
     profile: &Profile,
     revive: bool,
 ) -> Result<ProfileRow, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "UPDATE users u SET email = $3, email_normalized = $4, name = $5, active = $6,
                 deactivated_at = CASE WHEN $6 THEN NULL ELSE COALESCE(u.deactivated_at, now()) END,
                 external_id = $7, given_name = $8, family_name = $9, formatted_name = $10,
@@ -281,25 +292,11 @@ pub async fn update_profile(
          RETURNING {PROFILE_COLUMNS}"
     )))
     .bind(org_id)
-    .bind(id)
-    .bind(profile.email.as_str())
-    .bind(profile.email.normalized())
-    .bind(profile.name.as_deref())
-    .bind(profile.active)
-    .bind(profile.external_id.as_deref())
-    .bind(profile.given_name.as_deref())
-    .bind(profile.family_name.as_deref())
-    .bind(profile.formatted_name.as_deref())
-    .bind(profile.title.as_deref())
-    .bind(profile.department.as_deref())
-    .bind(profile.employee_number.as_deref())
-    .bind(profile.manager_id.as_deref())
-    .bind(profile.manager_name.as_deref())
-    .bind(profile.start_date)
-    .bind(sqlx::types::Json(&profile.emails))
-    .bind(revive)
-    .fetch_one(connection)
-    .await
+    .bind(id);
+    bind_profile(query, profile)
+        .bind(revive)
+        .fetch_one(connection)
+        .await
 }
 
 /// Deactivates a user and marks them deleted for SCIM (their record and history stay).
@@ -326,35 +323,16 @@ pub async fn search_profiles(
     pool: &sqlx::PgPool,
     org_id: OrgId,
     filter: Option<&super::scim_filter::SqlFilter>,
-    offset: i64,
-    limit: i64,
-) -> Result<(i64, Vec<ProfileRow>), sqlx::Error> {
-    let push_where = |builder: &mut sqlx::QueryBuilder<sqlx::Postgres>| {
-        builder.push(" FROM users u WHERE u.org_id = ");
-        builder.push_bind(org_id);
-        builder.push(" AND u.scim_deleted_at IS NULL");
-        if let Some(filter) = filter {
-            builder.push(" AND ");
-            filter
-                .push(builder)
-                .map_err(|error| sqlx::Error::Protocol(format!("filter: {error}")))?;
-        }
-        Ok::<_, sqlx::Error>(())
+    offset: u64,
+    limit: usize,
+) -> Result<(u64, Vec<ProfileRow>), sqlx::Error> {
+    let listing = super::scim_filter::Listing {
+        table: "users u",
+        alias: "u",
+        columns: PROFILE_COLUMNS,
+        condition: Some("u.scim_deleted_at IS NULL"),
     };
-    let mut count = sqlx::QueryBuilder::new("SELECT count(*)");
-    push_where(&mut count)?;
-    let total: i64 = count.build_query_scalar().fetch_one(pool).await?;
-    if limit == 0 || offset >= total {
-        return Ok((total, Vec::new()));
-    }
-    let mut page = sqlx::QueryBuilder::new(format!("SELECT {PROFILE_COLUMNS}"));
-    push_where(&mut page)?;
-    page.push(" ORDER BY u.id OFFSET ");
-    page.push_bind(offset);
-    page.push(" LIMIT ");
-    page.push_bind(limit);
-    let rows = page.build_query_as().fetch_all(pool).await?;
-    Ok((total, rows))
+    super::scim_filter::search_page(pool, &listing, org_id, filter, offset, limit).await
 }
 
 /// Which of `ids` are users of the organization that SCIM sees (group members must be).

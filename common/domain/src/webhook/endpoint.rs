@@ -21,24 +21,21 @@ pub fn parse_description(text: &str) -> Result<Option<String>, Invalid> {
     Ok(Some(text).filter(|text| !text.is_empty()))
 }
 
-/// The event kinds an endpoint takes, sorted and without repeats (empty: every kind).
-pub fn parse_events<S: AsRef<str>>(events: &[S]) -> Result<Vec<String>, Invalid> {
+/// The event kinds an endpoint takes, in the order of their names and without repeats (empty:
+/// every kind). Sorting by name, not declaration, keeps the order the API has always answered.
+pub fn parse_events<S: AsRef<str>>(events: &[S]) -> Result<Vec<EventType>, Invalid> {
     let mut parsed = events
         .iter()
         .map(|event| {
-            event
-                .as_ref()
-                .parse::<EventType>()
-                .map(|event| event.as_str().to_owned())
-                .map_err(|_| {
-                    Invalid(format!(
-                        "events must contain only: {}",
-                        EventType::allowed()
-                    ))
-                })
+            event.as_ref().parse::<EventType>().map_err(|_| {
+                Invalid(format!(
+                    "events must contain only: {}",
+                    EventType::allowed()
+                ))
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    parsed.sort();
+    parsed.sort_by_key(|event| event.as_str());
     parsed.dedup();
     Ok(parsed)
 }
@@ -66,8 +63,14 @@ mod tests {
     #[test]
     fn event_kinds_are_checked_sorted_and_deduplicated() {
         assert_eq!(
-            parse_events(&["flow.overdue", "flow.assigned", "flow.overdue"]).unwrap(),
-            ["flow.assigned", "flow.overdue"]
+            parse_events(&[
+                "flow.started",
+                "flow.overdue",
+                "flow.assigned",
+                "flow.overdue"
+            ])
+            .unwrap(),
+            [EventType::Assigned, EventType::Overdue, EventType::Started]
         );
         assert!(
             parse_events(&["flow.deleted"])

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::events::EventType;
 use flow_domain::ids::{OrgId, WebhookEndpointId};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -20,8 +21,12 @@ pub struct Endpoint {
     pub url: String,
     /// Free text.
     pub description: Option<String>,
-    /// Event types delivered; empty means all.
-    pub events: Vec<String>,
+    /// Event types delivered; empty means all. Read loudly: a stored type this build does not
+    /// know (a row written by a newer build, or by hand) fails the read naming it, so the endpoint
+    /// can be neither shown nor changed until the build knows it; it is never kept as text nor
+    /// dropped, which would silently widen or narrow what the endpoint receives. Fan-out compares
+    /// the stored names in SQL and is not affected.
+    pub events: Vec<EventType>,
     /// Whether deliveries go out.
     pub enabled: bool,
     /// Why the service disabled it (`gone`, `failing`).
@@ -53,7 +58,7 @@ pub struct NewEndpoint {
     /// Free text.
     pub description: Option<String>,
     /// Event types; empty means all.
-    pub events: Vec<String>,
+    pub events: Vec<EventType>,
     /// Signing secret.
     pub secret: String,
 }
@@ -134,7 +139,7 @@ pub struct EndpointChanges {
     /// New description (`Some(None)` clears it).
     pub description: Option<Option<String>>,
     /// New event filter.
-    pub events: Option<Vec<String>>,
+    pub events: Option<Vec<EventType>>,
     /// Enable (which also forgets why it was disabled and its failure run) or disable.
     pub enabled: Option<bool>,
 }
