@@ -31,9 +31,8 @@ use flow_domain::Email;
 use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use hdrhistogram::Histogram;
 use sqlx::PgPool;
-use tokio::process::Child;
 
-use super::system::{Watched, spawn_component};
+use super::system::{Watched, spawn_components, stop_components};
 use super::webhooks::{create_endpoints, receiver_options};
 use crate::receiver::Receiver;
 
@@ -173,16 +172,7 @@ pub async fn run(core: &CoreConfig, args: AssignBenchArgs) -> anyhow::Result<()>
     if args.bulk == 0 || args.bulk > 1_000 {
         bail!("--bulk must be between 1 and 1000");
     }
-    let mut own = core.clone();
-    own.queue_prefix = format!(
-        "{}.bench-{}",
-        core.queue_prefix,
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let result = measure(&own, &args).await;
-    let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
-    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
-    result
+    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// What the load generator saw.
@@ -427,7 +417,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
         }
     );
     let mut watched = Watched::with_servers(core);
-    let mut children: Vec<Child> = Vec::new();
+    let mut children = Vec::new();
     let base_url = match &args.base_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
         None => {
@@ -446,13 +436,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
                 ("WEBHOOK_ALLOW_PRIVATE", "true"),
                 ("WEBHOOK_ALLOW_HTTP", "true"),
             ];
-            for component in components {
-                let child = spawn_component(component, args.port, core, &environment)?;
-                if let Some(pid) = child.id() {
-                    watched.add(component, vec![pid]);
-                }
-                children.push(child);
-            }
+            children = spawn_components(components, args.port, core, &environment, &mut watched)?;
             format!("http://127.0.0.1:{}", args.port)
         }
     };
@@ -496,10 +480,7 @@ async fn measure(core: &CoreConfig, args: &AssignBenchArgs) -> anyhow::Result<()
         anyhow::Ok((load, settled))
     }
     .await;
-    for mut child in children {
-        drop(child.start_kill());
-        drop(child.wait().await);
-    }
+    stop_components(children).await;
     receiver.stop().await;
     pool.close().await;
     let (load, settled) = outcome?;

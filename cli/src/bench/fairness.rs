@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use flow_common::amqp::{QueueKind, Topology};
+use flow_common::amqp::QueueKind;
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, orgs};
 use flow_domain::ids::OrgId;
@@ -32,7 +32,7 @@ use sqlx::PgPool;
 use tokio::process::Child;
 
 use super::assign::{AssignBenchArgs, Tenant, drive, tenant, wait_for_consumers, wait_ready};
-use super::system::{Watched, spawn_component};
+use super::system::{Watched, spawn_component, stop_components};
 use super::webhooks::{create_endpoints_at, receiver_options};
 use crate::receiver::Receiver;
 
@@ -140,16 +140,7 @@ pub async fn run(core: &CoreConfig, args: FairnessBenchArgs) -> anyhow::Result<(
     if args.bulk == 0 || args.bulk > 1_000 {
         bail!("--bulk must be between 1 and 1000");
     }
-    let mut own = core.clone();
-    own.queue_prefix = format!(
-        "{}.bench-{}",
-        core.queue_prefix,
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let result = measure(&own, &args).await;
-    let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
-    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
-    result
+    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// A benchmark organization with what the checks need.
@@ -376,13 +367,12 @@ async fn measure(core: &CoreConfig, args: &FairnessBenchArgs) -> anyhow::Result<
             workers.kills
         );
     }
-    for mut child in children
-        .into_iter()
-        .chain(workers.running.drain(..).map(|(_, child)| child))
-    {
-        drop(child.start_kill());
-        drop(child.wait().await);
-    }
+    stop_components(
+        children
+            .into_iter()
+            .chain(workers.running.drain(..).map(|(_, child)| child)),
+    )
+    .await;
     killed?;
     let delivered = outcome?;
     println!();

@@ -7,11 +7,15 @@ pub mod detailed;
 pub mod fairness;
 pub mod plain;
 pub mod report;
+pub mod scim;
 pub mod soak;
 pub mod system;
 pub mod webhooks;
 
+use std::future::Future;
+
 use clap::Subcommand;
+use flow_common::amqp::Topology;
 use flow_common::config::CoreConfig;
 
 /// Benchmark commands.
@@ -33,6 +37,9 @@ pub enum BenchCommand {
     Soak(soak::SoakBenchArgs),
     /// Report, weekly aggregate and exports of a flow with a million assignments.
     Report(report::ReportBenchArgs),
+    /// An identity provider pushing users one SCIM request each, an enrollment rule assigning
+    /// each: requests/s, latency, time to the last `flow.assigned` delivered, against `/v1/users`.
+    Scim(scim::ScimBenchArgs),
     /// Deliver lifecycle events to local webhook endpoints: deliveries/s and commit-to-delivery latency.
     Webhooks(webhooks::WebhookBenchArgs),
     /// The plain synchronous handler `bench assign` measures as its baseline (run by it).
@@ -50,7 +57,28 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Fairness(args) => fairness::run(core, args).await,
         BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
+        BenchCommand::Scim(args) => scim::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
         BenchCommand::PlainServer(args) => plain::run(core, args).await,
     }
+}
+
+/// Runs `measure` against `core` with a queue prefix of its own, whose queues are deleted
+/// afterwards, so nothing left in the configured queues, and nothing this run leaves, mixes with
+/// another run.
+async fn on_own_queues<F, Measured>(core: &CoreConfig, measure: F) -> anyhow::Result<()>
+where
+    F: FnOnce(CoreConfig) -> Measured,
+    Measured: Future<Output = anyhow::Result<()>>,
+{
+    let mut own = core.clone();
+    own.queue_prefix = format!(
+        "{}.bench-{}",
+        core.queue_prefix,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let result = measure(own.clone()).await;
+    let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
+    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
+    result
 }

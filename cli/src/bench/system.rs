@@ -56,6 +56,33 @@ pub fn spawn_component(
         .with_context(|| format!("starting {component}"))
 }
 
+/// Starts each of `components` with [`spawn_component`] and watches it under its name.
+pub fn spawn_components(
+    components: &[&str],
+    port: u16,
+    core: &CoreConfig,
+    extra: &[(&str, &str)],
+    watched: &mut Watched,
+) -> anyhow::Result<Vec<Child>> {
+    let mut children = Vec::with_capacity(components.len());
+    for component in components {
+        let child = spawn_component(component, port, core, extra)?;
+        if let Some(pid) = child.id() {
+            watched.add(component, vec![pid]);
+        }
+        children.push(child);
+    }
+    Ok(children)
+}
+
+/// Kills the benchmark's child processes and waits for each to end.
+pub async fn stop_components(children: impl IntoIterator<Item = Child>) {
+    for mut child in children {
+        drop(child.start_kill());
+        drop(child.wait().await);
+    }
+}
+
 /// Resident and peak memory of a process, in MiB, from /proc.
 pub fn memory_mib(pid: u32) -> Option<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -68,16 +68,7 @@ pub async fn run(core: &CoreConfig, args: WebhookBenchArgs) -> anyhow::Result<()
     if args.rate == 0 || args.duration == 0 {
         bail!("--rate and --duration must be positive");
     }
-    let mut own = core.clone();
-    own.queue_prefix = format!(
-        "{}.bench-{}",
-        core.queue_prefix,
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let result = measure(&own, &args).await;
-    let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
-    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
-    result
+    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// What the load generator did.
