@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_domain::ids::UserId;
+use flow_domain::ids::{EnrollmentRuleId, UserId};
 use flow_tests::dashboard::{DashboardClient, role};
 use flow_tests::enrollment::{assigned_by, create_rule};
 use flow_tests::receiver::Receiver;
