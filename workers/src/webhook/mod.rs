@@ -7,10 +7,11 @@
 //!    `{prefix}.webhooks.interactive` (the interactive lane's, in a consume loop of its own so a
 //!    bulk flood never delays them), and fans each event out to the enabled endpoints of its
 //!    organization that subscribe to its type that have no delivery of it yet (a redelivered or
-//!    republished event is not sent again). By default every delivery is written first (claimed
-//!    by this worker) and attempted by the dispatcher (step 2's last sentence), so no batch ever
-//!    waits for an endpoint: a slow one costs only its own request slots.
-//! 2. With `WEBHOOK_INLINE_WAIT` above zero, on the bulk lane, to an endpoint that answers
+//!    republished event is not sent again). The interactive lane writes every delivery first
+//!    (claimed by this worker) and the dispatcher attempts it (step 2's last sentence); a batch
+//!    of the bulk lane waits at most `WEBHOOK_INLINE_WAIT` (100 ms) for an endpoint, once: a slow
+//!    one then costs only its own request slots.
+//! 2. With `WEBHOOK_INLINE_WAIT` above zero (the default), on the bulk lane, to an endpoint that answers
 //!    promptly the first attempt is made at once, before anything is
 //!    written (the event is still unacked in the broker, so a crash loses nothing: the event comes
 //!    back and is sent again, with the same `webhook-id`). The batch then writes each delivery
@@ -124,12 +125,14 @@ pub struct WebhookWorkerConfig {
     pub lease: Duration,
 
     /// How long a batch of bulk-lane events waits for first attempts made before their
-    /// deliveries are written (saving a write per delivery); an attempt that takes longer goes
-    /// on, and its endpoint's next first attempts are made after the delivery is written. The
-    /// default `0s` writes every delivery before its first attempt, as the interactive lane always
-    /// does: no batch ever waits for an endpoint, so a slow one delays nobody else's events (with
-    /// a wait, the first batches that reach a newly slow endpoint hold their batch slot that long).
-    #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "0s", value_parser = parse_duration)]
+    /// deliveries are written (the delivery is then written once, with its outcome, instead of
+    /// written claimed and updated by the recorder); an attempt that takes longer goes on, and
+    /// its endpoint's next first attempts are made after the delivery is written. The default
+    /// `100ms` bounds what a newly slow endpoint adds to the other events of the first batches
+    /// that reach it (the budget is 0.2 s), while an endpoint answering within it costs
+    /// a third of the database time per delivery (docs/benchmarks.md). `0s` writes every
+    /// delivery before its first attempt, as the interactive lane always does.
+    #[arg(long, env = "WEBHOOK_INLINE_WAIT", default_value = "100ms", value_parser = parse_duration)]
     pub inline_wait: Duration,
 
     /// Longest wait between two looks for due retries.
