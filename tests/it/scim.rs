@@ -1430,3 +1430,103 @@ async fn a_group_write_that_changes_nothing_evaluates_no_rule_and_a_rename_evalu
         ["ann@example.com", "ben@example.com", "cid@example.com"]
     );
 }
+
+/// An identity provider's PATCHes of the same users reaching two API replicas at once, round after
+/// round, with the assign-worker killed after the first round and started again after the third,
+/// and the users leaving the rule's department in the fourth round and coming back in the fifth:
+/// each (rule, user) assigns once, with one `flow.assigned` and one audit row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_scim_patches_on_two_replicas_with_the_worker_killed_assign_each_user_once() {
+    let mut app = TestApp::spawn().await;
+    let replica = app.start_api_replica().await;
+    let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    let rule = create_rule(
+        &app,
+        &org,
+        json!({"name": "Sales", "condition": {"departmentEquals": "Sales"}, "flowId": flow}),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let email = format!("p{i:03}@example.com");
+        let created = post(
+            &app,
+            &org,
+            "/Users",
+            okta_user(&email, &format!("P{i}"), "Doe"),
+        )
+        .await;
+        assert_eq!(created.status, 201, "{:?}", created.body);
+        ids.push(id_of(&created));
+    }
+    let bases = [app.base_url.clone(), replica];
+    for round in 0..5 {
+        let department = if round == 3 { "Support" } else { "Sales" };
+        let body = json!({ "schemas": [PATCH_OP], "Operations": [
+            { "op": "Replace", "path": format!("{ENTERPRISE}:department"), "value": department }
+        ]});
+        let patches = bases
+            .iter()
+            .flat_map(|base| ids.iter().map(move |id| (base, id)))
+            .map(|(base, id)| {
+                app.client
+                    .patch(format!("{base}/scim/v2/Users/{id}"))
+                    .bearer_auth(&org.key)
+                    .header("content-type", SCIM_JSON)
+                    .body(body.to_string())
+                    .send()
+            });
+        let statuses: Vec<u16> = futures::future::join_all(patches)
+            .await
+            .into_iter()
+            .map(|response| response.expect("PATCH sent").status().as_u16())
+            .collect();
+        assert!(
+            statuses.iter().all(|status| *status == 200),
+            "round {round}: {statuses:?}"
+        );
+        if round == 0 {
+            app.assign_worker.take().expect("worker").kill();
+        }
+        if round == 2 {
+            app.assign_worker = Some(app.start_assign_worker());
+        }
+    }
+    let assigned = app
+        .eventually(
+            Duration::from_secs(30),
+            "an assignment of the rule for each user",
+            || async {
+                let emails = assigned_by(&app, &rule).await;
+                (emails.len() >= ids.len()).then_some(emails)
+            },
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(assigned_by(&app, &rule).await, assigned);
+    assert_eq!(assigned.len(), 60);
+    assert_eq!(app.assignment_count().await, 60);
+    let counted = |sql: &'static str| {
+        let db = app.db.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .bind(org.id)
+                .fetch_one(&db)
+                .await
+                .expect("count")
+        }
+    };
+    assert_eq!(
+        counted("SELECT count(*) FROM outbox WHERE org_id = $1 AND event_type = 'flow.assigned'")
+            .await,
+        60
+    );
+    assert_eq!(
+        counted(
+            "SELECT count(*) FROM audit_events WHERE org_id = $1 AND action = 'enrollment_rule.assigned'"
+        )
+        .await,
+        60
+    );
+}
