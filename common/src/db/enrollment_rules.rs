@@ -69,26 +69,37 @@ pub async fn create(
     fields: &RuleFields,
 ) -> Result<RuleRecord, sqlx::Error> {
     let id = EnrollmentRuleId::new();
-    sqlx::query(
+    let insert = sqlx::query(
         "INSERT INTO enrollment_rules (id, org_id, name, condition, flow_id, due_days, due_from,
                                        priority, notes, reassign)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(id)
-    .bind(org_id)
-    .bind(&fields.name)
-    .bind(&fields.condition)
-    .bind(fields.flow_id)
-    .bind(fields.due_days)
-    .bind(fields.due_from)
-    .bind(&fields.priority)
-    .bind(fields.notes.as_deref())
-    .bind(fields.reassign)
-    .execute(&mut *connection)
-    .await?;
+    .bind(org_id);
+    bind_fields(insert, fields)
+        .execute(&mut *connection)
+        .await?;
     get(&mut *connection, org_id, id)
         .await?
         .ok_or(sqlx::Error::RowNotFound)
+}
+
+/// A statement of the rules table, its ids bound as `$1` and `$2`.
+type FieldsQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// Binds a rule's fields as parameters $3 to $10, in this order: name, condition, flow_id,
+/// due_days, due_from, priority, notes, reassign. One binding for the insert and the update, so
+/// they cannot drift apart.
+fn bind_fields<'q>(query: FieldsQuery<'q>, fields: &'q RuleFields) -> FieldsQuery<'q> {
+    query
+        .bind(&fields.name)
+        .bind(&fields.condition)
+        .bind(fields.flow_id)
+        .bind(fields.due_days)
+        .bind(fields.due_from)
+        .bind(&fields.priority)
+        .bind(fields.notes.as_deref())
+        .bind(fields.reassign)
 }
 
 /// Replaces a rule's fields; false when the organization has no such rule.
@@ -98,23 +109,16 @@ pub async fn update(
     id: EnrollmentRuleId,
     fields: &RuleFields,
 ) -> Result<bool, sqlx::Error> {
-    let updated = sqlx::query(
+    let update = sqlx::query(
         "UPDATE enrollment_rules SET name = $3, condition = $4, flow_id = $5, due_days = $6,
                 due_from = $7, priority = $8, notes = $9, reassign = $10, updated_at = now()
          WHERE org_id = $1 AND id = $2",
     )
     .bind(org_id)
-    .bind(id)
-    .bind(&fields.name)
-    .bind(&fields.condition)
-    .bind(fields.flow_id)
-    .bind(fields.due_days)
-    .bind(fields.due_from)
-    .bind(&fields.priority)
-    .bind(fields.notes.as_deref())
-    .bind(fields.reassign)
-    .execute(&mut *connection)
-    .await?;
+    .bind(id);
+    let updated = bind_fields(update, fields)
+        .execute(&mut *connection)
+        .await?;
     Ok(updated.rows_affected() == 1)
 }
 
