@@ -78,7 +78,7 @@ pub struct ApiConfig {
 
     /// Ops address serving `/metrics`, `/healthz` and `/readyz` (`off`: none). `/metrics` is
     /// never served on the public port; the workers' ops ports follow this one (9101..9105).
-    #[arg(long, env = "METRICS_BIND", default_value = "0.0.0.0:9100")]
+    #[arg(long, env = "METRICS_BIND", default_value = "127.0.0.1:9100")]
     pub metrics_bind: OpsAddress,
 
     /// What the API's readiness depends on (filled in by `build_state`).

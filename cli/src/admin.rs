@@ -21,18 +21,9 @@ pub async fn pool(core: &CoreConfig) -> anyhow::Result<PgPool> {
         .with_context(|| format!("connecting to {}", redact(&core.database_url)))
 }
 
-/// A connection string without its password, for messages.
+/// A connection string without its credentials, for messages.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
+    flow_common::config::redact_url(url)
 }
 
 /// `flowctl migrate`.

@@ -1963,3 +1963,43 @@ async fn the_operations_view_shows_admins_the_lane_depths_their_shard_and_their_
         "not offered to viewers"
     );
 }
+
+#[tokio::test]
+async fn the_operations_view_counts_only_the_organizations_own_unpublished_events() {
+    // No outbox relay: every persisted assignment's `flow.assigned` stays unpublished.
+    let app = TestApp::spawn().await;
+    let rival = app.create_org(Tier::Standard).await;
+    let (org, client) = org_with_admin(&app).await;
+    for (who, emails) in [
+        (&org, vec!["own@example.com"]),
+        (
+            &rival,
+            vec!["r1@example.com", "r2@example.com", "r3@example.com"],
+        ),
+    ] {
+        let flow = app.create_flow(who, "Onboarding", &[10]).await;
+        app.create_users(who, &emails).await;
+        let items: Vec<String> = emails.iter().map(|email| (*email).to_owned()).collect();
+        let response = app
+            .assign_bulk(who, &flow_tests::assign_items(&flow, &items), &[])
+            .await;
+        assert_eq!(response.status, 200, "{:?}", response.body);
+    }
+    app.eventually(
+        Duration::from_secs(30),
+        "four events in the outbox",
+        || async {
+            let written: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_unpublished")
+                .fetch_one(&app.db)
+                .await
+                .expect("unpublished");
+            (written == 4).then_some(())
+        },
+    )
+    .await;
+    let html = client.page("/dashboard/settings/operations").await;
+    assert!(
+        html.contains("id=\"unpublished\">1<"),
+        "the organization's one event, not the rival's three: {html}"
+    );
+}

@@ -270,7 +270,7 @@ async fn api_binary_serves_metrics_on_its_ops_address_only() {
     if std::env::var_os("METRICS_BIND").is_none() {
         assert_eq!(
             defaults.metrics_bind.0,
-            Some("0.0.0.0:9100".parse().unwrap())
+            Some("127.0.0.1:9100".parse().unwrap())
         );
     }
     let app = TestApp::spawn_with(options()).await;

@@ -78,7 +78,10 @@ async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<Op
                 .to_string()
         }),
         queues: overview.queues.into_iter().map(QueueRow::from).collect(),
-        unpublished_events: count(overview.unpublished_events),
+        unpublished_events: match overview.unpublished_events {
+            backlog if backlog.complete => count(backlog.backlog),
+            backlog => format!("at least {}", count(backlog.backlog)),
+        },
         waiting: count(overview.webhook_backlog.waiting),
         retrying: count(overview.webhook_backlog.retrying),
         layout,

@@ -1,7 +1,9 @@
 //! The operations view of one organization (issue 26): how deep each lane's queues are, from the
 //! API's queue-depth poller (its latest reading, not a poll of its own), which bulk shard the
-//! organization's bulk work and webhook events travel in, and its own webhook backlog. Queue
-//! depths are counts over every organization; no other organization is ever named.
+//! organization's bulk work and webhook events travel in, and its own backlogs (events not yet
+//! published, webhook deliveries). Queue depths are counts over every organization, the lane's
+//! state as a status page would show it; every other figure is the organization's own, and no
+//! other organization is ever named.
 
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{self, BULK_SHARDS, Lane, QueueKind};
@@ -36,8 +38,8 @@ pub struct Overview {
     pub read_at: Option<DateTime<Utc>>,
     /// The queues, lane by lane.
     pub queues: Vec<DepthRow>,
-    /// Events written and not yet published to the broker, every organization's.
-    pub unpublished_events: i64,
+    /// The organization's own events written and not yet published to the broker.
+    pub unpublished_events: outbox::OrgBacklog,
     /// The organization's own webhook deliveries not finished yet.
     pub webhook_backlog: webhooks::log::Backlog,
 }
@@ -50,7 +52,7 @@ pub async fn overview(
 ) -> Result<Overview, ServiceError> {
     let bulk_shard = amqp::bulk_shard(bulk_lane);
     let reading = state.queue_depths.latest();
-    let (unpublished_events, _) = outbox::backlog(&state.db).await?;
+    let unpublished_events = outbox::backlog_of(&state.db, org_id).await?;
     let webhook_backlog = webhooks::log::backlog(&state.db, org_id).await?;
     let prefix = state.topology().prefix();
     Ok(Overview {

@@ -140,17 +140,9 @@ pub fn labels(list: &str) -> Result<Vec<String>, NodeListError> {
     Ok(parse(list)?.iter().map(label).collect())
 }
 
-/// An address with its password replaced by `***`.
+/// An address fit for logs: its credentials hidden (see [`crate::config::redact_url`]).
 pub fn redact(address: &str) -> String {
-    match url::Url::parse(address) {
-        Ok(mut url) => {
-            if url.password().is_some() {
-                let _ = url.set_password(Some("***"));
-            }
-            url.to_string()
-        }
-        Err(_) => "an unparsable address".to_owned(),
-    }
+    crate::config::redact_url(address)
 }
 
 impl Nodes {
@@ -310,6 +302,11 @@ mod tests {
         assert!(message.contains("node 2 of 2"), "{message}");
         assert!(!message.contains("secret"), "{message}");
         assert!(message.contains("***"), "{message}");
+        // A token given as the user name, with no password, is a credential too.
+        let error = parse("amqp://a:5672,ftp://TOKEN0123456789@b:5672/").unwrap_err();
+        let message = error.to_string();
+        assert!(!message.contains("TOKEN0123456789"), "{message}");
+        assert!(message.contains("***@b"), "{message}");
         assert_eq!(
             parse("amqp://a:5672,amqp://u:p@a:5672/%2f"),
             Err(NodeListError::Duplicate("a:5672".into()))

@@ -70,7 +70,7 @@ pub struct AssignWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { AssignWorkerConfig, ROLE, "Flow assign-worker", "0.0.0.0:9101", work }
+role! { AssignWorkerConfig, ROLE, "Flow assign-worker", "127.0.0.1:9101", work }
 
 /// Consumes assign commands, progress commands and dead letters until shutdown.
 async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {

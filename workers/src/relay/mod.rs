@@ -61,7 +61,7 @@ pub struct RelayConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { RelayConfig, ROLE, "Flow outbox relay", "0.0.0.0:9103", work }
+role! { RelayConfig, ROLE, "Flow outbox relay", "127.0.0.1:9103", work }
 
 /// Relays until shutdown.
 async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {

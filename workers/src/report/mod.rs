@@ -89,7 +89,7 @@ pub struct ReportWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { ReportWorkerConfig, ROLE, "Flow report-worker", "0.0.0.0:9102", work }
+role! { ReportWorkerConfig, ROLE, "Flow report-worker", "127.0.0.1:9102", work }
 
 /// Generates exports until shutdown, then hands those in progress back for another worker.
 async fn work(config: ReportWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {

@@ -69,7 +69,7 @@ pub struct SchedulerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { SchedulerConfig, ROLE, "Flow scheduler", "0.0.0.0:9104", work }
+role! { SchedulerConfig, ROLE, "Flow scheduler", "127.0.0.1:9104", work }
 
 /// Scans every interval until shutdown.
 async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {

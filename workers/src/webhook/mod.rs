@@ -157,7 +157,7 @@ pub struct WebhookWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { WebhookWorkerConfig, ROLE, "Flow webhook-worker", "0.0.0.0:9105", work }
+role! { WebhookWorkerConfig, ROLE, "Flow webhook-worker", "127.0.0.1:9105", work }
 
 /// The prefetch window of each queue of the bulk lane: `WEBHOOK_PREFETCH` shared among the
 /// shards, so the lane holds about as many events as the interactive lane when every shard is
