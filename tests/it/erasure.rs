@@ -474,14 +474,14 @@ async fn erasure_rewrites_only_the_organizations_rows_that_name_the_person() {
 
     let erased = erase(&app, &mine, &carol.to_string()).await;
     let pseudonym = erased["email"].as_str().expect("pseudonym").to_owned();
-    // Carol's assignment's notes, its `flow.assigned` event, Carol's half of the batch: rows
-    // of this organization only.
-    assert_eq!(erased["rowsRewritten"], json!(3), "{erased}");
     assert_eq!(snapshot().await, before, "nothing else was rewritten");
     for admin in [&my_admin, &their_admin] {
         let page = admin.get("/dashboard/flows").await;
         assert_eq!(page.status, 200, "still signed in: {:?}", page.headers);
     }
+    // Carol's assignment's notes, its `flow.assigned` event, Carol's half of the batch: rows
+    // of this organization only.
+    assert_eq!(erased["rowsRewritten"], json!(3), "{erased}");
     let batch = dead_letter_body(&app, batch).await;
     assert_eq!(
         batch["events"][0]["event"]["data"]["assigneeEmail"],
