@@ -12,7 +12,7 @@ use flow_common::db::dead_letters::{self, NewDeadLetter};
 use flow_common::db::orgs::Tier;
 use flow_domain::ids::{AssignmentId, UserId};
 use flow_domain::messages::AssignCommand;
-use flow_tests::dashboard::{DashboardClient, create_account, role};
+use flow_tests::dashboard::{DashboardClient, account_id, create_account, role};
 use flow_tests::enrollment::create_rule;
 use flow_tests::receiver::Receiver;
 use flow_tests::{TestApp, TestOptions, TestOrg, TestResponse};
@@ -80,6 +80,40 @@ async fn user_id(app: &TestApp, org: &TestOrg, email: &str) -> UserId {
         .fetch_one(&app.db)
         .await
         .expect("user")
+}
+
+/// Assigns `flow` to carol@example.com with notes naming her, from the dashboard form of
+/// `admin`, without opening the next page (the notice stays in the session); returns the
+/// assignment once persisted.
+async fn assign_from_dashboard(
+    app: &TestApp,
+    admin: &DashboardClient,
+    org: &TestOrg,
+    flow: &str,
+) -> String {
+    let fields = [
+        ("flow", flow),
+        ("email", "carol@example.com"),
+        ("priority", "high"),
+        ("notes", "For carol@example.com"),
+    ];
+    let assigned = admin.post_form("/dashboard/assign", &fields).await;
+    assert_eq!(assigned.status, 303, "{}", assigned.body);
+    let carol = user_id(app, org, "carol@example.com").await;
+    let id: AssignmentId = app
+        .eventually(
+            Duration::from_secs(15),
+            "the assignment persisted",
+            || async {
+                sqlx::query_scalar("SELECT id FROM assignments WHERE user_id = $1")
+                    .bind(carol)
+                    .fetch_optional(&app.db)
+                    .await
+                    .expect("assignment")
+            },
+        )
+        .await;
+    id.to_string()
 }
 
 /// Records a dead letter as the recorder does (with the assign commands it carries).
@@ -409,14 +443,10 @@ async fn erasure_rewrites_only_the_organizations_rows_that_name_the_person() {
     .execute(&app.db)
     .await
     .expect("emails");
-    let mine_assigned = app
-        .assign_persisted(
-            &mine,
-            &my_flow,
-            "carol@example.com",
-            json!({"notes": "For carol@example.com"}),
-        )
-        .await;
+    // Each organization's admin assigns its Carol a flow from the dashboard: the notice naming
+    // her waits in the admin's session for the next page.
+    let mine_assigned = assign_from_dashboard(&app, &my_admin, &mine, &my_flow).await;
+    let their_assigned = assign_from_dashboard(&app, &their_admin, &theirs, &their_flow).await;
     app.assign_persisted(
         &mine,
         &my_flow,
@@ -424,14 +454,6 @@ async fn erasure_rewrites_only_the_organizations_rows_that_name_the_person() {
         json!({"notes": "Buddy of dave@example.com at example.com"}),
     )
     .await;
-    let their_assigned = app
-        .assign_persisted(
-            &theirs,
-            &their_flow,
-            "carol@example.com",
-            json!({"notes": "For carol@example.com"}),
-        )
-        .await;
     // One dead-lettered batch of events of both organizations, naming the same address.
     let batch = json!({"version": 1, "events": [
         {"orgId": mine.id, "event": assigned_event(&app, &mine_assigned).await},
@@ -444,12 +466,15 @@ async fn erasure_rewrites_only_the_organizations_rows_that_name_the_person() {
         batch.to_string().as_bytes(),
     )
     .await;
+    let their_account = account_id(&app, &format!("admin-{}@example.com", theirs.id)).await;
     let snapshot = || async {
-        let sessions: Vec<Value> =
-            sqlx::query_scalar("SELECT data FROM dashboard_sessions ORDER BY id")
-                .fetch_all(&app.db)
-                .await
-                .expect("sessions");
+        let sessions: Vec<Value> = sqlx::query_scalar(
+            "SELECT data FROM dashboard_sessions WHERE data ->> 'account' = $1 ORDER BY id",
+        )
+        .bind(&their_account)
+        .fetch_all(&app.db)
+        .await
+        .expect("sessions");
         let theirs_rows: Vec<(String, Option<String>)> = sqlx::query_as(
             "SELECT u.email, a.notes FROM users u LEFT JOIN assignments a ON a.user_id = u.id
              WHERE u.org_id = $1 OR u.email = 'dave@example.com' ORDER BY u.email",
@@ -475,13 +500,18 @@ async fn erasure_rewrites_only_the_organizations_rows_that_name_the_person() {
     let erased = erase(&app, &mine, &carol.to_string()).await;
     let pseudonym = erased["email"].as_str().expect("pseudonym").to_owned();
     assert_eq!(snapshot().await, before, "nothing else was rewritten");
-    for admin in [&my_admin, &their_admin] {
-        let page = admin.get("/dashboard/flows").await;
-        assert_eq!(page.status, 200, "still signed in: {:?}", page.headers);
-    }
-    // Carol's assignment's notes, its `flow.assigned` event, Carol's half of the batch: rows
-    // of this organization only.
-    assert_eq!(erased["rowsRewritten"], json!(3), "{erased}");
+    // Both admins are still signed in; each sees the notice of their own organization, this
+    // one's naming the pseudonym.
+    let notice = my_admin.page("/dashboard/assign").await;
+    assert!(
+        notice.contains(&format!("assigned to {pseudonym}")) && !notice.contains("carol@"),
+        "{notice}"
+    );
+    let notice = their_admin.page("/dashboard/assign").await;
+    assert!(notice.contains("assigned to carol@example.com"), "{notice}");
+    // Carol's assignment's notes, its `flow.assigned` event, the admin's session, Carol's half
+    // of the batch: rows of this organization only.
+    assert_eq!(erased["rowsRewritten"], json!(4), "{erased}");
     let batch = dead_letter_body(&app, batch).await;
     assert_eq!(
         batch["events"][0]["event"]["data"]["assigneeEmail"],
