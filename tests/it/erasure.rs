@@ -744,7 +744,7 @@ async fn profile_writes_never_reach_an_erased_user() {
         .await;
     assert_eq!(anew.status, 201, "{:?}", anew.body);
     assert_ne!(anew.body["userId"], json!(id));
-    // The pseudonym is refused, alone or in a bulk.
+    // The pseudonym is refused, alone, in a bulk or in the dashboard's import.
     let single = app
         .post(
             &org,
@@ -761,6 +761,17 @@ async fn profile_writes_never_reach_an_erased_user() {
         )
         .await;
     assert_eq!(bulk.status, 400, "{:?}", bulk.body);
+    let admin = DashboardClient::admin(&app, org.id).await;
+    let imported = admin
+        .post_file(
+            "/dashboard/users",
+            &[],
+            "people.csv",
+            format!("email,name\n{pseudonym},Gil Lamb\n").as_bytes(),
+        )
+        .await;
+    assert_eq!(imported.status, 200, "{}", imported.body);
+    assert!(imported.body.contains("Not imported"), "{}", imported.body);
     let erased: (String, Option<String>, bool) =
         sqlx::query_as("SELECT email, name, active FROM users WHERE id = $1")
             .bind(UserId::parse(&id).expect("id"))
