@@ -20,7 +20,7 @@
 
 mod rewrite;
 
-pub use rewrite::{Person, Rewriter};
+use rewrite::{Person, Rewriter};
 
 use chrono::{DateTime, Utc};
 use flow_domain::Email;
