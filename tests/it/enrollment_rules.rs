@@ -3,13 +3,13 @@
 //! (rule, user) under concurrent changes to two API replicas with the assign-worker killed
 //! midway, re-matches, the rule's id on the assignment and in `flow.assigned`, preview, a
 //! backfill of 10,000 users as a background job, users whose write's evaluation never ran
-//! assigned once by the scheduler (two of them at once), inactive users skipped; and erasure (docs/privacy.md) leaving no
-//! trace of the e-mail in any text or JSON column of any table.
+//! assigned once by the scheduler (two of them at once), inactive users skipped. Erasure is in
+//! `erasure.rs`.
 
 use std::time::Duration;
 
 use flow_common::db::orgs::Tier;
-use flow_domain::ids::{EnrollmentRuleId, UserId};
+use flow_domain::ids::EnrollmentRuleId;
 use flow_tests::dashboard::{DashboardClient, role};
 use flow_tests::enrollment::{assigned_by, create_rule};
 use flow_tests::receiver::Receiver;
@@ -901,164 +901,6 @@ async fn concurrent_changes_on_two_replicas_with_the_worker_killed_assign_each_u
     assert_eq!(audited, 200);
 }
 
-/// Every text, character, JSON and array column of every table holding `needle`
-/// (case-insensitive): `table.column` for each, with the count.
-async fn traces(app: &TestApp, needle: &str) -> Vec<String> {
-    let columns: Vec<(String, String)> = sqlx::query_as(
-        "SELECT table_name::text, column_name::text FROM information_schema.columns
-         WHERE table_schema = 'public'
-           AND data_type IN ('text', 'character varying', 'character', 'json', 'jsonb', 'ARRAY')
-           AND table_name IN (SELECT table_name FROM information_schema.tables
-                              WHERE table_schema = 'public' AND table_type = 'BASE TABLE')",
-    )
-    .fetch_all(&app.db)
-    .await
-    .expect("columns");
-    assert!(columns.len() > 40, "{columns:?}");
-    let mut found = Vec::new();
-    for (table, column) in columns {
-        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM \"{table}\" WHERE \"{column}\"::text ILIKE $1"
-        )))
-        .bind(format!("%{needle}%"))
-        .fetch_one(&app.db)
-        .await
-        .expect("search");
-        if count > 0 {
-            found.push(format!("{table}.{column} ({count})"));
-        }
-    }
-    found
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_stay() {
-    let app = TestApp::spawn_with(TestOptions {
-        webhooks: true,
-        ..TestOptions::default()
-    })
-    .await;
-    let receiver = Receiver::start().await.expect("receiver");
-    let org = app.create_org(Tier::Standard).await;
-    app.create_webhook(&org, &json!({ "url": receiver.url("erase") }))
-        .await;
-    let flow = app.create_flow(&org, "Welcome", &[10, 10]).await;
-    let manual = app.create_flow(&org, "Manual", &[10]).await;
-    create_rule(
-        &app,
-        &org,
-        json!({"name": "All", "condition": {"startDatePresent": false}, "flowId": flow}),
-    )
-    .await;
-    // Written in mixed case, as callers do; found whatever the case.
-    let created = app
-        .post(
-            &org,
-            "/v1/users",
-            &json!({"email": "Harriet.Vane+hr@Example.com", "name": "Harriet Vane"}),
-        )
-        .await;
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    let user = created.body["userId"].as_str().expect("userId").to_owned();
-    sqlx::query(
-        "UPDATE users SET given_name = 'Harriet', family_name = 'Vane', formatted_name = 'Harriet Vane',
-                emails = '[{\"value\": \"harriet.vane+hr@example.com\", \"primary\": true}]'
-         WHERE id = $1",
-    )
-    .bind(UserId::parse(&user).expect("id"))
-    .execute(&app.db)
-    .await
-    .expect("profile");
-    app.create_users(&org, &["other@example.com"]).await;
-    let assignment = app
-        .assign_persisted(
-            &org,
-            &manual,
-            "harriet.vane+hr@example.com",
-            json!({"notes": "For harriet.vane+hr@example.com", "priority": "high"}),
-        )
-        .await;
-    let modules = app.module_ids(&org, &manual).await;
-    let progress = app
-        .post(
-            &org,
-            &format!("/v1/assignments/{assignment}/progress"),
-            &json!({ "moduleId": modules[0], "status": "completed" }),
-        )
-        .await;
-    assert_eq!(progress.status, 202, "{:?}", progress.body);
-    // Every event written so far is delivered (an event in flight during the erasure would be
-    // logged after it: see docs/privacy.md).
-    app.eventually(Duration::from_secs(30), "every event delivered", || async {
-        let (events, delivered): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM outbox WHERE org_id = $1),
-                    (SELECT count(*) FROM webhook_deliveries
-                     WHERE org_id = $1 AND status = 'succeeded')",
-        )
-        .bind(org.id)
-        .fetch_one(&app.db)
-        .await
-        .expect("counts");
-        (events >= 4 && delivered == events).then_some(())
-    })
-    .await;
-    let needle = "harriet.vane+hr@example.com";
-    assert!(
-        !traces(&app, needle).await.is_empty(),
-        "the setup stores the e-mail"
-    );
-    let before = app
-        .post(&org, "/v1/flows/report", &json!({ "flowId": manual }))
-        .await;
-    assert_eq!(before.status, 200, "{:?}", before.body);
-
-    let erased = app
-        .post(&org, &format!("/v1/users/{user}/erase"), &json!({}))
-        .await;
-    assert_eq!(erased.status, 200, "{:?}", erased.body);
-    let pseudonym = erased.body["email"].as_str().expect("pseudonym").to_owned();
-    assert!(pseudonym.starts_with("erased-") && pseudonym.ends_with("@erased.invalid"));
-    assert_eq!(traces(&app, needle).await, Vec::<String>::new());
-    assert_eq!(traces(&app, "Harriet").await, Vec::<String>::new());
-    // The record stays, under the pseudonym: assignments, progress, counts.
-    assert_eq!(app.assignment_count().await, 3);
-    let view = app
-        .get(&org, &format!("/v1/assignments/{assignment}"))
-        .await;
-    assert_eq!(view.status, 200);
-    assert_eq!(view.body["assigneeEmail"], json!(pseudonym));
-    assert_eq!(view.body["status"], "completed");
-    let after = app
-        .post(&org, "/v1/flows/report", &json!({ "flowId": manual }))
-        .await;
-    assert_eq!(after.status, 200, "{:?}", after.body);
-    assert_eq!(after.body["metrics"], before.body["metrics"]);
-    assert_eq!(after.body["metrics"]["totalAssignments"], 1);
-    assert_eq!(after.body["metrics"]["completedAssignments"], 1);
-    let (active, erased_at): (bool, Option<chrono::DateTime<chrono::Utc>>) =
-        sqlx::query_as("SELECT active, erased_at FROM users WHERE id = $1")
-            .bind(UserId::parse(&user).expect("id"))
-            .fetch_one(&app.db)
-            .await
-            .expect("user");
-    assert!(!active);
-    assert!(erased_at.is_some());
-    // Erasing again changes nothing and answers the same; an unknown user is a 404.
-    let again = app
-        .post(&org, &format!("/v1/users/{user}/erase"), &json!({}))
-        .await;
-    assert_eq!(again.status, 200);
-    assert_eq!(again.body["email"], json!(pseudonym));
-    assert_eq!(again.body["erasedAt"], erased.body["erasedAt"]);
-    let other = app.create_org(Tier::Standard).await;
-    let foreign = app
-        .post(&other, &format!("/v1/users/{user}/erase"), &json!({}))
-        .await;
-    assert_eq!(foreign.status, 404);
-    // The other person is untouched.
-    assert!(!traces(&app, "other@example.com").await.is_empty());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules() {
     let app = TestApp::spawn_with(TestOptions {
@@ -1193,56 +1035,4 @@ async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules(
     assert_eq!(deleted.status, 303);
     assert!(admin.page("/dashboard/rules").await.contains("No rules"));
     assert_eq!(app.assignment_count().await, 2, "its assignments stay");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flowctl_users_erase_erases_by_email_and_audits_as_flowctl() {
-    let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Standard).await;
-    let flow = app.create_flow(&org, "Welcome", &[10]).await;
-    app.create_users(&org, &["Ivy.Quinn@example.com", "jay@example.com"])
-        .await;
-    app.assign_persisted(&org, &flow, "ivy.quinn@example.com", json!({}))
-        .await;
-    let outcome = flowctl::admin::users(
-        &app.core,
-        flowctl::admin::UsersCommand::Erase {
-            org: org.id.to_string(),
-            email: "ivy.quinn@EXAMPLE.com".to_owned(),
-        },
-    )
-    .await
-    .expect("erased");
-    let printed = outcome.render(true);
-    assert!(printed.contains("@erased.invalid"), "{printed}");
-    assert_eq!(
-        traces(&app, "ivy.quinn@example.com").await,
-        Vec::<String>::new()
-    );
-    assert_eq!(app.assignment_count().await, 1);
-    let (actor, action): (String, String) = sqlx::query_as(
-        "SELECT actor, action FROM audit_events WHERE org_id = $1 ORDER BY id DESC LIMIT 1",
-    )
-    .bind(org.id)
-    .fetch_one(&app.db)
-    .await
-    .expect("audit");
-    assert_eq!(
-        (actor.as_str(), action.as_str()),
-        ("flowctl", "user.erased")
-    );
-    // An e-mail the organization does not have is an error naming it.
-    let error = flowctl::admin::users(
-        &app.core,
-        flowctl::admin::UsersCommand::Erase {
-            org: org.id.to_string(),
-            email: "nobody@example.com".to_owned(),
-        },
-    )
-    .await
-    .expect_err("unknown");
-    assert!(
-        error.to_string().contains("no user nobody@example.com"),
-        "{error}"
-    );
 }

@@ -13,6 +13,7 @@ mod dashboard;
 mod dashboard_browser;
 mod detailed_reports;
 mod enrollment_rules;
+mod erasure;
 mod errors;
 mod exactly_once;
 mod export_fairness;

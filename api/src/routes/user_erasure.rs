@@ -33,12 +33,13 @@ pub struct ErasureView {
     #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub erased_at: Option<DateTime<Utc>>,
-    /// Rows rewritten outside the user's own (events, deliveries, audit entries, exports…).
+    /// Rows of this organization rewritten outside the user's own (events, deliveries, audit
+    /// entries, exports, dead-lettered messages…).
     pub rows_rewritten: u64,
 }
 
 /// Erase a person: their e-mail and names are replaced by a pseudonym everywhere the service
-/// keeps them, and the user is deactivated. Cannot be undone.
+/// keeps them, and the user is deactivated and gone for SCIM. Cannot be undone.
 ///
 /// Their assignments, progress and every count built on them stay, under the pseudonym. Calling
 /// it again answers the same and changes nothing more.

@@ -8,6 +8,7 @@
 //! ([`super::enrollment::users_changed`]).
 
 use flow_common::db::audit;
+use flow_common::db::erasure::PSEUDONYM_DOMAIN;
 use flow_common::db::groups;
 use flow_common::db::scim_filter::SqlFilter;
 use flow_common::db::users::{self, NewUser, Profile, ProfileRow, User};
@@ -25,6 +26,7 @@ const IMPORT_BATCH: usize = 1_000;
 /// error names the field as the caller wrote it.
 pub fn check(email: Option<&str>, name: Option<&str>, prefix: &str) -> Result<NewUser, Invalid> {
     let email = Email::parse(&format!("{prefix}email"), email.unwrap_or(""))?;
+    unreserved(&email)?;
     let name = name
         .map(|name| TextRule::NAME.parse(&format!("{prefix}name"), name))
         .transpose()?;
@@ -89,6 +91,21 @@ pub async fn import(
     Ok(imported)
 }
 
+/// Refuses an address in the domain of erased users' pseudonyms: no write may reach an erased
+/// user through their pseudonym, nor give one to another user.
+fn unreserved(email: &Email) -> Result<(), Invalid> {
+    let reserved = email
+        .normalized()
+        .rsplit_once('@')
+        .is_some_and(|(_, domain)| domain == PSEUDONYM_DOMAIN);
+    if reserved {
+        return Err(Invalid(format!(
+            "{email} is an address of {PSEUDONYM_DOMAIN}, kept for the pseudonyms of erased users"
+        )));
+    }
+    Ok(())
+}
+
 fn taken(email: &Email) -> ServiceError {
     ServiceError::Conflict(format!(
         "a user with the e-mail {email} already exists in this organization"
@@ -119,7 +136,7 @@ pub fn stored_profile(row: &ProfileRow) -> Result<Profile, ServiceError> {
 }
 
 /// A user of the organization with their profile, as provisioning sees them: a user deleted
-/// through SCIM is [`ServiceError::NotFound`].
+/// through SCIM or erased is [`ServiceError::NotFound`].
 pub async fn profile(
     state: &AppState,
     acting: Acting<'_>,
@@ -129,7 +146,9 @@ pub async fn profile(
     visible_profile(&mut connection, acting, id, false).await
 }
 
-/// The user `id` read in `connection` (locked when `lock`), unless deleted through SCIM.
+/// The user `id` read in `connection` (locked when `lock`), unless deleted through SCIM or
+/// erased (an erasure marks the user deleted for SCIM too; both are checked so neither alone
+/// can bring an erased user back).
 async fn visible_profile(
     connection: &mut sqlx::PgConnection,
     acting: Acting<'_>,
@@ -138,7 +157,7 @@ async fn visible_profile(
 ) -> Result<ProfileRow, ServiceError> {
     users::profile(connection, acting.org_id(), id, lock)
         .await?
-        .filter(|row| row.scim_deleted_at.is_none())
+        .filter(|row| row.scim_deleted_at.is_none() && row.erased_at.is_none())
         .ok_or(ServiceError::NotFound("user"))
 }
 
@@ -155,17 +174,20 @@ pub async fn search(
 
 /// Provisions a user: a new one, or — when a user with that e-mail was deleted through SCIM —
 /// the same one again, with their history ([`ServiceError::Conflict`] when one exists and was
-/// not). Audited as `user.provisioned`.
+/// not). An erased user is never provisioned again: their e-mail is a pseudonym, which no write
+/// may use. Audited as `user.provisioned`.
 pub async fn provision(
     state: &AppState,
     acting: Acting<'_>,
     profile: Profile,
 ) -> Result<Changed<ProfileRow>, ServiceError> {
+    unreserved(&profile.email)?;
     let org_id = acting.org_id();
     let mut transaction = state.db.begin().await?;
     let existing =
         users::profile_by_email_for_update(&mut transaction, org_id, &profile.email).await?;
     let (row, detail) = match existing {
+        Some(existing) if existing.erased_at.is_some() => return Err(taken(&profile.email)),
         Some(existing) if existing.scim_deleted_at.is_some() => (
             users::update_profile(&mut transaction, org_id, existing.id, &profile, true).await?,
             format!("{} (provisioned again)", profile.email),
@@ -249,6 +271,9 @@ async fn write_profile(
         current,
     } = locked;
     let (org_id, id) = (acting.org_id(), current.id);
+    if after.email.normalized() != before.email.normalized() {
+        unreserved(&after.email)?;
+    }
     let row = match users::update_profile(&mut transaction, org_id, id, after, false).await {
         Ok(row) => row,
         Err(error) if is_unique_violation(&error) => return Err(taken(&after.email)),

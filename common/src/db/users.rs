@@ -34,7 +34,9 @@ pub struct NewUser {
 }
 
 /// Inserts or updates users by e-mail in one statement; returns them in input order.
-/// Duplicate e-mails within `users` are merged (the last name wins).
+/// Duplicate e-mails within `users` are merged (the last name wins). An erased user is never
+/// touched: an input with the pseudonym of one is left out of the answer (the services refuse
+/// such addresses before).
 pub async fn upsert<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
@@ -55,6 +57,7 @@ pub async fn upsert<'e>(
             SELECT id, $1, email, normalized, name FROM input ORDER BY normalized
             ON CONFLICT (org_id, email_normalized) DO UPDATE
                 SET name = COALESCE(EXCLUDED.name, users.name), updated_at = now()
+                WHERE users.erased_at IS NULL
             RETURNING id, org_id, email, email_normalized, name, active, created_at,
                       (xmax = 0) AS created
          )
@@ -178,13 +181,16 @@ pub struct ProfileRow {
     pub created_at: DateTime<Utc>,
     /// Every write moves it forward: the resource's version (ETag).
     pub updated_at: DateTime<Utc>,
-    /// Set by a SCIM DELETE: SCIM answers 404 for the user from then on.
+    /// Set by a SCIM DELETE or an erasure: SCIM answers 404 for the user from then on.
     pub scim_deleted_at: Option<DateTime<Utc>>,
+    /// Set by an erasure: the row is a pseudonym, no write may give it a profile again.
+    pub erased_at: Option<DateTime<Utc>>,
 }
 
 const PROFILE_COLUMNS: &str = "u.id, u.email, u.name, u.active, u.external_id, u.given_name,
     u.family_name, u.formatted_name, u.title, u.department, u.employee_number, u.manager_id,
-    u.manager_name, u.start_date, u.emails, u.created_at, u.updated_at, u.scim_deleted_at";
+    u.manager_name, u.start_date, u.emails, u.created_at, u.updated_at, u.scim_deleted_at,
+    u.erased_at";
 
 /// The next version of a row: now, and always after the last one, so that two writes in the
 /// same microsecond still change the ETag.
@@ -317,7 +323,7 @@ pub async fn mark_scim_deleted(
     .map(|_| ())
 }
 
-/// A page of the organization's users SCIM sees (not SCIM-deleted) matching `filter`, in id
+/// A page of the organization's users SCIM sees (not SCIM-deleted, which erased users are too) matching `filter`, in id
 /// order from `offset`, and how many match in all.
 pub async fn search_profiles(
     pool: &sqlx::PgPool,
