@@ -462,7 +462,9 @@ mod tests {
         let (first, second) = (OrgId::new(), OrgId::new());
         for org_id in [first, second] {
             let epoch = caches.rules.epoch();
-            caches.rules.insert_loaded(epoch, org_id, Arc::from(Vec::new()));
+            caches
+                .rules
+                .insert_loaded(epoch, org_id, Arc::from(Vec::new()));
         }
         caches.invalidate(&rules_changed_payload(first));
         assert!(!caches.rules_cached(first));

@@ -587,7 +587,9 @@ pub async fn run_backfill(
                 delay_ms = delay.as_millis() as u64,
                 "backfill paused: the organization's assign limit is used up"
             );
-            Ok(Some(pause(pool, &claimed, delay, Some(PAUSED_FOR_LIMIT)).await?))
+            Ok(Some(
+                pause(pool, &claimed, delay, Some(PAUSED_FOR_LIMIT)).await?,
+            ))
         }
         Ok(Walked::Done(total)) => {
             let finished = backfills::finish(pool, &claimed, None).await?;
@@ -633,10 +635,12 @@ async fn pause(
     until: Duration,
     reason: Option<&str>,
 ) -> Result<BackfillRun, sqlx::Error> {
-    Ok(match backfills::pause(pool, claimed, until, reason).await? {
-        true => BackfillRun::Paused(claimed.backfill.id),
-        false => BackfillRun::Lost(claimed.backfill.id),
-    })
+    Ok(
+        match backfills::pause(pool, claimed, until, reason).await? {
+            true => BackfillRun::Paused(claimed.backfill.id),
+            false => BackfillRun::Lost(claimed.backfill.id),
+        },
+    )
 }
 
 /// Walks the job's users from where it stopped, for a turn.

@@ -91,7 +91,10 @@ async fn rule_assignments_past_the_assign_limit_are_deferred_and_the_scheduler_m
             },
         )
         .await;
-    assert!(published <= 610, "{published} assignments in the first seconds");
+    assert!(
+        published <= 610,
+        "{published} assignments in the first seconds"
+    );
 
     // A scheduler makes the rest once the limit has room again, each once.
     app.scheduler = Some(app.start_scheduler_with(|config| config.enrollment_grace_ms = 0));
@@ -151,8 +154,12 @@ async fn the_dashboard_users_import_is_charged_like_a_bulk_write() {
 
 /// Requests a backfill of the rule; its answer.
 async fn request_backfill(app: &TestApp, org: &TestOrg, rule: &str) -> flow_tests::TestResponse {
-    app.post(org, &format!("/v1/enrollment-rules/{rule}/backfill"), &json!({}))
-        .await
+    app.post(
+        org,
+        &format!("/v1/enrollment-rules/{rule}/backfill"),
+        &json!({}),
+    )
+    .await
 }
 
 /// The organization that owns a claimed backfill, and its rule.
@@ -228,7 +235,10 @@ async fn backfills_are_claimed_in_turns_per_organization_capped_and_run_once_by_
             .await
             .expect("counts");
     assert_eq!(counts.len(), 21);
-    assert!(counts[..20].iter().all(|&counts| counts == (25, 25)), "{counts:?}");
+    assert!(
+        counts[..20].iter().all(|&counts| counts == (25, 25)),
+        "{counts:?}"
+    );
     assert_eq!(counts[20], (10, 10));
     app.eventually(Duration::from_secs(60), "every assignment made", || async {
         (count(&app, busy.id, ASSIGNMENTS).await == 500

@@ -398,7 +398,12 @@ async fn backfill(
     let created = match service::backfill(&state, account.acting(), id).await {
         Ok((_, created)) => created,
         Err(ServiceError::Conflict(message)) => {
-            flash(&account.session, "error", format!("No backfill started: {message}.")).await;
+            flash(
+                &account.session,
+                "error",
+                format!("No backfill started: {message}."),
+            )
+            .await;
             return Ok(Redirect::to("/dashboard/rules").into_response());
         }
         Err(other) => return Err(other.into()),

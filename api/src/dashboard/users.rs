@@ -274,10 +274,10 @@ async fn import(
         Ok(_) => {}
         Err(error @ RateLimitError::Exceeded { .. }) => {
             let message = format!(
-            "Nothing was imported: {error}. An import of {} users costs {cost} write requests \
+                "Nothing was imported: {error}. An import of {} users costs {cost} write requests \
              (one per started {}); try again later, or split the file.",
-            new_users.len(),
-            crate::ratelimit::ITEMS_PER_REQUEST
+                new_users.len(),
+                crate::ratelimit::ITEMS_PER_REQUEST
             );
             let page = page(&state, &account, UsersQuery::default(), None, Some(message)).await?;
             return Ok((StatusCode::TOO_MANY_REQUESTS, page).into_response());

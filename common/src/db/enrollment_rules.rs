@@ -501,7 +501,10 @@ pub async fn defer_pending<'e>(
 }
 
 /// How many users the organization has (active or not): what a preview walks.
-pub async fn user_count<'e>(executor: impl PgExecutor<'e>, org_id: OrgId) -> Result<i64, sqlx::Error> {
+pub async fn user_count<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar("SELECT count(*) FROM users WHERE org_id = $1")
         .bind(org_id)
         .fetch_one(executor)

@@ -98,9 +98,7 @@ pub async fn backfill_round(
     while !stop.is_cancelled() {
         match enrollment::run_backfill(pool, publisher, lease).await {
             Ok(None) => return,
-            Ok(Some(
-                BackfillRun::Finished(_) | BackfillRun::Lost(_) | BackfillRun::Paused(_),
-            )) => {}
+            Ok(Some(BackfillRun::Finished(_) | BackfillRun::Lost(_) | BackfillRun::Paused(_))) => {}
             // Its failure may pass: the next round (or another scheduler) resumes it.
             Ok(Some(BackfillRun::Released(_))) => return,
             Err(error) => {
