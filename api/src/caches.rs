@@ -38,8 +38,15 @@ pub const UNKNOWN_KEY_WINDOW: Duration = Duration::from_secs(60);
 /// whose notification was missed applies here after at most this long.
 pub const RULES_TIME_TO_LIVE: Duration = Duration::from_secs(5);
 
-/// The payload of the invalidation notice of enrollment rules.
+/// The payload of the invalidation notice of enrollment rules, followed by `:` and the
+/// organization's id (`rules:org_…`): only that organization's rules are dropped. The bare
+/// payload (from an older build) drops every organization's.
 pub const RULES_CHANGED: &str = "rules";
+
+/// The invalidation notice of one organization's enrollment rules.
+pub fn rules_changed_payload(org_id: OrgId) -> String {
+    format!("{RULES_CHANGED}:{org_id}")
+}
 
 /// How long a key that does not authenticate is remembered. Not authenticating is final (keys
 /// are only ever revoked or made to expire sooner, and a secret is unknown before its key
@@ -137,6 +144,13 @@ where
         if self.epoch() != epoch {
             self.cache.invalidate(&key);
         }
+    }
+
+    /// Drops one entry, and every load under way (a load of another key that was under way is
+    /// not cached either: a cache miss later, never a stale value).
+    pub fn invalidate(&self, key: &K) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        self.cache.invalidate(key);
     }
 
     /// Drops every entry, and every load under way.
@@ -327,7 +341,7 @@ impl Caches {
     }
 
     /// The organization's enrollment rules, cached for [`RULES_TIME_TO_LIVE`] (dropped at once
-    /// when a rule of any organization changes, on every replica that hears the notice).
+    /// when a rule of the organization changes, on every replica that hears the notice).
     pub async fn enrollment_rules(
         &self,
         pool: &PgPool,
@@ -342,9 +356,16 @@ impl Caches {
         Ok(rules)
     }
 
-    /// Drops the cached rules (a rule changed on this replica; the others hear the notice).
-    pub fn rules_changed(&self) {
-        self.rules.invalidate_all();
+    /// Drops the organization's cached rules (a rule of it changed on this replica; the others
+    /// hear the notice).
+    pub fn rules_changed(&self, org_id: OrgId) {
+        self.rules.invalidate(&org_id);
+    }
+
+    /// Whether the organization's rules are cached now (for the operators' and the tests' eyes:
+    /// a change of another organization's rules leaves them).
+    pub fn rules_cached(&self, org_id: OrgId) -> bool {
+        self.rules.get(&org_id).is_some()
     }
 
     /// Drops what a notification payload says changed.
@@ -357,7 +378,14 @@ impl Caches {
                 self.rules.invalidate_all();
             }
             RULES_CHANGED => self.rules.invalidate_all(),
-            _ => self.invalidate_everything(),
+            payload => match payload
+                .strip_prefix(RULES_CHANGED)
+                .and_then(|rest| rest.strip_prefix(':'))
+                .and_then(OrgId::parse)
+            {
+                Some(org_id) => self.rules.invalidate(&org_id),
+                None => self.invalidate_everything(),
+            },
         }
     }
 
@@ -426,6 +454,24 @@ mod tests {
         assert_eq!(group("2001:db8:1:2::1"), group("2001:db8:1:2:ffff::9"));
         assert_ne!(group("2001:db8:1:2::1"), group("2001:db8:1:3::1"));
         assert_eq!(group("::ffff:203.0.113.7"), "203.0.113.7");
+    }
+
+    #[test]
+    fn a_rule_change_notice_drops_only_its_organizations_rules() {
+        let caches = Caches::new(mpsc::channel(1).0);
+        let (first, second) = (OrgId::new(), OrgId::new());
+        for org_id in [first, second] {
+            let epoch = caches.rules.epoch();
+            caches
+                .rules
+                .insert_loaded(epoch, org_id, Arc::from(Vec::new()));
+        }
+        caches.invalidate(&rules_changed_payload(first));
+        assert!(!caches.rules_cached(first));
+        assert!(caches.rules_cached(second));
+        // A notice this build does not read drops everything, to be safe.
+        caches.invalidate("rules:org_garbled");
+        assert!(!caches.rules_cached(second));
     }
 
     #[test]

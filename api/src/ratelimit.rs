@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use crate::caller::Caller;
 
 /// The length of a rate-limit window.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub const WINDOW: Duration = flow_common::enrollment::BUDGET_WINDOW;
 
 /// How long leased tokens stay usable.
 const LEASE_LIFETIME: Duration = Duration::from_secs(2);
@@ -27,7 +27,8 @@ const LEASE_LIFETIME: Duration = Duration::from_secs(2);
 /// A rate-limited operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
-    /// `POST /v1/flows/assign` (and each item of a bulk assign).
+    /// `POST /v1/flows/assign` (and each item of a bulk assign), and each assignment an
+    /// enrollment rule makes (charged by `flow_common::enrollment`, deferred when over).
     Assign,
     /// `POST /v1/flows/report`.
     Report,
@@ -58,6 +59,16 @@ pub const WRITES_PER_ASSIGN: u32 = 10;
 /// Items of a list page (or of a bulk write) that cost one read (or write) request.
 pub const ITEMS_PER_REQUEST: i64 = 100;
 
+/// Users of the organization a rule preview walks per read request it costs.
+pub const USERS_PER_PREVIEW_READ: i64 = 1_000;
+
+/// What a rule preview costs: one read request per started [`USERS_PER_PREVIEW_READ`] users of
+/// the organization (it walks them all), at least one.
+pub fn preview_cost(users: i64) -> u32 {
+    let started = (users.max(1) - 1) / USERS_PER_PREVIEW_READ + 1;
+    u32::try_from(started).unwrap_or(u32::MAX)
+}
+
 /// What a page of `limit` items (or a bulk write of `limit` items) costs: one request per started
 /// [`ITEMS_PER_REQUEST`], so a page of 1,000 costs as much as ten of 100.
 pub fn page_cost(limit: i64) -> u32 {
@@ -69,7 +80,8 @@ impl Operation {
     /// Name used in storage and messages.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Assign => "assign",
+            // Rule assignments are charged to the same bucket by name (flow_common::enrollment).
+            Self::Assign => flow_common::enrollment::ASSIGN_BUDGET,
             Self::Report => "report",
             Self::WebhookSend => "webhook_send",
             Self::WebhookRecover => "webhook_recover",

@@ -13,6 +13,11 @@
 //! `enrollment_pending`, in its own transaction (the triggers of migration 0200). An evaluation
 //! deletes the rows it handled once its assignments are queued; a row that stays (the API died
 //! after the commit, the broker refused) is evaluated by a scheduler after a grace period.
+//!
+//! Limits: every assignment a rule makes is charged to the organization's `assign` budget, the
+//! shared bucket `POST /v1/flows/assign` spends ([`ASSIGN_BUDGET`]). What is over it is
+//! deferred, not dropped: its users stay pending, not to be claimed before the budget has room
+//! again, and a scheduler publishes them then; a backfill pauses at the first user over it.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -29,6 +34,7 @@ use crate::db::audit::{self, Actor};
 use crate::db::enrollment_backfills::{self as backfills, Claimed};
 use crate::db::enrollment_rules::{self as db, Evaluated, LedgerEntry, Match, Pending, RuleRecord};
 use crate::db::orgs::{self, Organization};
+use crate::db::rate_limits;
 
 /// Most rules an organization may have.
 pub const MAX_RULES: i64 = 100;
@@ -42,8 +48,24 @@ const CHANGED_BATCH: usize = 1_000;
 /// How often a claim is tried again when concurrent evaluations of the same users deadlock.
 const CLAIM_ATTEMPTS: usize = 3;
 
-/// Times a backfill is taken up before it is marked failed.
+/// Times a backfill is taken up before it is marked failed (turns given back, and pauses for
+/// the assign limit, do not count).
 pub const BACKFILL_ATTEMPTS: i32 = 5;
+
+/// Pages of users a backfill walks per turn: then it gives its turn back, and the next claim
+/// goes to another organization's backfill waiting, if any, before this one resumes.
+pub const BACKFILL_PAGES_PER_TURN: usize = 10;
+
+/// The shared rate-limit bucket rule assignments are charged to: the organization's `assign`
+/// budget, the one `POST /v1/flows/assign` spends (the API's `Operation::Assign` is named by
+/// this constant, so the two cannot drift apart).
+pub const ASSIGN_BUDGET: &str = "assign";
+
+/// The window of the per-minute limits (the API's `ratelimit::WINDOW`).
+pub const BUDGET_WINDOW: Duration = Duration::from_secs(60);
+
+/// Shortest wait before deferred assignments are tried again.
+const MIN_DEFERRAL: Duration = Duration::from_secs(1);
 
 /// Why an evaluation did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -137,7 +159,9 @@ impl Assigner<'_> {
         self.evaluate(rules, user_ids, &pending).await
     }
 
-    /// Evaluates `rules` for the users, assigns, and deletes the `handled` pending rows.
+    /// Evaluates `rules` for the users, assigns, and deletes the `handled` pending rows, but for
+    /// those of users with assignments over the organization's assign limit: these stay pending
+    /// (with a fresh version) and are not claimed before the limit has room again.
     async fn evaluate(
         &self,
         rules: &[Rule],
@@ -145,25 +169,53 @@ impl Assigner<'_> {
         handled: &[Pending],
     ) -> Result<Applied, EnrollmentError> {
         let mut total = Applied::default();
+        let mut deferred = Deferred::default();
         if !rules.is_empty() {
             for chunk in user_ids.chunks(CHANGED_BATCH) {
+                if !deferred.users.is_empty() {
+                    // The limit is used up: the rest waits too, unevaluated.
+                    deferred.users.extend_from_slice(chunk);
+                    continue;
+                }
                 let profiles = db::profiles(self.pool, self.org.id, chunk).await?;
-                total += self.apply(rules, &profiles, Utc::now()).await?;
+                let (applied, left) = self.apply(rules, &profiles, Utc::now()).await?;
+                total += applied;
+                if !left.users.is_empty() {
+                    deferred = left;
+                }
             }
         }
-        db::delete_pending(self.pool, handled).await?;
+        if !deferred.users.is_empty() {
+            deferred.users.sort_unstable();
+            deferred.users.dedup();
+            db::defer_pending(self.pool, self.org.id, &deferred.users, deferred.delay).await?;
+            tracing::info!(
+                org_id = %self.org.id,
+                users = deferred.users.len(),
+                assignments = deferred.assignments,
+                delay_ms = deferred.delay.as_millis() as u64,
+                "rule assignments over the assign limit deferred"
+            );
+        }
+        let handled: Vec<Pending> = handled
+            .iter()
+            .filter(|row| deferred.users.binary_search(&row.user_id).is_err())
+            .copied()
+            .collect();
+        db::delete_pending(self.pool, &handled).await?;
         Ok(total)
     }
 
     /// Evaluates `rules` for `profiles` (inactive users are left out: never assigned, their
     /// matches left as they stand), records the matches, and publishes the assignments not
-    /// persisted yet.
+    /// persisted yet, as many as the organization's assign limit has room for, in user order;
+    /// answers what was left for later.
     pub async fn apply(
         &self,
         rules: &[Rule],
         profiles: &[Profile],
         now: DateTime<Utc>,
-    ) -> Result<Applied, EnrollmentError> {
+    ) -> Result<(Applied, Deferred), EnrollmentError> {
         let mut evaluated: Vec<Evaluated> = Vec::new();
         for rule in rules {
             for profile in profiles.iter().filter(|profile| profile.active) {
@@ -175,14 +227,14 @@ impl Assigner<'_> {
             }
         }
         if evaluated.is_empty() {
-            return Ok(Applied::default());
+            return Ok((Applied::default(), Deferred::default()));
         }
         // Rows are claimed in one order, so concurrent evaluations wait for each other rather
         // than deadlock (mostly: a deadlock is retried).
         evaluated.sort_by_key(|pair| (pair.rule_id, pair.user_id));
         let matching = evaluated.iter().filter(|pair| pair.matching).count() as u64;
         let mut attempt = 0;
-        let pending = loop {
+        let mut pending = loop {
             attempt += 1;
             match self.claim(rules, profiles, &evaluated, now).await {
                 Err(error) if attempt < CLAIM_ATTEMPTS && crate::db::is_transient(&error) => {
@@ -191,6 +243,9 @@ impl Assigner<'_> {
                 other => break other?,
             }
         };
+        // In user order, so what the limit leaves for later is a tail of users (a backfill
+        // resumes after the last user done).
+        pending.sort_by_key(|found| (found.user_id, found.rule_id));
         let rules: HashMap<EnrollmentRuleId, &Rule> =
             rules.iter().map(|rule| (rule.id, rule)).collect();
         let profiles: HashMap<UserId, &Profile> = profiles
@@ -200,6 +255,7 @@ impl Assigner<'_> {
         let zone = self.org.zone();
         let traceparent = crate::telemetry::current_traceparent();
         let mut submissions = Vec::with_capacity(pending.len());
+        let mut users = Vec::with_capacity(pending.len());
         for found in &pending {
             let (Some(rule), Some(profile)) =
                 (rules.get(&found.rule_id), profiles.get(&found.user_id))
@@ -224,12 +280,36 @@ impl Assigner<'_> {
                 traceparent: traceparent.clone(),
             };
             submissions.push(submission(&command)?);
+            users.push(profile.id);
         }
         if submissions.is_empty() {
-            return Ok(Applied {
-                matching,
-                queued: 0,
-            });
+            return Ok((
+                Applied {
+                    matching,
+                    queued: 0,
+                },
+                Deferred::default(),
+            ));
+        }
+        let (granted, delay) = self.charge(submissions.len()).await?;
+        let left = submissions.split_off(granted);
+        let mut deferred = Deferred {
+            users: users.split_off(granted),
+            assignments: left.len() as u64,
+            delay,
+        };
+        deferred.users.dedup();
+        if !left.is_empty() {
+            metrics::counter!("flow_enrollment_deferred_total").increment(left.len() as u64);
+        }
+        if submissions.is_empty() {
+            return Ok((
+                Applied {
+                    matching,
+                    queued: 0,
+                },
+                deferred,
+            ));
         }
         metrics::counter!("flow_assign_commands_total", "lane" => Lane::Bulk.as_str())
             .increment(submissions.len() as u64);
@@ -245,10 +325,41 @@ impl Assigner<'_> {
             tracing::warn!(%error, failed, "enrollment assignments not queued");
             return Err(EnrollmentError::Unavailable { failed, error });
         }
-        Ok(Applied {
-            matching,
-            queued: submissions.len() as u64,
-        })
+        Ok((
+            Applied {
+                matching,
+                queued: submissions.len() as u64,
+            },
+            deferred,
+        ))
+    }
+
+    /// Charges up to `wanted` assignments to the organization's assign budget; answers how many
+    /// it had room for and, when not all, how long until it should have room for the rest.
+    async fn charge(&self, wanted: usize) -> Result<(usize, Duration), sqlx::Error> {
+        let limit = self.org.assign_limit().max(1);
+        let lease = rate_limits::take(
+            self.pool,
+            self.org.id,
+            ASSIGN_BUDGET,
+            limit,
+            BUDGET_WINDOW.as_millis() as u64,
+            u32::try_from(wanted).unwrap_or(u32::MAX),
+            1,
+        )
+        .await?;
+        let granted = usize::try_from(lease.granted.max(0))
+            .unwrap_or(0)
+            .min(wanted);
+        let left = wanted - granted;
+        if left == 0 {
+            return Ok((granted, Duration::ZERO));
+        }
+        // The bucket refills smoothly, one assignment per window / limit.
+        let refill = (BUDGET_WINDOW / limit)
+            .saturating_mul(u32::try_from(left).unwrap_or(u32::MAX).min(limit));
+        let wait = Duration::from_millis(u64::try_from(lease.wait_ms.max(0)).unwrap_or(0));
+        Ok((granted, refill.max(wait).clamp(MIN_DEFERRAL, BUDGET_WINDOW)))
     }
 
     /// Records the evaluation in one transaction: the matches, the ledger rows of the
@@ -331,6 +442,19 @@ fn submission(command: &AssignCommand) -> Result<Submission, EnrollmentError> {
     })
 }
 
+/// What an evaluation left for later: assignments over the organization's assign limit, not
+/// published (their matches and ledger rows are recorded, so the next evaluation of these users
+/// publishes the same ids).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deferred {
+    /// The users with an assignment left for later, in id order.
+    pub users: Vec<UserId>,
+    /// Assignments left for later.
+    pub assignments: u64,
+    /// How long until the limit should have room for them.
+    pub delay: Duration,
+}
+
 /// How a scheduler drains the pending evaluations.
 #[derive(Debug, Clone, Copy)]
 pub struct DrainSettings {
@@ -411,14 +535,31 @@ pub enum BackfillRun {
     Finished(BackfillId),
     /// It stopped on a failure that may pass; it is resumed later from where it stopped.
     Released(BackfillId),
+    /// It gave its turn back after [`BACKFILL_PAGES_PER_TURN`] pages, or paused until the
+    /// organization's assign limit has room again; it is resumed from where it stopped.
+    Paused(BackfillId),
     /// Another scheduler took it over, or it was deleted with its rule.
     Lost(BackfillId),
 }
 
-/// Takes up the oldest backfill waiting (or left by a scheduler that died) and runs it to its
-/// end: every user of the organization in id order, a page at a time, from after the last user
-/// done; each page's evaluation is recorded with the job's progress and a fresh `lease`. `None`
-/// when there was none to run.
+/// How a turn of a backfill ended.
+enum Walked {
+    /// Every user is done.
+    Done(Applied),
+    /// [`BACKFILL_PAGES_PER_TURN`] pages are done; others may have a turn.
+    TurnOver,
+    /// The organization's assign limit is used up; it should have room after this long.
+    Deferred(Duration),
+    /// The lease was lost.
+    Lost,
+}
+
+/// Takes up a backfill (in turns per organization, see [`backfills::claim`]; or one left by a
+/// scheduler that died) and runs a turn of it: the organization's users in id order, a page at a
+/// time, from after the last user done; each page's evaluation is recorded with the job's
+/// progress and a fresh `lease`. The job ends when every user is done; it gives its turn back
+/// after [`BACKFILL_PAGES_PER_TURN`] pages, and pauses at the first user over the organization's
+/// assign limit. `None` when there was none to run.
 pub async fn run_backfill(
     pool: &PgPool,
     publisher: &BatchPublisher,
@@ -430,14 +571,27 @@ pub async fn run_backfill(
     let job = &claimed.backfill;
     tracing::info!(
         backfill_id = %job.id,
+        org_id = %job.org_id,
         rule_id = %job.rule_id,
         attempt = job.attempts,
         after = ?job.after_user_id,
         "backfill started"
     );
     match walk(pool, publisher, &claimed, lease).await {
-        Ok(None) => Ok(Some(BackfillRun::Lost(job.id))),
-        Ok(Some(total)) => {
+        Ok(Walked::Lost) => Ok(Some(BackfillRun::Lost(job.id))),
+        Ok(Walked::TurnOver) => Ok(Some(pause(pool, &claimed, Duration::ZERO, None).await?)),
+        Ok(Walked::Deferred(delay)) => {
+            tracing::info!(
+                backfill_id = %job.id,
+                org_id = %job.org_id,
+                delay_ms = delay.as_millis() as u64,
+                "backfill paused: the organization's assign limit is used up"
+            );
+            Ok(Some(
+                pause(pool, &claimed, delay, Some(PAUSED_FOR_LIMIT)).await?,
+            ))
+        }
+        Ok(Walked::Done(total)) => {
             let finished = backfills::finish(pool, &claimed, None).await?;
             tracing::info!(
                 backfill_id = %job.id,
@@ -470,20 +624,39 @@ pub async fn run_backfill(
     }
 }
 
-/// Walks the job's users from where it stopped; `None` when the lease was lost.
+/// What a backfill paused for the assign limit says in its `error` until it resumes.
+pub const PAUSED_FOR_LIMIT: &str = "paused: the organization's assign limit per minute is used \
+    up; the backfill resumes where it stopped when the limit has room again";
+
+/// Gives a backfill's turn back for `until` (see [`backfills::pause`]).
+async fn pause(
+    pool: &PgPool,
+    claimed: &Claimed,
+    until: Duration,
+    reason: Option<&str>,
+) -> Result<BackfillRun, sqlx::Error> {
+    Ok(
+        match backfills::pause(pool, claimed, until, reason).await? {
+            true => BackfillRun::Paused(claimed.backfill.id),
+            false => BackfillRun::Lost(claimed.backfill.id),
+        },
+    )
+}
+
+/// Walks the job's users from where it stopped, for a turn.
 async fn walk(
     pool: &PgPool,
     publisher: &BatchPublisher,
     claimed: &Claimed,
     lease: Duration,
-) -> Result<Option<Applied>, EnrollmentError> {
+) -> Result<Walked, EnrollmentError> {
     let job = &claimed.backfill;
     let (Some(record), Some(org)) = (
         db::get(pool, job.org_id, job.rule_id).await?,
         orgs::get(pool, job.org_id).await?,
     ) else {
         // Deleted: the job went with it.
-        return Ok(None);
+        return Ok(Walked::Lost);
     };
     let rules = [rule(&record)?];
     let assigner = Assigner {
@@ -497,11 +670,30 @@ async fn walk(
         queued: u64::try_from(job.queued).unwrap_or(0),
     };
     let mut after = job.after_user_id;
-    loop {
+    for _ in 0..BACKFILL_PAGES_PER_TURN {
         let page = db::profiles_page(pool, job.org_id, after, PAGE).await?;
-        let Some(last) = page.last() else { break };
+        let Some(last) = page.last() else {
+            return Ok(Walked::Done(total));
+        };
         let full = page.len() as i64 == PAGE;
-        let applied = assigner.apply(&rules, &page, Utc::now()).await?;
+        let (applied, deferred) = assigner.apply(&rules, &page, Utc::now()).await?;
+        if let Some(first) = deferred.users.first() {
+            // The users before the first one left for later are done (the page is in id order,
+            // and what is left for later is a tail of it): record them, and pause.
+            let done: Vec<&Profile> = page.iter().take_while(|user| user.id < *first).collect();
+            if let Some(cut) = done.last() {
+                let matching = done
+                    .iter()
+                    .filter(|user| user.active && rules[0].condition.matches(user))
+                    .count() as u64;
+                if !backfills::advance(pool, claimed, cut.id, matching, applied.queued, lease)
+                    .await?
+                {
+                    return Ok(Walked::Lost);
+                }
+            }
+            return Ok(Walked::Deferred(deferred.delay));
+        }
         if !backfills::advance(
             pool,
             claimed,
@@ -512,13 +704,13 @@ async fn walk(
         )
         .await?
         {
-            return Ok(None);
+            return Ok(Walked::Lost);
         }
         total += applied;
         after = Some(last.id);
         if !full {
-            break;
+            return Ok(Walked::Done(total));
         }
     }
-    Ok(Some(total))
+    Ok(Walked::TurnOver)
 }

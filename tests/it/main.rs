@@ -32,6 +32,7 @@ mod replicas;
 mod reports;
 mod request_timeout;
 mod rollups;
+mod rules_fairness;
 mod schedules;
 mod scim;
 mod sessions;

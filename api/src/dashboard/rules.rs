@@ -326,6 +326,9 @@ async fn submit(
                     Err(refuse("Choose one of the organization's flows.".to_owned()))
                 }
                 Err(ServiceError::Conflict(message)) => Err((StatusCode::CONFLICT, message)),
+                Err(error @ ServiceError::RateLimited(_)) => {
+                    Err((StatusCode::TOO_MANY_REQUESTS, error.to_string()))
+                }
                 Err(other) => return Err(other.into()),
             }
         }
@@ -351,10 +354,9 @@ async fn create(
     account: SignedIn,
     HtmlForm(form): HtmlForm<RuleForm>,
 ) -> PageResult {
-    // A preview changes nothing: viewers may preview.
-    if form.intent.as_deref() != Some("preview") {
-        account.require_admin()?;
-    }
+    // A preview walks every user of the organization and spends its read limit: admins only,
+    // like the rest of the form (viewers cannot save a rule either).
+    account.require_admin()?;
     submit(&state, &account, None, form).await
 }
 
@@ -364,9 +366,7 @@ async fn update(
     Path(id): Path<String>,
     HtmlForm(form): HtmlForm<RuleForm>,
 ) -> PageResult {
-    if form.intent.as_deref() != Some("preview") {
-        account.require_admin()?;
-    }
+    account.require_admin()?;
     let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
     submit(&state, &account, Some(id), form).await
 }
@@ -395,7 +395,19 @@ async fn backfill(
 ) -> PageResult {
     account.require_admin()?;
     let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
-    let (_, created) = service::backfill(&state, account.acting(), id).await?;
+    let created = match service::backfill(&state, account.acting(), id).await {
+        Ok((_, created)) => created,
+        Err(ServiceError::Conflict(message)) => {
+            flash(
+                &account.session,
+                "error",
+                format!("No backfill started: {message}."),
+            )
+            .await;
+            return Ok(Redirect::to("/dashboard/rules").into_response());
+        }
+        Err(other) => return Err(other.into()),
+    };
     let message = if created {
         "The backfill has started: it runs in the background, and its progress shows in the list (reload to follow it)."
     } else {

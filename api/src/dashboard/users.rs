@@ -18,6 +18,8 @@ use super::auth::SignedIn;
 use super::csv_upload::{parse_off_runtime, record_line};
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
+use crate::ratelimit::{Operation, RateLimitError, page_cost};
+use crate::services::ServiceError;
 use crate::services::users as service;
 use crate::state::AppState;
 
@@ -261,6 +263,27 @@ async fn import(
             return Ok((StatusCode::BAD_REQUEST, page).into_response());
         }
     };
+    // Charged like `POST /v1/users/bulk`: one write request per started 100 users, so a file
+    // cannot write (and have the rules assign) more than the organization's write limit allows.
+    let cost = page_cost(i64::try_from(new_users.len()).unwrap_or(i64::MAX));
+    match state
+        .limiter
+        .check(&account.caller, Operation::Write, cost)
+        .await
+    {
+        Ok(_) => {}
+        Err(error @ RateLimitError::Exceeded { .. }) => {
+            let message = format!(
+                "Nothing was imported: {error}. An import of {} users costs {cost} write requests \
+             (one per started {}); try again later, or split the file.",
+                new_users.len(),
+                crate::ratelimit::ITEMS_PER_REQUEST
+            );
+            let page = page(&state, &account, UsersQuery::default(), None, Some(message)).await?;
+            return Ok((StatusCode::TOO_MANY_REQUESTS, page).into_response());
+        }
+        Err(other) => return Err(ServiceError::from(other).into()),
+    }
     let imported = service::import(&state, account.acting(), new_users).await?;
     let summary = ImportSummary {
         file_name,

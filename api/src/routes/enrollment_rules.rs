@@ -300,7 +300,8 @@ pub async fn create_rule(
 
 /// Preview a rule without saving it: how many active users it matches now, and the first 20.
 ///
-/// Reads every user of the organization; charged as one read request.
+/// Reads every user of the organization: charged as one read request per started 1,000 users of
+/// the organization (429 when the read limit has not that much left).
 #[utoipa::path(
     post,
     path = "/v1/enrollment-rules/preview",
@@ -310,7 +311,7 @@ pub async fn create_rule(
         (status = 200, description = "What the rule would assign now", body = PreviewView),
         (status = 400, description = "Invalid request (the message names the field)", body = ErrorBody),
         (status = 404, description = "Flow not found", body = ErrorBody),
-        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded (a preview costs one read per started 1,000 users)", body = ErrorBody),
     )
 )]
 pub async fn preview_rule(
@@ -318,10 +319,9 @@ pub async fn preview_rule(
     auth: Auth,
     ApiJson(request): ApiJson<RuleRequest>,
 ) -> Result<(RateInfo, Json<PreviewView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
     let preview = service::preview(&state, auth.acting(), request.into()).await?;
     Ok((
-        rate,
+        preview.rate,
         Json(PreviewView {
             matching: preview.matching,
             users: preview.users.into_iter().map(MatchedUser::from).collect(),
@@ -415,7 +415,10 @@ pub async fn delete_rule(
 /// Answers at once with the job (`Location` is its address); a scheduler runs it, a page of
 /// 1,000 users at a time, and resumes it from where it stopped should it stop. While a backfill
 /// of the rule is queued or running, answers that one instead of starting another. Starting one
-/// again later queues only what is still missing. Charged as one write request.
+/// again later queues only what is still missing. An organization has at most 20 backfills
+/// queued or running (409 past it). Its assignments are charged to the organization's assign
+/// limit: past it the backfill pauses, and resumes when the limit has room. Charged as one
+/// write request.
 #[utoipa::path(
     post,
     path = "/v1/enrollment-rules/{id}/backfill",
@@ -425,6 +428,7 @@ pub async fn delete_rule(
         (status = 202, description = "Queued (or the backfill already queued or running)", body = BackfillView,
             headers(("Location" = String, description = "The backfill: /v1/enrollment-rules/{id}/backfills/{backfillId}"))),
         (status = 404, description = "No such rule in this organization", body = ErrorBody),
+        (status = 409, description = "The organization has 20 backfills queued or running", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]

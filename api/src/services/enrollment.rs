@@ -9,7 +9,7 @@
 //! a write's own evaluation left pending.
 
 use flow_common::db::audit;
-use flow_common::db::enrollment_backfills::{self as backfills, Backfill};
+use flow_common::db::enrollment_backfills::{self as backfills, Backfill, Requested};
 use flow_common::db::enrollment_rules::{self as db, RuleFields, RuleRecord};
 use flow_common::enrollment::{Assigner, EnrollmentError, PAGE};
 use flow_domain::Invalid;
@@ -18,10 +18,12 @@ use flow_domain::ids::{BackfillId, EnrollmentRuleId, FlowId, UserId};
 use flow_domain::{Notes, Priority, TextRule};
 use serde_json::Value;
 
+pub use flow_common::db::enrollment_backfills::MAX_UNFINISHED as MAX_UNFINISHED_BACKFILLS;
 pub use flow_common::enrollment::MAX_RULES;
 pub use flow_domain::enrollment::{Condition, MAX_DUE_DAYS};
 
 use super::{Acting, ServiceError};
+use crate::ratelimit::{Operation, RateInfo, preview_cost};
 use crate::state::AppState;
 
 /// Users a preview lists (it counts them all).
@@ -139,14 +141,17 @@ async fn check_flow(state: &AppState, acting: Acting<'_>, rule: &Rule) -> Result
         .ok_or(ServiceError::NotFound("flow"))
 }
 
-/// Tells every API replica, when the transaction commits, to drop its cached rules (this one
-/// drops its own right after the commit; a replica that misses the notice keeps them at most
-/// [`crate::caches::RULES_TIME_TO_LIVE`]).
-async fn notify_rules_changed(connection: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+/// Tells every API replica, when the transaction commits, to drop its cached rules of the
+/// organization, and only those (this one drops its own right after the commit; a replica that
+/// misses the notice keeps them at most [`crate::caches::RULES_TIME_TO_LIVE`]).
+async fn notify_rules_changed(
+    connection: &mut sqlx::PgConnection,
+    org_id: flow_domain::ids::OrgId,
+) -> Result<(), sqlx::Error> {
     flow_common::db::notify(
         connection,
         flow_common::db::INVALIDATE_CHANNEL,
-        crate::caches::RULES_CHANGED,
+        &crate::caches::rules_changed_payload(org_id),
     )
     .await
 }
@@ -203,9 +208,9 @@ pub async fn create(
         &record.name,
     )
     .await?;
-    notify_rules_changed(&mut transaction).await?;
+    notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed();
+    state.caches.rules_changed(org_id);
     tracing::info!(rule_id = %record.id, "enrollment rule created");
     Ok(record)
 }
@@ -237,9 +242,9 @@ pub async fn update(
     let record = db::get(&mut *transaction, org_id, id)
         .await?
         .ok_or(ServiceError::NotFound("enrollment rule"))?;
-    notify_rules_changed(&mut transaction).await?;
+    notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed();
+    state.caches.rules_changed(org_id);
     Ok(record)
 }
 
@@ -263,9 +268,9 @@ pub async fn delete(
         "",
     )
     .await?;
-    notify_rules_changed(&mut transaction).await?;
+    notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed();
+    state.caches.rules_changed(org_id);
     Ok(())
 }
 
@@ -276,10 +281,14 @@ pub struct Preview {
     pub matching: u64,
     /// The first [`PREVIEW_USERS`] of them, in id order.
     pub users: Vec<Profile>,
+    /// Where the organization stands against its read limit, after the preview's cost.
+    pub rate: RateInfo,
 }
 
 /// Evaluates a rule that is not saved over every active user of the organization, a page at a
-/// time.
+/// time. It walks every user, so it costs one read request per started
+/// [`crate::ratelimit::USERS_PER_PREVIEW_READ`] users of the organization, charged before the
+/// walk (429 when the read limit has not that much left), whichever surface asks.
 pub async fn preview(
     state: &AppState,
     acting: Acting<'_>,
@@ -287,9 +296,15 @@ pub async fn preview(
 ) -> Result<Preview, ServiceError> {
     let rule = parse(EnrollmentRuleId::new(), input)?;
     check_flow(state, acting, &rule).await?;
+    let users = db::user_count(&state.db, acting.org_id()).await?;
+    let rate = state
+        .limiter
+        .check(acting.caller, Operation::Read, preview_cost(users))
+        .await?;
     let mut preview = Preview {
         matching: 0,
         users: Vec::new(),
+        rate,
     };
     let mut after = None;
     loop {
@@ -315,7 +330,8 @@ pub async fn preview(
 /// Queues a backfill of the rule: a scheduler assigns its flow to every active user who matches
 /// it and has not been assigned by it (at their current generation), a page of users at a time
 /// through the bulk lane. While one is queued or running for the rule, answers that one instead
-/// (`false`: not created now).
+/// (`false`: not created now). An organization has at most [`MAX_UNFINISHED_BACKFILLS`] queued
+/// or running (409 past it).
 pub async fn backfill(
     state: &AppState,
     acting: Acting<'_>,
@@ -327,7 +343,16 @@ pub async fn backfill(
         .await?
         .ok_or(ServiceError::NotFound("enrollment rule"))?;
     let (backfill, created) =
-        backfills::request(&mut transaction, org_id, id, acting.actor).await?;
+        match backfills::request(&mut transaction, org_id, id, acting.actor).await? {
+            Requested::Created(backfill) => (backfill, true),
+            Requested::Existing(backfill) => (backfill, false),
+            Requested::Full => {
+                return Err(ServiceError::Conflict(format!(
+                    "an organization has at most {MAX_UNFINISHED_BACKFILLS} backfills queued or \
+                     running; wait for one to finish"
+                )));
+            }
+        };
     if created {
         audit::record(
             &mut *transaction,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 pub use flow_domain::enrollment::BackfillStatus;
 use flow_domain::ids::{BackfillId, EnrollmentRuleId, KeyId, OrgId, UserId};
-use sqlx::{FromRow, PgConnection, PgExecutor};
+use sqlx::{FromRow, PgConnection, PgExecutor, PgPool};
 
 use super::audit::Actor;
 use super::enrollment_rules::millis;
@@ -60,47 +60,85 @@ impl Backfill {
 const COLUMNS: &str = "id, org_id, rule_id, status, actor_kind, actor_account, actor_key,
     matching, queued, after_user_id, attempts, error, created_at, started_at, finished_at";
 
-/// Queues a backfill of the rule, unless one is queued or running already: answers the new one
-/// (`true`) or that one (`false`).
+/// Most backfills an organization may have queued or running at once (one per rule at most).
+pub const MAX_UNFINISHED: i64 = 20;
+
+/// What a request of a backfill did.
+#[derive(Debug, Clone)]
+pub enum Requested {
+    /// A new job, queued.
+    Created(Backfill),
+    /// The rule's job that is queued or running already.
+    Existing(Backfill),
+    /// The organization has [`MAX_UNFINISHED`] backfills queued or running: nothing queued.
+    Full,
+}
+
+/// Queues a backfill of the rule, unless one is queued or running already (answered instead),
+/// or the organization has [`MAX_UNFINISHED`] unfinished ones. Requests of one organization take
+/// turns (they lock its row of `enrollment_backfill_turns`), so concurrent ones cannot pass the
+/// cap.
 pub async fn request(
     connection: &mut PgConnection,
     org_id: OrgId,
     rule_id: EnrollmentRuleId,
     actor: Actor<'_>,
-) -> Result<(Backfill, bool), sqlx::Error> {
-    // A request racing with the end of the unfinished one finds neither on its first try.
-    for _ in 0..3 {
-        let created: Option<Backfill> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO enrollment_backfills (id, org_id, rule_id, actor_kind, actor_account,
-                                               actor_key)
-             VALUES ($1, $2, $3, $4, $5, $6)
-             ON CONFLICT (rule_id) WHERE status IN ('queued', 'running') DO NOTHING
-             RETURNING {COLUMNS}"
-        )))
-        .bind(BackfillId::new())
-        .bind(org_id)
-        .bind(rule_id)
-        .bind(actor.kind())
-        .bind(actor.account())
-        .bind(actor.key())
-        .fetch_optional(&mut *connection)
-        .await?;
-        if let Some(created) = created {
-            return Ok((created, true));
-        }
-        let existing: Option<Backfill> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM enrollment_backfills
-             WHERE org_id = $1 AND rule_id = $2 AND status IN ('queued', 'running')"
-        )))
-        .bind(org_id)
-        .bind(rule_id)
-        .fetch_optional(&mut *connection)
-        .await?;
-        if let Some(existing) = existing {
-            return Ok((existing, false));
-        }
+) -> Result<Requested, sqlx::Error> {
+    lock_turn(&mut *connection, org_id).await?;
+    let existing: Option<Backfill> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM enrollment_backfills
+         WHERE org_id = $1 AND rule_id = $2 AND status IN ('queued', 'running')"
+    )))
+    .bind(org_id)
+    .bind(rule_id)
+    .fetch_optional(&mut *connection)
+    .await?;
+    if let Some(existing) = existing {
+        return Ok(Requested::Existing(existing));
     }
-    Err(sqlx::Error::RowNotFound)
+    let unfinished: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM enrollment_backfills
+         WHERE org_id = $1 AND status IN ('queued', 'running')",
+    )
+    .bind(org_id)
+    .fetch_one(&mut *connection)
+    .await?;
+    if unfinished >= MAX_UNFINISHED {
+        return Ok(Requested::Full);
+    }
+    // The organization's turn row is locked: no other request of it can insert meanwhile, and a
+    // job that ends does not make one for the rule.
+    let created: Backfill = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO enrollment_backfills (id, org_id, rule_id, actor_kind, actor_account,
+                                           actor_key)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         RETURNING {COLUMNS}"
+    )))
+    .bind(BackfillId::new())
+    .bind(org_id)
+    .bind(rule_id)
+    .bind(actor.kind())
+    .bind(actor.account())
+    .bind(actor.key())
+    .fetch_one(&mut *connection)
+    .await?;
+    Ok(Requested::Created(created))
+}
+
+/// Locks the organization's turn row (made if missing) until the transaction ends.
+async fn lock_turn(connection: &mut PgConnection, org_id: OrgId) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO enrollment_backfill_turns (org_id) VALUES ($1)
+         ON CONFLICT (org_id) DO NOTHING",
+    )
+    .bind(org_id)
+    .execute(&mut *connection)
+    .await?;
+    sqlx::query("SELECT org_id FROM enrollment_backfill_turns WHERE org_id = $1 FOR UPDATE")
+        .bind(org_id)
+        .execute(&mut *connection)
+        .await?;
+    Ok(())
 }
 
 /// One backfill of the organization's rule.
@@ -145,10 +183,71 @@ pub struct Claimed {
     pub token: uuid::Uuid,
 }
 
-/// Takes up the oldest backfill that is queued, or running under a lease that ended (its
-/// scheduler died), for `lease`. `FOR UPDATE SKIP LOCKED`: schedulers take different jobs.
-pub async fn claim<'e>(
-    executor: impl PgExecutor<'e>,
+/// What a scheduler may take up: queued, or running under a lease that ended (its scheduler
+/// died, or it gave its turn back).
+const CLAIMABLE: &str = "(status = 'queued' OR (status = 'running' AND lease_until < now()))";
+
+/// Organizations looked at per claim: the first that can be locked and has a job to run wins.
+const CLAIM_CANDIDATES: i64 = 8;
+
+/// Takes up a backfill for `lease`, in turns per organization: among the organizations with a
+/// backfill to take up and none running (under a live lease), the one served least recently (or
+/// never); of its backfills, the oldest. At most one backfill of an organization runs at a time,
+/// with any number of schedulers: the claim locks the organization's turn row
+/// (`FOR UPDATE SKIP LOCKED`, so schedulers take different organizations) and checks again,
+/// under that lock, that none of its backfills runs.
+pub async fn claim(pool: &PgPool, lease: Duration) -> Result<Option<Claimed>, sqlx::Error> {
+    let candidates: Vec<OrgId> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT b.org_id
+         FROM (SELECT org_id, created_at FROM enrollment_backfills WHERE {CLAIMABLE}) b
+         LEFT JOIN enrollment_backfill_turns t ON t.org_id = b.org_id
+         WHERE NOT EXISTS (SELECT 1 FROM enrollment_backfills r
+                           WHERE r.org_id = b.org_id AND r.status = 'running'
+                             AND r.lease_until >= now())
+         GROUP BY b.org_id, t.served_at
+         ORDER BY t.served_at NULLS FIRST, min(b.created_at), b.org_id
+         LIMIT $1"
+    )))
+    .bind(CLAIM_CANDIDATES)
+    .fetch_all(pool)
+    .await?;
+    for org_id in candidates {
+        let mut transaction = pool.begin().await?;
+        sqlx::query(
+            "INSERT INTO enrollment_backfill_turns (org_id) VALUES ($1)
+             ON CONFLICT (org_id) DO NOTHING",
+        )
+        .bind(org_id)
+        .execute(&mut *transaction)
+        .await?;
+        let locked: Option<OrgId> = sqlx::query_scalar(
+            "SELECT org_id FROM enrollment_backfill_turns WHERE org_id = $1
+             FOR UPDATE SKIP LOCKED",
+        )
+        .bind(org_id)
+        .fetch_optional(&mut *transaction)
+        .await?;
+        if locked.is_none() {
+            // Another scheduler is claiming for it, or a request is queueing one.
+            continue;
+        }
+        // A statement of its own, so it sees what a claim committed before the lock was taken.
+        if let Some(claimed) = claim_of(&mut transaction, org_id, lease).await? {
+            sqlx::query("UPDATE enrollment_backfill_turns SET served_at = now() WHERE org_id = $1")
+                .bind(org_id)
+                .execute(&mut *transaction)
+                .await?;
+            transaction.commit().await?;
+            return Ok(Some(claimed));
+        }
+    }
+    Ok(None)
+}
+
+/// Takes up the organization's oldest backfill to take up, unless one of its backfills runs.
+async fn claim_of(
+    connection: &mut PgConnection,
+    org_id: OrgId,
     lease: Duration,
 ) -> Result<Option<Claimed>, sqlx::Error> {
     let token = uuid::Uuid::new_v4();
@@ -158,8 +257,11 @@ pub async fn claim<'e>(
              lease_until = now() + $2 * interval '1 millisecond',
              attempts = b.attempts + 1, started_at = COALESCE(b.started_at, now())
          FROM (SELECT id FROM enrollment_backfills
-               WHERE status = 'queued' OR (status = 'running' AND lease_until < now())
-               ORDER BY created_at
+               WHERE org_id = $3 AND {CLAIMABLE}
+                 AND NOT EXISTS (SELECT 1 FROM enrollment_backfills r
+                                 WHERE r.org_id = $3 AND r.status = 'running'
+                                   AND r.lease_until >= now())
+               ORDER BY created_at, id
                LIMIT 1
                FOR UPDATE SKIP LOCKED) c
          WHERE b.id = c.id
@@ -172,9 +274,35 @@ pub async fn claim<'e>(
     )))
     .bind(token)
     .bind(millis(lease))
-    .fetch_optional(executor)
+    .bind(org_id)
+    .fetch_optional(&mut *connection)
     .await?;
     Ok(backfill.map(|backfill| Claimed { backfill, token }))
+}
+
+/// Gives the job back without counting the attempt, to be taken up again from where it stopped
+/// at `until` at the earliest: at once when its turn is over (other organizations go first, as
+/// they were served less recently), or when the organization's assign limit has room again
+/// (`reason` says so to whoever reads the job meanwhile). False when the lease was lost.
+pub async fn pause<'e>(
+    executor: impl PgExecutor<'e>,
+    claimed: &Claimed,
+    until: Duration,
+    reason: Option<&str>,
+) -> Result<bool, sqlx::Error> {
+    let updated = sqlx::query(
+        "UPDATE enrollment_backfills
+         SET error = $3, lease_until = now() + $4 * interval '1 millisecond',
+             attempts = greatest(attempts - 1, 0)
+         WHERE id = $1 AND lease_token = $2 AND status = 'running'",
+    )
+    .bind(claimed.backfill.id)
+    .bind(claimed.token)
+    .bind(reason)
+    .bind(millis(until))
+    .execute(executor)
+    .await?;
+    Ok(updated.rows_affected() == 1)
 }
 
 /// Records a page done: the last user, the counts to add, and a fresh lease. False when the

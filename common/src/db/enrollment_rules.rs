@@ -429,10 +429,13 @@ pub async fn delete_pending<'e>(
     Ok(deleted.rows_affected())
 }
 
-/// Claims up to `limit` pending rows queued more than `grace` ago and not claimed by another
-/// scheduler, oldest first, for `lease`: other schedulers skip them until it ends (a scheduler
-/// that dies leaves them to the next after that). `FOR UPDATE SKIP LOCKED`, so schedulers share
-/// the rows and none waits on a write that is queueing one.
+/// Claims up to `limit` pending rows queued more than `grace` ago and not claimed (or deferred)
+/// by another scheduler, for `lease`: other schedulers skip them until it ends (a scheduler that
+/// dies leaves them to the next after that). In turns per organization: each organization's
+/// rows are ranked oldest first, and the first of every organization is taken before the second
+/// of any, so one organization's large import does not hold up another's few users.
+/// `FOR UPDATE SKIP LOCKED`, so schedulers share the rows and none waits on a write that is
+/// queueing one.
 pub async fn claim_pending<'e>(
     executor: impl PgExecutor<'e>,
     grace: Duration,
@@ -440,14 +443,25 @@ pub async fn claim_pending<'e>(
     limit: i64,
 ) -> Result<Vec<Pending>, sqlx::Error> {
     sqlx::query_as(
-        "UPDATE enrollment_pending p
+        "WITH ranked AS (
+            SELECT org_id, user_id, queued_at,
+                   row_number() OVER (PARTITION BY org_id ORDER BY queued_at, user_id) AS turn
+            FROM enrollment_pending
+            WHERE queued_at < clock_timestamp() - $1 * interval '1 millisecond'
+              AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+         ),
+         picked AS (
+            SELECT p.org_id, p.user_id
+            FROM enrollment_pending p
+            JOIN (SELECT org_id, user_id, turn, queued_at FROM ranked
+                  ORDER BY turn, queued_at, org_id LIMIT $3) r
+              ON r.org_id = p.org_id AND r.user_id = p.user_id
+            WHERE p.claimed_until IS NULL OR p.claimed_until < clock_timestamp()
+            FOR UPDATE OF p SKIP LOCKED
+         )
+         UPDATE enrollment_pending p
          SET claimed_until = clock_timestamp() + $2 * interval '1 millisecond'
-         FROM (SELECT org_id, user_id FROM enrollment_pending
-               WHERE queued_at < clock_timestamp() - $1 * interval '1 millisecond'
-                 AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
-               ORDER BY queued_at
-               LIMIT $3
-               FOR UPDATE SKIP LOCKED) c
+         FROM picked c
          WHERE p.org_id = c.org_id AND p.user_id = c.user_id
          RETURNING p.org_id, p.user_id, p.version",
     )
@@ -456,6 +470,45 @@ pub async fn claim_pending<'e>(
     .bind(limit)
     .fetch_all(executor)
     .await
+}
+
+/// Leaves these users of the organization pending, not to be claimed for `delay`: their
+/// evaluation found assignments over the organization's assign limit, which a scheduler
+/// publishes once the limit has room again. Each row gets a fresh version, so the evaluation
+/// that deferred them does not delete it.
+pub async fn defer_pending<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    user_ids: &[UserId],
+    delay: Duration,
+) -> Result<(), sqlx::Error> {
+    if user_ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO enrollment_pending AS p (org_id, user_id, claimed_until)
+         SELECT $1, u.user_id, clock_timestamp() + $3 * interval '1 millisecond'
+         FROM UNNEST($2::uuid[]) AS u(user_id) ORDER BY u.user_id
+         ON CONFLICT (org_id, user_id) DO UPDATE
+             SET version = EXCLUDED.version, claimed_until = EXCLUDED.claimed_until",
+    )
+    .bind(org_id)
+    .bind(user_ids)
+    .bind(millis(delay))
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
+/// How many users the organization has (active or not): what a preview walks.
+pub async fn user_count<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT count(*) FROM users WHERE org_id = $1")
+        .bind(org_id)
+        .fetch_one(executor)
+        .await
 }
 
 /// Pending rows, all organizations together (for the gauge and the tests).

@@ -1,8 +1,9 @@
-//! The scheduler's share of enrollment rules (docs/enrollment-rules.md): every interval, the
-//! users whose evaluation a write left pending past the grace period are evaluated
-//! ([`flow_common::enrollment::drain`]), then the backfills waiting are run one after the other
-//! ([`flow_common::enrollment::run_backfill`]). A task of its own, so a long backfill does not
-//! hold the overdue scan or the schedules.
+//! The scheduler's share of enrollment rules (docs/enrollment-rules.md), in two tasks of their
+//! own, so that neither holds the other (nor the overdue scan and the schedules): every interval,
+//! one evaluates the users whose evaluation a write left pending past the grace period, or
+//! deferred for the assign limit ([`flow_common::enrollment::drain`]); the other runs the
+//! backfills waiting, a turn at a time, in turns per organization
+//! ([`flow_common::enrollment::run_backfill`]).
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use crate::runtime::Runtime;
 /// Assign commands per broker message.
 const PUBLISH_BATCH: usize = 500;
 
-/// Starts the task.
+/// Starts the tasks.
 pub fn start(config: &SchedulerConfig, runtime: &Runtime, publisher: &Publisher) {
     let interval = Duration::from_millis(config.interval_ms.max(10));
     let lease = Duration::from_millis(config.enrollment_lease_ms.max(1_000));
@@ -24,39 +25,54 @@ pub fn start(config: &SchedulerConfig, runtime: &Runtime, publisher: &Publisher)
         lease,
         batch: config.enrollment_drain_batch.max(1),
     };
-    // A round may run a backfill of many users: as long as the lease per page, and then some.
-    let liveness = runtime.liveness(
-        "enrollment",
+    let drain_liveness = runtime.liveness(
+        "enrollment pending",
         Some(interval.saturating_mul(2) + lease + Duration::from_secs(300)),
     );
-    let pool = runtime.pool.clone();
-    let publisher = publisher.clone();
-    runtime.spawn("enrollment rules", move |stop| async move {
-        let commands = BatchPublisher::start(
-            publisher.clone(),
-            BatchTarget::assign_commands(publisher.topology()),
-            BatchLimits {
-                max_batch: PUBLISH_BATCH,
-                in_flight: 2,
-                fill_wait: Duration::from_millis(5),
-            },
-            stop.clone(),
-        );
+    // A turn of a backfill is a few pages, each within the lease.
+    let backfill_liveness = runtime.liveness(
+        "enrollment backfills",
+        Some(interval.saturating_mul(2) + lease + Duration::from_secs(300)),
+    );
+    let (pool, drain_publisher) = (runtime.pool.clone(), publisher.clone());
+    runtime.spawn("enrollment pending evaluations", move |stop| async move {
+        let commands = batch_publisher(&drain_publisher, &stop);
         while !stop.is_cancelled() {
-            liveness.beat();
-            round(&pool, &commands, settings, &stop).await;
+            drain_liveness.beat();
+            drain_round(&pool, &commands, settings).await;
+            stop.run_until_cancelled(tokio::time::sleep(interval)).await;
+        }
+    });
+    let (pool, backfill_publisher) = (runtime.pool.clone(), publisher.clone());
+    runtime.spawn("enrollment backfills", move |stop| async move {
+        let commands = batch_publisher(&backfill_publisher, &stop);
+        while !stop.is_cancelled() {
+            backfill_liveness.beat();
+            backfill_round(&pool, &commands, lease, &stop).await;
             stop.run_until_cancelled(tokio::time::sleep(interval)).await;
         }
     });
 }
 
-/// One round: the pending evaluations, then the backfills waiting (until shutdown).
-pub async fn round(
-    pool: &sqlx::PgPool,
-    publisher: &BatchPublisher,
-    settings: DrainSettings,
+/// A publisher of assign commands in batches, until `stop`.
+fn batch_publisher(
+    publisher: &Publisher,
     stop: &tokio_util::sync::CancellationToken,
-) {
+) -> BatchPublisher {
+    BatchPublisher::start(
+        publisher.clone(),
+        BatchTarget::assign_commands(publisher.topology()),
+        BatchLimits {
+            max_batch: PUBLISH_BATCH,
+            in_flight: 2,
+            fill_wait: Duration::from_millis(5),
+        },
+        stop.clone(),
+    )
+}
+
+/// One round of the pending evaluations.
+pub async fn drain_round(pool: &sqlx::PgPool, publisher: &BatchPublisher, settings: DrainSettings) {
     match enrollment::drain(pool, publisher, settings).await {
         Ok(0) => {}
         Ok(count) => {
@@ -69,10 +85,20 @@ pub async fn round(
             "pending enrollment evaluations failed; retrying next round"
         ),
     }
+}
+
+/// One round of backfills: turns of the backfills waiting, in turns per organization, until none
+/// is left to take up now (or shutdown).
+pub async fn backfill_round(
+    pool: &sqlx::PgPool,
+    publisher: &BatchPublisher,
+    lease: Duration,
+    stop: &tokio_util::sync::CancellationToken,
+) {
     while !stop.is_cancelled() {
-        match enrollment::run_backfill(pool, publisher, settings.lease).await {
+        match enrollment::run_backfill(pool, publisher, lease).await {
             Ok(None) => return,
-            Ok(Some(BackfillRun::Finished(_) | BackfillRun::Lost(_))) => {}
+            Ok(Some(BackfillRun::Finished(_) | BackfillRun::Lost(_) | BackfillRun::Paused(_))) => {}
             // Its failure may pass: the next round (or another scheduler) resumes it.
             Ok(Some(BackfillRun::Released(_))) => return,
             Err(error) => {
