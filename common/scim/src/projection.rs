@@ -78,6 +78,28 @@ impl Projection {
         selected && !excluded
     }
 
+    /// Whether `attributes` names the top-level attribute `name` (canonical, e.g. `members`)
+    /// or one of its sub-attributes, and `excludedAttributes` does not exclude it: for what a
+    /// service returns only when asked (a list's group members).
+    pub fn names(&self, name: &str) -> bool {
+        let named =
+            |selector: &Selector| selector.extension.is_none() && selector.attribute == Some(name);
+        self.only
+            .as_ref()
+            .is_some_and(|only| only.iter().any(named))
+            && self.includes(name)
+    }
+
+    /// The same projection with the top-level attribute `name` (canonical) excluded too.
+    pub fn excluding(mut self, name: &'static str) -> Self {
+        self.except.push(Selector {
+            extension: None,
+            attribute: Some(name),
+            sub_attribute: None,
+        });
+        self
+    }
+
     /// Applies the projection to a resource rendered by this crate.
     pub fn apply(&self, mut resource: Value) -> Value {
         let Some(object) = resource.as_object_mut() else {
@@ -460,6 +482,26 @@ mod tests {
                 .detail()
                 .starts_with("attributes: 'name..x' is not an attribute path"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn members_are_named_only_when_attributes_lists_them() {
+        let parse = |attributes, excluded| {
+            Projection::parse(ResourceType::Group, attributes, excluded).unwrap()
+        };
+        assert!(!parse(None, None).names("members"));
+        assert!(parse(None, None).includes("members"));
+        assert!(parse(Some("displayName,members"), None).names("members"));
+        assert!(parse(Some("members.value"), None).names("members"));
+        assert!(!parse(Some("displayName"), None).names("members"));
+        assert!(!parse(Some("members"), Some("members")).names("members"));
+        let without = parse(None, None).excluding("members");
+        assert!(!without.includes("members"));
+        let group = json!({"schemas": [], "id": "grp_1", "displayName": "Sales", "members": []});
+        assert_eq!(
+            without.apply(group),
+            json!({"schemas": [], "id": "grp_1", "displayName": "Sales"})
         );
     }
 }

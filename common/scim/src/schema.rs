@@ -321,7 +321,9 @@ const NAME_SUB_ATTRIBUTES: &[Attribute] = &[
 ];
 
 const EMAIL_SUB_ATTRIBUTES: &[Attribute] = &[
-    Attribute::string("value", "The e-mail address.").filterable(),
+    Attribute::string("value", "The e-mail address.")
+        .required()
+        .filterable(),
     Attribute::string("type", "What the address is for.")
         .canonical(&["work", "home", "other"])
         .filterable(),
@@ -331,7 +333,7 @@ const EMAIL_SUB_ATTRIBUTES: &[Attribute] = &[
 const USER_ATTRIBUTES: &[Attribute] = &[
     Attribute::string(
         "userName",
-        "The user's e-mail address, unique in the organization; Flow identifies people by it.",
+        "Unique in the organization. Flow identifies people by e-mail address: userName when it is one, else the primary (else work, else first) of emails.",
     )
     .required()
     .unique()
@@ -344,8 +346,16 @@ const USER_ATTRIBUTES: &[Attribute] = &[
         "Whether the user is active: an inactive user keeps their history but gets no new training.",
     )
     .filterable(),
-    Attribute::complex("emails", EMAIL_SUB_ATTRIBUTES, "The user's e-mail addresses.")
-        .multi_valued(),
+    // Required: Flow needs an address for every user, and a client that sends only what
+    // /Schemas marks required (the stock checker, scim2-tester) must send one here when its
+    // userName is not one. At most ten, each an address.
+    Attribute::complex(
+        "emails",
+        EMAIL_SUB_ATTRIBUTES,
+        "The user's e-mail addresses (at most 10); one is required when userName is not an address.",
+    )
+    .multi_valued()
+    .required(),
 ];
 
 const MANAGER_SUB_ATTRIBUTES: &[Attribute] = &[
