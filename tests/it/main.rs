@@ -33,6 +33,7 @@ mod request_timeout;
 mod rollups;
 mod schedules;
 mod scim;
+mod scim_limits;
 mod sessions;
 mod sign_in;
 mod status_rule;

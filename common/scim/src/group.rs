@@ -504,9 +504,14 @@ mod tests {
                 "members must be an array of objects",
             ),
             (
-                json!([{"op": "replace", "path": "members[value eq \"usr_x\"].display", "value": "X"}]),
+                json!([{"op": "replace", "path": "members[value eq \"usr_x\"].value", "value": "usr_y"}]),
                 ScimType::NoTarget,
                 "no value of members matches",
+            ),
+            (
+                json!([{"op": "replace", "path": "members[value eq \"usr_1\"].display", "value": "X"}]),
+                ScimType::Mutability,
+                "'members.display' is read-only",
             ),
             (
                 json!([{"op": "replace", "path": "id", "value": "grp_2"}]),
@@ -667,9 +672,9 @@ mod limits {
         let changed = patch(
             &group,
             vec![
-                json!({"op": "replace", "path": "members[display sw \"User 1\"].display", "value": "One"}),
+                json!({"op": "replace", "path": "members[display sw \"User 1\"]", "value": {"display": "One"}}),
                 json!({"op": "remove", "path": "members[value eq \"usr_3\" or display eq \"user 4\"]"}),
-                json!({"op": "add", "path": "members[value eq \"usr_9\"].display", "value": "Nine"}),
+                json!({"op": "add", "path": "members[value eq \"usr_9\"]", "value": {"display": "Nine"}}),
                 json!({"op": "add", "path": "members", "value": [{"value": "usr_0", "display": "Zero"}]}),
             ],
         )

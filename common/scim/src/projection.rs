@@ -121,6 +121,7 @@ impl Projection {
         for selector in &self.except {
             exclude(object, selector, &always);
         }
+        self.leave_out_unrequested(object);
         let present: Vec<String> = object.keys().cloned().collect();
         if let Some(Value::Array(schemas)) = object.get_mut("schemas") {
             schemas.retain(|urn| {
@@ -130,6 +131,43 @@ impl Projection {
             });
         }
         resource
+    }
+}
+
+impl Projection {
+    /// Removes the sub-attributes returned only on request (`members.display`) that
+    /// `attributes` does not name.
+    fn leave_out_unrequested(&self, object: &mut Map<String, Value>) {
+        for attribute in self.resource.schema().attributes {
+            for sub in attribute.sub_attributes {
+                if sub.returned != Returned::Request {
+                    continue;
+                }
+                let named = self.only.as_ref().is_some_and(|only| {
+                    only.iter().any(|selector| {
+                        selector.extension.is_none()
+                            && selector.attribute == Some(attribute.name)
+                            && selector.sub_attribute == Some(sub.name)
+                    })
+                });
+                if named {
+                    continue;
+                }
+                match object.get_mut(attribute.name) {
+                    Some(Value::Array(values)) => {
+                        for value in values {
+                            if let Some(value) = value.as_object_mut() {
+                                value.remove(sub.name);
+                            }
+                        }
+                    }
+                    Some(Value::Object(value)) => {
+                        value.remove(sub.name);
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 }
 

@@ -61,6 +61,8 @@ pub enum Returned {
     Always,
     /// By default, unless excluded or left out of `attributes`.
     Default,
+    /// Only when `attributes` names it.
+    Request,
 }
 
 impl Returned {
@@ -69,6 +71,7 @@ impl Returned {
         match self {
             Returned::Always => "always",
             Returned::Default => "default",
+            Returned::Request => "request",
         }
     }
 }
@@ -202,6 +205,11 @@ impl Attribute {
 
     const fn always_returned(mut self) -> Self {
         self.returned = Returned::Always;
+        self
+    }
+
+    const fn returned_on_request(mut self) -> Self {
+        self.returned = Returned::Request;
         self
     }
 
@@ -343,8 +351,11 @@ const USER_ATTRIBUTES: &[Attribute] = &[
     Attribute::string("title", "The user's job title."),
     Attribute::boolean(
         "active",
-        "Whether the user is active: an inactive user keeps their history but gets no new training.",
+        "Whether the user is active: an inactive user keeps their history but gets no new training. A new user is active unless this says otherwise; it cannot be removed, only set.",
     )
+    // Required: every user is active or not, so it cannot be removed (a PATCH `remove` of it is
+    // 400); an omitted `active` defaults to true on POST and keeps its value on PUT.
+    .required()
     .filterable(),
     // Required: Flow needs an address for every user, and a client that sends only what
     // /Schemas marks required (the stock checker, scim2-tester) must send one here when its
@@ -370,10 +381,15 @@ const ENTERPRISE_ATTRIBUTES: &[Attribute] = &[
     Attribute::complex("manager", MANAGER_SUB_ATTRIBUTES, "The user's manager."),
 ];
 
+// A string, as clients send it (a date, or a timestamp of which Flow keeps the date). Its
+// canonical value is an example, suggested as RFC 7643 §2.3 lets canonical values be (Flow takes
+// any date): a client that fills attributes from /Schemas (the stock checker) sends a date
+// rather than a random string.
 const FLOW_USER_ATTRIBUTES: &[Attribute] = &[Attribute::string(
     "startDate",
     "The user's start (hire) date, YYYY-MM-DD or an RFC 3339 timestamp; enrollment rules count due dates from it.",
-)];
+)
+.canonical(&["2026-01-05"])];
 
 const MEMBER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::string("value", "The id of the member's User resource.")
@@ -383,7 +399,12 @@ const MEMBER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::reference("$ref", &["User"], "The URI of the member's User resource.")
         .case_exact()
         .immutable(),
-    Attribute::string("display", "The member's name."),
+    // Flow's own rendering of the member (their name, else address), not what a client sent:
+    // read-only, and returned only when `attributes` names `members.display`, so that an
+    // answer never contradicts what the client wrote.
+    Attribute::string("display", "The member's name, else e-mail address.")
+        .read_only()
+        .returned_on_request(),
     Attribute::string("type", "The kind of member; Flow's groups hold users.")
         .canonical(&["User"])
         .immutable(),
