@@ -174,17 +174,17 @@ async fn scim_group_write_over_1000_members_and_patch_over_10000_values_are_400(
     )
     .await;
     assert_scim_400(&put, "invalidValue", "at most 1000 members");
-    // 10,001 values over 1,000 operations.
+    // 1,000 operations of 10 values, and one more value in the last.
     let ids: Vec<String> = (0..10_001).map(|_| UserId::new().to_string()).collect();
-    let mut operations: Vec<Value> = ids
+    let operations: Vec<Value> = ids[..10_000]
         .chunks(10)
         .map(|chunk| json!({"op": "add", "path": "members", "value": members(chunk)}))
         .collect();
-    let response = patch(&app, &org, &path, operations.clone()).await;
+    let mut over = operations.clone();
+    over[999] = json!({"op": "add", "path": "members", "value": members(&ids[9990..])});
+    let response = patch(&app, &org, &path, over).await;
     assert_scim_400(&response, "tooMany", "at most 10000");
-    // The same values but one is the largest PATCH: it gets as far as checking the members.
-    operations.pop();
-    operations.push(json!({"op": "add", "path": "members", "value": members(&ids[..10])}));
+    // Without it, the largest PATCH: it gets as far as checking the members.
     let response = patch(&app, &org, &path, operations).await;
     assert_scim_400(&response, "invalidValue", "no user");
 }
@@ -401,4 +401,71 @@ async fn scim_a_response_carries_at_most_10000_members() {
     .await;
     assert_eq!(removed.status, 204, "{}", removed.body);
     assert!(removed.header("ETag").is_some());
+}
+
+#[tokio::test]
+async fn scim_a_user_name_that_is_no_address_is_kept_with_the_address_from_emails() {
+    let app = api_only().await;
+    let org = app.create_org(Tier::Standard).await;
+    // What /Schemas tells a client that sends only required attributes.
+    let schema = get(
+        &app,
+        &org,
+        "/Schemas/urn:ietf:params:scim:schemas:core:2.0:User",
+    )
+    .await;
+    let attributes = schema.body["attributes"].as_array().unwrap();
+    let emails = attributes
+        .iter()
+        .find(|a| a["name"] == json!("emails"))
+        .unwrap();
+    assert_eq!(emails["required"], json!(true));
+    // A login as userName, the address in emails: both kept.
+    let created = post(
+        &app,
+        &org,
+        "/Users",
+        json!({"userName": "jdoe", "emails": [{"value": "jane.doe@example.com", "primary": true}]}),
+    )
+    .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.body["userName"], json!("jdoe"));
+    let id = created.body["id"].as_str().unwrap().to_owned();
+    let found = get(&app, &org, "/Users?filter=userName%20eq%20%22JDOE%22").await;
+    assert_eq!(found.body["totalResults"], json!(1), "{}", found.body);
+    assert_eq!(found.body["Resources"][0]["id"], json!(id));
+    // The same user for /v1, by the address.
+    let listed = app.get(&org, "/v1/users?email=jane.doe@example.com").await;
+    assert!(
+        listed.body.to_string().contains("jane.doe@example.com"),
+        "{}",
+        listed.body
+    );
+    // The name is unique; a name without any address is refused.
+    let again = post(
+        &app,
+        &org,
+        "/Users",
+        json!({"userName": "JDoe", "emails": [{"value": "other@example.com"}]}),
+    )
+    .await;
+    assert_eq!(again.status, 409, "{}", again.body);
+    assert_scim_400(
+        &post(&app, &org, "/Users", json!({"userName": "nobody"})).await,
+        "invalidValue",
+        "userName must be a valid e-mail address",
+    );
+    // Renamed to an address: the name goes, the address is the userName.
+    let renamed = patch(
+        &app,
+        &org,
+        &format!("/Users/{id}"),
+        vec![json!({"op": "replace", "path": "userName", "value": "jane@example.com"})],
+    )
+    .await;
+    assert_eq!(renamed.status, 200, "{}", renamed.body);
+    assert_eq!(renamed.body["userName"], json!("jane@example.com"));
+    // Searching several resource types at once is not supported.
+    let search = post(&app, &org, "/.search", json!({"filter": "userName pr"})).await;
+    assert_eq!(search.status, 501, "{}", search.body);
 }
