@@ -625,7 +625,7 @@ mod limits {
         assert_eq!(changed.members.len(), 99_000);
         assert!(changed.members.iter().all(|member| {
             let index: usize = member.value["usr_".len()..].parse().unwrap();
-            index % 7 != 0 || index >= 7000
+            !index.is_multiple_of(7) || index >= 7000
         }));
         // Order is kept.
         assert_eq!(changed.members[0].value, "usr_1");
