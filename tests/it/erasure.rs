@@ -234,6 +234,7 @@ async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_st
     let user = created.body["userId"].as_str().expect("userId").to_owned();
     sqlx::query(
         "UPDATE users SET given_name = 'Harriet', family_name = 'Vane', formatted_name = 'Harriet Vane',
+                scim_user_name = 'HarrietV-sso',
                 emails = '[{\"value\": \"harriet.vane+hr@example.com\", \"primary\": true}]'
          WHERE id = $1",
     )

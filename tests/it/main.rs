@@ -35,6 +35,7 @@ mod rollups;
 mod rules_fairness;
 mod schedules;
 mod scim;
+mod scim_limits;
 mod sessions;
 mod sign_in;
 mod status_rule;

@@ -317,7 +317,15 @@ async fn okta_provisions_looks_up_updates_deactivates_and_pushes_groups_as_it_se
     .await;
     assert_eq!(added.status, 200, "{:?}", added.body);
     assert_eq!(added.body["members"][0]["value"], json!(id));
-    assert_eq!(added.body["members"][0]["display"], json!("Ann Lee-Smith"));
+    // `display` is Flow's (the user's name), returned when asked for.
+    assert!(added.body["members"][0].get("display").is_none());
+    let shown = get(
+        &app,
+        &org,
+        &format!("/Groups/{group_id}?attributes=members.value,members.display"),
+    )
+    .await;
+    assert_eq!(shown.body["members"][0]["display"], json!("Ann Lee-Smith"));
     // Okta renames with a path-less replace whose value carries the group's id.
     let renamed = patch(
         &app,

@@ -13,8 +13,8 @@ use flow_scim::{Group, Member, PatchRequest, ResourceMeta, ResourceType, ScimErr
 use super::resource::{
     Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
-use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match};
-use crate::ratelimit::{Operation, RateInfo};
+use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
+use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::services::groups::{self as service, GroupInput, StoredGroup};
 use crate::state::AppState;
 
@@ -34,7 +34,7 @@ fn scim_group(group: &StoredGroup) -> Group {
 
 /// What a SCIM group asks for: members are user ids of this service; one that is not an id
 /// of ours names no user of the organization (400 `invalidValue`).
-fn input(group: &Group) -> Result<GroupInput, Failure> {
+fn input(group: &Group) -> Result<GroupInput, ScimError> {
     let members = group
         .members
         .iter()
@@ -49,7 +49,7 @@ fn input(group: &Group) -> Result<GroupInput, Failure> {
         .collect::<Result<BTreeSet<_>, _>>()?;
     let display_name = group.display_name.trim().to_owned();
     if display_name.is_empty() {
-        return Err(ScimError::invalid_value("displayName is required").into());
+        return Err(ScimError::invalid_value("displayName is required"));
     }
     Ok(GroupInput {
         display_name,
@@ -79,27 +79,77 @@ fn meta(row: &GroupRow) -> ResourceMeta {
     ResourceMeta::new(row.id.to_string(), row.created_at, row.updated_at)
 }
 
-/// `GET /Groups` (`excludedAttributes=members` skips loading members).
+/// The most group members one response carries (a list's, or one group's); a response that
+/// would carry more is 400 `tooMany`, naming the cap.
+pub const MAX_MEMBERS_PER_RESPONSE: u64 = 10_000;
+
+/// Loads the members of `found` when they are wanted, after checking they fit in a response
+/// and charging their size: one more read per started
+/// [`ITEMS_PER_REQUEST`](crate::ratelimit::ITEMS_PER_REQUEST) members past the first hundred
+/// (the request's own read paid for those).
+async fn members_for_response(
+    state: &AppState,
+    auth: &ScimAuth,
+    rate: RateInfo,
+    found: &mut [StoredGroup],
+) -> Result<RateInfo, Failure> {
+    let ids: Vec<GroupId> = found.iter().map(|group| group.row.id).collect();
+    let count =
+        service::member_count(state, auth.0.acting(), &ids, MAX_MEMBERS_PER_RESPONSE + 1).await?;
+    if count > MAX_MEMBERS_PER_RESPONSE {
+        let what = if found.len() == 1 {
+            "the group has"
+        } else {
+            "these groups have"
+        };
+        return Err(ScimError::too_many(format!(
+            "{what} more than {MAX_MEMBERS_PER_RESPONSE} members, the most one response \
+             carries: leave them out (excludedAttributes=members), ask for fewer groups (count), \
+             or ask whether a user is a member with filter=members[value eq \"…\"]"
+        ))
+        .into());
+    }
+    let extra = page_cost(i64::try_from(count).unwrap_or(i64::MAX)) - 1;
+    let rate = if extra > 0 {
+        state.limiter.check(&auth.0, Operation::Read, extra).await?
+    } else {
+        rate
+    };
+    service::load_members(state, auth.0.acting(), found).await?;
+    Ok(rate)
+}
+
+/// `GET /Groups`: members only when `attributes` names them (RFC 7644 lets a service provider
+/// leave out what is costly; Okta and Entra ID read members through the group itself, or not
+/// at all), and then at most [`MAX_MEMBERS_PER_RESPONSE`] in all, charged by size.
 pub async fn list(
     State(state): State<AppState>,
     auth: ScimAuth,
     uri: Uri,
 ) -> Result<(RateInfo, ScimJson), Failure> {
-    let request = list_request::<StoredGroup>(&uri)?;
+    let mut request = list_request::<StoredGroup>(&uri)?;
     let rate = auth.limit(&state, Operation::Read).await?;
-    let (total, groups) = service::search(
+    let with_members = request.projection.names("members");
+    let (total, mut groups) = service::search(
         &state,
         auth.0.acting(),
         request.filter.as_ref(),
         request.page.offset(),
         request.page.count,
-        request.projection.includes("members"),
+        false,
     )
     .await?;
+    let rate = if with_members {
+        members_for_response(&state, &auth, rate, &mut groups).await?
+    } else {
+        request.projection = request.projection.excluding("members");
+        rate
+    };
     Ok(page_answer(&state, rate, request, total, &groups))
 }
 
-/// `GET /Groups/{id}`.
+/// `GET /Groups/{id}`: with its members (unless left out), at most
+/// [`MAX_MEMBERS_PER_RESPONSE`], charged by size.
 pub async fn get(
     State(state): State<AppState>,
     auth: ScimAuth,
@@ -109,7 +159,14 @@ pub async fn get(
     let projection = read_projection(&uri, StoredGroup::KIND)?;
     let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Read).await?;
-    let group = service::get(&state, auth.0.acting(), id, projection.includes("members")).await?;
+    let group = service::get(&state, auth.0.acting(), id, false).await?;
+    let mut found = [group];
+    let rate = if projection.includes("members") {
+        members_for_response(&state, &auth, rate, &mut found).await?
+    } else {
+        rate
+    };
+    let [group] = found;
     Ok(answer(&state, StatusCode::OK, &group, rate, &projection))
 }
 
@@ -119,7 +176,7 @@ pub async fn create(
     auth: ScimAuth,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let group = input(&Group::from_json(&body)?)?;
+    let group = off_async(move || input(&Group::from_json(&body)?)).await?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::create(&state, auth.0.acting(), group).await?;
     Ok(written(&state, StatusCode::CREATED, &changed.value, rate))
@@ -133,7 +190,7 @@ pub async fn replace(
     headers: HeaderMap,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let replacement = input(&Group::from_json(&body)?)?;
+    let replacement = off_async(move || input(&Group::from_json(&body)?)).await?;
     let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |current| {
@@ -153,14 +210,26 @@ pub async fn patch(
     headers: HeaderMap,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let request = PatchRequest::parse(&body)?;
+    let request = off_async(move || PatchRequest::parse(&body)).await?;
     let id = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |current| {
         check_if_match(&headers, &current.meta())?;
-        input(&scim_group(current).apply_patch(&request.operations)?)
+        in_place(|| input(&scim_group(current).apply_patch(&request.operations)?))
+            .map_err(Failure::from)
     })
     .await?;
+    // A group may grow past what one response carries: then the answer is 204 No Content,
+    // which RFC 7644 §3.5.2 allows for a PATCH.
+    if changed.value.members.len() as u64 > MAX_MEMBERS_PER_RESPONSE {
+        return Ok(Resource {
+            status: StatusCode::NO_CONTENT,
+            body: serde_json::Value::Null,
+            version: changed.value.meta().version,
+            location: None,
+            rate,
+        });
+    }
     Ok(written(&state, StatusCode::OK, &changed.value, rate))
 }
 

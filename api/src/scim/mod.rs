@@ -44,6 +44,17 @@ pub fn router() -> Router<AppState> {
                 .patch(users::patch)
                 .delete(users::delete),
         )
+        // Searching several resource types at once is not supported: 501, as RFC 7644 §3.12
+        // answers an operation a service provider does not support.
+        .route(
+            "/.search",
+            axum::routing::post(|| async {
+                Failure::from(ScimError::with_status(
+                    501,
+                    "POST /.search over several resource types is not supported; GET /Users or /Groups with a filter",
+                ))
+            }),
+        )
         .route("/Groups", get(groups::list).post(groups::create))
         .route(
             "/Groups/{id}",
@@ -172,7 +183,12 @@ pub struct Resource {
 
 impl IntoResponse for Resource {
     fn into_response(self) -> Response {
-        let mut response = (self.status, self.rate, ScimJson(self.body)).into_response();
+        // 204 No Content (a PATCH of a group too large for one response) has no body.
+        let mut response = if self.status == StatusCode::NO_CONTENT {
+            (self.status, self.rate, ()).into_response()
+        } else {
+            (self.status, self.rate, ScimJson(self.body)).into_response()
+        };
         let headers = response.headers_mut();
         if let Some(version) = self
             .version
@@ -273,6 +289,35 @@ fn check_if_match(headers: &HeaderMap, meta: &ResourceMeta) -> Result<(), Failur
             "If-Match does not name the resource's current version; read it again",
         )
         .into())
+    }
+}
+
+/// Runs CPU-bound SCIM work on a request's body (parsing a resource or PATCH operations, which
+/// may carry thousands of values) on the blocking pool, so the async threads keep serving
+/// every other request meanwhile.
+async fn off_async<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ScimError> + Send + 'static,
+) -> Result<T, Failure> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => Ok(result?),
+        Err(error) => {
+            tracing::error!(error = %error, "SCIM parsing task failed");
+            Err(ScimError::internal().into())
+        }
+    }
+}
+
+/// Runs CPU-bound work where it cannot move to the blocking pool (applying PATCH operations to
+/// a row read and locked in an open transaction): the async thread hands its other tasks to
+/// another thread first ([`tokio::task::block_in_place`]). On a single-threaded runtime (some
+/// tests) it simply runs.
+fn in_place<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
     }
 }
 

@@ -15,7 +15,7 @@ use flow_scim::{
 use super::resource::{
     Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
-use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match};
+use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
 use crate::ratelimit::{Operation, RateInfo};
 use crate::services::users as service;
 use crate::state::AppState;
@@ -23,7 +23,11 @@ use crate::state::AppState;
 /// The SCIM view of a stored user. A user who came from elsewhere (the API, a CSV) has their
 /// address as the primary work e-mail, so that Entra ID's `emails[type eq "work"]` finds it.
 fn scim_user(row: &ProfileRow) -> User {
-    let mut user = User::new(row.email.clone());
+    let mut user = User::new(
+        row.scim_user_name
+            .clone()
+            .unwrap_or_else(|| row.email.clone()),
+    );
     user.name = Name {
         formatted: row.formatted_name.clone(),
         family_name: row.family_name.clone(),
@@ -60,11 +64,16 @@ fn scim_user(row: &ProfileRow) -> User {
     user
 }
 
-/// The profile a SCIM user gives: the e-mail must be an address; the name every surface shows
-/// is `displayName`, else `name.formatted`, else the given and family names.
-fn profile(user: &User) -> Result<Profile, Failure> {
+/// The profile a SCIM user gives: the e-mail must be an address, and so must every value of
+/// `emails` (at most [`flow_scim::MAX_EMAILS`], which `flow_scim` checks); the name every
+/// surface shows is `displayName`, else `name.formatted`, else the given and family names.
+fn profile(user: &User) -> Result<Profile, ScimError> {
     let email = Email::parse("userName", user.email())
         .map_err(|invalid| ScimError::invalid_value(invalid.0))?;
+    for (index, address) in user.emails.iter().enumerate() {
+        Email::parse(&format!("emails[{index}].value"), &address.value)
+            .map_err(|invalid| ScimError::invalid_value(invalid.0))?;
+    }
     let joined = [&user.name.given_name, &user.name.family_name]
         .into_iter()
         .flatten()
@@ -79,8 +88,13 @@ fn profile(user: &User) -> Result<Profile, Failure> {
         .map(|name| TextRule::NAME.parse("displayName", &name))
         .transpose()
         .map_err(|invalid| ScimError::invalid_value(invalid.0))?;
+    // A userName that is not the address is kept as sent (it is what the provider looks the
+    // user up by); an address is the e-mail itself.
+    let scim_user_name =
+        (!user.user_name.eq_ignore_ascii_case(email.as_str())).then(|| user.user_name.clone());
     Ok(Profile {
         email,
+        scim_user_name,
         name,
         active: user.active,
         external_id: user.external_id.clone(),
@@ -166,8 +180,7 @@ pub async fn create(
     auth: ScimAuth,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let user = User::from_json(&body)?;
-    let profile = profile(&user)?;
+    let profile = off_async(move || profile(&User::from_json(&body)?)).await?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::provision(&state, auth.0.acting(), profile).await?;
     Ok(written(&state, StatusCode::CREATED, &changed.value, rate))
@@ -185,7 +198,7 @@ pub async fn replace(
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |row| {
         check_if_match(&headers, &row.meta())?;
-        profile(&scim_user(row).replaced_by(&body)?)
+        in_place(|| profile(&scim_user(row).replaced_by(&body)?)).map_err(Failure::from)
     })
     .await?;
     Ok(written(&state, StatusCode::OK, &changed.value, rate))
@@ -199,12 +212,13 @@ pub async fn patch(
     headers: HeaderMap,
     ScimBody(body): ScimBody,
 ) -> Result<Resource, Failure> {
-    let request = PatchRequest::parse(&body)?;
+    let request = off_async(move || PatchRequest::parse(&body)).await?;
     let id = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     let changed = service::edit(&state, auth.0.acting(), id, |row| {
         check_if_match(&headers, &row.meta())?;
-        profile(&scim_user(row).apply_patch(&request.operations)?)
+        in_place(|| profile(&scim_user(row).apply_patch(&request.operations)?))
+            .map_err(Failure::from)
     })
     .await?;
     Ok(written(&state, StatusCode::OK, &changed.value, rate))

@@ -117,23 +117,55 @@ pub async fn search(
     with_members: bool,
 ) -> Result<(u64, Vec<StoredGroup>), ServiceError> {
     let (total, rows) = groups::search(&state.db, acting.org_id(), filter, offset, count).await?;
-    let mut members = if with_members && !rows.is_empty() {
-        let ids: Vec<GroupId> = rows.iter().map(|row| row.id).collect();
-        groups::members(&state.db, acting.org_id(), &ids).await?
-    } else {
-        Vec::new()
-    };
-    let found = rows
+    let mut found: Vec<StoredGroup> = rows
         .into_iter()
-        .map(|row| {
-            let (mine, rest): (Vec<MemberRow>, Vec<MemberRow>) = members
-                .drain(..)
-                .partition(|member| member.group_id == row.id);
-            members = rest;
-            StoredGroup { row, members: mine }
+        .map(|row| StoredGroup {
+            row,
+            members: Vec::new(),
         })
         .collect();
+    if with_members {
+        load_members(state, acting, &mut found).await?;
+    }
     Ok((total, found))
+}
+
+/// How many members the groups have together, counted up to `up_to` (a read bounded before
+/// members are loaded: a SCIM response carries a bounded number of them, and costs by it).
+pub async fn member_count(
+    state: &AppState,
+    acting: Acting<'_>,
+    ids: &[GroupId],
+    up_to: u64,
+) -> Result<u64, ServiceError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
+    let count = groups::member_count(&state.db, acting.org_id(), ids, up_to).await?;
+    Ok(u64::try_from(count).unwrap_or_default())
+}
+
+/// Loads the members of `found` (read without them), each group's in one pass.
+pub async fn load_members(
+    state: &AppState,
+    acting: Acting<'_>,
+    found: &mut [StoredGroup],
+) -> Result<(), ServiceError> {
+    if found.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<GroupId> = found.iter().map(|group| group.row.id).collect();
+    let members = groups::members(&state.db, acting.org_id(), &ids).await?;
+    let mut by_group: std::collections::HashMap<GroupId, Vec<MemberRow>> =
+        std::collections::HashMap::with_capacity(found.len());
+    for member in members {
+        by_group.entry(member.group_id).or_default().push(member);
+    }
+    for group in found {
+        group.members = by_group.remove(&group.row.id).unwrap_or_default();
+    }
+    Ok(())
 }
 
 /// Creates a group with its members. Audited as `group.created`.

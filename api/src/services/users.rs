@@ -132,6 +132,7 @@ pub fn stored_profile(row: &ProfileRow) -> Result<Profile, ServiceError> {
         manager_name: row.manager_name.clone(),
         start_date: row.start_date,
         emails: row.emails.0.clone(),
+        scim_user_name: row.scim_user_name.clone(),
     })
 }
 

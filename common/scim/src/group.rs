@@ -1,17 +1,24 @@
 //! The Group resource: a named set of users, as identity providers push them (Okta's Group
 //! Push, Entra ID's group assignment). Members are users only.
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value, json};
 
 use crate::CORE_GROUP_SCHEMA;
 use crate::error::ScimError;
 use crate::filter::{ElementValue, Filter};
 use crate::meta::{ResourceMeta, location};
-use crate::multi::{self, Element};
+use crate::multi::{self, Element, Values};
 use crate::patch::{PatchOpKind, PatchOperation};
 use crate::resource::{self, Patchable};
 use crate::schema::{self, Attribute, Resolved, ResourceType};
 use crate::value;
+
+/// The most members a `POST` or `PUT` of a group carries; more is 400 `invalidValue` naming the
+/// cap. A group may have more: PATCH `add` them, in requests of at most
+/// [`MAX_PATCH_VALUES`](crate::patch::MAX_PATCH_VALUES) values.
+pub const MAX_MEMBERS_PER_WRITE: usize = 1000;
 
 /// A group as SCIM describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,24 +70,37 @@ impl Group {
     /// Parses a POST body, or a PUT body (which replaces the whole group, members included).
     /// `displayName` is required; attributes Flow does not keep, read-only ones and nulls are
     /// ignored; a member that is not a user (`type` other than `User`) is 400 `invalidValue`.
+    /// More than [`MAX_MEMBERS_PER_WRITE`] members is 400 `invalidValue`.
     pub fn from_json(body: &Value) -> Result<Self, ScimError> {
-        let mut group = Self::new(String::new());
-        resource::read_body(&mut group, body)?;
+        let mut draft = Draft::from(Self::new(String::new()));
+        resource::read_body(&mut draft, body)?;
+        let group = Self::from(draft);
         if group.display_name.is_empty() {
             return Err(ScimError::invalid_value("displayName is required"));
+        }
+        if group.members.len() > MAX_MEMBERS_PER_WRITE {
+            return Err(ScimError::invalid_value(format!(
+                "members: a POST or PUT carries at most {MAX_MEMBERS_PER_WRITE} members \
+                 ({} sent); add more with PATCH",
+                group.members.len()
+            )));
         }
         Ok(group)
     }
 
-    /// Applies PATCH operations in order and returns the changed group; all or nothing.
+    /// Applies PATCH operations in order and returns the changed group; all or nothing. Each
+    /// operation costs what it carries, however many members the group has (members are
+    /// indexed by id for the whole request).
     pub fn apply_patch(&self, operations: &[PatchOperation]) -> Result<Self, ScimError> {
-        resource::apply_operations(self, operations)
+        resource::apply_operations(&Draft::from(self.clone()), operations).map(Self::from)
     }
 
     /// The members `after` has that this group had not, and those it lost.
     pub fn membership_changes(&self, after: &Group) -> MembershipChanges {
-        let had = |value: &str| self.members.iter().any(|member| member.value == value);
-        let has = |value: &str| after.members.iter().any(|member| member.value == value);
+        let before: HashSet<&str> = self.members.iter().map(|m| m.value.as_str()).collect();
+        let now: HashSet<&str> = after.members.iter().map(|m| m.value.as_str()).collect();
+        let had = |value: &str| before.contains(value);
+        let has = |value: &str| now.contains(value);
         MembershipChanges {
             added: after
                 .members
@@ -131,7 +151,35 @@ impl Group {
     }
 }
 
-impl Patchable for Group {
+/// A group while a body or PATCH operations change it: its members indexed by id.
+#[derive(Debug, Clone)]
+struct Draft {
+    display_name: String,
+    external_id: Option<String>,
+    members: Values<Member>,
+}
+
+impl From<Group> for Draft {
+    fn from(group: Group) -> Self {
+        Self {
+            display_name: group.display_name,
+            external_id: group.external_id,
+            members: Values::new(group.members, None),
+        }
+    }
+}
+
+impl From<Draft> for Group {
+    fn from(draft: Draft) -> Self {
+        Self {
+            display_name: draft.display_name,
+            external_id: draft.external_id,
+            members: draft.members.into_vec(),
+        }
+    }
+}
+
+impl Patchable for Draft {
     const RESOURCE: ResourceType = ResourceType::Group;
 
     fn apply_attribute(
@@ -248,8 +296,12 @@ impl Element for Member {
         }
     }
 
-    fn same_as(&self, other: &Self) -> bool {
-        self.value == other.value
+    fn value(&self) -> &str {
+        &self.value
+    }
+
+    fn key_of(value: &str) -> String {
+        value.to_owned()
     }
 }
 
@@ -452,9 +504,14 @@ mod tests {
                 "members must be an array of objects",
             ),
             (
-                json!([{"op": "replace", "path": "members[value eq \"usr_x\"].display", "value": "X"}]),
+                json!([{"op": "replace", "path": "members[value eq \"usr_x\"].value", "value": "usr_y"}]),
                 ScimType::NoTarget,
                 "no value of members matches",
+            ),
+            (
+                json!([{"op": "replace", "path": "members[value eq \"usr_1\"].display", "value": "X"}]),
+                ScimType::Mutability,
+                "'members.display' is read-only",
             ),
             (
                 json!([{"op": "replace", "path": "id", "value": "grp_2"}]),
@@ -528,5 +585,180 @@ mod tests {
             })
         );
         assert_eq!(Group::from_json(&rendered).unwrap(), group);
+    }
+}
+
+#[cfg(test)]
+mod limits {
+    use super::*;
+    use crate::patch::MAX_PATCH_VALUES;
+    use crate::{MAX_SCANNED_VALUES, PatchRequest, ScimType};
+
+    fn patch(group: &Group, operations: Vec<Value>) -> Result<Group, ScimError> {
+        let body = json!({"Operations": operations});
+        group.apply_patch(&PatchRequest::parse(&body)?.operations)
+    }
+
+    fn large(count: usize) -> Group {
+        Group {
+            members: (0..count)
+                .map(|index| Member {
+                    value: format!("usr_{index}"),
+                    display: Some(format!("User {index}")),
+                })
+                .collect(),
+            ..Group::new("All staff")
+        }
+    }
+
+    #[test]
+    fn filtered_removals_from_a_large_group_are_lookups() {
+        // A thousand `remove members[value eq …]` on a group of 100,000: one lookup each (the
+        // old scan of every member for every operation would not finish in minutes).
+        let group = large(100_000);
+        let removals: Vec<Value> = (0..1000)
+            .map(|index| {
+                json!({"op": "remove", "path": format!("members[value eq \"usr_{}\"]", index * 7)})
+            })
+            .collect();
+        let changed = patch(&group, removals).unwrap();
+        assert_eq!(changed.members.len(), 99_000);
+        assert!(changed.members.iter().all(|member| {
+            let index: usize = member.value["usr_".len()..].parse().unwrap();
+            !index.is_multiple_of(7) || index >= 7000
+        }));
+        // Order is kept.
+        assert_eq!(changed.members[0].value, "usr_1");
+        let changes = group.membership_changes(&changed);
+        assert_eq!(changes.removed.len(), 1000);
+        assert!(changes.added.is_empty());
+    }
+
+    #[test]
+    fn the_largest_member_patch_on_a_large_group_applies() {
+        // 1,000 operations × 10 members: re-adds existing members (updating their display),
+        // adds new ones, and removes by value list and by `or`-ed filter.
+        let group = large(20_000);
+        let mut operations = Vec::new();
+        for round in 0..1000 {
+            let members: Vec<Value> = (0..10)
+                .map(|index| json!({"value": format!("usr_{}", 19_995 + round * 10 + index)}))
+                .collect();
+            operations.push(json!({"op": "add", "path": "members", "value": members}));
+        }
+        let added = patch(&group, operations).unwrap();
+        assert_eq!(added.members.len(), 20_000 + 10_000 - 5);
+        let filter = (0..10)
+            .map(|index| format!("value eq \"usr_{index}\""))
+            .collect::<Vec<_>>()
+            .join(" or ");
+        let removed = patch(
+            &added,
+            vec![
+                json!({"op": "remove", "path": format!("members[{filter}]")}),
+                json!({"op": "remove", "path": "members", "value": [{"value": "usr_10"}, {"value": "usr_11"}]}),
+                json!({"op": "remove", "path": "members[value eq \"usr_missing\"]"}),
+            ],
+        )
+        .unwrap();
+        assert_eq!(removed.members.len(), added.members.len() - 12);
+        assert_eq!(removed.members[0].value, "usr_12");
+    }
+
+    #[test]
+    fn filtered_add_and_remove_are_correct() {
+        let group = large(5);
+        // A filter other than `value eq` (scanned) selects the same values.
+        let changed = patch(
+            &group,
+            vec![
+                json!({"op": "replace", "path": "members[display sw \"User 1\"]", "value": {"display": "One"}}),
+                json!({"op": "remove", "path": "members[value eq \"usr_3\" or display eq \"user 4\"]"}),
+                json!({"op": "add", "path": "members[value eq \"usr_9\"]", "value": {"display": "Nine"}}),
+                json!({"op": "add", "path": "members", "value": [{"value": "usr_0", "display": "Zero"}]}),
+            ],
+        )
+        .unwrap();
+        let shown: Vec<(&str, Option<&str>)> = changed
+            .members
+            .iter()
+            .map(|member| (member.value.as_str(), member.display.as_deref()))
+            .collect();
+        assert_eq!(
+            shown,
+            vec![
+                ("usr_0", Some("Zero")),
+                ("usr_1", Some("One")),
+                ("usr_2", Some("User 2")),
+                ("usr_9", Some("Nine")),
+            ]
+        );
+        // A member whose id is changed to one already there replaces it: each id once.
+        let moved = patch(
+            &group,
+            vec![json!({"op": "replace", "path": "members[value eq \"usr_0\"].value", "value": "usr_4"})],
+        )
+        .unwrap();
+        let ids: Vec<&str> = moved.members.iter().map(|m| m.value.as_str()).collect();
+        assert_eq!(ids, vec!["usr_4", "usr_1", "usr_2", "usr_3"]);
+        // Member ids are case-exact in lookups too.
+        assert_eq!(
+            patch(
+                &group,
+                vec![json!({"op": "remove", "path": "members[value eq \"USR_1\"]"})]
+            )
+            .unwrap(),
+            group
+        );
+    }
+
+    #[test]
+    fn caps_answer_a_scim_400_naming_them() {
+        let members: Vec<Value> = (0..=MAX_MEMBERS_PER_WRITE)
+            .map(|index| json!({"value": format!("usr_{index}")}))
+            .collect();
+        let error =
+            Group::from_json(&json!({"displayName": "Big", "members": members})).unwrap_err();
+        assert_eq!(error.scim_type(), Some(ScimType::InvalidValue));
+        assert!(error.detail().contains("at most 1000 members"), "{error}");
+        assert_eq!(
+            Group::from_json(
+                &json!({"displayName": "Big", "members": members[..MAX_MEMBERS_PER_WRITE]})
+            )
+            .unwrap()
+            .members
+            .len(),
+            MAX_MEMBERS_PER_WRITE
+        );
+
+        let values: Vec<Value> = (0..=MAX_PATCH_VALUES)
+            .map(|index| json!({"value": format!("usr_{index}")}))
+            .collect();
+        let error = patch(
+            &Group::new("Big"),
+            vec![json!({"op": "add", "path": "members", "value": values})],
+        )
+        .unwrap_err();
+        assert_eq!(error.scim_type(), Some(ScimType::TooMany));
+        assert!(error.detail().contains("at most 10000"), "{error}");
+        // Also when the values hide in a path-less value object.
+        let error = patch(
+            &Group::new("Big"),
+            vec![json!({"op": "add", "value": {"members": values}})],
+        )
+        .unwrap_err();
+        assert_eq!(error.scim_type(), Some(ScimType::TooMany));
+
+        // Filters that scan: a thousand over 2,000 members is past the scan budget.
+        let scans: Vec<Value> = (0..1000)
+            .map(|_| json!({"op": "remove", "path": "members[display co \"nobody\"]"}))
+            .collect();
+        let error = patch(&large(2000), scans.clone()).unwrap_err();
+        assert_eq!(error.scim_type(), Some(ScimType::TooMany));
+        assert!(
+            error.detail().contains(&MAX_SCANNED_VALUES.to_string()),
+            "{error}"
+        );
+        assert!(patch(&large(500), scans).is_ok());
     }
 }

@@ -62,7 +62,9 @@
 //!   `replace` through a value filter that matches nothing is 400 `noTarget` (RFC 7644
 //!   §3.5.2.3); `add` through one creates the value from the filter's `eq` terms; `remove`
 //!   that matches nothing changes nothing, so provider retries are harmless; adding a value
-//!   already present updates it; at most one value is `primary`.
+//!   already present updates it; at most one value is `primary`. Every operation is linear:
+//!   the values are indexed by `value` for the whole request, so `add`, removal by value and
+//!   `[value eq "…"]` filters are lookups however large the group.
 //! - **Null, blank and unassigned are the same** (RFC 7643 §2.5); strings are trimmed.
 //! - **ETags.** [`ResourceMeta::new`] versions a resource by its `lastModified` in
 //!   microseconds, rendered as `W/"…"`; `/ServiceProviderConfig` announces ETag support, so
@@ -75,6 +77,10 @@
 //! | `filter` length | [`filter::MAX_FILTER_LENGTH`] = 4,096 characters | 400 `invalidFilter` naming the limit |
 //! | `filter` nesting (parentheses, brackets, `not`) | [`filter::MAX_FILTER_DEPTH`] = 32 | 400 `invalidFilter` naming the limit |
 //! | PATCH operations per request | [`patch::MAX_PATCH_OPERATIONS`] = 1,000 | 413, as RFC 7644 §3.7.4 answers bulk `maxOperations` |
+//! | values the operations of one PATCH carry together (each counts its value arrays' items, at least one) | [`patch::MAX_PATCH_VALUES`] = 10,000 | 400 `tooMany` naming the cap |
+//! | values a PATCH's value filters examine, other than `value eq "…"` (a lookup) | [`MAX_SCANNED_VALUES`] = 1,000,000 | 400 `tooMany` naming the cap |
+//! | `emails` of a user | [`MAX_EMAILS`] = 10 | 400 `invalidValue` naming the cap |
+//! | `members` in a group `POST` or `PUT` (a group may grow past it by PATCH) | [`MAX_MEMBERS_PER_WRITE`] = 1,000 | 400 `invalidValue` naming the cap |
 //! | string attribute | [`MAX_STRING_LENGTH`] = 1,024 characters | 400 `invalidValue` |
 //! | page size (`count`) | default [`list::DEFAULT_PAGE_SIZE`] = 100, at most [`list::MAX_PAGE_SIZE`] = 200 (`filter.maxResults`) | lowered to 200; below 0 → 0; `startIndex` below 1 → 1 |
 //!
@@ -132,14 +138,15 @@ mod user;
 mod value;
 
 pub use error::{ScimError, ScimType};
-pub use group::{Group, Member, MembershipChanges};
+pub use group::{Group, MAX_MEMBERS_PER_WRITE, Member, MembershipChanges};
 pub use list::{ListResponse, Page};
 pub use meta::ResourceMeta;
+pub use multi::MAX_SCANNED_VALUES;
 pub use patch::{PatchOpKind, PatchOperation, PatchRequest};
 pub use path::PatchPath;
 pub use projection::Projection;
 pub use schema::ResourceType;
-pub use user::{Email, Manager, Name, StartDate, User};
+pub use user::{Email, MAX_EMAILS, Manager, Name, StartDate, User};
 pub use value::MAX_STRING_LENGTH;
 
 /// The core User schema URN.

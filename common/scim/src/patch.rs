@@ -20,6 +20,12 @@ use crate::value;
 /// a bulk request over `maxOperations`.
 pub const MAX_PATCH_OPERATIONS: usize = 1000;
 
+/// The most values the operations of one PATCH request carry together (an operation counts
+/// the values of its value arrays, at least one); more is 400 `tooMany` naming the cap. A
+/// thousand operations of ten members each is the largest request; a group grows past that
+/// in several.
+pub const MAX_PATCH_VALUES: usize = 10_000;
+
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PatchOpKind {
@@ -132,12 +138,43 @@ impl PatchRequest {
                 operations.len()
             )));
         }
+        let carried: usize = operations
+            .iter()
+            .map(|operation| {
+                operation
+                    .as_object()
+                    .and_then(|operation| value::get(operation, "value"))
+                    .map_or(1, |value| weight(value).max(1))
+            })
+            .sum();
+        if carried > MAX_PATCH_VALUES {
+            return Err(ScimError::too_many(format!(
+                "the request's operations carry {carried} values; at most {MAX_PATCH_VALUES} \
+                 are accepted in one PATCH (send the rest in further requests)"
+            )));
+        }
         let mut parsed = Vec::with_capacity(operations.len());
         for (index, operation) in operations.iter().enumerate() {
             parse_operation(index, operation, &mut parsed)
                 .map_err(|error| error.prefixed(&format!("Operations[{index}]")))?;
         }
         Ok(Self { operations: parsed })
+    }
+}
+
+/// How many values `value` carries: the items of its arrays, wherever they are (a path-less
+/// value object's `members` or `emails`), each counted once; a scalar or an object without
+/// arrays is one.
+fn weight(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => items.iter().map(|item| weight(item).max(1)).sum(),
+        Value::Object(object) => object
+            .values()
+            .filter(|inner| inner.is_array() || inner.is_object())
+            .map(weight)
+            .sum::<usize>()
+            .max(1),
+        _ => 1,
     }
 }
 

@@ -78,6 +78,28 @@ impl Projection {
         selected && !excluded
     }
 
+    /// Whether `attributes` names the top-level attribute `name` (canonical, e.g. `members`)
+    /// or one of its sub-attributes, and `excludedAttributes` does not exclude it: for what a
+    /// service returns only when asked (a list's group members).
+    pub fn names(&self, name: &str) -> bool {
+        let named =
+            |selector: &Selector| selector.extension.is_none() && selector.attribute == Some(name);
+        self.only
+            .as_ref()
+            .is_some_and(|only| only.iter().any(named))
+            && self.includes(name)
+    }
+
+    /// The same projection with the top-level attribute `name` (canonical) excluded too.
+    pub fn excluding(mut self, name: &'static str) -> Self {
+        self.except.push(Selector {
+            extension: None,
+            attribute: Some(name),
+            sub_attribute: None,
+        });
+        self
+    }
+
     /// Applies the projection to a resource rendered by this crate.
     pub fn apply(&self, mut resource: Value) -> Value {
         let Some(object) = resource.as_object_mut() else {
@@ -99,6 +121,7 @@ impl Projection {
         for selector in &self.except {
             exclude(object, selector, &always);
         }
+        self.leave_out_unrequested(object);
         let present: Vec<String> = object.keys().cloned().collect();
         if let Some(Value::Array(schemas)) = object.get_mut("schemas") {
             schemas.retain(|urn| {
@@ -108,6 +131,43 @@ impl Projection {
             });
         }
         resource
+    }
+}
+
+impl Projection {
+    /// Removes the sub-attributes returned only on request (`members.display`) that
+    /// `attributes` does not name.
+    fn leave_out_unrequested(&self, object: &mut Map<String, Value>) {
+        for attribute in self.resource.schema().attributes {
+            for sub in attribute.sub_attributes {
+                if sub.returned != Returned::Request {
+                    continue;
+                }
+                let named = self.only.as_ref().is_some_and(|only| {
+                    only.iter().any(|selector| {
+                        selector.extension.is_none()
+                            && selector.attribute == Some(attribute.name)
+                            && selector.sub_attribute == Some(sub.name)
+                    })
+                });
+                if named {
+                    continue;
+                }
+                match object.get_mut(attribute.name) {
+                    Some(Value::Array(values)) => {
+                        for value in values {
+                            if let Some(value) = value.as_object_mut() {
+                                value.remove(sub.name);
+                            }
+                        }
+                    }
+                    Some(Value::Object(value)) => {
+                        value.remove(sub.name);
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 }
 
@@ -460,6 +520,26 @@ mod tests {
                 .detail()
                 .starts_with("attributes: 'name..x' is not an attribute path"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn members_are_named_only_when_attributes_lists_them() {
+        let parse = |attributes, excluded| {
+            Projection::parse(ResourceType::Group, attributes, excluded).unwrap()
+        };
+        assert!(!parse(None, None).names("members"));
+        assert!(parse(None, None).includes("members"));
+        assert!(parse(Some("displayName,members"), None).names("members"));
+        assert!(parse(Some("members.value"), None).names("members"));
+        assert!(!parse(Some("displayName"), None).names("members"));
+        assert!(!parse(Some("members"), Some("members")).names("members"));
+        let without = parse(None, None).excluding("members");
+        assert!(!without.includes("members"));
+        let group = json!({"schemas": [], "id": "grp_1", "displayName": "Sales", "members": []});
+        assert_eq!(
+            without.apply(group),
+            json!({"schemas": [], "id": "grp_1", "displayName": "Sales"})
         );
     }
 }

@@ -61,6 +61,8 @@ pub enum Returned {
     Always,
     /// By default, unless excluded or left out of `attributes`.
     Default,
+    /// Only when `attributes` names it.
+    Request,
 }
 
 impl Returned {
@@ -69,6 +71,7 @@ impl Returned {
         match self {
             Returned::Always => "always",
             Returned::Default => "default",
+            Returned::Request => "request",
         }
     }
 }
@@ -205,6 +208,11 @@ impl Attribute {
         self
     }
 
+    const fn returned_on_request(mut self) -> Self {
+        self.returned = Returned::Request;
+        self
+    }
+
     const fn unique(mut self) -> Self {
         self.uniqueness = Uniqueness::Server;
         self
@@ -321,7 +329,9 @@ const NAME_SUB_ATTRIBUTES: &[Attribute] = &[
 ];
 
 const EMAIL_SUB_ATTRIBUTES: &[Attribute] = &[
-    Attribute::string("value", "The e-mail address.").filterable(),
+    Attribute::string("value", "The e-mail address.")
+        .required()
+        .filterable(),
     Attribute::string("type", "What the address is for.")
         .canonical(&["work", "home", "other"])
         .filterable(),
@@ -331,7 +341,7 @@ const EMAIL_SUB_ATTRIBUTES: &[Attribute] = &[
 const USER_ATTRIBUTES: &[Attribute] = &[
     Attribute::string(
         "userName",
-        "The user's e-mail address, unique in the organization; Flow identifies people by it.",
+        "Unique in the organization. Flow identifies people by e-mail address: userName when it is one, else the primary (else work, else first) of emails.",
     )
     .required()
     .unique()
@@ -341,11 +351,22 @@ const USER_ATTRIBUTES: &[Attribute] = &[
     Attribute::string("title", "The user's job title."),
     Attribute::boolean(
         "active",
-        "Whether the user is active: an inactive user keeps their history but gets no new training.",
+        "Whether the user is active: an inactive user keeps their history but gets no new training. A new user is active unless this says otherwise; it cannot be removed, only set.",
     )
+    // Required: every user is active or not, so it cannot be removed (a PATCH `remove` of it is
+    // 400); an omitted `active` defaults to true on POST and keeps its value on PUT.
+    .required()
     .filterable(),
-    Attribute::complex("emails", EMAIL_SUB_ATTRIBUTES, "The user's e-mail addresses.")
-        .multi_valued(),
+    // Required: Flow needs an address for every user, and a client that sends only what
+    // /Schemas marks required (the stock checker, scim2-tester) must send one here when its
+    // userName is not one. At most ten, each an address.
+    Attribute::complex(
+        "emails",
+        EMAIL_SUB_ATTRIBUTES,
+        "The user's e-mail addresses (at most 10); one is required when userName is not an address.",
+    )
+    .multi_valued()
+    .required(),
 ];
 
 const MANAGER_SUB_ATTRIBUTES: &[Attribute] = &[
@@ -360,10 +381,15 @@ const ENTERPRISE_ATTRIBUTES: &[Attribute] = &[
     Attribute::complex("manager", MANAGER_SUB_ATTRIBUTES, "The user's manager."),
 ];
 
+// A string, as clients send it (a date, or a timestamp of which Flow keeps the date). Its
+// canonical value is an example, suggested as RFC 7643 §2.3 lets canonical values be (Flow takes
+// any date): a client that fills attributes from /Schemas (the stock checker) sends a date
+// rather than a random string.
 const FLOW_USER_ATTRIBUTES: &[Attribute] = &[Attribute::string(
     "startDate",
     "The user's start (hire) date, YYYY-MM-DD or an RFC 3339 timestamp; enrollment rules count due dates from it.",
-)];
+)
+.canonical(&["2026-01-05"])];
 
 const MEMBER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::string("value", "The id of the member's User resource.")
@@ -373,7 +399,12 @@ const MEMBER_SUB_ATTRIBUTES: &[Attribute] = &[
     Attribute::reference("$ref", &["User"], "The URI of the member's User resource.")
         .case_exact()
         .immutable(),
-    Attribute::string("display", "The member's name."),
+    // Flow's own rendering of the member (their name, else address), not what a client sent:
+    // read-only, and returned only when `attributes` names `members.display`, so that an
+    // answer never contradicts what the client wrote.
+    Attribute::string("display", "The member's name, else e-mail address.")
+        .read_only()
+        .returned_on_request(),
     Attribute::string("type", "The kind of member; Flow's groups hold users.")
         .canonical(&["User"])
         .immutable(),

@@ -9,12 +9,15 @@ use serde_json::{Map, Value, json};
 use crate::error::ScimError;
 use crate::filter::{ElementValue, Filter};
 use crate::meta::{ResourceMeta, location};
-use crate::multi::{self, Element};
+use crate::multi::{self, Element, Values};
 use crate::patch::{PatchOpKind, PatchOperation};
 use crate::resource::{self, Patchable};
 use crate::schema::{self, Attribute, Resolved, ResourceType};
 use crate::value;
 use crate::{CORE_USER_SCHEMA, ENTERPRISE_USER_SCHEMA, FLOW_USER_SCHEMA};
+
+/// The most `emails` a user has; more is 400 `invalidValue` naming the cap.
+pub const MAX_EMAILS: usize = 10;
 
 /// A user as SCIM describes it, with the attributes Flow keeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -430,7 +433,11 @@ impl Patchable for User {
                 }
                 self.manager = (!manager.is_empty()).then_some(manager);
             }
-            "emails" => multi::apply(&mut self.emails, kind, sub, filter, Some(value), "emails")?,
+            "emails" => {
+                let mut emails = Values::new(std::mem::take(&mut self.emails), Some(MAX_EMAILS));
+                multi::apply(&mut emails, kind, sub, filter, Some(value), "emails")?;
+                self.emails = emails.into_vec();
+            }
             _ => {}
         }
         Ok(())
@@ -439,6 +446,9 @@ impl Patchable for User {
     fn validate(&self) -> Result<(), ScimError> {
         if self.user_name.trim().is_empty() {
             return Err(ScimError::invalid_value("userName is required"));
+        }
+        if self.emails.len() > MAX_EMAILS {
+            return Err(multi::too_many_values("emails", MAX_EMAILS));
         }
         Ok(())
     }
@@ -514,8 +524,12 @@ impl Element for Email {
         }
     }
 
-    fn same_as(&self, other: &Self) -> bool {
-        self.value.eq_ignore_ascii_case(&other.value)
+    fn value(&self) -> &str {
+        &self.value
+    }
+
+    fn key_of(value: &str) -> String {
+        value.to_lowercase()
     }
 
     fn is_primary(&self) -> bool {

@@ -112,6 +112,26 @@ pub async fn members<'e>(
     .await
 }
 
+/// How many members the groups have together, counting no further than `up_to` (so that the
+/// count of a huge group costs no more than a bounded read).
+pub async fn member_count<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    org_id: OrgId,
+    groups: &[GroupId],
+    up_to: i64,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT 1 FROM user_group_members
+             WHERE org_id = $1 AND group_id = ANY($2) LIMIT $3) counted",
+    )
+    .bind(org_id)
+    .bind(groups)
+    .bind(up_to)
+    .fetch_one(executor)
+    .await
+}
+
 /// Adds users to a group; returns those who were not members yet.
 pub async fn add_members(
     connection: &mut PgConnection,

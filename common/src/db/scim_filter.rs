@@ -145,8 +145,10 @@ const USER_EMAILS: &str = "EXISTS (SELECT 1 FROM (
         SELECT e->>'value' AS value, e->>'type' AS type FROM jsonb_array_elements(u.emails) e
         UNION ALL SELECT u.email, 'work' WHERE jsonb_array_length(u.emails) = 0) em WHERE (";
 
-/// The e-mail as stored for look-ups, already lower-cased (`Email::normalized`).
-const LOWERED_EMAIL: &str = "u.email_normalized";
+/// The userName, lower-cased: the SCIM userName when the user has one that is not their
+/// address, else the e-mail as stored for look-ups (`Email::normalized`); the expression of the
+/// organization's unique index `users_org_user_name_idx`.
+const LOWERED_USER_NAME: &str = "COALESCE(lower(u.scim_user_name), u.email_normalized)";
 
 const GROUP_MEMBERS: &str =
     "EXISTS (SELECT 1 FROM user_group_members m WHERE m.group_id = g.id AND (";
@@ -178,9 +180,9 @@ fn user_target(path: &AttrPath) -> Option<Target> {
         });
     }
     if path.is("userName", None) {
-        // Stored lower-cased and indexed with the organization: Okta's look-up before every
-        // create is an index probe.
-        return text(LOWERED_EMAIL);
+        // Lower-cased and indexed with the organization: Okta's look-up before every create
+        // is an index probe.
+        return text(LOWERED_USER_NAME);
     }
     if path.is("name", Some("familyName")) {
         return text("u.family_name");
@@ -441,7 +443,7 @@ fn push_compare(
                 FilterValue::String(text) => text.clone(),
                 _ => return Err(refuse()),
             };
-            let column = if case_exact || sql == LOWERED_EMAIL {
+            let column = if case_exact || sql == LOWERED_USER_NAME {
                 sql.to_owned()
             } else {
                 format!("lower({sql})")
@@ -523,7 +525,7 @@ mod tests {
         let sql = users_sql(r#"userName eq "x'; DROP TABLE users; --""#);
         assert!(!sql.contains("DROP"), "{sql}");
         assert!(
-            sql.contains("u.email_normalized = lower($1::text)"),
+            sql.contains("COALESCE(lower(u.scim_user_name), u.email_normalized) = lower($1::text)"),
             "{sql}"
         );
     }

@@ -158,6 +158,9 @@ pub struct Profile {
     pub start_date: Option<chrono::NaiveDate>,
     /// The addresses as the provider sent them.
     pub emails: Vec<ProfileEmail>,
+    /// The SCIM `userName` when it is not `email` (a login such as `jdoe`); `None` when the
+    /// userName is the address.
+    pub scim_user_name: Option<String>,
 }
 
 /// A stored user with their profile.
@@ -185,12 +188,14 @@ pub struct ProfileRow {
     pub scim_deleted_at: Option<DateTime<Utc>>,
     /// Set by an erasure: the row is a pseudonym, no write may give it a profile again.
     pub erased_at: Option<DateTime<Utc>>,
+    /// The SCIM `userName` when it is not `email`.
+    pub scim_user_name: Option<String>,
 }
 
 const PROFILE_COLUMNS: &str = "u.id, u.email, u.name, u.active, u.external_id, u.given_name,
     u.family_name, u.formatted_name, u.title, u.department, u.employee_number, u.manager_id,
     u.manager_name, u.start_date, u.emails, u.created_at, u.updated_at, u.scim_deleted_at,
-    u.erased_at";
+    u.erased_at, u.scim_user_name";
 
 /// The next version of a row: now, and always after the last one, so that two writes in the
 /// same microsecond still change the ETag.
@@ -233,10 +238,10 @@ pub async fn profile_by_email_for_update(
 type ProfileQuery<'q> =
     sqlx::query::QueryAs<'q, sqlx::Postgres, ProfileRow, sqlx::postgres::PgArguments>;
 
-/// Binds `profile` as the next fifteen parameters of `query` (`$3` to `$17` after its two
+/// Binds `profile` as the next sixteen parameters of `query` (`$3` to `$18` after its two
 /// ids), in this order: email, email_normalized, name, active, external_id, given_name,
 /// family_name, formatted_name, title, department, employee_number, manager_id, manager_name,
-/// start_date, emails. One binding for the insert and the update, so they cannot drift apart.
+/// start_date, emails, scim_user_name. One binding for the insert and the update, so they cannot drift apart.
 fn bind_profile<'q>(query: ProfileQuery<'q>, profile: &'q Profile) -> ProfileQuery<'q> {
     query
         .bind(profile.email.as_str())
@@ -254,6 +259,7 @@ fn bind_profile<'q>(query: ProfileQuery<'q>, profile: &'q Profile) -> ProfileQue
         .bind(profile.manager_name.as_deref())
         .bind(profile.start_date)
         .bind(sqlx::types::Json(&profile.emails))
+        .bind(profile.scim_user_name.as_deref())
 }
 
 /// Inserts a user with a profile. A user with the same e-mail is a unique violation
@@ -266,9 +272,10 @@ pub async fn insert_profile(
     let query = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO users AS u (id, org_id, email, email_normalized, name, active, deactivated_at,
                           external_id, given_name, family_name, formatted_name, title, department,
-                          employee_number, manager_id, manager_name, start_date, emails)
+                          employee_number, manager_id, manager_name, start_date, emails,
+                          scim_user_name)
          VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $6 THEN NULL ELSE now() END, $7, $8, $9, $10,
-                 $11, $12, $13, $14, $15, $16, $17)
+                 $11, $12, $13, $14, $15, $16, $17, $18)
          RETURNING {PROFILE_COLUMNS}"
     )))
     .bind(UserId::new())
@@ -291,8 +298,8 @@ pub async fn update_profile(
                 deactivated_at = CASE WHEN $6 THEN NULL ELSE COALESCE(u.deactivated_at, now()) END,
                 external_id = $7, given_name = $8, family_name = $9, formatted_name = $10,
                 title = $11, department = $12, employee_number = $13, manager_id = $14,
-                manager_name = $15, start_date = $16, emails = $17,
-                scim_deleted_at = CASE WHEN $18 THEN NULL ELSE u.scim_deleted_at END,
+                manager_name = $15, start_date = $16, emails = $17, scim_user_name = $18,
+                scim_deleted_at = CASE WHEN $19 THEN NULL ELSE u.scim_deleted_at END,
                 updated_at = {NEXT_VERSION}
          WHERE u.org_id = $1 AND u.id = $2
          RETURNING {PROFILE_COLUMNS}"

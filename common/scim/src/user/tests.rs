@@ -869,3 +869,84 @@ fn garbled_patch_bodies_never_panic() {
         }
     }
 }
+
+fn addresses(user: &User) -> Vec<&str> {
+    user.emails
+        .iter()
+        .map(|email| email.value.as_str())
+        .collect()
+}
+
+#[test]
+fn at_most_ten_emails_in_a_body_or_after_a_patch() {
+    let emails = |count: usize| -> Vec<Value> {
+        (0..count)
+            .map(|index| json!({"value": format!("ann{index}@example.com"), "type": "work"}))
+            .collect()
+    };
+    let user =
+        User::from_json(&json!({"userName": "ann@example.com", "emails": emails(MAX_EMAILS)}))
+            .unwrap();
+    assert_eq!(user.emails.len(), MAX_EMAILS);
+    let error = User::from_json(&json!({"userName": "ann@example.com", "emails": emails(10_000)}))
+        .unwrap_err();
+    assert_eq!(error.scim_type(), Some(ScimType::InvalidValue));
+    assert!(
+        error.detail().contains("emails holds at most 10 values"),
+        "{error}"
+    );
+    // One more through PATCH, by a path-less value, a plain add or a filtered path.
+    for operation in [
+        json!({"op": "add", "path": "emails", "value": [{"value": "new@example.com"}]}),
+        json!({"op": "add", "value": {"emails": [{"value": "new@example.com"}]}}),
+        json!({"op": "add", "path": "emails[type eq \"home\"].value", "value": "new@example.com"}),
+    ] {
+        let error = patch(&user, operations(json!([operation.clone()]))).unwrap_err();
+        assert_eq!(
+            error.scim_type(),
+            Some(ScimType::InvalidValue),
+            "{operation}"
+        );
+        assert!(
+            error.detail().contains("at most 10"),
+            "{operation}: {error}"
+        );
+    }
+    // Adding an address already there (in another case) updates it: still ten.
+    let same = patch(
+        &user,
+        operations(json!([{"op": "add", "path": "emails", "value": [{"value": "ANN3@example.com", "primary": true}]}])),
+    )
+    .unwrap();
+    assert_eq!(same.emails.len(), MAX_EMAILS);
+    assert!(same.emails[3].primary);
+}
+
+#[test]
+fn the_largest_patch_of_emails_applies_every_operation() {
+    // A thousand operations of ten values each (the most one PATCH carries): each adds ten
+    // addresses, the next removes them again by value list or by filter.
+    let user = User::new("ann@example.com");
+    let batch = |round: usize| -> Vec<Value> {
+        (0..10)
+            .map(|index| json!({"value": format!("r{round}-{index}@example.com")}))
+            .collect()
+    };
+    let mut list = Vec::new();
+    for round in 0..500 {
+        list.push(json!({"op": "add", "path": "emails", "value": batch(round)}));
+        if round % 2 == 0 {
+            list.push(json!({"op": "remove", "path": "emails", "value": batch(round)}));
+        } else {
+            let filter = (0..10)
+                .map(|index| format!("value eq \"R{round}-{index}@EXAMPLE.com\""))
+                .collect::<Vec<_>>()
+                .join(" or ");
+            list.push(
+                json!({"op": "remove", "path": format!("emails[{filter}]"), "value": batch(round)}),
+            );
+        }
+    }
+    let changed = patch(&user, operations(json!(list))).unwrap();
+    assert!(changed.emails.is_empty(), "{:?}", addresses(&changed));
+}

@@ -95,7 +95,7 @@ pub async fn erase_user(
              email = $3, email_normalized = $3, name = NULL, given_name = NULL,
              family_name = NULL, formatted_name = NULL, title = NULL, employee_number = NULL,
              external_id = NULL, manager_id = NULL, manager_name = NULL, start_date = NULL,
-             emails = '[]'::jsonb, active = false,
+             emails = '[]'::jsonb, scim_user_name = NULL, active = false,
              deactivated_at = COALESCE(deactivated_at, now()),
              scim_deleted_at = COALESCE(scim_deleted_at, now()),
              erased_at = COALESCE(erased_at, now()), updated_at = now()
