@@ -1,8 +1,12 @@
 //! `flowctl up`: migrations, then the API and every worker in this one process, for local use.
 
 use anyhow::Context;
+use std::sync::LazyLock;
+
 use clap::Args;
+use clap::builder::PossibleValue;
 use flow_common::config::{CoreConfig, from_env};
+use flow_workers::roles::{Shared, WorkerRole};
 use sqlx::migrate::MigrateDatabase;
 use tokio::task::JoinSet;
 
@@ -21,21 +25,58 @@ pub struct UpArgs {
     pub only: Vec<Component>,
 }
 
-/// A part of the stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// A part of the stack: the API, or a worker role of the registry (`flow_workers::roles::ALL`),
+/// named as on the command line (`api`, `assign-worker`, ...).
+#[derive(Clone, Copy)]
 pub enum Component {
     /// The HTTP API.
     Api,
-    /// The assign-worker.
-    AssignWorker,
-    /// The report-worker (exports).
-    ReportWorker,
-    /// The outbox relay (lifecycle events to RabbitMQ).
-    OutboxRelay,
-    /// The scheduler (overdue scan, recurring schedules).
-    Scheduler,
-    /// The webhook-worker (signed deliveries with retries).
-    WebhookWorker,
+    /// A worker role.
+    Worker(&'static WorkerRole),
+}
+
+impl Component {
+    /// The name `--only` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Api => "api",
+            Self::Worker(role) => role.name,
+        }
+    }
+}
+
+impl PartialEq for Component {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Component {}
+
+impl std::fmt::Debug for Component {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+/// The API, then every worker role in the registry's order.
+static COMPONENTS: LazyLock<Vec<Component>> = LazyLock::new(|| {
+    std::iter::once(Component::Api)
+        .chain(flow_workers::roles::ALL.iter().map(Component::Worker))
+        .collect()
+});
+
+impl clap::ValueEnum for Component {
+    fn value_variants<'a>() -> &'a [Self] {
+        &COMPONENTS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            Self::Api => PossibleValue::new("api").help("The HTTP API"),
+            Self::Worker(role) => PossibleValue::new(role.name).help(role.description),
+        })
+    }
 }
 
 impl UpArgs {
@@ -88,19 +129,8 @@ pub async fn run_until(
             api.public_base_url = format!("http://{bind}");
         }
     }
-    let mut assign: flow_workers::assign::AssignWorkerConfig = from_env();
-    assign.core = core.clone();
-    let mut report: flow_workers::report::ReportWorkerConfig = from_env();
-    report.core = core.clone();
-    let mut relay: flow_workers::relay::RelayConfig = from_env();
-    relay.core = core.clone();
-    let mut scheduler: flow_workers::scheduler::SchedulerConfig = from_env();
-    scheduler.core = core.clone();
-    let mut webhook: flow_workers::webhook::WebhookWorkerConfig = from_env();
-    webhook.core = core.clone();
     // Only the demo may store endpoint secrets in plain text, when no key is set.
     api.webhook_secrets.plaintext_allowed = args.demo;
-    webhook.secrets.plaintext_allowed = args.demo;
 
     // One ops address for the whole process, over every role's readiness checks; only when
     // METRICS_BIND is set, since the benchmarks run several `flowctl up --only …` on one host.
@@ -108,16 +138,18 @@ pub async fn run_until(
         api.metrics_bind = flow_common::ops::OpsAddress(None);
     }
     let health = flow_common::ops::Health::default();
-    for role_health in [
-        &mut api.health,
-        &mut assign.health,
-        &mut report.health,
-        &mut relay.health,
-        &mut scheduler.health,
-        &mut webhook.health,
-    ] {
-        *role_health = health.clone();
-    }
+    api.health = health.clone();
+    let shared = Shared {
+        core: core.clone(),
+        health: health.clone(),
+        demo: args.demo,
+    };
+    // Every role's settings are read now, whether it runs or not, so that a setting that does
+    // not parse stops `flowctl up` before anything starts.
+    let workers: Vec<(&WorkerRole, flow_workers::roles::Work)> = flow_workers::roles::ALL
+        .iter()
+        .map(|role| (role, role.prepare(&shared, shutdown.clone())))
+        .collect();
     flow_common::ops::spawn_if(api.metrics_bind, health, shutdown.clone()).await?;
 
     let mut tasks = JoinSet::new();
@@ -129,20 +161,10 @@ pub async fn run_until(
         let state = flow_api::build_state(api, shutdown.clone()).await?;
         tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
     }
-    if args.runs(Component::AssignWorker) {
-        tasks.spawn(flow_workers::runtime::run(assign, shutdown.clone()));
-    }
-    if args.runs(Component::ReportWorker) {
-        tasks.spawn(flow_workers::runtime::run(report, shutdown.clone()));
-    }
-    if args.runs(Component::OutboxRelay) {
-        tasks.spawn(flow_workers::runtime::run(relay, shutdown.clone()));
-    }
-    if args.runs(Component::Scheduler) {
-        tasks.spawn(flow_workers::runtime::run(scheduler, shutdown.clone()));
-    }
-    if args.runs(Component::WebhookWorker) {
-        tasks.spawn(flow_workers::runtime::run(webhook, shutdown.clone()));
+    for (role, work) in workers {
+        if args.runs(Component::Worker(role)) {
+            tasks.spawn(work);
+        }
     }
 
     if args.demo {

@@ -23,12 +23,16 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::roles::Shared;
+
 /// A worker role, implemented by its settings.
 pub trait Role: clap::Args + Send + 'static {
     /// The role's name: its binary, its logs, its readiness checks (`assign-worker`).
     const NAME: &'static str;
     /// The binary's one-line description in `--help`.
     const ABOUT: &'static str;
+    /// What the role does, in a few words: its `flowctl up --only` value's help.
+    const DESCRIPTION: &'static str;
     /// The binary's default ops address (`METRICS_BIND`): each role has its own port, so that
     /// roles run side by side on one host.
     const OPS_ADDRESS: &'static str;
@@ -39,19 +43,47 @@ pub trait Role: clap::Args + Send + 'static {
     /// What the role's readiness depends on (served by the ops endpoints).
     fn health(&self) -> &Health;
 
+    /// Takes what a process running several roles shares (`flowctl up`): its database and
+    /// broker settings, its readiness checks, and whether it runs the demo.
+    fn share(&mut self, shared: &Shared);
+
     /// The role's work: returns once `runtime.shutdown` is cancelled and the work in hand is
     /// finished or handed back.
     fn work(self, runtime: Runtime) -> impl Future<Output = anyhow::Result<()>> + Send;
 }
 
 /// Makes a role's settings (a struct with `core` and `health` fields) a [`Role`], the same way
-/// for every role: `role! { Settings, NAME, ABOUT, OPS_ADDRESS, work }`, where `work` is the
-/// role's `async fn(Settings, Runtime) -> anyhow::Result<()>`.
+/// for every role:
+///
+/// ```ignore
+/// role! {
+///     settings: Settings,
+///     name: "assign-worker",
+///     about: "Flow assign-worker",
+///     description: "The assign-worker",
+///     ops_address: "127.0.0.1:9101",
+///     work: work,
+/// }
+/// ```
+///
+/// where `work` is the role's `async fn(Settings, Runtime) -> anyhow::Result<()>`, and an
+/// optional `share: hook,` is a `fn(&mut Settings, &Shared)` for what else the role takes from a
+/// process running several roles. The role runs everywhere once it is in [`crate::roles::ALL`].
 macro_rules! role {
-    ($settings:ty, $name:expr, $about:expr, $ops_address:expr, $work:path) => {
+    (
+        settings: $settings:ty,
+        name: $name:expr,
+        about: $about:expr,
+        description: $description:expr,
+        ops_address: $ops_address:expr,
+        work: $work:path
+        $(, share: $share:path)?
+        $(,)?
+    ) => {
         impl $crate::runtime::Role for $settings {
             const NAME: &'static str = $name;
             const ABOUT: &'static str = $about;
+            const DESCRIPTION: &'static str = $description;
             const OPS_ADDRESS: &'static str = $ops_address;
 
             fn core(&self) -> &flow_common::config::CoreConfig {
@@ -60,6 +92,12 @@ macro_rules! role {
 
             fn health(&self) -> &flow_common::ops::Health {
                 &self.health
+            }
+
+            fn share(&mut self, shared: &$crate::roles::Shared) {
+                self.core = shared.core.clone();
+                self.health = shared.health.clone();
+                $($share(self, shared);)?
             }
 
             fn work(

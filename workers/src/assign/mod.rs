@@ -70,7 +70,14 @@ pub struct AssignWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { AssignWorkerConfig, ROLE, "Flow assign-worker", "127.0.0.1:9101", work }
+role! {
+    settings: AssignWorkerConfig,
+    name: ROLE,
+    about: "Flow assign-worker",
+    description: "The assign-worker",
+    ops_address: "127.0.0.1:9101",
+    work: work,
+}
 
 /// Consumes assign commands, progress commands and dead letters until shutdown.
 async fn work(config: AssignWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {

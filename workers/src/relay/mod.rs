@@ -61,7 +61,14 @@ pub struct RelayConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { RelayConfig, ROLE, "Flow outbox relay", "127.0.0.1:9103", work }
+role! {
+    settings: RelayConfig,
+    name: ROLE,
+    about: "Flow outbox relay",
+    description: "The outbox relay (lifecycle events to RabbitMQ)",
+    ops_address: "127.0.0.1:9103",
+    work: work,
+}
 
 /// Relays until shutdown.
 async fn work(config: RelayConfig, runtime: Runtime) -> anyhow::Result<()> {

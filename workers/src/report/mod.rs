@@ -89,7 +89,14 @@ pub struct ReportWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { ReportWorkerConfig, ROLE, "Flow report-worker", "127.0.0.1:9102", work }
+role! {
+    settings: ReportWorkerConfig,
+    name: ROLE,
+    about: "Flow report-worker",
+    description: "The report-worker (exports)",
+    ops_address: "127.0.0.1:9102",
+    work: work,
+}
 
 /// Generates exports until shutdown, then hands those in progress back for another worker.
 async fn work(config: ReportWorkerConfig, runtime: Runtime) -> anyhow::Result<()> {

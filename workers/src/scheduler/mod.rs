@@ -69,7 +69,14 @@ pub struct SchedulerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { SchedulerConfig, ROLE, "Flow scheduler", "127.0.0.1:9104", work }
+role! {
+    settings: SchedulerConfig,
+    name: ROLE,
+    about: "Flow scheduler",
+    description: "The scheduler (overdue scan, recurring schedules)",
+    ops_address: "127.0.0.1:9104",
+    work: work,
+}
 
 /// Scans every interval until shutdown.
 async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {

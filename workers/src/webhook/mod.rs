@@ -157,7 +157,21 @@ pub struct WebhookWorkerConfig {
     pub health: flow_common::ops::Health,
 }
 
-role! { WebhookWorkerConfig, ROLE, "Flow webhook-worker", "127.0.0.1:9105", work }
+role! {
+    settings: WebhookWorkerConfig,
+    name: ROLE,
+    about: "Flow webhook-worker",
+    description: "The webhook-worker (signed deliveries with retries)",
+    ops_address: "127.0.0.1:9105",
+    work: work,
+    share: allow_demo_secrets,
+}
+
+/// Only the demo (`flowctl up --demo`) may store endpoint secrets in plain text, when no key is
+/// set; the API of the same process gets the same allowance.
+fn allow_demo_secrets(config: &mut WebhookWorkerConfig, shared: &crate::roles::Shared) {
+    config.secrets.plaintext_allowed = shared.demo;
+}
 
 /// The prefetch window of each queue of the bulk lane: `WEBHOOK_PREFETCH` shared among the
 /// shards, so the lane holds about as many events as the interactive lane when every shard is
