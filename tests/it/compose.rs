@@ -2,7 +2,9 @@
 //! specification's JSON schema, and it follows the project's rules (every long-running service has
 //! a healthcheck that its image can run, workers have a grace period, RabbitMQ is a supported
 //! release, webhook secrets are never stored in plain text by default). The healthcheck commands
-//! themselves run against a live API in tests/it/flowctl.rs.
+//! themselves run against a live API in tests/it/flowctl.rs. The worker services, the image's
+//! binaries and the Prometheus targets are checked against the registry of worker roles, both
+//! ways: none missing, none left over.
 //!
 //! tests/schemas/compose-spec.json is schema/compose-spec.json of the compose-spec/compose-spec
 //! repository (commit 170098ba07d9f53c383a41bfd4c5166b0a4529a6), Apache-2.0, kept unchanged.
@@ -10,13 +12,11 @@
 use clap::Parser as _;
 use serde_json::Value;
 
-const WORKERS: [&str; 5] = [
-    "assign-worker",
-    "report-worker",
-    "outbox-relay",
-    "scheduler",
-    "webhook-worker",
-];
+/// Every worker role, from the registry (`flow_workers::roles::ALL`): a role added there fails
+/// these tests until compose runs it, the image holds its binary and Prometheus scrapes it.
+fn workers() -> impl Iterator<Item = &'static str> + Clone {
+    flow_workers::roles::ALL.iter().map(|role| role.name)
+}
 
 fn repository_file(path: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -58,7 +58,7 @@ fn compose_file_is_valid_against_the_compose_specification() {
     assert_eq!(schema_errors(&document), Vec::<String>::new());
     for name in ["postgres", "rabbitmq", "migrate", "api"]
         .into_iter()
-        .chain(WORKERS)
+        .chain(workers())
     {
         assert!(services(&document).contains_key(name), "service {name}");
     }
@@ -115,7 +115,7 @@ fn every_flow_service_is_probed_by_flowctl_health_and_upstream_images_by_their_o
 #[test]
 fn workers_serve_their_probe_on_metrics_bind_and_have_a_grace_period() {
     let document = compose_file();
-    for name in WORKERS {
+    for name in workers() {
         let service = &services(&document)[name];
         let bind = service["environment"]["METRICS_BIND"]
             .as_str()
@@ -182,7 +182,7 @@ fn the_image_contains_flowctl_and_uses_it_as_its_healthcheck() {
         .lines()
         .find(|line| line.contains("for bin in"))
         .expect("the binaries copied into the image");
-    for binary in ["flowctl", "flow-api"].into_iter().chain(WORKERS) {
+    for binary in ["flowctl", "flow-api"].into_iter().chain(workers()) {
         assert!(
             copies
                 .split(|c: char| c.is_whitespace() || c == ';')
@@ -274,7 +274,7 @@ fn the_cluster_profile_adds_a_streaming_replica_that_every_service_reads_through
         .expect("DATABASE_REPLICA_URLS parses");
     let host = url::Url::parse(&settings.core.replicas.urls[0]).expect("a URL");
     assert_eq!(host.host_str(), Some("postgres-replica"));
-    for name in ["api", "migrate"].into_iter().chain(WORKERS) {
+    for name in ["api", "migrate"].into_iter().chain(workers()) {
         assert_eq!(
             services[name]["environment"]["DATABASE_REPLICA_URLS"], "${DATABASE_REPLICA_URLS:-}",
             "{name} reads DATABASE_REPLICA_URLS"
@@ -302,7 +302,7 @@ fn prometheus_example_scrapes_every_flow_service_on_its_ops_address() {
             targets.extend(strings(&config["targets"]).into_iter().map(str::to_owned));
         }
     }
-    for name in WORKERS.into_iter().chain(["api"]) {
+    for name in workers().chain(["api"]) {
         let bind = services(&document)[name]["environment"]["METRICS_BIND"]
             .as_str()
             .unwrap_or_else(|| panic!("{name}: METRICS_BIND"));
@@ -399,7 +399,7 @@ fn the_cluster_profile_adds_two_rabbitmq_nodes_that_join_the_first_and_every_ser
         .map(|uri| uri.authority.host.clone())
         .collect();
     assert_eq!(hosts, ["rabbitmq", "rabbitmq-2", "rabbitmq-3"]);
-    for name in ["api", "migrate"].into_iter().chain(WORKERS) {
+    for name in ["api", "migrate"].into_iter().chain(workers()) {
         let service = &services[name];
         assert_eq!(
             service["environment"]["AMQP_URL"], "${AMQP_URL:-amqp://flow:flow@rabbitmq:5672/%2f}",
@@ -445,4 +445,116 @@ fn an_amqp_url_that_is_not_a_node_list_is_refused_saying_why() {
     let one = Settings::try_parse_from(["flow", "--amqp-url", "amqp://u:p@a:5672/%2f"])
         .expect("one address still works");
     assert_eq!(one.core.amqp_url, "amqp://u:p@a:5672/%2f");
+}
+
+/// The port of `service`'s ops address (`METRICS_BIND`) in docker-compose.yml.
+fn ops_port<'a>(document: &'a Value, service: &str) -> &'a str {
+    services(document)[service]["environment"]["METRICS_BIND"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{service}: METRICS_BIND"))
+        .rsplit_once(':')
+        .expect("host:port")
+        .1
+}
+
+/// Sorted, for comparing lists as sets.
+fn sorted<T: Ord>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut items: Vec<T> = items.into_iter().collect();
+    items.sort();
+    items
+}
+
+#[test]
+fn every_worker_role_is_built_into_the_image_run_by_compose_and_scraped_by_prometheus() {
+    let document = compose_file();
+    let roles = sorted(workers());
+
+    // Compose: a service named after each role runs its binary, and every long-running Flow
+    // service runs the API or a role.
+    for name in workers() {
+        let service = services(&document)
+            .get(name)
+            .unwrap_or_else(|| panic!("docker-compose.yml has no service {name}"));
+        assert_eq!(strings(&service["command"]), [name], "{name} runs its binary");
+        assert_eq!(service["image"], "flow:latest", "{name}");
+    }
+    let binaries_run = sorted(
+        services(&document)
+            .values()
+            .filter(|service| {
+                service["image"] == "flow:latest" && service["restart"] != "no"
+            })
+            .filter_map(|service| strings(&service["command"]).first().copied()),
+    );
+    assert_eq!(
+        binaries_run,
+        sorted(workers().chain(["flow-api"])),
+        "docker-compose.yml runs the API and every worker role, nothing else"
+    );
+
+    // The image: the binaries copied are the API's, flowctl's and the roles'.
+    let dockerfile = repository_file("Dockerfile");
+    let copies = dockerfile
+        .lines()
+        .find(|line| line.contains("for bin in"))
+        .expect("the binaries copied into the image");
+    let listed = copies
+        .split_once("for bin in")
+        .and_then(|(_, rest)| rest.split_once(';'))
+        .expect("for bin in …; do")
+        .0;
+    assert_eq!(
+        sorted(listed.split_whitespace()),
+        sorted(workers().chain(["flow-api", "flowctl"])),
+        "the Dockerfile's binaries"
+    );
+
+    // Prometheus: one target per Flow service on its ops port, nothing else.
+    let prometheus: Value =
+        serde_saphyr::from_str(&repository_file("deploy/prometheus/prometheus.yml"))
+            .expect("deploy/prometheus/prometheus.yml");
+    let targets = sorted(
+        prometheus["scrape_configs"]
+            .as_array()
+            .expect("scrape_configs")
+            .iter()
+            .flat_map(|job| job["static_configs"].as_array().into_iter().flatten())
+            .flat_map(|config| strings(&config["targets"]))
+            .map(str::to_owned),
+    );
+    let expected = sorted(
+        workers()
+            .chain(["api"])
+            .map(|name| format!("{name}:{}", ops_port(&document, name))),
+    );
+    assert_eq!(targets, expected, "deploy/prometheus/prometheus.yml's targets");
+    // Its header names each binary's own default ops address.
+    let header: String = repository_file("deploy/prometheus/prometheus.yml")
+        .lines()
+        .take_while(|line| line.starts_with('#'))
+        .map(|line| line.trim_start_matches('#'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let header = header.split_whitespace().collect::<Vec<_>>().join(" ");
+    for role in &flow_workers::roles::ALL {
+        let port = role.ops_address.rsplit_once(':').expect("host:port").1;
+        assert!(
+            header.contains(&format!("{} {port}", role.name)),
+            "the header of prometheus.yml names {} {port}: {header}",
+            role.name
+        );
+    }
+
+    // The workers crate builds one binary per role.
+    let manifest = repository_file("workers/Cargo.toml");
+    let mut bins = Vec::new();
+    let mut in_bin = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_bin = line == "[[bin]]";
+        } else if in_bin && let Some(name) = line.strip_prefix("name = ") {
+            bins.push(name.trim_matches('"'));
+        }
+    }
+    assert_eq!(sorted(bins), roles, "workers/Cargo.toml's [[bin]]s");
 }

@@ -31,6 +31,7 @@ mod reliability;
 mod replicas;
 mod reports;
 mod request_timeout;
+mod roles;
 mod rollups;
 mod rules_fairness;
 mod schedules;
