@@ -781,3 +781,160 @@ async fn profile_writes_never_reach_an_erased_user() {
             .expect("erased user");
     assert_eq!(erased, (pseudonym, None, false));
 }
+
+/// The columns of `users` that erasure clears or replaces with the pseudonym (docs/privacy.md):
+/// they hold, or may hold, something about the person.
+const ERASED_USER_COLUMNS: &[&str] = &[
+    "email",
+    "email_normalized",
+    "name",
+    "given_name",
+    "family_name",
+    "formatted_name",
+    "title",
+    "employee_number",
+    "external_id",
+    "manager_id",
+    "manager_name",
+    "start_date",
+    "emails",
+    "scim_user_name",
+];
+
+/// The columns of `users` that erasure keeps as they are or sets to a state, each with why it
+/// is kept. A column in neither list fails
+/// `every_users_column_is_erased_or_kept_for_a_stated_reason`: whoever adds it decides.
+const KEPT_USER_COLUMNS: &[(&str, &str)] = &[
+    ("id", "an opaque id the history hangs on; it names no one"),
+    ("org_id", "whose user it is, not who"),
+    ("created_at", "when the row was made: history, not the person"),
+    ("updated_at", "set to the erasure's time"),
+    ("active", "set false: a state"),
+    ("deactivated_at", "set when not yet: a state"),
+    ("scim_deleted_at", "set when not yet: a state"),
+    ("erased_at", "set when not yet: marks the erasure"),
+    (
+        "department",
+        "the organization's structure, not the person; reports by department stay right",
+    ),
+];
+
+/// A value of SQL type `data_type` that fills column `column` with something erasure must clear.
+fn filled(column: &str, data_type: &str) -> String {
+    match data_type {
+        "text" | "character varying" => format!("'Filled {column}'"),
+        "date" => "DATE '2021-03-04'".to_owned(),
+        "jsonb" | "json" => format!(
+            "'[{{\"value\": \"filled.{column}@example.com\", \"type\": \"work\"}}]'::{data_type}"
+        ),
+        other => panic!("users.{column}: no test value for type {other}, add one here"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_users_column_is_erased_or_kept_for_a_stated_reason() {
+    let app = TestApp::spawn_with(TestOptions {
+        assign_worker: false,
+        ..TestOptions::default()
+    })
+    .await;
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT column_name::text, data_type::text FROM information_schema.columns
+         WHERE table_schema = current_schema() AND table_name = 'users'
+         ORDER BY column_name",
+    )
+    .fetch_all(&app.db)
+    .await
+    .expect("the columns of users");
+    let kept: Vec<&str> = KEPT_USER_COLUMNS.iter().map(|(column, _)| *column).collect();
+    let unclassified: Vec<&str> = columns
+        .iter()
+        .map(|(column, _)| column.as_str())
+        .filter(|column| !ERASED_USER_COLUMNS.contains(column) && !kept.contains(column))
+        .collect();
+    assert!(
+        unclassified.is_empty(),
+        "users has columns neither erased nor kept for a reason: {unclassified:?}; clear them in \
+         flow_common::db::erasure::erase_user (and docs/privacy.md) and list them in \
+         ERASED_USER_COLUMNS, or list them in KEPT_USER_COLUMNS with why"
+    );
+    for column in ERASED_USER_COLUMNS.iter().chain(&kept) {
+        assert!(
+            columns.iter().any(|(name, _)| name == column),
+            "users.{column} is listed here but no longer exists"
+        );
+        assert!(
+            !(ERASED_USER_COLUMNS.contains(column) && kept.contains(column)),
+            "users.{column} is listed both erased and kept"
+        );
+    }
+
+    // A user with every column erasure clears filled (the e-mail as created), and a department.
+    let org = app.create_org(Tier::Standard).await;
+    let created = app
+        .post(
+            &org,
+            "/v1/users",
+            &json!({"email": "ivo.ames@example.com", "name": "Ivo Ames"}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let user = created.body["userId"].as_str().expect("userId").to_owned();
+    let id = UserId::parse(&user).expect("user id");
+    let fills: Vec<String> = columns
+        .iter()
+        .filter(|(column, _)| {
+            ERASED_USER_COLUMNS.contains(&column.as_str())
+                && !["email", "email_normalized"].contains(&column.as_str())
+        })
+        .map(|(column, data_type)| format!("{column} = {}", filled(column, data_type)))
+        .collect();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE users SET {}, department = 'Filled department' WHERE id = $1",
+        fills.join(", ")
+    )))
+    .bind(id)
+    .execute(&app.db)
+    .await
+    .expect("every column filled");
+    for column in ERASED_USER_COLUMNS {
+        let empty: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT {column} IS NULL OR {column}::text IN ('', '[]') FROM users WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .expect("a column");
+        assert!(!empty, "users.{column} is filled before the erasure");
+    }
+
+    let pseudonym = erase(&app, &org, &user).await["email"]
+        .as_str()
+        .expect("pseudonym")
+        .to_owned();
+    let mut left = Vec::new();
+    for column in ERASED_USER_COLUMNS {
+        let value: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT {column}::text FROM users WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_one(&app.db)
+        .await
+        .expect("a column");
+        let cleared = match value.as_deref() {
+            None | Some("[]") => true,
+            Some(value) => value == pseudonym,
+        };
+        if !cleared {
+            left.push(format!("{column} = {value:?}"));
+        }
+    }
+    assert!(left.is_empty(), "erasure left these as they were: {left:?}");
+    let department: Option<String> =
+        sqlx::query_scalar("SELECT department FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_one(&app.db)
+            .await
+            .expect("department");
+    assert_eq!(department.as_deref(), Some("Filled department"), "kept");
+}

@@ -33,6 +33,7 @@ mod reports;
 mod request_timeout;
 mod roles;
 mod rollups;
+mod rule_triggers;
 mod rules_fairness;
 mod schedules;
 mod scim;
