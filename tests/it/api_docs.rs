@@ -269,3 +269,46 @@ async fn every_operation_takes_the_api_key_and_documents_its_401_once_for_all() 
     }
     assert!(operations >= 25, "only {operations} operations documented");
 }
+
+fn repository_file(path: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(path);
+    std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+/// The lists of event kinds kept in words, which the compiler cannot see: the description of
+/// the body's `type` in the OpenAPI document (`EventBody`'s doc comment), docs/api.md's webhooks
+/// paragraph and docs/webhooks.md's default subscription.
+#[tokio::test]
+async fn the_docs_and_the_event_body_schema_name_every_event_type() {
+    let app = api_only().await;
+    let document = openapi(&app).await;
+    let description = document["components"]["schemas"]["AssignmentEvent"]["properties"]["type"]
+        ["description"]
+        .as_str()
+        .expect("the description of an event's type");
+    let api = repository_file("docs/api.md");
+    let webhooks_paragraph = api
+        .split("\n\n")
+        .find(|paragraph| paragraph.contains("**Webhook events**"))
+        .expect("docs/api.md's paragraph on webhook events");
+    for event in EventType::ALL {
+        let name = event.as_str();
+        assert!(
+            description.contains(name),
+            "EventBody's `type` names {name}: {description}"
+        );
+        assert!(
+            webhooks_paragraph.contains(&format!("`{name}`")),
+            "docs/api.md's webhook events name {name}"
+        );
+    }
+    let count = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
+        .get(EventType::ALL.len())
+        .expect("a count in words");
+    assert!(
+        repository_file("docs/webhooks.md").contains(&format!("(default all {count})")),
+        "docs/webhooks.md: endpoints subscribe to all {count} kinds by default"
+    );
+}
