@@ -284,10 +284,10 @@ fn repository_file(path: &str) -> String {
 async fn the_docs_and_the_event_body_schema_name_every_event_type() {
     let app = api_only().await;
     let document = openapi(&app).await;
-    let description = document["components"]["schemas"]["AssignmentEvent"]["properties"]["type"]
-        ["description"]
-        .as_str()
-        .expect("the description of an event's type");
+    let description =
+        document["components"]["schemas"]["AssignmentEvent"]["properties"]["type"]["description"]
+            .as_str()
+            .expect("the description of an event's type");
     let api = repository_file("docs/api.md");
     let webhooks_paragraph = api
         .split("\n\n")
@@ -304,9 +304,11 @@ async fn the_docs_and_the_event_body_schema_name_every_event_type() {
             "docs/api.md's webhook events name {name}"
         );
     }
-    let count = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight"]
-        .get(EventType::ALL.len())
-        .expect("a count in words");
+    let count = [
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+    ]
+    .get(EventType::ALL.len())
+    .expect("a count in words");
     assert!(
         repository_file("docs/webhooks.md").contains(&format!("(default all {count})")),
         "docs/webhooks.md: endpoints subscribe to all {count} kinds by default"

@@ -475,15 +475,17 @@ fn every_worker_role_is_built_into_the_image_run_by_compose_and_scraped_by_prome
         let service = services(&document)
             .get(name)
             .unwrap_or_else(|| panic!("docker-compose.yml has no service {name}"));
-        assert_eq!(strings(&service["command"]), [name], "{name} runs its binary");
+        assert_eq!(
+            strings(&service["command"]),
+            [name],
+            "{name} runs its binary"
+        );
         assert_eq!(service["image"], "flow:latest", "{name}");
     }
     let binaries_run = sorted(
         services(&document)
             .values()
-            .filter(|service| {
-                service["image"] == "flow:latest" && service["restart"] != "no"
-            })
+            .filter(|service| service["image"] == "flow:latest" && service["restart"] != "no")
             .filter_map(|service| strings(&service["command"]).first().copied()),
     );
     assert_eq!(
@@ -527,7 +529,10 @@ fn every_worker_role_is_built_into_the_image_run_by_compose_and_scraped_by_prome
             .chain(["api"])
             .map(|name| format!("{name}:{}", ops_port(&document, name))),
     );
-    assert_eq!(targets, expected, "deploy/prometheus/prometheus.yml's targets");
+    assert_eq!(
+        targets, expected,
+        "deploy/prometheus/prometheus.yml's targets"
+    );
     // Its header names each binary's own default ops address.
     let header: String = repository_file("deploy/prometheus/prometheus.yml")
         .lines()

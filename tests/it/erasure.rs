@@ -807,7 +807,10 @@ const ERASED_USER_COLUMNS: &[&str] = &[
 const KEPT_USER_COLUMNS: &[(&str, &str)] = &[
     ("id", "an opaque id the history hangs on; it names no one"),
     ("org_id", "whose user it is, not who"),
-    ("created_at", "when the row was made: history, not the person"),
+    (
+        "created_at",
+        "when the row was made: history, not the person",
+    ),
     ("updated_at", "set to the erasure's time"),
     ("active", "set false: a state"),
     ("deactivated_at", "set when not yet: a state"),
@@ -846,7 +849,10 @@ async fn every_users_column_is_erased_or_kept_for_a_stated_reason() {
     .fetch_all(&app.db)
     .await
     .expect("the columns of users");
-    let kept: Vec<&str> = KEPT_USER_COLUMNS.iter().map(|(column, _)| *column).collect();
+    let kept: Vec<&str> = KEPT_USER_COLUMNS
+        .iter()
+        .map(|(column, _)| *column)
+        .collect();
     let unclassified: Vec<&str> = columns
         .iter()
         .map(|(column, _)| column.as_str())

@@ -49,7 +49,10 @@ fn flowctl_up_only_takes_the_api_and_every_role_of_the_registry() {
         panic!("flowctl up");
     };
     assert_eq!(
-        args.only.iter().map(|component| component.name()).collect::<Vec<_>>(),
+        args.only
+            .iter()
+            .map(|component| component.name())
+            .collect::<Vec<_>>(),
         expected
     );
     let unknown = flowctl::Cli::try_parse_from(["flowctl", "up", "--only", "api,mailer"])
@@ -58,7 +61,10 @@ fn flowctl_up_only_takes_the_api_and_every_role_of_the_registry() {
     let message = unknown.to_string();
     assert!(message.contains("mailer"), "{message}");
     for name in &expected {
-        assert!(message.contains(name), "the refusal lists {name}: {message}");
+        assert!(
+            message.contains(name),
+            "the refusal lists {name}: {message}"
+        );
     }
 }
 

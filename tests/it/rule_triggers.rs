@@ -155,7 +155,14 @@ async fn every_term_a_rule_can_name_queues_the_user_when_what_it_reads_changes()
         !queues(&app, &org, user, deactivate).await,
         "an inactive user is not queued"
     );
-    if !queues(&app, &org, user, "UPDATE users SET active = true WHERE id = $1").await {
+    if !queues(
+        &app,
+        &org,
+        user,
+        "UPDATE users SET active = true WHERE id = $1",
+    )
+    .await
+    {
         missed.push("reactivation".to_owned());
     }
     assert!(

@@ -100,7 +100,11 @@ mod tests {
         for role in &ALL {
             let address: std::net::SocketAddr = role.ops_address.parse().expect(role.name);
             assert_ne!(address.port(), 9100, "{}: the API's ops port", role.name);
-            assert!(address.ip().is_loopback(), "{}: private by default", role.name);
+            assert!(
+                address.ip().is_loopback(),
+                "{}: private by default",
+                role.name
+            );
             assert_eq!(named(role.name).map(|found| found.name), Some(role.name));
         }
     }
