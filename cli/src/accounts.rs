@@ -11,6 +11,7 @@ use flow_common::config::CoreConfig;
 use flow_common::db::accounts::{self, Account, AccountChange, Role};
 use flow_common::db::audit::{self, Actor};
 use flow_domain::Email;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::OrgId;
 use serde::Serialize;
 use sqlx::PgPool;
@@ -203,7 +204,7 @@ pub async fn create(
         &mut *transaction,
         org_id,
         Actor::Flowctl,
-        "account.invited",
+        AuditAction::AccountInvited,
         &account.id.to_string(),
         &format!("{} ({})", account.email, account.role),
     )

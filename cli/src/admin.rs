@@ -7,6 +7,7 @@ use clap::{Subcommand, ValueEnum};
 use flow_common::config::CoreConfig;
 use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{KeyId, OrgId};
 use flow_domain::{Email, TextRule, parse_timezone};
 use serde::{Deserialize, Serialize};
@@ -280,7 +281,7 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
                 &pool,
                 org,
                 Actor::Flowctl,
-                "key.created",
+                AuditAction::KeyCreated,
                 &key.id.to_string(),
                 &name,
             )
@@ -397,7 +398,7 @@ async fn erase(core: &CoreConfig, org: &str, email: &str) -> anyhow::Result<Outc
         &mut *transaction,
         org,
         db::audit::Actor::Flowctl,
-        "user.erased",
+        AuditAction::UserErased,
         &user.id.to_string(),
         &erased.pseudonym,
     )

@@ -17,38 +17,9 @@ pub mod nodes;
 
 pub use nodes::connect;
 
-/// The two lanes work travels in. Interactive work (one assign at a time, from the API or the
-/// dashboard form, and what follows from it) never queues behind bulk work (bulk calls, uploads,
-/// schedules): it has queues of its own that the workers consume beside, not after, the bulk ones.
-/// Inside the bulk lane, organizations are spread over [`BULK_SHARDS`] queues taken in turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Lane {
-    /// A person or an integration waiting on one answer.
-    Interactive,
-    /// Many items at once; fair between organizations, never ahead of interactive work.
-    Bulk,
-}
-
-impl Lane {
-    /// The label of the lane in metrics and logs.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Lane::Interactive => "interactive",
-            Lane::Bulk => "bulk",
-        }
-    }
-}
-
-/// Queues of the bulk assign lane. Each organization has one (see `organizations.bulk_lane`,
-/// given in creation order, so the first `BULK_SHARDS` organizations never share one); the
-/// assign-worker takes them in turn. Fixed: every process must agree on it, and changing it
-/// leaves messages in queues nobody consumes.
-pub const BULK_SHARDS: u16 = 8;
-
-/// The bulk shard of an organization whose lane number is `bulk_lane`.
-pub fn bulk_shard(bulk_lane: i64) -> u16 {
-    u16::try_from(bulk_lane.rem_euclid(i64::from(BULK_SHARDS))).unwrap_or(0)
-}
+/// The lanes, their shards and an organization's shard live in the domain
+/// ([`flow_domain::lane`]); the broker gives each its queues.
+pub use flow_domain::lane::{BULK_SHARDS, Lane, bulk_shard};
 
 /// The queues Flow consumes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -137,6 +108,14 @@ impl QueueKind {
             Lane::Interactive => QueueKind::Assign,
             Lane::Bulk => QueueKind::BulkAssign(bulk_shard(bulk_lane)),
         }
+    }
+}
+
+impl crate::db::orgs::Organization {
+    /// The queue of this organization's assign commands in `lane` (beside the broker's queues,
+    /// so storage, which holds the organization row, does not depend on the broker).
+    pub fn assign_queue(&self, lane: Lane) -> QueueKind {
+        QueueKind::assign_for(lane, self.bulk_lane)
     }
 }
 

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::Priority;
+use flow_domain::audit::AuditAction;
 use flow_domain::enrollment::{Applied, Condition, Due, DueFrom, Profile, Rule};
 use flow_domain::ids::{AssignmentId, BackfillId, EnrollmentRuleId, OrgId, UserId};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
@@ -421,7 +422,7 @@ impl Assigner<'_> {
                 &mut *transaction,
                 org_id,
                 self.actor,
-                "enrollment_rule.assigned",
+                AuditAction::EnrollmentRuleAssigned,
                 &targets,
                 &details,
             )

@@ -969,6 +969,35 @@ async fn the_audit_log_shows_key_and_endpoint_changes_from_everywhere() {
 }
 
 #[tokio::test]
+async fn the_audit_log_fails_on_an_action_this_build_does_not_know() {
+    let app = TestApp::spawn().await;
+    let (org, client) = org_with_admin(&app).await;
+    assert_eq!(client.get("/dashboard/settings/audit").await.status, 200);
+    // A row a newer build wrote (or a hand-made one): the log is not shown with the raw name or
+    // a guess in its place; the read fails naming the action, and the page is a 500.
+    sqlx::query(
+        "INSERT INTO audit_events (org_id, actor_kind, actor, action, target, detail)
+         VALUES ($1, 'flowctl', 'flowctl', 'key.exported', 'key_x', 'a key')",
+    )
+    .bind(org.id)
+    .execute(&app.db)
+    .await
+    .unwrap();
+    let error = flow_common::db::audit::list(&app.db, org.id, None, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("unknown AuditAction \"key.exported\" in the database"),
+        "{error}"
+    );
+    let page = client.get("/dashboard/settings/audit").await;
+    assert_eq!(page.status, 500, "{}", page.body);
+    assert!(!page.body.contains("key.exported"), "{}", page.body);
+}
+
+#[tokio::test]
 async fn webhook_endpoints_are_managed_with_the_api_address_policy() {
     let app = TestApp::spawn_with(TestOptions {
         strict_webhook_policy: true,

@@ -10,6 +10,7 @@ use std::time::Duration;
 use flow_common::db::audit::{self, Actor};
 use flow_common::db::dead_letters::{self, NewDeadLetter};
 use flow_common::db::orgs::Tier;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AssignmentId, UserId};
 use flow_domain::messages::AssignCommand;
 use flow_tests::dashboard::{DashboardClient, account_id, create_account, role};
@@ -563,7 +564,7 @@ async fn erasure_keeps_who_acted_in_the_audit_trail() {
             &app.db,
             org.id,
             Actor::Account(actor),
-            "test.action",
+            AuditAction::AccountRoleChanged,
             "erin@example.com",
             detail,
         )
@@ -575,7 +576,7 @@ async fn erasure_keeps_who_acted_in_the_audit_trail() {
     let pseudonym = erased["email"].as_str().expect("pseudonym").to_owned();
     let rows: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT actor, target, detail FROM audit_events
-         WHERE org_id = $1 AND action = 'test.action' ORDER BY id",
+         WHERE org_id = $1 AND action = 'account.role_changed' ORDER BY id",
     )
     .bind(org.id)
     .fetch_all(&app.db)

@@ -152,24 +152,25 @@ fn reword(message: &str) -> String {
         .replace("notes must", "Notes must")
 }
 
-/// Puts an error of the assign path next to the field it is about.
-fn place(error: ApiError, errors: &mut AssignErrors) {
-    let message = reword(&error.body().message);
-    let slot = match &error {
-        ApiError::InvalidRequest(text) if text.starts_with("flowId") => &mut errors.flow,
-        ApiError::InvalidRequest(text) if text.starts_with("userEmail") => &mut errors.email,
-        ApiError::InvalidRequest(text) if text.starts_with("dueDate") => &mut errors.due_date,
-        ApiError::InvalidRequest(text) if text.starts_with("priority") => &mut errors.priority,
-        ApiError::InvalidRequest(text) if text.starts_with("notes") => &mut errors.notes,
-        ApiError::NotFound(text) if text.starts_with("flow") => &mut errors.flow,
-        ApiError::NotFound(_) => &mut errors.email,
-        ApiError::Internal(cause) => {
-            tracing::error!(error = format!("{cause:#}"), "dashboard assign failed");
-            &mut errors.general
-        }
+/// Puts an error of the assign path next to the field it is about, by the field the service
+/// names (or the kind of thing not found), worded as the API words it; answers its status.
+fn place(error: ServiceError, errors: &mut AssignErrors) -> StatusCode {
+    let field = error.field_problems().first().map(|problem| problem.field);
+    let slot = match (&error, field) {
+        (_, Some("flowId")) | (ServiceError::NotFound("flow"), _) => &mut errors.flow,
+        (_, Some("userEmail"))
+        | (ServiceError::NotFound(_) | ServiceError::NotFoundSaying(_), _) => &mut errors.email,
+        (_, Some("dueDate")) => &mut errors.due_date,
+        (_, Some("priority")) => &mut errors.priority,
+        (_, Some("notes")) => &mut errors.notes,
         _ => &mut errors.general,
     };
-    *slot = Some(message);
+    let error = ApiError::from(error);
+    if let ApiError::Internal(cause) = &error {
+        tracing::error!(error = format!("{cause:#}"), "dashboard assign failed");
+    }
+    *slot = Some(reword(&error.body().message));
+    error.status()
 }
 
 fn request(form: &AssignForm) -> AssignFields {
@@ -213,11 +214,9 @@ async fn assign(
             Ok(Redirect::to("/dashboard/assign").into_response())
         }
         Err(error) => {
-            // Worded as the API words it, then placed beside its field.
-            let error = ApiError::from(error);
+            // Worded as the API words it, placed beside its field.
             let mut errors = AssignErrors::default();
-            let status = error.status();
-            place(error, &mut errors);
+            let status = place(error, &mut errors);
             let page = render(&state, &account, form, errors).await?;
             Ok((status, page).into_response())
         }
@@ -469,6 +468,86 @@ async fn upload(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the form shows the refusal of `form`, in its words.
+    fn placed(form: AssignForm) -> (StatusCode, AssignErrors) {
+        let error = AssignInput::parse(request(&form), chrono_tz::Tz::UTC, Utc::now())
+            .expect_err("refused");
+        let mut errors = AssignErrors::default();
+        let status = place(error, &mut errors);
+        (status, errors)
+    }
+
+    #[test]
+    fn form_errors_are_placed_by_the_field_the_service_names() {
+        let valid = AssignForm {
+            flow: "flow_x".into(),
+            email: "alice@example.com".into(),
+            ..AssignForm::default()
+        };
+        let (status, errors) = placed(AssignForm {
+            flow: String::new(),
+            ..valid.clone()
+        });
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(errors.flow.as_deref(), Some("Flow is required"));
+        let (_, errors) = placed(AssignForm {
+            email: "alice".into(),
+            ..valid.clone()
+        });
+        assert_eq!(
+            errors.email.as_deref(),
+            Some("E-mail must be a valid e-mail address")
+        );
+        let (_, errors) = placed(AssignForm {
+            due_date: "2000-01-01".into(),
+            ..valid.clone()
+        });
+        assert_eq!(
+            errors.due_date.as_deref(),
+            Some("Due date must be in the future")
+        );
+        let (_, errors) = placed(AssignForm {
+            priority: "urgent".into(),
+            ..valid.clone()
+        });
+        assert_eq!(
+            errors.priority.as_deref(),
+            Some("Priority must be one of: low, medium, high")
+        );
+        let (_, errors) = placed(AssignForm {
+            notes: "x".repeat(2_001),
+            ..valid
+        });
+        assert_eq!(
+            errors.notes.as_deref(),
+            Some("Notes must be at most 2000 characters")
+        );
+        assert!(errors.general.is_none() && errors.flow.is_none() && errors.email.is_none());
+    }
+
+    #[test]
+    fn what_was_not_found_is_placed_beside_its_field() {
+        let mut errors = AssignErrors::default();
+        let status = place(ServiceError::NotFound("flow"), &mut errors);
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(errors.flow.as_deref(), Some("flow not found"));
+        let mut errors = AssignErrors::default();
+        place(
+            ServiceError::NotFoundSaying(
+                "user bob@example.com not found in this organization".into(),
+            ),
+            &mut errors,
+        );
+        assert!(errors.flow.is_none());
+        assert!(errors.email.is_some());
+        let mut errors = AssignErrors::default();
+        place(
+            ServiceError::Conflict("user is deactivated".into()),
+            &mut errors,
+        );
+        assert_eq!(errors.general.as_deref(), Some("user is deactivated"));
+    }
 
     #[test]
     fn upload_columns_are_found_by_name_whatever_their_spelling() {

@@ -15,7 +15,7 @@ use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use flow_domain::{DayBound, Email, Invalid, Notes, Priority, parse_date_input};
 
-use super::ServiceError;
+use super::{FieldProblem, ServiceError};
 use crate::caller::Caller;
 use crate::lookup::LookupError;
 use crate::state::AppState;
@@ -140,35 +140,45 @@ impl AssignInput {
         hasher.finalize().into()
     }
 
-    /// Validates a request; plain dates are read in `zone`.
+    /// Validates a request; plain dates are read in `zone`. A refusal is
+    /// [`ServiceError::Fields`] naming the first field that breaks its rule (`flowId`,
+    /// `userEmail`, `dueDate`, `priority` or `notes`), so a form places it by the field.
     pub fn parse(
         request: AssignFields,
         zone: chrono_tz::Tz,
         now: DateTime<Utc>,
     ) -> Result<Self, ServiceError> {
+        let field = |name: &'static str| {
+            move |problem: Invalid| ServiceError::Fields(vec![FieldProblem::invalid(name, problem)])
+        };
         let flow_text = request.flow_id.unwrap_or_default();
         if flow_text.trim().is_empty() {
-            return Err(Invalid("flowId is required".into()).into());
+            return Err(ServiceError::Fields(vec![FieldProblem::missing("flowId")]));
         }
-        let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))?;
+        let email = Email::parse("userEmail", request.user_email.as_deref().unwrap_or(""))
+            .map_err(field("userEmail"))?;
         let due_at = match request.due_date.as_deref() {
             None => None,
             Some(text) => {
-                let due = parse_date_input("dueDate", text, zone, DayBound::End)?;
+                let due = parse_date_input("dueDate", text, zone, DayBound::End)
+                    .map_err(field("dueDate"))?;
                 if due <= now {
-                    return Err(Invalid("dueDate must be in the future".into()).into());
+                    return Err(field("dueDate")(Invalid(
+                        "dueDate must be in the future".into(),
+                    )));
                 }
                 Some(due)
             }
         };
         let priority = match request.priority.as_deref() {
             None => Priority::default(),
-            Some(text) => Priority::parse_field("priority", text)?,
+            Some(text) => Priority::parse_field("priority", text).map_err(field("priority"))?,
         };
         let notes = request
             .notes
             .map(|notes| Notes::parse("notes", notes).map(Notes::into_inner))
-            .transpose()?;
+            .transpose()
+            .map_err(field("notes"))?;
         Ok(Self {
             flow_id: FlowId::parse(flow_text.trim()),
             email,

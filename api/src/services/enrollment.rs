@@ -13,6 +13,7 @@ use flow_common::db::enrollment_backfills::{self as backfills, Backfill, Request
 use flow_common::db::enrollment_rules::{self as db, RuleFields, RuleRecord};
 use flow_common::enrollment::{Assigner, EnrollmentError, PAGE};
 use flow_domain::Invalid;
+use flow_domain::audit::AuditAction;
 use flow_domain::enrollment::{Applied, Due, DueFrom, Profile, Rule};
 use flow_domain::ids::{BackfillId, EnrollmentRuleId, FlowId, UserId};
 use flow_domain::{Notes, Priority, TextRule};
@@ -203,7 +204,7 @@ pub async fn create(
         &mut *transaction,
         org_id,
         acting.actor,
-        "enrollment_rule.created",
+        AuditAction::EnrollmentRuleCreated,
         &record.id.to_string(),
         &record.name,
     )
@@ -234,7 +235,7 @@ pub async fn update(
         &mut *transaction,
         org_id,
         acting.actor,
-        "enrollment_rule.updated",
+        AuditAction::EnrollmentRuleUpdated,
         &id.to_string(),
         &rule.name,
     )
@@ -263,7 +264,7 @@ pub async fn delete(
         &mut *transaction,
         org_id,
         acting.actor,
-        "enrollment_rule.deleted",
+        AuditAction::EnrollmentRuleDeleted,
         &id.to_string(),
         "",
     )
@@ -358,7 +359,7 @@ pub async fn backfill(
             &mut *transaction,
             org_id,
             acting.actor,
-            "enrollment_rule.backfill_requested",
+            AuditAction::EnrollmentRuleBackfillRequested,
             &id.to_string(),
             &format!("{} ({})", rule.name, backfill.id),
         )

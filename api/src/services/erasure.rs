@@ -5,6 +5,7 @@
 
 use flow_common::db::audit;
 use flow_common::db::erasure::{self, Erased};
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::UserId;
 
 use super::{Acting, ServiceError};
@@ -26,7 +27,7 @@ pub async fn erase(
         &mut *transaction,
         org_id,
         acting.actor,
-        "user.erased",
+        AuditAction::UserErased,
         &user_id.to_string(),
         &erased.pseudonym,
     )

@@ -11,6 +11,7 @@ use flow_common::db::groups::{self, GroupRow, MemberRow};
 use flow_common::db::scim_filter::SqlFilter;
 use flow_common::db::users;
 use flow_domain::Invalid;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{GroupId, UserId};
 
 use super::provisioning::{Changed, Edit, Locked, is_unique_violation};
@@ -197,7 +198,7 @@ pub async fn create(
         &mut *transaction,
         org_id,
         acting.actor,
-        "group.created",
+        AuditAction::GroupCreated,
         &row.id.to_string(),
         &row.display_name,
     )
@@ -290,7 +291,7 @@ async fn write(
         &mut *transaction,
         org_id,
         acting.actor,
-        "group.updated",
+        AuditAction::GroupUpdated,
         &id.to_string(),
         &format!(
             "{} (+{} −{} members)",
@@ -337,7 +338,7 @@ pub async fn delete<E: From<ServiceError>>(
             &mut *transaction,
             org_id,
             acting.actor,
-            "group.deleted",
+            AuditAction::GroupDeleted,
             &id.to_string(),
             &current.row.display_name,
         )

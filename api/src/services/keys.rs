@@ -7,6 +7,7 @@ use std::time::Duration;
 use flow_common::db::audit;
 use flow_common::db::keys::{self, ApiKey};
 use flow_domain::TextRule;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::KeyId;
 
 use super::{Acting, FieldProblem, ProblemKind, ServiceError};
@@ -69,7 +70,7 @@ pub async fn generate(
         &mut *transaction,
         acting.org_id(),
         acting.actor,
-        "key.created",
+        AuditAction::KeyCreated,
         &key.id.to_string(),
         &detail,
     )

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use flow_common::db::accounts::{self, Account, AccountChange, ChangeError, Changed};
 use flow_common::db::audit;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::AccountId;
 use flow_domain::{Email, Role};
 
@@ -60,7 +61,7 @@ pub async fn invite(
         &mut *transaction,
         org_id,
         acting.actor,
-        "account.invited",
+        AuditAction::AccountInvited,
         &invited.id.to_string(),
         &format!("{} ({})", invited.email, invited.role),
     )

@@ -12,6 +12,7 @@ use flow_common::db::erasure::PSEUDONYM_DOMAIN;
 use flow_common::db::groups;
 use flow_common::db::scim_filter::SqlFilter;
 use flow_common::db::users::{self, NewUser, Profile, ProfileRow, User};
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::UserId;
 use flow_domain::{Email, Invalid, TextRule};
 
@@ -204,7 +205,7 @@ pub async fn provision(
         &mut *transaction,
         org_id,
         acting.actor,
-        "user.provisioned",
+        AuditAction::UserProvisioned,
         &row.id.to_string(),
         &detail,
     )
@@ -281,9 +282,9 @@ async fn write_profile(
         Err(error) => return Err(error.into()),
     };
     let action = match (before.active, after.active) {
-        (true, false) => "user.deactivated",
-        (false, true) => "user.reactivated",
-        _ => "user.updated",
+        (true, false) => AuditAction::UserDeactivated,
+        (false, true) => AuditAction::UserReactivated,
+        _ => AuditAction::UserUpdated,
     };
     audit::record(
         &mut *transaction,
@@ -326,7 +327,7 @@ pub async fn delete<E: From<ServiceError>>(
             &mut *transaction,
             org_id,
             acting.actor,
-            "user.deleted",
+            AuditAction::UserDeleted,
             &id.to_string(),
             &current.email,
         )

@@ -13,6 +13,7 @@ use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::{Endpoint, EndpointChanges, NewEndpoint};
 use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, RetryRefusal};
 use flow_common::webhook::address::check_endpoint_url;
+use flow_domain::audit::AuditAction;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_domain::format_timestamp;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
@@ -124,7 +125,7 @@ fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String,
 async fn commit_with_audit(
     mut transaction: sqlx::Transaction<'_, sqlx::Postgres>,
     acting: Acting<'_>,
-    action: &str,
+    action: AuditAction,
     endpoint: &Endpoint,
 ) -> Result<(), ServiceError> {
     audit::record(
@@ -186,7 +187,7 @@ pub async fn create(
                 webhooks::endpoints::MAX_ENDPOINTS_PER_ORG
             ))
         })?;
-    commit_with_audit(transaction, acting, "webhook.created", &endpoint).await?;
+    commit_with_audit(transaction, acting, AuditAction::WebhookCreated, &endpoint).await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint created");
     Ok(WithSecret { endpoint, secret })
 }
@@ -209,7 +210,7 @@ pub async fn update(
     let endpoint = webhooks::endpoints::update(&mut *transaction, acting.org_id(), id, &changes)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
-    commit_with_audit(transaction, acting, "webhook.updated", &endpoint).await?;
+    commit_with_audit(transaction, acting, AuditAction::WebhookUpdated, &endpoint).await?;
     Ok(endpoint)
 }
 
@@ -226,7 +227,7 @@ pub async fn delete(
     if !webhooks::endpoints::delete(&mut transaction, acting.org_id(), id).await? {
         return Err(ServiceError::NotFound(ENDPOINT));
     }
-    commit_with_audit(transaction, acting, "webhook.deleted", &endpoint).await?;
+    commit_with_audit(transaction, acting, AuditAction::WebhookDeleted, &endpoint).await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook endpoint deleted");
     Ok(endpoint)
 }
@@ -249,7 +250,13 @@ pub async fn rotate_secret(
     )
     .await?
     .ok_or(ServiceError::NotFound(ENDPOINT))?;
-    commit_with_audit(transaction, acting, "webhook.secret_rotated", &endpoint).await?;
+    commit_with_audit(
+        transaction,
+        acting,
+        AuditAction::WebhookSecretRotated,
+        &endpoint,
+    )
+    .await?;
     tracing::info!(webhook_id = %endpoint.id, "webhook secret rotated");
     Ok(WithSecret { endpoint, secret })
 }
@@ -427,7 +434,7 @@ pub async fn recover_failed(
         &mut *transaction,
         org_id,
         acting.actor,
-        "webhook.recovered",
+        AuditAction::WebhookRecovered,
         &endpoint.id.to_string(),
         &detail,
     )

@@ -5,9 +5,10 @@
 //! At the root, the types that validate on construction, so invalid input cannot reach a worker:
 //! statuses, priorities, e-mails, free text, dates and time zones, and the effective-status rule.
 //! Error messages name the field the caller sent (`"userEmail must be a valid e-mail address"`).
-//! In modules: [`ids`], [`recurrence`] of schedules, [`duration`]s, [`enrollment`] rules (their
-//! conditions and due dates), the command [`messages`] of the queues, lifecycle [`events`] and
-//! their bodies, what a [`report`] is about, and the [`webhook`] signatures and retry schedule.
+//! In modules: [`ids`], the actions of the [`audit`] trail, the [`lane`]s work travels in,
+//! [`recurrence`] of schedules, [`duration`]s, [`enrollment`] rules (their conditions and due
+//! dates), the command [`messages`] of the queues, lifecycle [`events`] and their bodies, what a
+//! [`report`] is about, and the [`webhook`] signatures and retry schedule.
 //!
 //! Database encodings (ids are stored as plain `uuid`s) are derived only with the `sqlx` feature,
 //! which `flow-common` turns on.
@@ -15,10 +16,12 @@
 #[macro_use]
 mod macros;
 
+pub mod audit;
 pub mod duration;
 pub mod enrollment;
 pub mod events;
 pub mod ids;
+pub mod lane;
 pub mod messages;
 pub mod recurrence;
 pub mod report;

@@ -1,5 +1,5 @@
 //! The declaration of the string enums of the domain (statuses, priorities, event types,
-//! recurrences, report periods and formats, roles, tiers).
+//! recurrences, report periods and formats, roles, tiers, audit actions).
 
 /// Declares a string enum with its wire names, parsing that names the allowed values on error.
 /// [`ALL`](#associatedconstant.ALL) lists every value, so every list shown to people (OpenAPI
@@ -121,6 +121,7 @@ pub(crate) fn decode_name<T: std::str::FromStr>(
 
 #[cfg(test)]
 mod tests {
+    use crate::audit::AuditAction;
     use crate::events::EventType;
     use crate::recurrence::Recurrence;
     use crate::report::{AggregateMetric, ExportFormat, ExportStatus, Period};
@@ -165,5 +166,6 @@ mod tests {
         export_formats_round_trip: ExportFormat,
         export_statuses_round_trip: ExportStatus,
         delivery_statuses_round_trip: DeliveryStatus,
+        audit_actions_round_trip: AuditAction,
     );
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::Email;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AccountId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection, PgExecutor, PgPool};
@@ -276,7 +277,7 @@ pub async fn set_password_with_link(
             &mut *connection,
             account.org_id,
             Actor::Account(&account.email),
-            "account.password_set",
+            AuditAction::AccountPasswordSet,
             &account.id.to_string(),
             &account.email,
         )
@@ -432,7 +433,7 @@ pub async fn change(
                 .execute(&mut *transaction)
                 .await?;
             (
-                "account.removed",
+                AuditAction::AccountRemoved,
                 format!("{} ({})", account.email, account.role),
             )
         }
@@ -446,7 +447,7 @@ pub async fn change(
             .await?;
             expire_links(&mut transaction, account.id).await?;
             end_sessions(&mut transaction, account.id).await?;
-            ("account.disabled", account.email.clone())
+            (AuditAction::AccountDisabled, account.email.clone())
         }
         AccountChange::Enable => {
             sqlx::query(
@@ -456,7 +457,7 @@ pub async fn change(
             .bind(account.id)
             .execute(&mut *transaction)
             .await?;
-            ("account.enabled", account.email.clone())
+            (AuditAction::AccountEnabled, account.email.clone())
         }
         AccountChange::SetRole(role) => {
             sqlx::query(
@@ -470,7 +471,7 @@ pub async fn change(
                 end_sessions(&mut transaction, account.id).await?;
             }
             (
-                "account.role_changed",
+                AuditAction::AccountRoleChanged,
                 format!("{}: {} → {}", account.email, account.role, role.as_str()),
             )
         }
@@ -544,7 +545,7 @@ pub async fn reset_with_link(
         &mut *transaction,
         org_id,
         actor,
-        "account.link_issued",
+        AuditAction::AccountLinkIssued,
         &account.id.to_string(),
         &detail,
     )

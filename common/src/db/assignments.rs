@@ -9,13 +9,13 @@ use flow_domain::events::{EventData, EventSource, EventType, NewEvent};
 use flow_domain::ids::{
     AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
 };
+use flow_domain::lane::Lane;
 use flow_domain::messages::AssignCommand;
 use flow_domain::{AssignmentStatus, ModuleStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::lifecycle::AssignmentSnapshot;
 use super::{Conflicts, outbox};
-use crate::amqp::Lane;
 
 /// What a batch did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 //! transaction where it has one.
 
 use chrono::{DateTime, Utc};
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{KeyId, OrgId};
 use sqlx::{FromRow, PgExecutor};
 
@@ -71,13 +72,13 @@ const ACTOR_SQL: &str = "CASE $2
         WHEN 'scheduler' THEN 'scheduler'
         ELSE 'flowctl' END";
 
-/// Records a change of `org_id`'s control plane: `action` (e.g. `key.revoked`) on `target` (an
-/// id), with a human `detail` (a name, a URL).
+/// Records a change of `org_id`'s control plane: `action` (e.g. [`AuditAction::KeyRevoked`]) on
+/// `target` (an id), with a human `detail` (a name, a URL).
 pub async fn record<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     actor: Actor<'_>,
-    action: &str,
+    action: AuditAction,
     target: &str,
     detail: &str,
 ) -> Result<(), sqlx::Error> {
@@ -103,7 +104,7 @@ pub async fn record_many<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     actor: Actor<'_>,
-    action: &str,
+    action: AuditAction,
     targets: &[String],
     details: &[String],
 ) -> Result<(), sqlx::Error> {
@@ -130,7 +131,7 @@ pub async fn record_for_key<'e>(
     executor: impl PgExecutor<'e>,
     key_id: KeyId,
     actor: Actor<'_>,
-    action: &str,
+    action: AuditAction,
 ) -> Result<(), sqlx::Error> {
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO audit_events (org_id, actor_kind, actor, action, target, detail)
@@ -159,8 +160,9 @@ pub struct AuditEvent {
     pub actor_kind: String,
     /// The account's e-mail, the key's prefix, or `flowctl`.
     pub actor: String,
-    /// What was done, e.g. `webhook.secret_rotated`.
-    pub action: String,
+    /// What was done, e.g. [`AuditAction::WebhookSecretRotated`]; a stored name this build does
+    /// not know fails the read.
+    pub action: AuditAction,
     /// The id of what changed.
     pub target: String,
     /// A human description of it.

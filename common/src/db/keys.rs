@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{KeyId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -106,7 +107,7 @@ pub async fn revoke(
     .rows_affected()
         > 0;
     if revoked {
-        audit::record_for_key(&mut *transaction, id, actor, "key.revoked").await?;
+        audit::record_for_key(&mut *transaction, id, actor, AuditAction::KeyRevoked).await?;
     }
     super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
     transaction.commit().await?;
@@ -145,7 +146,7 @@ pub async fn roll(
         &mut *transaction,
         org_id,
         actor,
-        "key.rolled",
+        AuditAction::KeyRolled,
         &old.id.to_string(),
         &detail,
     )

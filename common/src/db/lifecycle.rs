@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use flow_domain::events::{EventData, EventType, NewEvent};
 use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId};
+use flow_domain::lane::Lane;
 use flow_domain::messages::ProgressCommand;
 use flow_domain::{AssignmentStatus, ModuleStatus, Priority, format_timestamp};
 use sqlx::PgConnection;
@@ -154,7 +155,7 @@ pub async fn apply_progress(
         events.push(snapshot.event(EventType::Completed, Utc::now(), traceparent));
     }
     // Module activity is one person's work: the interactive lane.
-    super::outbox::insert(connection, crate::amqp::Lane::Interactive, &events).await?;
+    super::outbox::insert(connection, Lane::Interactive, &events).await?;
     Ok((
         ProgressOutcome::Applied,
         events.iter().map(|event| event.event_type).collect(),
@@ -270,7 +271,7 @@ pub async fn mark_overdue(
         .map(|snapshot| snapshot.event(EventType::Overdue, now, traceparent.as_deref()))
         .collect();
     // A scan of many assignments: the bulk lane.
-    super::outbox::insert(connection, crate::amqp::Lane::Bulk, &events)
+    super::outbox::insert(connection, Lane::Bulk, &events)
         .instrument(span)
         .await?;
     Ok(changed.len())

@@ -3,6 +3,7 @@
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use flow_domain::ids::OrgId;
+use flow_domain::lane::BULK_SHARDS;
 use sqlx::{FromRow, PgExecutor};
 
 pub use flow_domain::Tier;
@@ -24,7 +25,7 @@ pub struct Organization {
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Its place in the bulk lane: its bulk work goes to shard
-    /// [`crate::amqp::bulk_shard`]`(bulk_lane)` (migration 0150).
+    /// [`flow_domain::lane::bulk_shard`]`(bulk_lane)` (migration 0150).
     pub bulk_lane: i64,
 }
 
@@ -32,11 +33,6 @@ impl Organization {
     /// The tier.
     pub fn tier(&self) -> Tier {
         self.tier
-    }
-
-    /// The queue of this organization's assign commands in `lane`.
-    pub fn assign_queue(&self, lane: crate::amqp::Lane) -> crate::amqp::QueueKind {
-        crate::amqp::QueueKind::assign_for(lane, self.bulk_lane)
     }
 
     /// The time zone (UTC if the stored name is unknown to this build).
@@ -142,7 +138,7 @@ pub async fn update_limits(
 }
 
 /// Moves an organization to bulk lane `bulk_lane` (its shard is that number modulo
-/// [`crate::amqp::BULK_SHARDS`]) and tells API replicas to drop cached copies. Commands already
+/// [`BULK_SHARDS`]) and tells API replicas to drop cached copies. Commands already
 /// queued in the old shard are applied from there; new ones go to the new shard.
 pub async fn move_bulk_lane(
     pool: &sqlx::PgPool,
@@ -164,13 +160,13 @@ pub async fn move_bulk_lane(
 
 /// How many organizations each bulk shard holds, by shard (an operator's view before moving one).
 pub async fn bulk_shard_counts<'e>(executor: impl PgExecutor<'e>) -> Result<Vec<i64>, sqlx::Error> {
-    let shards = i64::from(crate::amqp::BULK_SHARDS);
+    let shards = i64::from(BULK_SHARDS);
     let rows: Vec<(i64, i64)> =
         sqlx::query_as("SELECT bulk_lane % $1, count(*) FROM organizations GROUP BY 1 ORDER BY 1")
             .bind(shards)
             .fetch_all(executor)
             .await?;
-    let mut counts = vec![0; usize::from(crate::amqp::BULK_SHARDS)];
+    let mut counts = vec![0; usize::from(BULK_SHARDS)];
     for (shard, count) in rows {
         if let Some(slot) = usize::try_from(shard)
             .ok()

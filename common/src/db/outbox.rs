@@ -4,10 +4,10 @@
 use chrono::{DateTime, Utc};
 use flow_domain::events::{EventType, NewEvent};
 use flow_domain::ids::{AssignmentId, EventId, OrgId};
+use flow_domain::lane::Lane;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::Conflicts;
-use crate::amqp::Lane;
 
 /// The outbox cursor of `lane` (migration 0151).
 fn cursor_id(lane: Lane) -> i32 {
