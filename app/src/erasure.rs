@@ -7,18 +7,18 @@ use flow_common::db::audit;
 use flow_common::db::erasure::{self, Erased};
 use flow_domain::ids::UserId;
 
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, ServiceError};
 
 /// Erases the user. Erasing an erased user again answers the same pseudonym and changes
 /// nothing more.
 pub async fn erase(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     user_id: UserId,
 ) -> Result<Erased, ServiceError> {
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let erased = erasure::erase_user(&mut transaction, org_id, user_id)
         .await?
         .ok_or(ServiceError::NotFound("user"))?;

@@ -6,8 +6,8 @@ use flow_common::db::flows::{self, Flow, Module, NewModule};
 use flow_domain::ids::FlowId;
 use flow_domain::{Invalid, TextRule};
 
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, ServiceError};
 
 /// Most modules in a flow.
 pub const MAX_MODULES: usize = 500;
@@ -94,12 +94,12 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
 
 /// Creates a flow with its modules in one transaction.
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     flow: &NewFlow,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
     let created = flows::create(
-        &state.db,
+        &ctx.db,
         acting.org_id(),
         &flow.name,
         flow.description.as_deref(),
@@ -112,13 +112,13 @@ pub async fn create(
 
 /// One flow of the organization with its modules in order.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: FlowId,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
-    let flow = flows::get(&state.db, acting.org_id(), id)
+    let flow = flows::get(&ctx.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound("flow"))?;
-    let modules = flows::modules(&state.db, id).await?;
+    let modules = flows::modules(&ctx.db, id).await?;
     Ok((flow, modules))
 }

@@ -6,7 +6,7 @@
 
 use flow_api::dashboard::users::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS};
 use flow_api::extract::MAX_BODY_BYTES;
-use flow_api::services::assign::MAX_BULK_ITEMS;
+use flow_app::assign::MAX_BULK_ITEMS;
 use flow_tests::TestApp;
 use flow_tests::dashboard::org_with_admin;
 

@@ -25,10 +25,10 @@ use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
-use crate::ratelimit::Operation;
-use crate::services::ServiceError;
-use crate::services::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
 use crate::state::AppState;
+use flow_app::ServiceError;
+use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
+use flow_app::ratelimit::Operation;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

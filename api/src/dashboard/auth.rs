@@ -30,16 +30,15 @@ use chrono::Utc;
 use flow_common::db::accounts::{self, Account, Admission, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
-use flow_domain::ids::{AccountId, KeyId};
+use flow_domain::ids::AccountId;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 use tower_sessions::Session;
-use uuid::Uuid;
 
 use super::session::flash;
 use super::{HtmlForm, PageError, PageResult};
-use crate::caller::Caller;
 use crate::state::AppState;
+use flow_app::caller::Caller;
 
 /// Session key of the signed-in account's id (what ending an account's sessions looks for).
 const ACCOUNT_KEY: &str = flow_common::db::sessions::ACCOUNT_KEY;
@@ -91,8 +90,8 @@ impl SignedIn {
     }
 
     /// The account as the services take it: its organization, audited by e-mail.
-    pub fn acting(&self) -> crate::services::Acting<'_> {
-        crate::services::Acting {
+    pub fn acting(&self) -> flow_app::Acting<'_> {
+        flow_app::Acting {
             caller: &self.caller,
             actor: self.actor(),
         }
@@ -212,15 +211,9 @@ impl FromRequestParts<AppState> for SignedIn {
             session.flush().await.map_err(failed)?;
             return Err(required(true));
         }
-        let zone = found.org.zone();
         Ok(Self {
-            caller: Arc::new(Caller {
-                // The dashboard acts for the organization, not through an API key.
-                key_id: KeyId(Uuid::nil()),
-                org: found.org.clone(),
-                zone,
-                scim_only: false,
-            }),
+            // The dashboard acts for the organization, not through an API key.
+            caller: Arc::new(Caller::without_key(found.org.clone())),
             account: found.account,
             org: found.org,
             session,

@@ -3,7 +3,7 @@
 //! e-mail, pages) and exports (CSV, Excel, PDF) that show their progress, then the download.
 //!
 //! Metrics, the weekly figures and exports come from the report service the API's report
-//! operation uses ([`crate::services::reports`]) and downloads from the export service, so the
+//! operation uses ([`flow_app::reports`]) and downloads from the export service, so the
 //! dashboard shows exactly what the API answers, and counts against the same report limit.
 
 use std::collections::HashMap;
@@ -30,9 +30,9 @@ use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
-use crate::services::exports::{self, Opened};
-use crate::services::reports::{self, ReportAnswer, ReportQuery};
 use crate::state::AppState;
+use flow_app::exports::{self, Opened};
+use flow_app::reports::{self, ReportAnswer, ReportQuery};
 
 /// Flows per page of the list.
 const FLOWS_PER_PAGE: i64 = 50;
@@ -571,7 +571,7 @@ async fn download(
     let export_id = ExportId::parse(&id).ok_or_else(PageError::not_found)?;
     let (opened, _) = exports::open(&state, account.acting(), export_id).await?;
     match opened {
-        Opened::Ready(file) => Ok(file.into_response()),
+        Opened::Ready(file) => Ok(crate::download::attachment(file)),
         Opened::Working(_) => {
             Ok(Redirect::to(&format!("/dashboard/exports/{export_id}")).into_response())
         }

@@ -20,10 +20,10 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::services::ProblemKind;
-use crate::services::keys as service;
-pub use crate::services::keys::MAX_NAME_CHARS;
 use crate::state::AppState;
+use flow_app::ProblemKind;
+use flow_app::keys as service;
+pub use flow_app::keys::MAX_NAME_CHARS;
 
 /// How long a rolled key may keep working, as offered in the form.
 pub const ROLL_CHOICES: [(&str, &str, u64); 4] = [

@@ -1,5 +1,5 @@
 //! Settings → Operations (admins only): the depth of each lane's queues, the organization's bulk
-//! shard and its own webhook backlog, from [`crate::services::operations`].
+//! shard and its own webhook backlog, from [`flow_app::operations`].
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -11,8 +11,8 @@ use axum::routing::get;
 use super::auth::SignedIn;
 use super::view::{Layout, Section, count};
 use super::{PageError, PageResult};
-use crate::services::operations::{self, DepthRow};
 use crate::state::AppState;
+use flow_app::operations::{self, DepthRow};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

@@ -18,8 +18,8 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::services::schedules as service;
 use crate::state::AppState;
+use flow_app::schedules as service;
 
 /// Schedules per page.
 const PAGE_SIZE: i64 = 50;

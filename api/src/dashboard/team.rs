@@ -20,9 +20,9 @@ use super::auth::SignedIn;
 use super::session::{Flash, flash};
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::services::ServiceError;
-use crate::services::team::{self as service, IssuedLink};
 use crate::state::AppState;
+use flow_app::ServiceError;
+use flow_app::team::{self as service, IssuedLink};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -174,7 +174,7 @@ fn shown(account: &SignedIn, issued: IssuedLink) -> ShownLink {
 }
 
 /// What the invite form says about an address it cannot invite that is not on this team.
-pub use crate::services::team::cannot_invite;
+pub use flow_app::team::cannot_invite;
 
 async fn new_link(
     State(state): State<AppState>,

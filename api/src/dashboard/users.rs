@@ -18,10 +18,10 @@ use super::auth::SignedIn;
 use super::csv_upload::{parse_off_runtime, record_line};
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::ratelimit::{Operation, RateLimitError, page_cost};
-use crate::services::ServiceError;
-use crate::services::users as service;
 use crate::state::AppState;
+use flow_app::ServiceError;
+use flow_app::ratelimit::{Operation, RateLimitError, page_cost};
+use flow_app::users as service;
 
 /// Users per page.
 const PAGE_SIZE: i64 = 50;
@@ -277,7 +277,7 @@ async fn import(
                 "Nothing was imported: {error}. An import of {} users costs {cost} write requests \
              (one per started {}); try again later, or split the file.",
                 new_users.len(),
-                crate::ratelimit::ITEMS_PER_REQUEST
+                flow_app::ratelimit::ITEMS_PER_REQUEST
             );
             let page = page(&state, &account, UsersQuery::default(), None, Some(message)).await?;
             return Ok((StatusCode::TOO_MANY_REQUESTS, page).into_response());

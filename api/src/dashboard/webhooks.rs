@@ -30,10 +30,10 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::ratelimit::{Operation, RateLimitError};
-use crate::services::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
-use crate::services::{ProblemKind, ServiceError};
 use crate::state::AppState;
+use flow_app::ratelimit::{Operation, RateLimitError};
+use flow_app::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
+use flow_app::{ProblemKind, ServiceError};
 
 /// Deliveries per page of the log.
 const PAGE_SIZE: i64 = 25;

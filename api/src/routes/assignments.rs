@@ -26,10 +26,11 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
+use crate::error::RateHeaders;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::state::AppState;
+use flow_app::ratelimit::{Operation, page_cost};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -275,8 +276,8 @@ pub async fn get_assignment(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Response), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+) -> Result<(RateHeaders, Response), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
     let response = match resolve(&state, auth.org_id(), id).await? {
         Resolution::Persisted(record) => {
@@ -378,7 +379,7 @@ pub async fn list_assignments(
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<AssignmentFilter>,
-) -> Result<(RateInfo, Json<Page<AssignmentView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
     let limit = page.limit()?;
     let rate = state
         .limiter
@@ -402,7 +403,7 @@ pub async fn list_assignments(
             Some(id) => Some(id),
             None => {
                 return Ok((
-                    rate,
+                    RateHeaders(rate),
                     Json(Page {
                         data: Vec::new(),
                         next_cursor: None,
@@ -437,7 +438,7 @@ pub async fn list_assignments(
         },
         |row| AssignmentView::new(row, None, now),
     );
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Body of the progress operation.
@@ -502,7 +503,7 @@ pub async fn record_progress(
     request_id: RequestId,
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<ProgressRequest>,
-) -> Result<(StatusCode, RateInfo, Json<ProgressAccepted>), ApiError> {
+) -> Result<(StatusCode, RateHeaders, Json<ProgressAccepted>), ApiError> {
     let now = Utc::now();
     let module_text = request.module_id.unwrap_or_default();
     if module_text.trim().is_empty() {
@@ -527,7 +528,7 @@ pub async fn record_progress(
             at
         }
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
     let record = match resolve(&state, auth.org_id(), id).await? {
         Resolution::Persisted(record) => *record,

@@ -15,11 +15,12 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::error::RateHeaders;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
-use crate::ratelimit::{Operation, RateInfo};
-use crate::services::exports::{self as service, Opened};
 use crate::state::AppState;
+use flow_app::exports::{self as service, Opened};
+use flow_app::ratelimit::Operation;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;
@@ -86,7 +87,7 @@ pub async fn get_export(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Response), ApiError> {
+) -> Result<(RateHeaders, Response), ApiError> {
     let Some(id) = ExportId::parse(&id) else {
         return Err(super::unknown_id(&state, &auth, Operation::Read, "export").await);
     };
@@ -108,7 +109,7 @@ pub async fn get_export(
             };
             (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
         }
-        Opened::Ready(file) => file.into_response(),
+        Opened::Ready(file) => crate::download::attachment(file),
     };
-    Ok((rate, response))
+    Ok((RateHeaders(rate), response))
 }

@@ -17,8 +17,8 @@ use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::ApiError;
 use crate::extract::Auth;
-use crate::ratelimit::Operation;
 use crate::state::AppState;
+use flow_app::ratelimit::Operation;
 
 /// The answer to an id that cannot name anything (`what`, e.g. `delivery`) for an operation its
 /// service limits: the allowance is charged first, as it is for an id that parses, so a 404 costs

@@ -28,12 +28,12 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::download::DataAsOf;
+use crate::error::RateHeaders;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiJson, Auth, RequestId};
-use crate::ratelimit::RateInfo;
 use crate::routes::assignments::ModuleProgressView;
-use crate::services::reports::{self, ReportQuery};
 use crate::state::AppState;
+use flow_app::reports::{self, ReportQuery};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -460,7 +460,7 @@ pub async fn report(
     auth: Auth,
     request_id: RequestId,
     ApiJson(request): ApiJson<ReportRequest>,
-) -> Result<(RateInfo, DataAsOf, Json<ReportResponse>), ApiError> {
+) -> Result<(RateHeaders, DataAsOf, Json<ReportResponse>), ApiError> {
     let limit_given = request.limit.is_some();
     let query = ReportQuery {
         params: ReportParams::parse(request.into(), auth.zone)?,
@@ -473,5 +473,9 @@ pub async fn report(
     if let Some(export) = &answer.export {
         response = response.with_export(export, &state.config.public_base_url);
     }
-    Ok((answer.rate, DataAsOf(answer.data_as_of), Json(response)))
+    Ok((
+        RateHeaders(answer.rate),
+        DataAsOf(answer.data_as_of),
+        Json(response),
+    ))
 }

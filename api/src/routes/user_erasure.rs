@@ -9,12 +9,13 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use crate::error::RateHeaders;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{ApiPath, Auth};
-use crate::ratelimit::{Operation, RateInfo};
 use crate::routes::unknown_id;
-use crate::services::erasure as service;
 use crate::state::AppState;
+use flow_app::erasure as service;
+use flow_app::ratelimit::Operation;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -58,11 +59,11 @@ pub async fn erase_user(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<ErasureView>), ApiError> {
+) -> Result<(RateHeaders, Json<ErasureView>), ApiError> {
     let Some(id) = UserId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "user").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let erased = service::erase(&state, auth.acting(), id).await?;
     Ok((
         rate,
