@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
+use flow_app::keys::{self, WithSecret};
 use flow_common::config::CoreConfig;
 use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
@@ -12,6 +13,7 @@ use flow_domain::{Email, TextRule, parse_timezone};
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 
+use crate::context::{self, DEFAULT_BASE_URL, Tool};
 use crate::output::{Outcome, progress};
 
 /// Opens a small pool for a one-shot command.
@@ -274,17 +276,16 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
     let pool = pool(core).await?;
     let outcome = match command {
         KeyCommand::Create { org, name } => {
-            let org = parse_org(&org)?;
-            let (key, secret) = db::keys::create(&pool, org, &name).await?;
-            db::audit::record(
-                &pool,
-                org,
-                Actor::Flowctl,
-                "key.created",
-                &key.id.to_string(),
-                &name,
-            )
-            .await?;
+            // The operation the dashboard's API keys page calls: the name's rule, the key and
+            // its audit row in one transaction.
+            let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+            let generated = async {
+                let caller = context::organization(&tool, parse_org(&org)?).await?;
+                anyhow::Ok(keys::generate(&tool, context::acting(&caller), &name, false).await?)
+            }
+            .await;
+            tool.close().await;
+            let WithSecret { key, secret } = generated?;
             eprintln!("key {} created; the secret below is shown once:", key.id);
             let text = secret.clone();
             Outcome::new(
