@@ -23,6 +23,7 @@ pub mod assign;
 pub mod caches;
 pub mod caller;
 pub mod context;
+pub mod csv_lines;
 pub mod enrollment;
 pub mod erasure;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod ratelimit;
 pub mod reports;
 pub mod schedules;
 pub mod team;
+pub mod user_import;
 pub mod users;
 pub mod webhooks;
 

@@ -20,7 +20,7 @@ use flow_domain::ids::FlowId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::csv_upload::{parse_off_runtime, record_line};
+use super::csv_upload::parse_off_runtime;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
@@ -28,6 +28,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use flow_app::ServiceError;
 use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
+use flow_app::csv_lines::record_line;
 use flow_app::ratelimit::Operation;
 
 /// Routes of this module.
