@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::enrollment::engine::{self as enrollment, EnrollmentError};
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
-use flow_common::enrollment::{self, EnrollmentError};
 use flow_common::runtime::{Supervisor, Wakeup};
 use flow_domain::enrollment::Rule;
 use flow_domain::ids::{FlowId, KeyId, OrgId};

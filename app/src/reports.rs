@@ -5,13 +5,15 @@
 //! API's fields or directly from domain types by the dashboard); the report's cost is counted
 //! against the organization's report limit whatever the surface.
 
+pub mod engine;
+
 use std::sync::Arc;
 
+use crate::reports::engine::{Page, Report};
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::replicas::ReadPurpose;
-use flow_common::report::engine::{Page, Report};
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::FlowId;
 use flow_domain::report::cost;

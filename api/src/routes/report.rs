@@ -5,15 +5,15 @@
 //! filter, the lists and the metrics agree with what the scheduler will record. An export request
 //! answers with the normal report plus where the file will be; the report-worker writes the file.
 //! Validation and the rate cost live in `flow_domain::report` (`params`, `cost`), assembly in
-//! `flow_common::report::engine`; this file holds the wire types and the handler.
+//! `flow_app::reports::engine`; this file holds the wire types and the handler.
 
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::reports::engine::{Page, Report};
 use flow_common::db::exports::ExportRecord;
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
-use flow_common::report::engine::{Page, Report};
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_domain::report::params::{AggregateFields, ReportFields, ReportParams};
