@@ -11,22 +11,11 @@ use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
 use flow_domain::ids::{KeyId, OrgId};
 use flow_domain::{Email, TextRule, parse_timezone};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 
 use crate::context::{self, DEFAULT_BASE_URL, Tool};
 use crate::output::{Outcome, progress};
 
-/// Opens a small pool for a one-shot command.
-pub async fn pool(core: &CoreConfig) -> anyhow::Result<PgPool> {
-    db::connect(&core.database_url, 4)
-        .await
-        .with_context(|| format!("connecting to {}", redact(&core.database_url)))
-}
-
-/// A connection string without its credentials, for messages.
-pub fn redact(url: &str) -> String {
-    flow_common::config::redact_url(url)
-}
+pub use crate::context::{pool, redact};
 
 /// `flowctl migrate`.
 pub async fn migrate(core: &CoreConfig) -> anyhow::Result<Outcome> {

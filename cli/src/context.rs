@@ -1,10 +1,12 @@
-//! The application layer as `flowctl` reaches it: an `app::Context` of its own over a small pool
+//! What a `flowctl` command connects with: a small pool ([`pool`]), or the application layer as
+//! `flowctl` reaches it: an `app::Context` of its own over a small pool
 //! (the broker is connected on first use, which the account and key commands never make), whose
 //! background tasks stop with [`Tool::close`]. `flowctl` calls the same operations as the API
 //! and the dashboard, as `Actor::Flowctl`.
 
 use std::time::Duration;
 
+use anyhow::Context as _;
 use flow_app::{Acting, Caller, Context, Settings, StartConfig};
 use flow_common::amqp::BatchLimits;
 use flow_common::config::{CoreConfig, from_env};
@@ -12,7 +14,20 @@ use flow_common::db::audit::Actor;
 use flow_common::db::orgs;
 use flow_common::runtime::Supervisor;
 use flow_domain::ids::OrgId;
+use sqlx::PgPool;
 use tokio_util::sync::CancellationToken;
+
+/// Opens a small pool for a one-shot command.
+pub async fn pool(core: &CoreConfig) -> anyhow::Result<PgPool> {
+    flow_common::db::connect(&core.database_url, 4)
+        .await
+        .with_context(|| format!("connecting to {}", redact(&core.database_url)))
+}
+
+/// A connection string without its credentials, for messages.
+pub fn redact(url: &str) -> String {
+    flow_common::redact::redact_url(url)
+}
 
 /// Address the dashboard is reachable at when a command names none (`PUBLIC_BASE_URL`'s
 /// default).
@@ -36,7 +51,7 @@ impl std::ops::Deref for Tool {
 impl Tool {
     /// Opens the context: `public_base_url` is where the links it makes point.
     pub async fn open(core: &CoreConfig, public_base_url: &str) -> anyhow::Result<Self> {
-        let db = crate::admin::pool(core).await?;
+        let db = pool(core).await?;
         let shutdown = CancellationToken::new();
         let background = Supervisor::new(&shutdown);
         let context = Context::start(
