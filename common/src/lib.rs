@@ -10,6 +10,7 @@ pub mod config;
 pub mod db;
 pub mod export_store;
 pub mod ops;
+pub mod redact;
 pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;
