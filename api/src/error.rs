@@ -207,6 +207,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(what) => Self::not_found(what),
             ServiceError::NotFoundSaying(message) => Self::NotFound(message),
             ServiceError::Conflict(message) => Self::Conflict(message),
+            ServiceError::NotYet => Self::NotYet,
             ServiceError::Gone(message) => Self::Gone(message),
             ServiceError::RateLimited(RateLimitError::Exceeded {
                 operation,

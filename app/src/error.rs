@@ -74,6 +74,9 @@ pub enum ServiceError {
     /// The state of things refuses the operation (409).
     #[error("{0}")]
     Conflict(String),
+    /// The assignment was accepted and is not persisted yet: to retry shortly (409).
+    #[error("the assignment is accepted and not persisted yet; retry shortly")]
+    NotYet,
     /// What was asked for existed and is gone (410).
     #[error("{0}")]
     Gone(String),
@@ -119,6 +122,7 @@ impl ServiceError {
             Self::NotFound(what) => Self::NotFound(what),
             Self::NotFoundSaying(message) => Self::NotFoundSaying(message.clone()),
             Self::Conflict(message) => Self::Conflict(message.clone()),
+            Self::NotYet => Self::NotYet,
             Self::Gone(message) => Self::Gone(message.clone()),
             Self::RateLimited(RateLimitError::Exceeded {
                 operation,

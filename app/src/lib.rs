@@ -6,7 +6,8 @@
 //! the dashboard's form messages, `flowctl`'s). No surface calls another surface's handler or
 //! builds its wire types.
 //!
-//! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints,
+//! One module per resource: [`assign`] (assigning flows, one or many), [`progress`] (what an
+//! assignment id resolves to, recording module progress), [`webhooks`] (endpoints,
 //! test pings, retries and recoveries), [`keys`], [`team`] (dashboard accounts), [`users`],
 //! [`groups`] (SCIM, sharing [`provisioning`]), [`enrollment`] (rules that assign on their own),
 //! [`erasure`], [`flows`], [`schedules`], [`reports`], [`operations`] (the lanes' queue depths and
@@ -33,6 +34,7 @@ pub mod groups;
 pub mod keys;
 pub mod lookup;
 pub mod operations;
+pub mod progress;
 pub mod provisioning;
 pub mod queue_depths;
 pub mod ratelimit;
