@@ -40,6 +40,7 @@ pub mod queue_depths;
 pub mod ratelimit;
 pub mod reports;
 pub mod schedules;
+pub mod sign_in;
 pub mod team;
 pub mod user_import;
 pub mod users;
