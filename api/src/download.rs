@@ -5,7 +5,6 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use chrono::{DateTime, Utc};
-
 use flow_app::exports::ExportFile;
 
 /// The `X-Data-As-Of` header: the instant the data of a report (or an export file) is current

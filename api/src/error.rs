@@ -7,14 +7,13 @@
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
+use flow_app::caches::CacheError;
+use flow_app::ratelimit::{RateInfo, RateLimitError};
+use flow_app::{DATABASE_UNAVAILABLE, ServiceError, VALUE_REFUSED, data_exception};
 use flow_common::amqp::PublishError;
 use flow_domain::Invalid;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-use flow_app::caches::CacheError;
-use flow_app::ratelimit::{RateInfo, RateLimitError};
-use flow_app::{DATABASE_UNAVAILABLE, ServiceError, VALUE_REFUSED, data_exception};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, ToSchema)]

@@ -13,6 +13,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::ServiceError;
+use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
+use flow_app::csv_lines::record_line;
+use flow_app::ratelimit::Operation;
 use flow_common::amqp::Lane;
 use flow_common::db::flows::{self, FlowSummary};
 use flow_domain::Invalid;
@@ -26,10 +30,6 @@ use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::state::AppState;
-use flow_app::ServiceError;
-use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
-use flow_app::csv_lines::record_line;
-use flow_app::ratelimit::Operation;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

@@ -22,6 +22,8 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::caller::Caller;
+use flow_app::sign_in::{self, PasswordSet, SignIn, Throttled};
 use flow_common::db::accounts::{self, Account, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
@@ -32,8 +34,6 @@ use tower_sessions::Session;
 use super::session::flash;
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::caller::Caller;
-use flow_app::sign_in::{self, PasswordSet, SignIn, Throttled};
 
 /// Session key of the signed-in account's id (what ending an account's sessions looks for).
 const ACCOUNT_KEY: &str = flow_common::db::sessions::ACCOUNT_KEY;

@@ -16,6 +16,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::exports::{self, Opened};
+use flow_app::flows::AssignmentFilter;
+use flow_app::reports::{self, ReportAnswer, ReportQuery};
 use flow_common::db::dashboard::FlowCounts;
 use flow_common::db::flows;
 use flow_domain::AssignmentStatus;
@@ -30,9 +33,6 @@ use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
 use crate::state::AppState;
-use flow_app::exports::{self, Opened};
-use flow_app::flows::AssignmentFilter;
-use flow_app::reports::{self, ReportAnswer, ReportQuery};
 
 /// Flows per page of the list.
 const FLOWS_PER_PAGE: i64 = 50;

@@ -12,6 +12,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::ProblemKind;
+use flow_app::keys as service;
 use flow_common::db::keys::{self, ApiKey};
 use flow_domain::ids::KeyId;
 use serde::Deserialize;
@@ -21,8 +23,6 @@ use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::ProblemKind;
-use flow_app::keys as service;
 pub use flow_app::keys::MAX_NAME_CHARS;
 
 /// How long a rolled key may keep working, as offered in the form.

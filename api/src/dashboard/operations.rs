@@ -7,12 +7,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use flow_app::operations::{self, DepthRow};
 
 use super::auth::SignedIn;
 use super::view::{Layout, Section, count};
 use super::{PageError, PageResult};
 use crate::state::AppState;
-use flow_app::operations::{self, DepthRow};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

@@ -10,6 +10,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flow_app::ServiceError;
+use flow_app::enrollment::{self as service, MAX_RULES, RuleInput};
 use flow_common::db::enrollment_backfills::{Backfill, BackfillStatus};
 use flow_common::db::enrollment_rules::RuleRecord;
 use flow_common::db::flows;
@@ -21,8 +23,6 @@ use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::ServiceError;
-use flow_app::enrollment::{self as service, MAX_RULES, RuleInput};
 
 /// Flows offered in the form's list.
 const FLOW_CHOICES: i64 = 500;

@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::schedules as service;
 use flow_common::db::dashboard as queries;
 use flow_domain::ids::ScheduleId;
 use flow_domain::recurrence::Recurrence;
@@ -19,7 +20,6 @@ use super::session::flash;
 use super::view::{Layout, Section, label};
 use super::{HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::schedules as service;
 
 /// Schedules per page.
 const PAGE_SIZE: i64 = 50;

@@ -11,6 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flow_app::ServiceError;
+use flow_app::team::{self as service, IssuedLink};
 use flow_common::db::accounts::{self, AccountChange};
 use flow_domain::Role;
 use flow_domain::ids::AccountId;
@@ -21,8 +23,6 @@ use super::session::{Flash, flash};
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::ServiceError;
-use flow_app::team::{self as service, IssuedLink};
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {

@@ -8,6 +8,10 @@ use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use flow_app::ServiceError;
+use flow_app::ratelimit::{Operation, RateLimitError, page_cost};
+use flow_app::user_import::{ImportProblem, MAX_IMPORT_BYTES, parse_import};
+use flow_app::users as service;
 use flow_common::db::dashboard as queries;
 use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
@@ -17,10 +21,6 @@ use super::csv_upload::parse_off_runtime;
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
-use flow_app::ServiceError;
-use flow_app::ratelimit::{Operation, RateLimitError, page_cost};
-use flow_app::user_import::{ImportProblem, MAX_IMPORT_BYTES, parse_import};
-use flow_app::users as service;
 
 /// Users per page.
 const PAGE_SIZE: i64 = 50;

@@ -8,6 +8,10 @@
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::assign::{
+    AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
+};
+use flow_app::ratelimit::{Operation, RateLimitError};
 use flow_common::amqp::Lane;
 use flow_domain::ids::AssignmentId;
 use serde::{Deserialize, Serialize};
@@ -15,14 +19,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, Auth, RequestId};
 use crate::state::AppState;
-use flow_app::assign::{
-    AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
-};
-use flow_app::ratelimit::{Operation, RateLimitError};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -8,6 +8,8 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use flow_app::progress::{self, ProgressFields, ProgressInput, Resolution, resolve};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::ids::{
@@ -22,12 +24,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
 use crate::state::AppState;
-use flow_app::progress::{self, ProgressFields, ProgressInput, Resolution, resolve};
-use flow_app::ratelimit::{Operation, page_cost};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

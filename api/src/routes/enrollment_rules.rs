@@ -7,6 +7,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
+use flow_app::enrollment::{self as service, RuleInput};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::enrollment_backfills::Backfill;
 use flow_common::db::enrollment_rules::{Profile, RuleRecord};
 use flow_domain::enrollment::BackfillStatus;
@@ -17,14 +19,11 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::routes::unknown_id;
 use crate::state::AppState;
-use flow_app::enrollment::{self as service, RuleInput};
-use flow_app::ratelimit::{Operation, page_cost};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -6,6 +6,8 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use flow_app::exports::{self as service, Opened};
+use flow_app::ratelimit::Operation;
 use flow_common::db::exports::ExportRecord;
 use flow_domain::ids::ExportId;
 use flow_domain::report::ExportStatus;
@@ -15,12 +17,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiPath, Auth};
 use crate::state::AppState;
-use flow_app::exports::{self as service, Opened};
-use flow_app::ratelimit::Operation;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
 const RETRY_AFTER_SECONDS: u32 = 2;

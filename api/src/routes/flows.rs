@@ -4,6 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::flows::{self as service, FlowFields, ModuleFields};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{self, Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{FlowId, ModuleId};
@@ -12,13 +14,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
-use flow_app::flows::{self as service, FlowFields, ModuleFields};
-use flow_app::ratelimit::{Operation, page_cost};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -13,12 +13,12 @@ pub mod user_erasure;
 pub mod users;
 pub mod webhooks;
 
+use flow_app::ratelimit::Operation;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::ApiError;
 use crate::extract::Auth;
 use crate::state::AppState;
-use flow_app::ratelimit::Operation;
 
 /// The answer to an id that cannot name anything (`what`, e.g. `delivery`) for an operation its
 /// service limits: the allowance is charged first, as it is for an id that parses, so a 404 costs

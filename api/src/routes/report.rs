@@ -11,6 +11,7 @@ use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
 use flow_app::reports::engine::{Page, Report};
+use flow_app::reports::{self, ReportQuery};
 use flow_common::db::exports::ExportRecord;
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
@@ -28,12 +29,10 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::download::DataAsOf;
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, Auth, RequestId};
 use crate::routes::assignments::ModuleProgressView;
 use crate::state::AppState;
-use flow_app::reports::{self, ReportQuery};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

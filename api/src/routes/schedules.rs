@@ -6,6 +6,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::assign::{AssignFields, AssignInput};
+use flow_app::ratelimit::Operation;
+use flow_app::schedules::{self as service, ScheduleFields};
 use flow_common::db::schedules;
 use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
 use serde::{Deserialize, Serialize};
@@ -13,13 +16,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, Auth};
 use crate::state::AppState;
-use flow_app::assign::{AssignFields, AssignInput};
-use flow_app::ratelimit::Operation;
-use flow_app::schedules::{self as service, ScheduleFields};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -3,19 +3,18 @@
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::erasure as service;
+use flow_app::ratelimit::Operation;
 use flow_domain::ids::UserId;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiPath, Auth};
 use crate::routes::unknown_id;
 use crate::state::AppState;
-use flow_app::erasure as service;
-use flow_app::ratelimit::Operation;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

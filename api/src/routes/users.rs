@@ -4,6 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::ratelimit::{Operation, page_cost};
+use flow_app::users as service;
 use flow_common::db::users::{self, NewUser, User};
 use flow_domain::Email;
 use flow_domain::ids::UserId;
@@ -12,13 +14,10 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
-use flow_app::ratelimit::{Operation, page_cost};
-use flow_app::users as service;
 
 /// Most users in one bulk upsert.
 pub const MAX_BULK_USERS: usize = 1_000;

@@ -6,6 +6,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::ratelimit::{Operation, page_cost};
+use flow_app::webhooks::{self as service, EndpointFields, WithSecret};
 use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::Endpoint;
 use flow_common::db::webhooks::log::DeliveryRecord;
@@ -20,12 +22,9 @@ use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
 use super::unknown_id;
-use crate::error::RateHeaders;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::state::AppState;
-use flow_app::ratelimit::{Operation, page_cost};
-use flow_app::webhooks::{self as service, EndpointFields, WithSecret};
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
+use flow_app::groups::{self as service, GroupInput, StoredGroup};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::groups::GroupRow;
 use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_domain::ids::{GroupId, UserId};
@@ -16,8 +18,6 @@ use super::resource::{
 use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
 use crate::error::RateHeaders;
 use crate::state::AppState;
-use flow_app::groups::{self as service, GroupInput, StoredGroup};
-use flow_app::ratelimit::{Operation, page_cost};
 
 fn scim_group(group: &StoredGroup) -> Group {
     let mut scim = Group::new(group.row.display_name.clone());

@@ -16,15 +16,14 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use flow_app::ServiceError;
+use flow_app::ratelimit::Operation;
 use flow_scim::{ResourceMeta, ResourceType, ScimError, discovery};
 use serde_json::Value;
 
-use crate::error::ApiError;
-use crate::error::RateHeaders;
+use crate::error::{ApiError, RateHeaders};
 use crate::extract::{Auth, MAX_BODY_BYTES};
 use crate::state::AppState;
-use flow_app::ServiceError;
-use flow_app::ratelimit::Operation;
 
 /// The media type of every answer.
 pub const SCIM_MEDIA_TYPE: &str = "application/scim+json";

@@ -3,6 +3,8 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
+use flow_app::ratelimit::Operation;
+use flow_app::users as service;
 use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_common::db::users::{Profile, ProfileEmail, ProfileRow};
 use flow_domain::ids::UserId;
@@ -18,8 +20,6 @@ use super::resource::{
 use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
 use crate::error::RateHeaders;
 use crate::state::AppState;
-use flow_app::ratelimit::Operation;
-use flow_app::users as service;
 
 /// The SCIM view of a stored user. A user who came from elsewhere (the API, a CSV) has their
 /// address as the primary work e-mail, so that Entra ID's `emails[type eq "work"]` finds it.
