@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::enrollment::engine::{self as enrollment, EnrollmentError};
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
 use flow_common::runtime::{Supervisor, Wakeup};
@@ -25,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
+use crate::engine::enrollment::{self as enrollment, EnrollmentError};
 
 /// Uncached keys one client address may have looked up in Postgres per
 /// [`UNKNOWN_KEY_WINDOW`] without any of them authenticating, on one API replica.

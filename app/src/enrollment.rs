@@ -5,12 +5,9 @@
 //! runs); [`preview`] answers what a rule would do before it is saved.
 //!
 //! The evaluation itself (matching, the claim that makes each (rule, user) assign once, the
-//! publish) is `crate::enrollment::engine`'s, shared with the scheduler, which also evaluates what
+//! publish) is `crate::engine::enrollment`'s, shared with the scheduler, which also evaluates what
 //! a write's own evaluation left pending.
 
-pub mod engine;
-
-use crate::enrollment::engine::{Assigner, EnrollmentError, PAGE};
 use flow_common::db::audit;
 use flow_common::db::enrollment_backfills::{self as backfills, Backfill, Requested};
 use flow_common::db::enrollment_rules::{self as db, RuleFields, RuleRecord};
@@ -20,11 +17,12 @@ use flow_domain::ids::{BackfillId, EnrollmentRuleId, FlowId, UserId};
 use flow_domain::{Notes, Priority, TextRule};
 use serde_json::Value;
 
-pub use crate::enrollment::engine::MAX_RULES;
+pub use crate::engine::enrollment::MAX_RULES;
 pub use flow_common::db::enrollment_backfills::MAX_UNFINISHED as MAX_UNFINISHED_BACKFILLS;
 pub use flow_domain::enrollment::{Condition, MAX_DUE_DAYS};
 
 use crate::Context;
+use crate::engine::enrollment::{Assigner, EnrollmentError, PAGE};
 use crate::ratelimit::{Operation, RateInfo, preview_cost};
 use crate::{Acting, ServiceError};
 

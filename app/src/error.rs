@@ -4,12 +4,12 @@
 //! caps) into it. Each surface words a `ServiceError` its own way (the API's error body, the
 //! dashboard's pages and forms, `flowctl`'s messages) and converts from nothing else.
 
-use crate::reports::engine::ReportError;
 use flow_common::amqp::PublishError;
 use flow_common::db::exports::{CapReached, CreateError};
 use flow_domain::Invalid;
 
 use crate::caches::CacheError;
+use crate::engine::report::ReportError;
 use crate::lookup::LookupError;
 use crate::ratelimit::RateLimitError;
 

@@ -17,7 +17,7 @@
 //!
 //! What the operations stand on, none of it HTTP: the [`Context`] ([`context`]) with its
 //! read-through [`caches`] of keys, flows and rules, the [`ratelimit`]er, the batched assign
-//! [`lookup`]s and the [`queue_depths`] poller's latest reading; [`caller`] is who an operation
+//! [`lookup`]s and the [`queue_depths`] poller's latest reading, and the [`engine`]s; [`caller`] is who an operation
 //! acts for. Below them: `flow_common` (Postgres, the broker, the export store) and the domain.
 
 pub mod assign;
@@ -26,6 +26,13 @@ pub mod caller;
 pub mod context;
 pub mod csv_lines;
 pub mod enrollment;
+/// The engines the operations and the workers share: [`engine::enrollment`] (evaluating rules
+/// and assigning what they match, for `enrollment` and the scheduler) and [`engine::report`]
+/// (assembling a report in one snapshot, for `reports` and the report-worker).
+pub mod engine {
+    pub mod enrollment;
+    pub mod report;
+}
 pub mod erasure;
 pub mod error;
 pub mod exports;

@@ -5,11 +5,8 @@
 //! API's fields or directly from domain types by the dashboard); the report's cost is counted
 //! against the organization's report limit whatever the surface.
 
-pub mod engine;
-
 use std::sync::Arc;
 
-use crate::reports::engine::{Page, Report};
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
@@ -21,6 +18,7 @@ use flow_domain::report::params::{PageRequest, ReportParams};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, ReportParameters};
 
 use crate::Context;
+use crate::engine::report::{Page, Report};
 use crate::ratelimit::{Operation, RateInfo};
 use crate::{Acting, ServiceError};
 

@@ -5,12 +5,12 @@
 //! filter, the lists and the metrics agree with what the scheduler will record. An export request
 //! answers with the normal report plus where the file will be; the report-worker writes the file.
 //! Validation and the rate cost live in `flow_domain::report` (`params`, `cost`), assembly in
-//! `flow_app::reports::engine`; this file holds the wire types and the handler.
+//! `flow_app::engine::report`; this file holds the wire types and the handler.
 
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
-use flow_app::reports::engine::{Page, Report};
+use flow_app::engine::report::{Page, Report};
 use flow_app::reports::{self, ReportQuery};
 use flow_common::db::exports::ExportRecord;
 use flow_common::db::flows::FlowSummary;

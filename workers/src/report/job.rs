@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use flow_app::reports::engine::{self, Report, ReportError};
+use flow_app::engine::report::{self as engine, Report, ReportError};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows;
 use flow_common::db::replicas::{ReadPurpose, ReadRouter, Served, Source};
