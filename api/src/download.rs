@@ -5,8 +5,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
 use chrono::{DateTime, Utc};
-
-use crate::services::exports::ExportFile;
+use flow_app::exports::ExportFile;
 
 /// The `X-Data-As-Of` header: the instant the data of a report (or an export file) is current
 /// to. Reports may be read on a replica a moment behind the primary; statuses are still judged
@@ -29,27 +28,25 @@ impl IntoResponseParts for DataAsOf {
 }
 
 /// The file as an attachment, streamed from the export store; never cached.
-impl IntoResponse for ExportFile {
-    fn into_response(self) -> Response {
-        let disposition = format!(
-            "attachment; filename=\"{}\"",
-            self.file_name.replace('"', "")
-        );
-        let mut response = Response::new(Body::from_stream(self.stream));
-        if let Some(data_as_of) = self.data_as_of {
-            response = (DataAsOf(data_as_of), response).into_response();
-        }
-        let headers = response.headers_mut();
-        for (name, value) in [
-            (header::CONTENT_TYPE, self.content_type),
-            (header::CONTENT_DISPOSITION, disposition),
-            (header::CONTENT_LENGTH, self.size.to_string()),
-            (header::CACHE_CONTROL, "private, no-store".to_owned()),
-        ] {
-            if let Ok(value) = HeaderValue::from_str(&value) {
-                headers.insert(name, value);
-            }
-        }
-        response
+pub fn attachment(file: ExportFile) -> Response {
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        file.file_name.replace('"', "")
+    );
+    let mut response = Response::new(Body::from_stream(file.stream));
+    if let Some(data_as_of) = file.data_as_of {
+        response = (DataAsOf(data_as_of), response).into_response();
     }
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_TYPE, file.content_type),
+        (header::CONTENT_DISPOSITION, disposition),
+        (header::CONTENT_LENGTH, file.size.to_string()),
+        (header::CACHE_CONTROL, "private, no-store".to_owned()),
+    ] {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    response
 }

@@ -1,20 +1,19 @@
 //! The one error type of the API: every failure becomes a status and the `{error, message}` body
 //! (plus `retry_after` on 429). Internal errors are logged with context and answered without
-//! details. The services' own errors (caches, rate limits, Postgres, and [`ServiceError`], which
-//! carries lookups and publishing) become it here, at the edge; so do the `RateLimit-*` headers, which successful answers of
-//! rate-limited operations carry too.
+//! details. It converts from the application layer's [`ServiceError`] alone (one table; Postgres,
+//! the broker, the caches and the limiter reach it through `ServiceError`), and writes the
+//! `RateLimit-*` headers, which successful answers of rate-limited operations carry too.
 
 use axum::Json;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
+use flow_app::caches::CacheError;
+use flow_app::ratelimit::{RateInfo, RateLimitError};
+use flow_app::{DATABASE_UNAVAILABLE, ServiceError, VALUE_REFUSED, data_exception};
 use flow_common::amqp::PublishError;
 use flow_domain::Invalid;
 use serde::Serialize;
 use utoipa::ToSchema;
-
-use crate::caches::CacheError;
-use crate::ratelimit::{RateInfo, RateLimitError};
-use crate::services::{DATABASE_UNAVAILABLE, ServiceError, VALUE_REFUSED, data_exception};
 
 /// The error body of every failed request.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -195,60 +194,10 @@ impl From<Invalid> for ApiError {
     }
 }
 
-impl From<sqlx::Error> for ApiError {
-    fn from(error: sqlx::Error) -> Self {
-        if flow_common::db::is_transient(&error) {
-            tracing::warn!(%error, "database unavailable");
-            Self::Unavailable(DATABASE_UNAVAILABLE.into())
-        } else if let Some(code) = data_exception(&error) {
-            // Validation should have refused the value first; this is the net under it, so the
-            // caller gets a 400 and operators a log line saying which check is missing.
-            tracing::warn!(%code, %error, "Postgres refused a value of the request");
-            Self::InvalidRequest(VALUE_REFUSED.into())
-        } else {
-            Self::Internal(anyhow::Error::new(error).context("database query failed"))
-        }
-    }
-}
-
-/// A message the broker did not take, worded as the services word it (`/v1` progress publishes
-/// directly).
-impl From<PublishError> for ApiError {
-    fn from(error: PublishError) -> Self {
-        ServiceError::from(error).into()
-    }
-}
-
-impl From<CacheError> for ApiError {
-    fn from(error: CacheError) -> Self {
-        match error {
-            CacheError::Database(error) => error.into(),
-            CacheError::TooManyUnknownKeys { retry_after } => Self::Throttled {
-                message: error.to_string(),
-                retry_after,
-            },
-        }
-    }
-}
-
-impl From<RateLimitError> for ApiError {
-    fn from(error: RateLimitError) -> Self {
-        match error {
-            RateLimitError::Exceeded {
-                operation,
-                retry_after,
-                info,
-            } => Self::RateLimited {
-                operation: operation.as_str(),
-                retry_after,
-                info,
-            },
-            RateLimitError::Database(error) => error.into(),
-        }
-    }
-}
-
-/// A service's refusal as the API words it: the same messages, with the status of its kind.
+/// The one table from the failures below the surfaces to the API's answers: a service's
+/// refusal as the API words it (the same messages, with the status of its kind). What a handler
+/// meets outside an operation (a read of its own, its per-request limit, the key cache) goes
+/// through it too, as the `ServiceError` the application layer makes of it.
 impl From<ServiceError> for ApiError {
     fn from(error: ServiceError) -> Self {
         match error {
@@ -257,8 +206,19 @@ impl From<ServiceError> for ApiError {
             ServiceError::NotFound(what) => Self::not_found(what),
             ServiceError::NotFoundSaying(message) => Self::NotFound(message),
             ServiceError::Conflict(message) => Self::Conflict(message),
+            ServiceError::NotYet => Self::NotYet,
             ServiceError::Gone(message) => Self::Gone(message),
-            ServiceError::RateLimited(error) => error.into(),
+            ServiceError::RateLimited(RateLimitError::Exceeded {
+                operation,
+                retry_after,
+                info,
+            }) => Self::RateLimited {
+                operation: operation.as_str(),
+                retry_after,
+                info,
+            },
+            ServiceError::RateLimited(RateLimitError::Database(error))
+            | ServiceError::Database(error) => database(error),
             ServiceError::Throttled {
                 message,
                 retry_after,
@@ -267,18 +227,50 @@ impl From<ServiceError> for ApiError {
                 retry_after,
             },
             ServiceError::Unavailable(message) => Self::Unavailable(message),
-            ServiceError::Database(error) => error.into(),
             ServiceError::Internal(error) => Self::Internal(error),
         }
     }
 }
 
-/// A rate-limited operation's answer says where the caller stands.
-impl IntoResponseParts for RateInfo {
+/// A Postgres failure as the API answers it: 503 when transient, 400 for a value Postgres
+/// refused, else 500.
+fn database(error: sqlx::Error) -> ApiError {
+    if flow_common::db::is_transient(&error) {
+        tracing::warn!(%error, "database unavailable");
+        ApiError::Unavailable(DATABASE_UNAVAILABLE.into())
+    } else if let Some(code) = data_exception(&error) {
+        // Validation should have refused the value first; this is the net under it, so the
+        // caller gets a 400 and operators a log line saying which check is missing.
+        tracing::warn!(%code, %error, "Postgres refused a value of the request");
+        ApiError::InvalidRequest(VALUE_REFUSED.into())
+    } else {
+        ApiError::Internal(anyhow::Error::new(error).context("database query failed"))
+    }
+}
+
+/// The failures a handler meets outside an operation, through the one table above.
+macro_rules! through_service_error {
+    ($($failure:ty),*) => {$(
+        impl From<$failure> for ApiError {
+            fn from(error: $failure) -> Self {
+                ServiceError::from(error).into()
+            }
+        }
+    )*};
+}
+
+through_service_error!(sqlx::Error, PublishError, CacheError, RateLimitError);
+
+/// Where the caller stands with a rate limit, as the `RateLimit-*` headers of a rate-limited
+/// operation's answer.
+#[derive(Debug, Clone, Copy)]
+pub struct RateHeaders(pub RateInfo);
+
+impl IntoResponseParts for RateHeaders {
     type Error = std::convert::Infallible;
 
     fn into_response_parts(self, mut parts: ResponseParts) -> Result<ResponseParts, Self::Error> {
-        write_rate_headers(&self, parts.headers_mut());
+        write_rate_headers(&self.0, parts.headers_mut());
         Ok(parts)
     }
 }
@@ -293,7 +285,7 @@ fn write_rate_headers(info: &RateInfo, headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ratelimit::Operation;
+    use flow_app::ratelimit::Operation;
 
     /// The answer the API gives for `error`: status, code, message and `Retry-After`.
     fn answer(error: ServiceError) -> (StatusCode, &'static str, String, Option<u64>) {

@@ -12,10 +12,10 @@ use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 use serde::de::DeserializeOwned;
 
-/// What [`Auth`] derefs to, here beside it for the handlers that pass it on.
-pub use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
+/// What [`Auth`] derefs to, here beside it for the handlers that pass it on.
+pub use flow_app::caller::Caller;
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -176,14 +176,14 @@ fn article(expected: &str) -> String {
 /// The caller's organization, from `Authorization: Bearer <API_KEY>`. Missing, malformed,
 /// unknown and revoked keys are all 401 `unauthorized`; a client address that tried too many
 /// unknown keys is answered 429 without its key being looked up
-/// ([`crate::caches::UNKNOWN_KEYS_PER_ADDRESS`]).
+/// ([`flow_app::caches::UNKNOWN_KEYS_PER_ADDRESS`]).
 #[derive(Debug, Clone)]
 pub struct Auth(pub Arc<Caller>);
 
 impl Auth {
     /// The caller as the services take it: its organization, audited as its API key.
-    pub fn acting(&self) -> crate::services::Acting<'_> {
-        crate::services::Acting {
+    pub fn acting(&self) -> flow_app::Acting<'_> {
+        flow_app::Acting {
             caller: &self.0,
             actor: flow_common::db::audit::Actor::ApiKey(self.0.key_id),
         }

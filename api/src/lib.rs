@@ -4,26 +4,20 @@
 //!
 //! Where things are: settings in [`config`], the state handlers share and how it is built in
 //! [`state`], the error type and its mapping to answers in [`error`], the OpenAPI document in
-//! [`docs`]; the services under the handlers ([`caches`], [`lookup`], [`ratelimit`]) know nothing
-//! of HTTP, return their own errors, and run their background tasks under the state's
-//! `flow_common::runtime::Supervisor`. This file wires the routes and middleware together and
-//! serves them.
+//! [`docs`]. The surfaces ([`routes`], [`dashboard`], [`scim`]) translate HTTP into calls of the
+//! application layer (`flow_app`), whose operations, caches, lookups and rate limits know nothing
+//! of HTTP and run their background tasks under the state's `flow_common::runtime::Supervisor`.
+//! This file wires the routes and middleware together and serves them.
 
-pub mod caches;
-pub mod caller;
 pub mod config;
 pub mod dashboard;
 pub mod docs;
 pub mod download;
 pub mod error;
 pub mod extract;
-pub mod lookup;
 pub mod middleware;
-pub mod queue_depths;
-pub mod ratelimit;
 pub mod routes;
 pub mod scim;
-pub mod services;
 pub mod state;
 
 use std::net::SocketAddr;

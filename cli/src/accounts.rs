@@ -3,19 +3,19 @@
 //! link for an existing account, which resets it (a forgotten password, or a password someone
 //! else may know: the old one and every session end at once); `list` shows an organization's
 //! accounts; `remove`, `disable`, `enable` and `role` change one, the same operations as the
-//! dashboard's Team page (sessions ended at once, the last admin kept, an audit row each).
+//! dashboard's Team page, whose operations (`flow_app::team`) they call (sessions ended at once,
+//! the last admin kept, an audit row each, `flowctl` named as the actor).
 
-use anyhow::{Context, bail};
+use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
+use flow_app::{Caller, Context, ServiceError, team};
 use flow_common::config::CoreConfig;
 use flow_common::db::accounts::{self, Account, AccountChange, Role};
-use flow_common::db::audit::{self, Actor};
 use flow_domain::Email;
-use flow_domain::audit::AuditAction;
 use flow_domain::ids::OrgId;
 use serde::Serialize;
-use sqlx::PgPool;
 
+use crate::context::{DEFAULT_BASE_URL, Tool, acting};
 use crate::output::Outcome;
 
 /// Dashboard account commands.
@@ -149,24 +149,26 @@ impl AccountSummary {
     }
 }
 
-/// The account with this e-mail, in whichever organization.
-async fn by_email(pool: &PgPool, email: &str) -> anyhow::Result<Account> {
+/// The account with this e-mail, in whichever organization, and that organization as the team
+/// operations act for it.
+async fn by_email(context: &Context, email: &str) -> anyhow::Result<(Account, Caller)> {
     let parsed = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!(invalid))?;
-    accounts::find_by_email(pool, &parsed)
+    let account = accounts::find_by_email(&context.db, &parsed)
         .await?
-        .with_context(|| format!("no dashboard account {email}"))
+        .with_context(|| format!("no dashboard account {email}"))?;
+    let caller = crate::context::organization(context, account.org_id).await?;
+    Ok((account, caller))
 }
 
-/// Applies `change` to the account with `email` (`flowctl admin remove|disable|enable|role`).
+/// Applies `change` to the account with `email` (`flowctl admin remove|disable|enable|role`):
+/// the Team page's operation.
 pub async fn change(
-    pool: &PgPool,
+    context: &Context,
     email: &str,
     change: AccountChange,
 ) -> anyhow::Result<AccountSummary> {
-    let account = by_email(pool, email).await?;
-    let changed = accounts::change(pool, account.org_id, account.id, change, Actor::Flowctl)
-        .await
-        .map_err(|error| anyhow::anyhow!(error))?;
+    let (account, caller) = by_email(context, email).await?;
+    let changed = team::change(context, acting(&caller), account.id, change).await?;
     let mut summary = AccountSummary::of(&changed.account, Some(changed.changed));
     if change == AccountChange::Remove {
         summary.state = "removed";
@@ -174,61 +176,53 @@ pub async fn change(
     Ok(summary)
 }
 
-/// Creates a dashboard account of `org_id` and its sign-in link on a service reachable at
-/// `base_url` (what `flowctl admin create` and `flowctl up --demo` do).
+/// Creates a dashboard account of `org_id` and its sign-in link on the service at the context's
+/// public address (what `flowctl admin create` and `flowctl up --demo` do): the Team page's
+/// invitation.
 pub async fn create(
-    pool: &PgPool,
+    context: &Context,
     org_id: OrgId,
     email: &str,
     role: Role,
-    base_url: &str,
 ) -> anyhow::Result<Invitation> {
-    let email = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!(invalid))?;
-    let mut transaction = pool.begin().await?;
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)")
-            .bind(org_id)
-            .fetch_one(&mut *transaction)
-            .await?;
-    if !exists {
-        bail!("no organization {org_id}");
-    }
-    let Some((account, token, _)) =
-        accounts::invite(&mut transaction, org_id, &email, role).await?
-    else {
-        bail!(
-            "{email} already has a dashboard account; `flowctl admin link --email {email}` prints a new sign-in link"
-        );
+    let caller = crate::context::organization(context, org_id).await?;
+    let issued = match team::invite(context, acting(&caller), email, role).await {
+        Ok(issued) => issued,
+        Err(ServiceError::Conflict(_)) => {
+            let email = email.trim();
+            bail!(
+                "{email} already has a dashboard account; `flowctl admin link --email {email}` prints a new sign-in link"
+            )
+        }
+        Err(other) => return Err(other.into()),
     };
-    audit::record(
-        &mut *transaction,
-        org_id,
-        Actor::Flowctl,
-        AuditAction::AccountInvited,
-        &account.id.to_string(),
-        &format!("{} ({})", account.email, account.role),
-    )
-    .await?;
-    transaction.commit().await?;
     Ok(Invitation {
-        email: account.email,
-        link: accounts::link_url(base_url, &token),
+        email: issued.account.email,
+        link: issued.url,
     })
 }
 
 /// `flowctl admin ...`.
 pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<Outcome> {
-    let pool = crate::admin::pool(core).await?;
-    let outcome = match command {
+    let base_url = match &command {
+        AdminCommand::Create { base_url, .. } | AdminCommand::Link { base_url, .. } => base_url,
+        _ => DEFAULT_BASE_URL,
+    };
+    let tool = Tool::open(core, base_url).await?;
+    let outcome = command_on(&tool, command).await;
+    tool.close().await;
+    outcome
+}
+
+/// Runs `command` on `context`.
+async fn command_on(context: &Context, command: AdminCommand) -> anyhow::Result<Outcome> {
+    match command {
         AdminCommand::Create {
-            org,
-            email,
-            role,
-            base_url,
+            org, email, role, ..
         } => {
             let org = OrgId::parse(&org)
                 .with_context(|| format!("{org} is not an organization id (org_…)"))?;
-            let invitation = create(&pool, org, &email, role.into(), &base_url).await?;
+            let invitation = create(context, org, &email, role.into()).await?;
             eprintln!(
                 "dashboard account {} created; it signs in once with this link (valid 24 hours) to set a password:",
                 invitation.email
@@ -236,20 +230,17 @@ pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<Out
             let text = invitation.link.clone();
             Outcome::new(&invitation, text)
         }
-        AdminCommand::Link { email, base_url } => {
-            let account = by_email(&pool, &email).await?;
-            let (account, token, _) =
-                accounts::reset_with_link(&pool, account.org_id, account.id, Actor::Flowctl)
-                    .await
-                    .map_err(|error| anyhow::anyhow!(error))?;
+        AdminCommand::Link { email, .. } => {
+            let (account, caller) = by_email(context, &email).await?;
+            let issued = team::new_link(context, acting(&caller), account.id).await?;
             eprintln!(
                 "new sign-in link for {} (valid 24 hours); the old password, its sessions and \
                  earlier links have stopped working:",
-                account.email
+                issued.account.email
             );
             let invitation = Invitation {
-                email: account.email,
-                link: accounts::link_url(&base_url, &token),
+                email: issued.account.email,
+                link: issued.url,
             };
             let text = invitation.link.clone();
             Outcome::new(&invitation, text)
@@ -257,7 +248,7 @@ pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<Out
         AdminCommand::List { org } => {
             let org = OrgId::parse(&org)
                 .with_context(|| format!("{org} is not an organization id (org_…)"))?;
-            let listed: Vec<AccountSummary> = accounts::list(&pool, org)
+            let listed: Vec<AccountSummary> = accounts::list(&context.db, org)
                 .await?
                 .iter()
                 .map(|account| AccountSummary::of(account, None))
@@ -274,20 +265,18 @@ pub async fn run(core: &CoreConfig, command: AdminCommand) -> anyhow::Result<Out
             Outcome::new(&listed, text)
         }
         AdminCommand::Remove { email } => {
-            changed(change(&pool, &email, AccountChange::Remove).await?)
+            changed(change(context, &email, AccountChange::Remove).await?)
         }
         AdminCommand::Disable { email } => {
-            changed(change(&pool, &email, AccountChange::Disable).await?)
+            changed(change(context, &email, AccountChange::Disable).await?)
         }
         AdminCommand::Enable { email } => {
-            changed(change(&pool, &email, AccountChange::Enable).await?)
+            changed(change(context, &email, AccountChange::Enable).await?)
         }
         AdminCommand::Role { email, role } => {
-            changed(change(&pool, &email, AccountChange::SetRole(role.into())).await?)
+            changed(change(context, &email, AccountChange::SetRole(role.into())).await?)
         }
-    };
-    pool.close().await;
-    outcome
+    }
 }
 
 /// What a change command prints.

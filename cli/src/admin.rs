@@ -4,28 +4,18 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
+use flow_app::keys::{self, WithSecret};
 use flow_common::config::CoreConfig;
 use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
-use flow_domain::audit::AuditAction;
 use flow_domain::ids::{KeyId, OrgId};
 use flow_domain::{Email, TextRule, parse_timezone};
 use serde::{Deserialize, Serialize};
-use sqlx::PgPool;
 
+use crate::context::{self, DEFAULT_BASE_URL, Tool};
 use crate::output::{Outcome, progress};
 
-/// Opens a small pool for a one-shot command.
-pub async fn pool(core: &CoreConfig) -> anyhow::Result<PgPool> {
-    db::connect(&core.database_url, 4)
-        .await
-        .with_context(|| format!("connecting to {}", redact(&core.database_url)))
-}
-
-/// A connection string without its credentials, for messages.
-pub fn redact(url: &str) -> String {
-    flow_common::config::redact_url(url)
-}
+pub use crate::context::{pool, redact};
 
 /// `flowctl migrate`.
 pub async fn migrate(core: &CoreConfig) -> anyhow::Result<Outcome> {
@@ -275,17 +265,16 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
     let pool = pool(core).await?;
     let outcome = match command {
         KeyCommand::Create { org, name } => {
-            let org = parse_org(&org)?;
-            let (key, secret) = db::keys::create(&pool, org, &name).await?;
-            db::audit::record(
-                &pool,
-                org,
-                Actor::Flowctl,
-                AuditAction::KeyCreated,
-                &key.id.to_string(),
-                &name,
-            )
-            .await?;
+            // The operation the dashboard's API keys page calls: the name's rule, the key and
+            // its audit row in one transaction.
+            let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+            let generated = async {
+                let caller = context::organization(&tool, parse_org(&org)?).await?;
+                anyhow::Ok(keys::generate(&tool, context::acting(&caller), &name, false).await?)
+            }
+            .await;
+            tool.close().await;
+            let WithSecret { key, secret } = generated?;
             eprintln!("key {} created; the secret below is shown once:", key.id);
             let text = secret.clone();
             Outcome::new(
@@ -382,29 +371,27 @@ pub struct ErasureSummary {
     pub rows_rewritten: u64,
 }
 
-/// `flowctl users erase`: the same erasure as `POST /v1/users/{id}/erase`, audited as flowctl.
+/// `flowctl users erase`: the operation `POST /v1/users/{id}/erase` calls, audited as flowctl.
 async fn erase(core: &CoreConfig, org: &str, email: &str) -> anyhow::Result<Outcome> {
     let org = parse_org(org)?;
     let email = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!("{invalid}"))?;
-    let pool = pool(core).await?;
-    let user = db::users::find_by_email(&pool, org, &email)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
-    let mut transaction = pool.begin().await?;
-    let erased = db::erasure::erase_user(&mut transaction, org, user.id)
-        .await?
-        .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
-    db::audit::record(
-        &mut *transaction,
-        org,
-        db::audit::Actor::Flowctl,
-        AuditAction::UserErased,
-        &user.id.to_string(),
-        &erased.pseudonym,
-    )
-    .await?;
-    transaction.commit().await?;
-    pool.close().await;
+    let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+    let erased = async {
+        let user = db::users::find_by_email(&tool.db, org, &email)
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
+        let caller = context::organization(&tool, org).await?;
+        let erased = flow_app::erasure::erase(&tool, context::acting(&caller), user.id)
+            .await
+            .map_err(|error| match error {
+                flow_app::ServiceError::NotFound(_) => anyhow::anyhow!("no user {email} in {org}"),
+                other => other.into(),
+            })?;
+        anyhow::Ok((user, erased))
+    }
+    .await;
+    tool.close().await;
+    let (user, erased) = erased?;
     let summary = ErasureSummary {
         user_id: user.id.to_string(),
         pseudonym: erased.pseudonym.clone(),

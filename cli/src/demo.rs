@@ -118,12 +118,23 @@ pub const DEMO_ADMIN_EMAIL: &str = "admin@demo.example.com";
 /// [`DEMO_ADMIN_EMAIL`], or a variant of it when an earlier demo took it (an e-mail names one
 /// account across organizations).
 pub async fn create_admin(
-    pool: &sqlx::PgPool,
+    core: &CoreConfig,
     demo: &Demo,
     base_url: &str,
 ) -> anyhow::Result<crate::accounts::Invitation> {
+    let tool = crate::context::Tool::open(core, base_url).await?;
+    let created = invite_admin(&tool, demo).await;
+    tool.close().await;
+    created
+}
+
+/// Invites the demo's admin (see [`create_admin`]).
+async fn invite_admin(
+    context: &flow_app::Context,
+    demo: &Demo,
+) -> anyhow::Result<crate::accounts::Invitation> {
     let taken = flow_common::db::accounts::find_by_email(
-        pool,
+        &context.db,
         &Email::parse("email", DEMO_ADMIN_EMAIL).map_err(|error| anyhow::anyhow!(error))?,
     )
     .await?
@@ -135,11 +146,10 @@ pub async fn create_admin(
         DEMO_ADMIN_EMAIL.to_owned()
     };
     crate::accounts::create(
-        pool,
+        context,
         demo.org_id,
         &email,
         flow_common::db::accounts::Role::Admin,
-        base_url,
     )
     .await
 }
@@ -178,7 +188,7 @@ pub async fn run(core: &CoreConfig, args: DemoArgs) -> anyhow::Result<()> {
     let pool = crate::admin::pool(core).await?;
     db::migrate(&pool).await?;
     let demo = create(&pool, args.users, "Demo Org", None).await?;
-    let admin = create_admin(&pool, &demo, &args.base_url).await?;
+    let admin = create_admin(core, &demo, &args.base_url).await?;
     print(&demo, &args.base_url);
     print_dashboard(&admin, &args.base_url);
     Ok(())

@@ -6,6 +6,7 @@
 pub mod accounts;
 pub mod admin;
 pub mod bench;
+pub mod context;
 pub mod demo;
 pub mod dlq;
 pub mod health;

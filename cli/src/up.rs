@@ -170,7 +170,7 @@ pub async fn run_until(
     if args.demo {
         let pool = crate::admin::pool(&core).await?;
         let demo = crate::demo::create(&pool, 1_000, "Demo Org", None).await?;
-        let admin = crate::demo::create_admin(&pool, &demo, &base_url).await?;
+        let admin = crate::demo::create_admin(&core, &demo, &base_url).await?;
         println!();
         crate::demo::print(&demo, &base_url);
         crate::demo::print_dashboard(&admin, &base_url);

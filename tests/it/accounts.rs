@@ -301,7 +301,7 @@ async fn the_last_admin_cannot_be_removed_disabled_or_demoted() {
             refused.body
         );
     }
-    let refused = flowctl::accounts::change(&app.db, &admin_email, AccountChange::Disable)
+    let refused = flowctl::accounts::change(&app.api, &admin_email, AccountChange::Disable)
         .await
         .unwrap_err();
     assert!(
@@ -529,7 +529,7 @@ async fn inviting_an_address_of_another_organization_says_nothing_about_it() {
     create_account(&app, other.id, invited, role("viewer")).await;
     let disabled = "disabled@elsewhere.example";
     create_account(&app, other.id, disabled, role("viewer")).await;
-    flowctl::accounts::change(&app.db, disabled, AccountChange::Disable)
+    flowctl::accounts::change(&app.api, disabled, AccountChange::Disable)
         .await
         .unwrap();
     for email in [active, invited, disabled] {

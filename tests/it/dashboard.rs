@@ -1821,10 +1821,10 @@ async fn demo_admins_get_a_working_link_even_when_an_earlier_demo_took_the_addre
     let second = flowctl::demo::create(&app.db, 3, "Demo Org", None)
         .await
         .unwrap();
-    let one = flowctl::demo::create_admin(&app.db, &first, &app.base_url)
+    let one = flowctl::demo::create_admin(&app.core, &first, &app.base_url)
         .await
         .unwrap();
-    let two = flowctl::demo::create_admin(&app.db, &second, &app.base_url)
+    let two = flowctl::demo::create_admin(&app.core, &second, &app.base_url)
         .await
         .unwrap();
     assert_eq!(one.email, flowctl::demo::DEMO_ADMIN_EMAIL);
@@ -1839,15 +1839,9 @@ async fn flowctl_admin_create_refuses_duplicates_and_a_new_link_replaces_the_old
     let app = TestApp::spawn().await;
     let org = app.create_org(Tier::Standard).await;
     let first = create_account(&app, org.id, "ops@example.com", role("admin")).await;
-    let duplicate = flowctl::accounts::create(
-        &app.db,
-        org.id,
-        "OPS@example.com",
-        role("viewer"),
-        &app.base_url,
-    )
-    .await
-    .unwrap_err();
+    let duplicate = flowctl::accounts::create(&app.api, org.id, "OPS@example.com", role("viewer"))
+        .await
+        .unwrap_err();
     assert!(
         duplicate
             .to_string()
@@ -1855,11 +1849,10 @@ async fn flowctl_admin_create_refuses_duplicates_and_a_new_link_replaces_the_old
         "{duplicate}"
     );
     let unknown = flowctl::accounts::create(
-        &app.db,
+        &app.api,
         flow_domain::ids::OrgId::new(),
         "new@example.com",
         role("admin"),
-        &app.base_url,
     )
     .await
     .unwrap_err();

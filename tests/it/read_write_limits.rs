@@ -199,7 +199,7 @@ async fn a_flood_of_unknown_keys_from_one_address_stops_reaching_postgres() {
     // Twenty unknown keys are looked up and refused as unknown...
     let first_bogus = bogus_key();
     assert_eq!(list_flows(&app, &attacker, &first_bogus).await.0, 401);
-    for _ in 1..flow_api::caches::UNKNOWN_KEYS_PER_ADDRESS {
+    for _ in 1..flow_app::caches::UNKNOWN_KEYS_PER_ADDRESS {
         assert_eq!(list_flows(&app, &attacker, &bogus_key()).await.0, 401);
     }
     // ...the next ones from that address are not looked up: 429 with Retry-After.

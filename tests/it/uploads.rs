@@ -4,9 +4,9 @@
 //! runtime, so a parse that held its thread would show as an upload that never answers (the
 //! client gives up after 30 s) rather than as a test that hangs.
 
-use flow_api::dashboard::users::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS};
 use flow_api::extract::MAX_BODY_BYTES;
-use flow_api::services::assign::MAX_BULK_ITEMS;
+use flow_app::assign::MAX_BULK_ITEMS;
+use flow_app::user_import::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS};
 use flow_tests::TestApp;
 use flow_tests::dashboard::org_with_admin;
 

@@ -47,7 +47,7 @@ impl Page {
 /// Creates a dashboard account of `org` with `role`; returns its one-time sign-in link (what
 /// `flowctl admin create` prints).
 pub async fn create_account(app: &TestApp, org: OrgId, email: &str, role: Role) -> String {
-    flowctl::accounts::create(&app.db, org, email, role, &app.base_url)
+    flowctl::accounts::create(&app.api, org, email, role)
         .await
         .expect("create dashboard account")
         .link

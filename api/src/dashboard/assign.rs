@@ -13,6 +13,10 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::ServiceError;
+use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
+use flow_app::csv_lines::record_line;
+use flow_app::ratelimit::Operation;
 use flow_common::amqp::Lane;
 use flow_common::db::flows::{self, FlowSummary};
 use flow_domain::Invalid;
@@ -20,14 +24,11 @@ use flow_domain::ids::FlowId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::csv_upload::{parse_off_runtime, record_line};
+use super::csv_upload::parse_off_runtime;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
-use crate::ratelimit::Operation;
-use crate::services::ServiceError;
-use crate::services::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
 use crate::state::AppState;
 
 /// Routes of this module.

@@ -1,22 +1,17 @@
 //! Signing in and out, one-time sign-in links (where a person sets a password), and the
-//! extractors that give every page its signed-in account.
+//! extractors that give every page its signed-in account. The decisions (the throttle of
+//! attempts, the password check and rules, the hashing) are `flow_app::sign_in`'s; this page
+//! words them and keeps the session.
 //!
-//! Passwords are argon2id hashes, at most [`hashing_permits`] at once in a process (each takes
-//! 19 MiB). A session remembers the account, its session generation and when it signed in: it
-//! ends after [`crate::config::DashboardConfig::session_idle`] without a request (the store's
-//! expiry slides on each request), [`crate::config::DashboardConfig::session_max`] after sign-in
+//! A session remembers the account, its session generation and when it signed in: it ends
+//! after [`crate::config::DashboardConfig::session_idle`] without a request (the store's expiry
+//! slides on each request), [`crate::config::DashboardConfig::session_max`] after sign-in
 //! whatever the activity, and as soon as the account is disabled or its generation moves on
-//! (removed, demoted, password set or reset). The session id changes at sign-in. Sign-in attempts
-//! are throttled in Postgres by a growing delay per account e-mail and per client address group
-//! (see [`accounts::ACCOUNT_THROTTLE`], [`accounts::ADDRESS_THROTTLE`]), counted before the
-//! password is hashed, so guessing is throttled across replicas and in parallel.
+//! (removed, demoted, password set or reset). The session id changes at sign-in.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use argon2::Argon2;
-use argon2::password_hash::phc::PasswordHash;
-use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
@@ -27,18 +22,17 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
-use flow_common::db::accounts::{self, Account, Admission, Role};
+use flow_app::caller::Caller;
+use flow_app::sign_in::{self, PasswordSet, SignIn, Throttled};
+use flow_common::db::accounts::{self, Account, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
-use flow_domain::ids::{AccountId, KeyId};
+use flow_domain::ids::AccountId;
 use serde::Deserialize;
-use tokio::sync::Semaphore;
 use tower_sessions::Session;
-use uuid::Uuid;
 
 use super::session::flash;
 use super::{HtmlForm, PageError, PageResult};
-use crate::caller::Caller;
 use crate::state::AppState;
 
 /// Session key of the signed-in account's id (what ending an account's sessions looks for).
@@ -47,11 +41,6 @@ const ACCOUNT_KEY: &str = flow_common::db::sessions::ACCOUNT_KEY;
 const SIGNED_IN_KEY: &str = "signed_in_at";
 /// Session key of the account's session generation at sign-in.
 const GENERATION_KEY: &str = "generation";
-
-/// Shortest password accepted.
-pub const MIN_PASSWORD_CHARS: usize = 10;
-/// Longest password accepted (argon2 takes any length; this bounds the work per request).
-pub const MAX_PASSWORD_CHARS: usize = 200;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -91,8 +80,8 @@ impl SignedIn {
     }
 
     /// The account as the services take it: its organization, audited by e-mail.
-    pub fn acting(&self) -> crate::services::Acting<'_> {
-        crate::services::Acting {
+    pub fn acting(&self) -> flow_app::Acting<'_> {
+        flow_app::Acting {
             caller: &self.caller,
             actor: self.actor(),
         }
@@ -212,15 +201,9 @@ impl FromRequestParts<AppState> for SignedIn {
             session.flush().await.map_err(failed)?;
             return Err(required(true));
         }
-        let zone = found.org.zone();
         Ok(Self {
-            caller: Arc::new(Caller {
-                // The dashboard acts for the organization, not through an API key.
-                key_id: KeyId(Uuid::nil()),
-                org: found.org.clone(),
-                zone,
-                scim_only: false,
-            }),
+            // The dashboard acts for the organization, not through an API key.
+            caller: Arc::new(Caller::without_key(found.org.clone())),
             account: found.account,
             org: found.org,
             session,
@@ -362,53 +345,41 @@ async fn sign_in(
         ));
     };
     let address = client_address(address.as_ref().map(|extension| &extension.0));
-    let normalized = email.normalized();
-    // Counted before the password is hashed: concurrent guesses count one by one.
-    let wait = match accounts::admit_sign_in(&state.db, &normalized, &address).await? {
-        Admission::Check => None,
-        Admission::AccountWait(wait) => Some((wait, "for this e-mail address")),
-        Admission::AddressWait(wait) => Some((wait, "from your network address")),
-    };
-    if let Some((wait, whose)) = wait {
-        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-        let mut response = refuse(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "Too many failed sign-ins {whose}. Wait {} and try again, or ask an admin for a \
-                 new sign-in link.",
-                in_words(seconds)
-            ),
-        );
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
-        return Ok(response);
-    }
-    let credentials = accounts::credentials(&state.db, &email).await?;
-    let stored = credentials
-        .as_ref()
-        .and_then(|found| found.password_hash.clone());
-    let password = form.password.clone();
-    // Unknown accounts cost the same hashing work, so timing does not reveal which exist.
-    let verified = hashing(move || verify_password(&password, stored.as_deref())).await?;
-    let account = match (verified, credentials) {
-        (true, Some(found)) => found.account,
-        _ => {
+    let account = match sign_in::sign_in(&state, &email, form.password.clone(), &address).await? {
+        SignIn::SignedIn(account) => account,
+        SignIn::Wait(wait, throttled) => {
+            let whose = match throttled {
+                Throttled::Account => "for this e-mail address",
+                Throttled::Address => "from your network address",
+            };
+            let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            let mut response = refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "Too many failed sign-ins {whose}. Wait {} and try again, or ask an admin for a \
+                     new sign-in link.",
+                    in_words(seconds)
+                ),
+            );
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, HeaderValue::from(seconds));
+            return Ok(response);
+        }
+        SignIn::Refused => {
             return Ok(refuse(
                 StatusCode::UNAUTHORIZED,
                 "The e-mail or the password is not right.",
             ));
         }
+        SignIn::Disabled => {
+            return Ok(refuse(
+                StatusCode::FORBIDDEN,
+                "This account is disabled. Ask an admin of your organization to enable it.",
+            ));
+        }
     };
-    accounts::sign_in_succeeded(&state.db, &normalized, &address).await?;
-    if account.disabled {
-        return Ok(refuse(
-            StatusCode::FORBIDDEN,
-            "This account is disabled. Ask an admin of your organization to enable it.",
-        ));
-    }
     start_session(&session, &account).await?;
-    tracing::info!(account_id = %account.id, "dashboard sign-in");
     Ok(Redirect::to(&next).into_response())
 }
 
@@ -440,49 +411,6 @@ async fn sign_out(session: Session) -> PageResult {
     Ok(Redirect::to("/dashboard/sign-in?signed_out=1").into_response())
 }
 
-/// Password hashes (and checks) run at once in this process: one per core. Each takes 19 MiB
-/// and a core for tens of milliseconds; more requests wait for a permit (within the request
-/// timeout) rather than exhaust memory.
-pub fn hashing_permits() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
-
-static HASHING: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(hashing_permits()));
-
-/// Runs a password hash or check off the async threads, holding one of the process's
-/// [`hashing_permits`].
-async fn hashing<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> PageResult<T> {
-    let _permit = HASHING.acquire().await.map_err(PageError::internal)?;
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(PageError::internal)
-}
-
-/// A PHC string of a throwaway password, to verify against when the account has none.
-static DECOY_HASH: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| hash_password("decoy password never used").unwrap_or_default());
-
-/// An argon2id hash (PHC string) of `password` with a random salt.
-pub fn hash_password(password: &str) -> Result<String, String> {
-    Argon2::default()
-        .hash_password(password.as_bytes())
-        .map(|hash| hash.to_string())
-        .map_err(|error| error.to_string())
-}
-
-/// Whether `password` matches `stored`; without a stored hash, the same work is done and the
-/// answer is no.
-pub fn verify_password(password: &str, stored: Option<&str>) -> bool {
-    let candidate = stored.unwrap_or(DECOY_HASH.as_str());
-    let Ok(parsed) = PasswordHash::new(candidate) else {
-        return false;
-    };
-    let matches = Argon2::default()
-        .verify_password(password.as_bytes(), &parsed)
-        .is_ok();
-    matches && stored.is_some()
-}
-
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard/welcome.html")]
 struct WelcomePage {
@@ -501,7 +429,7 @@ fn link_invalid() -> Response {
 }
 
 async fn welcome_page(State(state): State<AppState>, Path(token): Path<String>) -> PageResult {
-    let Some(account) = accounts::link_account(&state.db, &token).await? else {
+    let Some(account) = sign_in::link(&state, &token).await? else {
         return Ok(link_invalid());
     };
     Ok(WelcomePage {
@@ -524,56 +452,28 @@ pub struct PasswordForm {
     pub confirm: String,
 }
 
-/// What is wrong with a new password, if anything.
-pub fn password_problem(password: &str, confirm: &str) -> Option<String> {
-    let length = password.chars().count();
-    if length < MIN_PASSWORD_CHARS {
-        Some(format!(
-            "Use at least {MIN_PASSWORD_CHARS} characters (a few words make a good password)."
-        ))
-    } else if length > MAX_PASSWORD_CHARS {
-        Some(format!("Use at most {MAX_PASSWORD_CHARS} characters."))
-    } else if password != confirm {
-        Some("The two passwords are not the same.".to_owned())
-    } else {
-        None
-    }
-}
-
 async fn set_password(
     State(state): State<AppState>,
     session: Session,
     Path(token): Path<String>,
     HtmlForm(form): HtmlForm<PasswordForm>,
 ) -> PageResult {
-    let Some(account) = accounts::link_account(&state.db, &token).await? else {
-        return Ok(link_invalid());
+    let account = match sign_in::set_password(&state, &token, form.password, &form.confirm).await? {
+        PasswordSet::Set(account) => account,
+        PasswordSet::LinkInvalid => return Ok(link_invalid()),
+        PasswordSet::Problem(account, problem) => {
+            return Ok((
+                StatusCode::BAD_REQUEST,
+                WelcomePage {
+                    token,
+                    email: account.email,
+                    has_password: account.has_password,
+                    error: Some(problem),
+                },
+            )
+                .into_response());
+        }
     };
-    if let Some(problem) = password_problem(&form.password, &form.confirm) {
-        return Ok((
-            StatusCode::BAD_REQUEST,
-            WelcomePage {
-                token,
-                email: account.email,
-                has_password: account.has_password,
-                error: Some(problem),
-            },
-        )
-            .into_response());
-    }
-    let password = form.password;
-    let hash = hashing(move || hash_password(&password))
-        .await?
-        .map_err(PageError::internal)?;
-    // Every other session of the account ends with the password it knew.
-    let mut transaction = state.db.begin().await?;
-    let Some(account) = accounts::set_password_with_link(&mut transaction, &token, &hash).await?
-    else {
-        // Used or expired meanwhile.
-        return Ok(link_invalid());
-    };
-    accounts::forget_failures(&mut *transaction, &account.email.to_lowercase()).await?;
-    transaction.commit().await?;
     start_session(&session, &account).await?;
     flash(
         &session,
@@ -584,7 +484,6 @@ async fn set_password(
         ),
     )
     .await;
-    tracing::info!(account_id = %account.id, "dashboard password set");
     Ok(Redirect::to("/dashboard/flows").into_response())
 }
 

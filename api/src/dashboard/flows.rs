@@ -3,7 +3,7 @@
 //! e-mail, pages) and exports (CSV, Excel, PDF) that show their progress, then the download.
 //!
 //! Metrics, the weekly figures and exports come from the report service the API's report
-//! operation uses ([`crate::services::reports`]) and downloads from the export service, so the
+//! operation uses ([`flow_app::reports`]) and downloads from the export service, so the
 //! dashboard shows exactly what the API answers, and counts against the same report limit.
 
 use std::collections::HashMap;
@@ -16,9 +16,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
-use flow_common::db::dashboard::{self as queries, FlowCounts};
+use flow_app::exports::{self, Opened};
+use flow_app::flows::AssignmentFilter;
+use flow_app::reports::{self, ReportAnswer, ReportQuery};
+use flow_common::db::dashboard::FlowCounts;
 use flow_common::db::flows;
-use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{ExportId, FlowId};
@@ -30,8 +32,6 @@ use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::error::ApiError;
-use crate::services::exports::{self, Opened};
-use crate::services::reports::{self, ReportAnswer, ReportQuery};
 use crate::state::AppState;
 
 /// Flows per page of the list.
@@ -99,19 +99,12 @@ async fn list(
         None
     };
     let ids: Vec<FlowId> = rows.iter().map(|flow| flow.id).collect();
-    let mut read = state.reads.read(ReadPurpose::Dashboard, None);
-    let counts = loop {
-        let (mut snapshot, source) = read.begin().await?;
-        let now = snapshot.now();
-        let outcome = queries::flow_counts(snapshot.connection(), account.org.id, &ids, now).await;
-        if let Some(served) = read.end(snapshot, source, outcome).await? {
-            break served.value;
-        }
-    };
-    let counts: HashMap<FlowId, FlowCounts> = counts
-        .into_iter()
-        .map(|counts| (counts.flow_id, counts))
-        .collect();
+    let counts: HashMap<FlowId, FlowCounts> =
+        flow_app::flows::counts(&state, account.acting(), &ids)
+            .await?
+            .into_iter()
+            .map(|counts| (counts.flow_id, counts))
+            .collect();
     Ok(ListPage {
         flows: rows
             .iter()
@@ -291,27 +284,19 @@ async fn show(
     let mut rows = if email_error.is_some() {
         Vec::new()
     } else {
-        let mut read = state.reads.read(ReadPurpose::Dashboard, None);
-        let served = loop {
-            let (mut snapshot, source) = read.begin().await?;
-            let read_at = snapshot.now();
-            let outcome = queries::flow_assignments(
-                snapshot.connection(),
-                account.org.id,
-                flow.id,
-                email.as_deref(),
-                status,
-                after.map(|cursor| (cursor.assigned_at, cursor.id)),
-                ASSIGNMENTS_PER_PAGE + 1,
-                read_at,
-            )
-            .await
-            .map(|rows| (rows, read_at));
-            if let Some(served) = read.end(snapshot, source, outcome).await? {
-                break served;
-            }
+        let filter = AssignmentFilter {
+            email: email.as_deref(),
+            status,
+            after: after.map(|cursor| (cursor.assigned_at, cursor.id)),
         };
-        let (rows, read_at) = served.value;
+        let (rows, read_at) = flow_app::flows::assignments(
+            &state,
+            account.acting(),
+            flow.id,
+            filter,
+            ASSIGNMENTS_PER_PAGE + 1,
+        )
+        .await?;
         now = read_at;
         rows
     };
@@ -571,7 +556,7 @@ async fn download(
     let export_id = ExportId::parse(&id).ok_or_else(PageError::not_found)?;
     let (opened, _) = exports::open(&state, account.acting(), export_id).await?;
     match opened {
-        Opened::Ready(file) => Ok(file.into_response()),
+        Opened::Ready(file) => Ok(crate::download::attachment(file)),
         Opened::Working(_) => {
             Ok(Redirect::to(&format!("/dashboard/exports/{export_id}")).into_response())
         }

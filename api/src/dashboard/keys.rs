@@ -12,6 +12,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::ProblemKind;
+use flow_app::keys as service;
 use flow_common::db::keys::{self, ApiKey};
 use flow_domain::ids::KeyId;
 use serde::Deserialize;
@@ -20,10 +22,8 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::services::ProblemKind;
-use crate::services::keys as service;
-pub use crate::services::keys::MAX_NAME_CHARS;
 use crate::state::AppState;
+pub use flow_app::keys::MAX_NAME_CHARS;
 
 /// How long a rolled key may keep working, as offered in the form.
 pub const ROLL_CHOICES: [(&str, &str, u64); 4] = [

@@ -229,8 +229,8 @@ impl From<ApiError> for PageError {
 }
 
 /// A service's refusal as a page: the API's wording, with the page's own for what is missing.
-impl From<crate::services::ServiceError> for PageError {
-    fn from(error: crate::services::ServiceError) -> Self {
+impl From<flow_app::ServiceError> for PageError {
+    fn from(error: flow_app::ServiceError) -> Self {
         ApiError::from(error).into()
     }
 }

@@ -1,5 +1,5 @@
 //! Settings → Operations (admins only): the depth of each lane's queues, the organization's bulk
-//! shard and its own webhook backlog, from [`crate::services::operations`].
+//! shard and its own webhook backlog, from [`flow_app::operations`].
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -7,11 +7,11 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use flow_app::operations::{self, DepthRow};
 
 use super::auth::SignedIn;
 use super::view::{Layout, Section, count};
 use super::{PageError, PageResult};
-use crate::services::operations::{self, DepthRow};
 use crate::state::AppState;
 
 /// Routes of this module.

@@ -1,6 +1,6 @@
 //! Enrollment rules: the organization's rules (list), a form to create or edit one with a preview
 //! of what it would assign now, delete and backfill (a background job: the list shows each
-//! rule's latest one). Every action is one call of `services::enrollment`; the condition is
+//! rule's latest one). Every action is one call of `flow_app::enrollment`; the condition is
 //! written as the API's JSON (docs/enrollment-rules.md).
 
 use askama::Template;
@@ -10,6 +10,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flow_app::ServiceError;
+use flow_app::enrollment::{self as service, MAX_RULES, RuleInput};
 use flow_common::db::enrollment_backfills::{Backfill, BackfillStatus};
 use flow_common::db::enrollment_rules::RuleRecord;
 use flow_common::db::flows;
@@ -20,8 +22,6 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::services::ServiceError;
-use crate::services::enrollment::{self as service, MAX_RULES, RuleInput};
 use crate::state::AppState;
 
 /// Flows offered in the form's list.

@@ -9,6 +9,7 @@ use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::schedules as service;
 use flow_common::db::dashboard as queries;
 use flow_domain::ids::ScheduleId;
 use flow_domain::recurrence::Recurrence;
@@ -18,7 +19,6 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::services::schedules as service;
 use crate::state::AppState;
 
 /// Schedules per page.

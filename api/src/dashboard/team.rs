@@ -11,6 +11,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
+use flow_app::ServiceError;
+use flow_app::team::{self as service, IssuedLink};
 use flow_common::db::accounts::{self, AccountChange};
 use flow_domain::Role;
 use flow_domain::ids::AccountId;
@@ -20,8 +22,6 @@ use super::auth::SignedIn;
 use super::session::{Flash, flash};
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
-use crate::services::ServiceError;
-use crate::services::team::{self as service, IssuedLink};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -174,7 +174,7 @@ fn shown(account: &SignedIn, issued: IssuedLink) -> ShownLink {
 }
 
 /// What the invite form says about an address it cannot invite that is not on this team.
-pub use crate::services::team::cannot_invite;
+pub use flow_app::team::cannot_invite;
 
 async fn new_link(
     State(state): State<AppState>,

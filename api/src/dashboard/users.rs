@@ -8,27 +8,22 @@ use axum::extract::{DefaultBodyLimit, Multipart, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use flow_app::ServiceError;
+use flow_app::ratelimit::{Operation, RateLimitError, page_cost};
+use flow_app::user_import::{ImportProblem, MAX_IMPORT_BYTES, parse_import};
+use flow_app::users as service;
 use flow_common::db::dashboard as queries;
-use flow_common::db::users::NewUser;
-use flow_domain::TextRule;
 use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
-use super::csv_upload::{parse_off_runtime, record_line};
+use super::csv_upload::parse_off_runtime;
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
-use crate::ratelimit::{Operation, RateLimitError, page_cost};
-use crate::services::ServiceError;
-use crate::services::users as service;
 use crate::state::AppState;
 
 /// Users per page.
 const PAGE_SIZE: i64 = 50;
-/// Most rows of one import.
-pub const MAX_IMPORT_ROWS: usize = 50_000;
-/// Largest import file.
-pub const MAX_IMPORT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
@@ -47,16 +42,6 @@ pub struct UserRow {
     pub created: String,
     /// False once deactivated (offboarded): shown, and refused new assigns.
     pub active: bool,
-}
-
-/// A row the import refused.
-pub struct ImportProblem {
-    /// Line in the file.
-    pub line: usize,
-    /// The e-mail as written.
-    pub email: String,
-    /// What is wrong.
-    pub message: String,
 }
 
 /// What an import did.
@@ -159,79 +144,6 @@ async fn list(
     page(&state, &account, query, None, None).await
 }
 
-/// Reads `email` and optional `name` columns; valid rows to upsert, and the problems of the rest.
-/// Every record counts toward the row limit, empty ones too, so the file is read no further.
-pub fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), String> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(bytes);
-    let headers = reader
-        .headers()
-        .map_err(|error| format!("The file is not CSV: {error}"))?
-        .clone();
-    let position = |name: &str| {
-        headers
-            .iter()
-            .position(|header| header.eq_ignore_ascii_case(name))
-    };
-    let email_column =
-        position("email").ok_or("The file needs an `email` column (and optionally `name`).")?;
-    let name_column = position("name");
-    let mut users = Vec::new();
-    let mut problems = Vec::new();
-    for (index, record) in reader.records().enumerate() {
-        if index >= MAX_IMPORT_ROWS {
-            return Err(format!(
-                "The file has more than {MAX_IMPORT_ROWS} rows; split it into several imports."
-            ));
-        }
-        let record = match record {
-            Ok(record) => record,
-            Err(error) => {
-                problems.push(ImportProblem {
-                    line: record_line(bytes, error.position()),
-                    email: String::new(),
-                    message: format!("Not valid CSV: {error}"),
-                });
-                continue;
-            }
-        };
-        if record.iter().all(str::is_empty) {
-            continue;
-        }
-        let line = record_line(bytes, record.position());
-        let email = record.get(email_column).unwrap_or("").to_owned();
-        let name = name_column
-            .and_then(|column| record.get(column))
-            .filter(|name| !name.is_empty())
-            .map(str::to_owned);
-        if name
-            .as_ref()
-            .is_some_and(|name| name.chars().count() > TextRule::NAME.max_chars)
-        {
-            problems.push(ImportProblem {
-                line,
-                email,
-                message: format!(
-                    "The name is longer than {} characters.",
-                    TextRule::NAME.max_chars
-                ),
-            });
-            continue;
-        }
-        match service::check(Some(&email), name.as_deref(), "") {
-            Ok(user) => users.push(user),
-            Err(invalid) => problems.push(ImportProblem {
-                line,
-                email,
-                message: format!("Not imported: {invalid}."),
-            }),
-        }
-    }
-    Ok((users, problems))
-}
-
 async fn import(
     State(state): State<AppState>,
     account: SignedIn,
@@ -277,7 +189,7 @@ async fn import(
                 "Nothing was imported: {error}. An import of {} users costs {cost} write requests \
              (one per started {}); try again later, or split the file.",
                 new_users.len(),
-                crate::ratelimit::ITEMS_PER_REQUEST
+                flow_app::ratelimit::ITEMS_PER_REQUEST
             );
             let page = page(&state, &account, UsersQuery::default(), None, Some(message)).await?;
             return Ok((StatusCode::TOO_MANY_REQUESTS, page).into_response());

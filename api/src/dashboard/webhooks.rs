@@ -16,6 +16,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone, Utc};
+use flow_app::ratelimit::{Operation, RateLimitError};
+use flow_app::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
+use flow_app::{ProblemKind, ServiceError};
 use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
 use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::Endpoint;
@@ -30,9 +33,6 @@ use super::auth::SignedIn;
 use super::session::flash;
 use super::view::{Layout, Section, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::ratelimit::{Operation, RateLimitError};
-use crate::services::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
-use crate::services::{ProblemKind, ServiceError};
 use crate::state::AppState;
 
 /// Deliveries per page of the log.

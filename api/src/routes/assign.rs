@@ -8,6 +8,10 @@
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::assign::{
+    AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
+};
+use flow_app::ratelimit::{Operation, RateLimitError};
 use flow_common::amqp::Lane;
 use flow_domain::ids::AssignmentId;
 use serde::{Deserialize, Serialize};
@@ -15,12 +19,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, Auth, RequestId};
-use crate::ratelimit::{Operation, RateInfo, RateLimitError};
-use crate::services::assign::{
-    AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
-};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -136,8 +136,8 @@ pub async fn assign(
     auth: Auth,
     request_id: RequestId,
     ApiJson(request): ApiJson<AssignRequest>,
-) -> Result<(RateInfo, Json<AssignResponse>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
+) -> Result<(RateHeaders, Json<AssignResponse>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Assign, 1).await?);
     let now = Utc::now();
     let input = AssignInput::parse(request.into(), auth.zone, now)?;
     let assigned = assign_one(&state, &auth, input, request_id.caller_supplied(), now).await?;
@@ -200,7 +200,7 @@ pub async fn assign_bulk(
     auth: Auth,
     request_id: RequestId,
     ApiJson(request): ApiJson<BulkAssignRequest>,
-) -> Result<(RateInfo, Json<BulkAssignResponse>), ApiError> {
+) -> Result<(RateHeaders, Json<BulkAssignResponse>), ApiError> {
     let count = request.assignments.len();
     if count == 0 || count > MAX_BULK_ITEMS {
         return Err(ApiError::InvalidRequest(format!(
@@ -272,7 +272,7 @@ pub async fn assign_bulk(
         .collect();
     let succeeded = results.iter().filter(|item| item.status == 200).count();
     Ok((
-        rate,
+        RateHeaders(rate),
         Json(BulkAssignResponse {
             failed: results.len() - succeeded,
             succeeded,

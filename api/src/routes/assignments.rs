@@ -8,27 +8,24 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, QueueKind};
+use flow_app::progress::{self, ProgressFields, ProgressInput, Resolution, resolve};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
-use flow_common::db::dead_letters::{self, AssignmentFailure};
-use flow_common::db::lifecycle;
+use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::ids::{
     AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
 };
-use flow_domain::messages::{
-    AssignCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
-};
+use flow_domain::messages::AssignCommand;
 use flow_domain::report::PageCursor;
-use flow_domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
+use flow_domain::{AssignmentStatus, Email, ModuleStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -226,33 +223,6 @@ pub struct AssignmentAccepted {
     pub message: String,
 }
 
-/// What an assignment id of an organization stands for now.
-enum Resolution {
-    /// Persisted (or an alias of a persisted assignment).
-    Persisted(Box<AssignmentRecord>),
-    /// Its command was dead-lettered: it will not be persisted unless an operator replays it.
-    Failed(AssignmentFailure),
-    /// Handed out with a 200 and not persisted yet.
-    Accepted,
-    /// Not an id of this organization.
-    Unknown,
-}
-
-/// Resolves `id` for `org`: persisted first, then a recorded failure, then an id this service
-/// answered (minted ids carry a MAC; ids of `X-Request-ID` requests have a claimed key).
-async fn resolve(state: &AppState, org: OrgId, id: AssignmentId) -> Result<Resolution, ApiError> {
-    if let Some(record) = assignments::get(&state.db, org, id).await? {
-        return Ok(Resolution::Persisted(Box::new(record)));
-    }
-    if let Some(failure) = dead_letters::assignment_failure(&state.db, org, id).await? {
-        return Ok(Resolution::Failed(failure));
-    }
-    if state.assignment_ids.minted(org, id) || assignments::claimed(&state.db, org, id).await? {
-        return Ok(Resolution::Accepted);
-    }
-    Ok(Resolution::Unknown)
-}
-
 /// Get an assignment.
 ///
 /// An id answered by assign is never unknown: until the assign-worker persists it the answer is
@@ -275,8 +245,8 @@ pub async fn get_assignment(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Response), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+) -> Result<(RateHeaders, Response), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
     let response = match resolve(&state, auth.org_id(), id).await? {
         Resolution::Persisted(record) => {
@@ -378,7 +348,7 @@ pub async fn list_assignments(
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<AssignmentFilter>,
-) -> Result<(RateInfo, Json<Page<AssignmentView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
     let limit = page.limit()?;
     let rate = state
         .limiter
@@ -402,7 +372,7 @@ pub async fn list_assignments(
             Some(id) => Some(id),
             None => {
                 return Ok((
-                    rate,
+                    RateHeaders(rate),
                     Json(Page {
                         data: Vec::new(),
                         next_cursor: None,
@@ -437,7 +407,7 @@ pub async fn list_assignments(
         },
         |row| AssignmentView::new(row, None, now),
     );
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Body of the progress operation.
@@ -473,9 +443,6 @@ pub struct ProgressAccepted {
     pub at: DateTime<Utc>,
 }
 
-/// How far in the future a progress time may be (clock skew between the caller and us).
-const PROGRESS_CLOCK_SKEW: chrono::Duration = chrono::Duration::seconds(60);
-
 /// Record module progress.
 ///
 /// The first module activity starts the assignment (`flow.started`); completing every module
@@ -502,96 +469,27 @@ pub async fn record_progress(
     request_id: RequestId,
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<ProgressRequest>,
-) -> Result<(StatusCode, RateInfo, Json<ProgressAccepted>), ApiError> {
-    let now = Utc::now();
-    let module_text = request.module_id.unwrap_or_default();
-    if module_text.trim().is_empty() {
-        return Err(ApiError::InvalidRequest("moduleId is required".into()));
-    }
-    let status = ModuleStatus::parse_field(
-        "status",
-        request
-            .status
-            .as_deref()
-            .ok_or_else(|| ApiError::InvalidRequest("status is required".into()))?,
+) -> Result<(StatusCode, RateHeaders, Json<ProgressAccepted>), ApiError> {
+    let input = ProgressInput::parse(
+        ProgressFields {
+            module_id: request.module_id,
+            status: request.status,
+            at: request.at,
+        },
+        auth.zone,
+        Utc::now(),
     )?;
-    let at = match request.at.as_deref() {
-        None => now,
-        Some(text) => {
-            let at = parse_date_input("at", text, auth.zone, DayBound::Start)?;
-            if at > now + PROGRESS_CLOCK_SKEW {
-                return Err(ApiError::InvalidRequest(
-                    "at must not be in the future".into(),
-                ));
-            }
-            at
-        }
-    };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
-    let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
-    let record = match resolve(&state, auth.org_id(), id).await? {
-        Resolution::Persisted(record) => *record,
-        Resolution::Failed(failure) => {
-            return Err(ApiError::Conflict(format!(
-                "the assignment could not be persisted ({}); there is nothing to record progress on",
-                failure.reason
-            )));
-        }
-        Resolution::Accepted => return Err(ApiError::NotYet),
-        Resolution::Unknown => return Err(ApiError::not_found("assignment")),
-    };
-    let module_id = ModuleId::parse(module_text.trim())
-        .ok_or_else(|| ApiError::NotFound("module not found in the assignment's flow".into()))?;
-    if !lifecycle::module_in_flow(&state.db, record.id, module_id).await? {
-        return Err(ApiError::NotFound(
-            "module not found in the assignment's flow".into(),
-        ));
-    }
-    if record.status == AssignmentStatus::Completed {
-        return Err(ApiError::Conflict(
-            "the assignment is already completed; completed is final".into(),
-        ));
-    }
-    if at < record.assigned_at {
-        return Err(ApiError::InvalidRequest(
-            "at must not be before the assignment's assignedAt".into(),
-        ));
-    }
-    let command = ProgressCommand {
-        version: PROGRESS_COMMAND_VERSION,
-        org_id: auth.org_id(),
-        assignment_id: record.id,
-        module_id,
-        status,
-        at,
-        request_id: Some(request_id.value.to_string()),
-    };
-    let payload = command
-        .encode()
-        .map_err(|error| ApiError::Internal(anyhow::Error::new(error)))?;
-    let exchange = state.topology().commands_exchange();
-    let message_id = format!("progress-{}", uuid::Uuid::now_v7().simple());
-    state
-        .publisher
-        .publish(Outgoing {
-            exchange: &exchange,
-            routing_key: &QueueKind::Progress.suffix(),
-            payload: &payload,
-            message_id: &message_id,
-            kind: PROGRESS_KIND,
-            request_id: Some(&request_id.value),
-            headers: &[],
-        })
-        .await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
+    let recorded = progress::record(&state, auth.acting(), &id, input, &request_id.value).await?;
     Ok((
         StatusCode::ACCEPTED,
         rate,
         Json(ProgressAccepted {
             accepted: true,
-            assignment_id: record.id,
-            module_id,
-            status,
-            at,
+            assignment_id: recorded.assignment_id,
+            module_id: recorded.module_id,
+            status: recorded.status,
+            at: recorded.at,
         }),
     ))
 }

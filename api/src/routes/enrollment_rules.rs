@@ -7,6 +7,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use chrono::{DateTime, Utc};
+use flow_app::enrollment::{self as service, RuleInput};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::enrollment_backfills::Backfill;
 use flow_common::db::enrollment_rules::{Profile, RuleRecord};
 use flow_domain::enrollment::BackfillStatus;
@@ -17,12 +19,10 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::routes::unknown_id;
-use crate::services::enrollment::{self as service, RuleInput};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -259,7 +259,7 @@ pub async fn list_rules(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
-) -> Result<(RateInfo, Json<Page<RuleView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<RuleView>>), ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(EnrollmentRuleId::parse)?;
     let rate = state
@@ -268,7 +268,7 @@ pub async fn list_rules(
         .await?;
     let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |rule| rule.id.to_string(), RuleView::from);
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Create an enrollment rule.
@@ -292,8 +292,8 @@ pub async fn create_rule(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<RuleRequest>,
-) -> Result<(StatusCode, RateInfo, Json<RuleView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+) -> Result<(StatusCode, RateHeaders, Json<RuleView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let record = service::create(&state, auth.acting(), request.into()).await?;
     Ok((StatusCode::CREATED, rate, Json(record.into())))
 }
@@ -318,10 +318,10 @@ pub async fn preview_rule(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<RuleRequest>,
-) -> Result<(RateInfo, Json<PreviewView>), ApiError> {
+) -> Result<(RateHeaders, Json<PreviewView>), ApiError> {
     let preview = service::preview(&state, auth.acting(), request.into()).await?;
     Ok((
-        preview.rate,
+        RateHeaders(preview.rate),
         Json(PreviewView {
             matching: preview.matching,
             users: preview.users.into_iter().map(MatchedUser::from).collect(),
@@ -345,11 +345,11 @@ pub async fn get_rule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<RuleView>), ApiError> {
+) -> Result<(RateHeaders, Json<RuleView>), ApiError> {
     let Some(id) = EnrollmentRuleId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Read, "enrollment rule").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let record = service::get(&state, auth.acting(), id).await?;
     Ok((rate, Json(record.into())))
 }
@@ -375,11 +375,11 @@ pub async fn update_rule(
     auth: Auth,
     ApiPath(id): ApiPath<String>,
     ApiJson(request): ApiJson<RuleRequest>,
-) -> Result<(RateInfo, Json<RuleView>), ApiError> {
+) -> Result<(RateHeaders, Json<RuleView>), ApiError> {
     let Some(id) = EnrollmentRuleId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "enrollment rule").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let record = service::update(&state, auth.acting(), id, request.into()).await?;
     Ok((rate, Json(record.into())))
 }
@@ -400,11 +400,11 @@ pub async fn delete_rule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, StatusCode), ApiError> {
+) -> Result<(RateHeaders, StatusCode), ApiError> {
     let Some(id) = EnrollmentRuleId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "enrollment rule").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     service::delete(&state, auth.acting(), id).await?;
     Ok((rate, StatusCode::NO_CONTENT))
 }
@@ -439,7 +439,7 @@ pub async fn backfill_rule(
 ) -> Result<
     (
         StatusCode,
-        RateInfo,
+        RateHeaders,
         [(header::HeaderName, HeaderValue); 1],
         Json<BackfillView>,
     ),
@@ -448,7 +448,7 @@ pub async fn backfill_rule(
     let Some(id) = EnrollmentRuleId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "enrollment rule").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let (backfill, _) = service::backfill(&state, auth.acting(), id).await?;
     let location = format!("/v1/enrollment-rules/{id}/backfills/{}", backfill.id);
     let location = HeaderValue::from_str(&location).map_err(anyhow::Error::new)?;
@@ -479,14 +479,14 @@ pub async fn get_backfill(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath((id, backfill_id)): ApiPath<(String, String)>,
-) -> Result<(RateInfo, Json<BackfillView>), ApiError> {
+) -> Result<(RateHeaders, Json<BackfillView>), ApiError> {
     let (Some(id), Some(backfill_id)) = (
         EnrollmentRuleId::parse(&id),
         BackfillId::parse(&backfill_id),
     ) else {
         return Err(unknown_id(&state, &auth, Operation::Read, "backfill").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let backfill = service::backfill_status(&state, auth.acting(), id, backfill_id).await?;
     Ok((rate, Json(backfill.into())))
 }

@@ -6,6 +6,8 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
+use flow_app::exports::{self as service, Opened};
+use flow_app::ratelimit::Operation;
 use flow_common::db::exports::ExportRecord;
 use flow_domain::ids::ExportId;
 use flow_domain::report::ExportStatus;
@@ -15,10 +17,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiPath, Auth};
-use crate::ratelimit::{Operation, RateInfo};
-use crate::services::exports::{self as service, Opened};
 use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
@@ -86,7 +86,7 @@ pub async fn get_export(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Response), ApiError> {
+) -> Result<(RateHeaders, Response), ApiError> {
     let Some(id) = ExportId::parse(&id) else {
         return Err(super::unknown_id(&state, &auth, Operation::Read, "export").await);
     };
@@ -108,7 +108,7 @@ pub async fn get_export(
             };
             (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
         }
-        Opened::Ready(file) => file.into_response(),
+        Opened::Ready(file) => crate::download::attachment(file),
     };
-    Ok((rate, response))
+    Ok((RateHeaders(rate), response))
 }

@@ -4,6 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::flows::{self as service, FlowFields, ModuleFields};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{self, Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{FlowId, ModuleId};
@@ -12,11 +14,9 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
-use crate::services::flows::{self as service, FlowFields, ModuleFields};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -149,7 +149,7 @@ pub async fn create_flow(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<CreateFlowRequest>,
-) -> Result<(StatusCode, RateInfo, Json<FlowView>), ApiError> {
+) -> Result<(StatusCode, RateHeaders, Json<FlowView>), ApiError> {
     let flow = service::check(FlowFields {
         name: request.name,
         description: request.description,
@@ -164,7 +164,7 @@ pub async fn create_flow(
             .collect(),
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
-    let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
     let (flow, modules) = service::create(&state, auth.acting(), &flow).await?;
     Ok((StatusCode::CREATED, rate, Json(flow_view(flow, modules))))
 }
@@ -183,7 +183,7 @@ pub async fn list_flows(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
-) -> Result<(RateInfo, Json<Page<FlowView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<FlowView>>), ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(FlowId::parse)?;
     let rate = state
@@ -192,7 +192,7 @@ pub async fn list_flows(
         .await?;
     let rows = flows::list(&state.db, auth.org_id(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |flow| flow.id.to_string(), summary_view);
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Get a flow with its modules.
@@ -211,8 +211,8 @@ pub async fn get_flow(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<FlowView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+) -> Result<(RateHeaders, Json<FlowView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
     let (flow, modules) = service::get(&state, auth.acting(), id).await?;
     Ok((rate, Json(flow_view(flow, modules))))

@@ -13,11 +13,11 @@ pub mod user_erasure;
 pub mod users;
 pub mod webhooks;
 
+use flow_app::ratelimit::Operation;
 use utoipa_axum::router::OpenApiRouter;
 
 use crate::error::ApiError;
 use crate::extract::Auth;
-use crate::ratelimit::Operation;
 use crate::state::AppState;
 
 /// The answer to an id that cannot name anything (`what`, e.g. `delivery`) for an operation its

@@ -5,15 +5,16 @@
 //! filter, the lists and the metrics agree with what the scheduler will record. An export request
 //! answers with the normal report plus where the file will be; the report-worker writes the file.
 //! Validation and the rate cost live in `flow_domain::report` (`params`, `cost`), assembly in
-//! `flow_common::report::engine`; this file holds the wire types and the handler.
+//! `flow_app::engine::report`; this file holds the wire types and the handler.
 
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::engine::report::{Page, Report};
+use flow_app::reports::{self, ReportQuery};
 use flow_common::db::exports::ExportRecord;
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::reports::{AggregateRow, Metrics, ReportRow, ScheduleRow};
-use flow_common::report::engine::{Page, Report};
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{AssignmentId, ExportId, FlowId, ScheduleId};
 use flow_domain::report::params::{AggregateFields, ReportFields, ReportParams};
@@ -28,11 +29,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::download::DataAsOf;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, Auth, RequestId};
-use crate::ratelimit::RateInfo;
 use crate::routes::assignments::ModuleProgressView;
-use crate::services::reports::{self, ReportQuery};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -460,7 +459,7 @@ pub async fn report(
     auth: Auth,
     request_id: RequestId,
     ApiJson(request): ApiJson<ReportRequest>,
-) -> Result<(RateInfo, DataAsOf, Json<ReportResponse>), ApiError> {
+) -> Result<(RateHeaders, DataAsOf, Json<ReportResponse>), ApiError> {
     let limit_given = request.limit.is_some();
     let query = ReportQuery {
         params: ReportParams::parse(request.into(), auth.zone)?,
@@ -473,5 +472,9 @@ pub async fn report(
     if let Some(export) = &answer.export {
         response = response.with_export(export, &state.config.public_base_url);
     }
-    Ok((answer.rate, DataAsOf(answer.data_as_of), Json(response)))
+    Ok((
+        RateHeaders(answer.rate),
+        DataAsOf(answer.data_as_of),
+        Json(response),
+    ))
 }

@@ -6,6 +6,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::assign::{AssignFields, AssignInput};
+use flow_app::ratelimit::Operation;
+use flow_app::schedules::{self as service, ScheduleFields};
 use flow_common::db::schedules;
 use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
 use serde::{Deserialize, Serialize};
@@ -13,11 +16,8 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, Auth};
-use crate::ratelimit::{Operation, RateInfo};
-use crate::services::assign::{AssignFields, AssignInput};
-use crate::services::schedules::{self as service, ScheduleFields};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -133,8 +133,8 @@ pub async fn create_schedule(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<ScheduleRequest>,
-) -> Result<(StatusCode, RateInfo, Json<ScheduleView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Assign, 1).await?;
+) -> Result<(StatusCode, RateHeaders, Json<ScheduleView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Assign, 1).await?);
     // The fields a schedule shares with an assign request are validated the same way.
     let input = AssignInput::parse(
         AssignFields {
@@ -176,8 +176,8 @@ pub async fn get_schedule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<ScheduleView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+) -> Result<(RateHeaders, Json<ScheduleView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     let record = service::get(&state, auth.acting(), id).await?;
     Ok((rate, Json(record.into())))
@@ -199,8 +199,8 @@ pub async fn delete_schedule(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, StatusCode), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+) -> Result<(RateHeaders, StatusCode), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = ScheduleId::parse(&id).ok_or_else(|| ApiError::not_found("schedule"))?;
     service::cancel(&state, auth.acting(), id).await?;
     Ok((rate, StatusCode::NO_CONTENT))

@@ -3,17 +3,17 @@
 use axum::Json;
 use axum::extract::State;
 use chrono::{DateTime, Utc};
+use flow_app::erasure as service;
+use flow_app::ratelimit::Operation;
 use flow_domain::ids::UserId;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiPath, Auth};
-use crate::ratelimit::{Operation, RateInfo};
 use crate::routes::unknown_id;
-use crate::services::erasure as service;
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -58,11 +58,11 @@ pub async fn erase_user(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<ErasureView>), ApiError> {
+) -> Result<(RateHeaders, Json<ErasureView>), ApiError> {
     let Some(id) = UserId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::Write, "user").await);
     };
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let erased = service::erase(&state, auth.acting(), id).await?;
     Ok((
         rate,

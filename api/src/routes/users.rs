@@ -4,6 +4,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::ratelimit::{Operation, page_cost};
+use flow_app::users as service;
 use flow_common::db::users::{self, NewUser, User};
 use flow_domain::Email;
 use flow_domain::ids::UserId;
@@ -12,11 +14,9 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiQuery, Auth};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
 use crate::routes::pagination::{Page, PageQuery};
-use crate::services::users as service;
 use crate::state::AppState;
 
 /// Most users in one bulk upsert.
@@ -100,9 +100,9 @@ pub async fn upsert_user(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(input): ApiJson<UserInput>,
-) -> Result<(StatusCode, RateInfo, Json<UserView>), ApiError> {
+) -> Result<(StatusCode, RateHeaders, Json<UserView>), ApiError> {
     let user = input.check("")?;
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let mut rows = service::upsert(&state, auth.acting(), &[user]).await?;
     let user = rows
         .pop()
@@ -154,7 +154,7 @@ pub async fn upsert_users(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<BulkUsersRequest>,
-) -> Result<(RateInfo, Json<BulkUsersResponse>), ApiError> {
+) -> Result<(RateHeaders, Json<BulkUsersResponse>), ApiError> {
     if request.users.is_empty() || request.users.len() > MAX_BULK_USERS {
         return Err(ApiError::InvalidRequest(format!(
             "users must contain between 1 and {MAX_BULK_USERS} items"
@@ -167,7 +167,7 @@ pub async fn upsert_users(
         .map(|(index, user)| user.check(&format!("users[{index}].")))
         .collect::<Result<Vec<_>, _>>()?;
     let cost = page_cost(i64::try_from(users.len()).unwrap_or(i64::MAX));
-    let rate = state.limiter.check(&auth, Operation::Write, cost).await?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
     let rows = service::upsert(&state, auth.acting(), &users).await?;
     let created = rows.iter().filter(|user| user.created).count();
     let response = BulkUsersResponse {
@@ -203,10 +203,10 @@ pub async fn list_users(
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<UserFilter>,
-) -> Result<(RateInfo, Json<Page<UserView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<UserView>>), ApiError> {
     if let Some(email) = filter.email {
         let email = Email::parse("email", &email)?;
-        let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+        let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
         let found = users::find_by_email(&state.db, auth.org_id(), &email).await?;
         let page = Page {
             data: found.into_iter().map(UserView::from).collect(),
@@ -222,5 +222,5 @@ pub async fn list_users(
         .await?;
     let rows = users::list(&state.db, auth.org_id(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |user| user.id.to_string(), UserView::from);
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }

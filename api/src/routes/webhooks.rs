@@ -6,6 +6,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
+use flow_app::ratelimit::{Operation, page_cost};
+use flow_app::webhooks::{self as service, EndpointFields, WithSecret};
 use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::Endpoint;
 use flow_common::db::webhooks::log::DeliveryRecord;
@@ -20,10 +22,8 @@ use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
 use super::unknown_id;
-use crate::error::{ApiError, ErrorBody};
+use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
-use crate::services::webhooks::{self as service, EndpointFields, WithSecret};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -164,8 +164,8 @@ pub async fn create_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiJson(request): ApiJson<CreateEndpointRequest>,
-) -> Result<(StatusCode, RateInfo, Json<EndpointWithSecret>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+) -> Result<(StatusCode, RateHeaders, Json<EndpointWithSecret>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let fields = EndpointFields {
         url: request.url,
         events: request.events,
@@ -191,7 +191,7 @@ pub async fn list_endpoints(
     State(state): State<AppState>,
     auth: Auth,
     ApiQuery(page): ApiQuery<PageQuery>,
-) -> Result<(RateInfo, Json<Page<EndpointView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<EndpointView>>), ApiError> {
     let limit = page.limit()?;
     let after = page.cursor(WebhookEndpointId::parse)?;
     let rate = state
@@ -205,7 +205,7 @@ pub async fn list_endpoints(
         |endpoint| endpoint.id.to_string(),
         EndpointView::from,
     );
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Get a webhook endpoint.
@@ -224,8 +224,8 @@ pub async fn get_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, Json<EndpointView>), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Read, 1).await?;
+) -> Result<(RateHeaders, Json<EndpointView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let endpoint = service::get(&state, auth.acting(), endpoint_id(&id)?).await?;
     Ok((rate, Json(endpoint.into())))
 }
@@ -275,8 +275,8 @@ pub async fn delete_endpoint(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(RateInfo, StatusCode), ApiError> {
-    let rate = state.limiter.check(&auth, Operation::Write, 1).await?;
+) -> Result<(RateHeaders, StatusCode), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     service::delete(&state, auth.acting(), endpoint_id(&id)?).await?;
     Ok((rate, StatusCode::NO_CONTENT))
 }
@@ -334,14 +334,14 @@ pub async fn send_test(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(StatusCode, RateInfo, Json<TestQueued>), ApiError> {
+) -> Result<(StatusCode, RateHeaders, Json<TestQueued>), ApiError> {
     let Some(id) = WebhookEndpointId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::WebhookSend, "webhook endpoint").await);
     };
     let (queued, rate) = service::send_test(&state, auth.acting(), id).await?;
     Ok((
         StatusCode::ACCEPTED,
-        rate,
+        RateHeaders(rate),
         Json(TestQueued {
             delivery_id: queued.delivery_id,
             event_id: queued.event_id,
@@ -457,7 +457,7 @@ pub async fn list_deliveries(
     ApiPath(id): ApiPath<String>,
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<DeliveryFilter>,
-) -> Result<(RateInfo, Json<Page<DeliveryView>>), ApiError> {
+) -> Result<(RateHeaders, Json<Page<DeliveryView>>), ApiError> {
     let limit = page.limit()?;
     let before = page.cursor(decode_keyset)?;
     let status = filter
@@ -495,7 +495,7 @@ pub async fn list_deliveries(
             DeliveryView::new(row, log)
         },
     );
-    Ok((rate, Json(page)))
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 fn attempt_view(attempt: webhooks::log::AttemptRecord) -> AttemptView {
@@ -531,14 +531,14 @@ pub async fn retry_delivery(
     State(state): State<AppState>,
     auth: Auth,
     ApiPath(id): ApiPath<String>,
-) -> Result<(StatusCode, RateInfo, Json<DeliveryView>), ApiError> {
+) -> Result<(StatusCode, RateHeaders, Json<DeliveryView>), ApiError> {
     let Some(id) = DeliveryId::parse(&id) else {
         return Err(unknown_id(&state, &auth, Operation::WebhookSend, "delivery").await);
     };
     let (retried, rate) = service::retry_delivery(&state, auth.acting(), id).await?;
     Ok((
         StatusCode::ACCEPTED,
-        rate,
+        RateHeaders(rate),
         Json(DeliveryView::new(
             retried.delivery,
             retried.attempts.into_iter().map(attempt_view).collect(),

@@ -4,6 +4,8 @@ use std::collections::BTreeSet;
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
+use flow_app::groups::{self as service, GroupInput, StoredGroup};
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::groups::GroupRow;
 use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_domain::ids::{GroupId, UserId};
@@ -14,8 +16,7 @@ use super::resource::{
     Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
 use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
-use crate::ratelimit::{Operation, RateInfo, page_cost};
-use crate::services::groups::{self as service, GroupInput, StoredGroup};
+use crate::error::RateHeaders;
 use crate::state::AppState;
 
 fn scim_group(group: &StoredGroup) -> Group {
@@ -85,14 +86,14 @@ pub const MAX_MEMBERS_PER_RESPONSE: u64 = 10_000;
 
 /// Loads the members of `found` when they are wanted, after checking they fit in a response
 /// and charging their size: one more read per started
-/// [`ITEMS_PER_REQUEST`](crate::ratelimit::ITEMS_PER_REQUEST) members past the first hundred
+/// [`ITEMS_PER_REQUEST`](flow_app::ratelimit::ITEMS_PER_REQUEST) members past the first hundred
 /// (the request's own read paid for those).
 async fn members_for_response(
     state: &AppState,
     auth: &ScimAuth,
-    rate: RateInfo,
+    rate: RateHeaders,
     found: &mut [StoredGroup],
-) -> Result<RateInfo, Failure> {
+) -> Result<RateHeaders, Failure> {
     let ids: Vec<GroupId> = found.iter().map(|group| group.row.id).collect();
     let count =
         service::member_count(state, auth.0.acting(), &ids, MAX_MEMBERS_PER_RESPONSE + 1).await?;
@@ -111,7 +112,7 @@ async fn members_for_response(
     }
     let extra = page_cost(i64::try_from(count).unwrap_or(i64::MAX)) - 1;
     let rate = if extra > 0 {
-        state.limiter.check(&auth.0, Operation::Read, extra).await?
+        RateHeaders(state.limiter.check(&auth.0, Operation::Read, extra).await?)
     } else {
         rate
     };
@@ -126,7 +127,7 @@ pub async fn list(
     State(state): State<AppState>,
     auth: ScimAuth,
     uri: Uri,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let mut request = list_request::<StoredGroup>(&uri)?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let with_members = request.projection.names("members");
@@ -239,7 +240,7 @@ pub async fn delete(
     auth: ScimAuth,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<(StatusCode, RateInfo, ()), Failure> {
+) -> Result<(StatusCode, RateHeaders, ()), Failure> {
     let id: GroupId = path_id(&id, "group")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     service::delete(&state, auth.0.acting(), id, |row| {

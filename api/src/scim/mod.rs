@@ -1,5 +1,5 @@
 //! The SCIM 2.0 surface at `/scim/v2` (RFC 7643, RFC 7644), for identity providers: it turns
-//! requests into `flow_scim` values and calls of `services::users` and `services::groups`, and
+//! requests into `flow_scim` values and calls of `flow_app::users` and `flow_app::groups`, and
 //! renders their results with `flow_scim`. Authentication is the organization's API key
 //! (`Authorization: Bearer`); every resource is the key's organization's; the per-key read and
 //! write limits of `/v1` apply. Every answer, errors included, is `application/scim+json`, and
@@ -16,13 +16,13 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use flow_app::ServiceError;
+use flow_app::ratelimit::Operation;
 use flow_scim::{ResourceMeta, ResourceType, ScimError, discovery};
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::error::{ApiError, RateHeaders};
 use crate::extract::{Auth, MAX_BODY_BYTES};
-use crate::ratelimit::{Operation, RateInfo};
-use crate::services::ServiceError;
 use crate::state::AppState;
 
 /// The media type of every answer.
@@ -131,8 +131,8 @@ impl From<ServiceError> for Failure {
     }
 }
 
-impl From<crate::ratelimit::RateLimitError> for Failure {
-    fn from(error: crate::ratelimit::RateLimitError) -> Self {
+impl From<flow_app::ratelimit::RateLimitError> for Failure {
+    fn from(error: flow_app::ratelimit::RateLimitError) -> Self {
         ApiError::from(error).into()
     }
 }
@@ -178,7 +178,7 @@ pub struct Resource {
     body: Value,
     version: Option<String>,
     location: Option<String>,
-    rate: RateInfo,
+    rate: RateHeaders,
 }
 
 impl IntoResponse for Resource {
@@ -222,8 +222,10 @@ impl FromRequestParts<AppState> for ScimAuth {
 
 impl ScimAuth {
     /// Counts the request against the key's organization's `/v1` limit of its kind.
-    async fn limit(&self, state: &AppState, operation: Operation) -> Result<RateInfo, Failure> {
-        Ok(state.limiter.check(&self.0, operation, 1).await?)
+    async fn limit(&self, state: &AppState, operation: Operation) -> Result<RateHeaders, Failure> {
+        Ok(RateHeaders(
+            state.limiter.check(&self.0, operation, 1).await?,
+        ))
     }
 }
 
@@ -333,7 +335,7 @@ fn base_url(state: &AppState) -> &str {
 async fn service_provider_config(
     State(state): State<AppState>,
     auth: ScimAuth,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
     Ok((
         rate,
@@ -344,7 +346,7 @@ async fn service_provider_config(
 async fn resource_types(
     State(state): State<AppState>,
     auth: ScimAuth,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
     Ok((rate, ScimJson(discovery::resource_types(base_url(&state)))))
 }
@@ -353,7 +355,7 @@ async fn resource_type(
     State(state): State<AppState>,
     auth: ScimAuth,
     Path(name): Path<String>,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
     let resource =
         discovery::find_resource_type(&name).ok_or_else(|| not_found("resource type"))?;
@@ -366,7 +368,7 @@ async fn resource_type(
 async fn schemas(
     State(state): State<AppState>,
     auth: ScimAuth,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
     Ok((rate, ScimJson(discovery::schemas(base_url(&state)))))
 }
@@ -375,7 +377,7 @@ async fn schema(
     State(state): State<AppState>,
     auth: ScimAuth,
     Path(id): Path<String>,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let rate = auth.limit(&state, Operation::Read).await?;
     let schema = discovery::find_schema(&id).ok_or_else(|| not_found("schema"))?;
     Ok((

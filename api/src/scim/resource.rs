@@ -10,7 +10,7 @@ use flow_scim::{ListResponse, Page, Projection, ResourceMeta, ResourceType, Scim
 use serde_json::Value;
 
 use super::{Failure, ListQuery, ReadQuery, Resource, ScimJson, base_url, location, query};
-use crate::ratelimit::RateInfo;
+use crate::error::RateHeaders;
 use crate::state::AppState;
 
 /// A stored resource as SCIM shows it.
@@ -38,7 +38,7 @@ pub(super) fn answer<T: Stored>(
     state: &AppState,
     status: StatusCode,
     stored: &T,
-    rate: RateInfo,
+    rate: RateHeaders,
     projection: &Projection,
 ) -> Resource {
     let meta = stored.meta();
@@ -56,7 +56,7 @@ pub(super) fn written<T: Stored>(
     state: &AppState,
     status: StatusCode,
     stored: &T,
-    rate: RateInfo,
+    rate: RateHeaders,
 ) -> Resource {
     answer(state, status, stored, rate, &Projection::all(T::KIND))
 }
@@ -109,11 +109,11 @@ pub(super) fn read_projection(uri: &Uri, kind: ResourceType) -> Result<Projectio
 /// The answer to a list: `found`, page `page` of `total` resources.
 pub(super) fn page_answer<T: Stored>(
     state: &AppState,
-    rate: RateInfo,
+    rate: RateHeaders,
     request: ListRequest,
     total: u64,
     found: &[T],
-) -> (RateInfo, ScimJson) {
+) -> (RateHeaders, ScimJson) {
     let resources = found
         .iter()
         .map(|stored| render(state, stored, &request.projection))

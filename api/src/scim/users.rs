@@ -3,6 +3,8 @@
 
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
+use flow_app::ratelimit::Operation;
+use flow_app::users as service;
 use flow_common::db::scim_filter::{SqlFilter, UnsupportedFilter};
 use flow_common::db::users::{Profile, ProfileEmail, ProfileRow};
 use flow_domain::ids::UserId;
@@ -16,8 +18,7 @@ use super::resource::{
     Stored, answer, list_request, page_answer, path_id, read_projection, written,
 };
 use super::{Failure, Resource, ScimAuth, ScimBody, ScimJson, check_if_match, in_place, off_async};
-use crate::ratelimit::{Operation, RateInfo};
-use crate::services::users as service;
+use crate::error::RateHeaders;
 use crate::state::AppState;
 
 /// The SCIM view of a stored user. A user who came from elsewhere (the API, a CSV) has their
@@ -146,7 +147,7 @@ pub async fn list(
     State(state): State<AppState>,
     auth: ScimAuth,
     uri: Uri,
-) -> Result<(RateInfo, ScimJson), Failure> {
+) -> Result<(RateHeaders, ScimJson), Failure> {
     let request = list_request::<ProfileRow>(&uri)?;
     let rate = auth.limit(&state, Operation::Read).await?;
     let (total, rows) = service::search(
@@ -231,7 +232,7 @@ pub async fn delete(
     auth: ScimAuth,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<(StatusCode, RateInfo, ()), Failure> {
+) -> Result<(StatusCode, RateHeaders, ()), Failure> {
     let id: UserId = path_id(&id, "user")?;
     let rate = auth.limit(&state, Operation::Write).await?;
     service::delete(&state, auth.0.acting(), id, |row| {

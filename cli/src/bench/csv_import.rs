@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use flow_api::dashboard::users::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, parse_import};
+use flow_app::user_import::{MAX_IMPORT_BYTES, MAX_IMPORT_ROWS, parse_import};
 
 /// Options of the CSV benchmark.
 #[derive(Debug, Clone, Args)]

@@ -500,7 +500,7 @@ async fn measure(
     for _ in 0..args.iterations.max(1) {
         let started = Instant::now();
         let periods =
-            flow_common::report::engine::periods(&mut connection, &scope, &spec, "UTC").await?;
+            flow_app::engine::report::periods(&mut connection, &scope, &spec, "UTC").await?;
         flow_common::db::reports::period_figures(&mut connection, &scope, &periods).await?;
         samples.push(started.elapsed());
     }

@@ -140,9 +140,9 @@ pub fn labels(list: &str) -> Result<Vec<String>, NodeListError> {
     Ok(parse(list)?.iter().map(label).collect())
 }
 
-/// An address fit for logs: its credentials hidden (see [`crate::config::redact_url`]).
+/// An address fit for logs: its credentials hidden (see [`crate::redact::redact_url`]).
 pub fn redact(address: &str) -> String {
-    crate::config::redact_url(address)
+    crate::redact::redact_url(address)
 }
 
 impl Nodes {

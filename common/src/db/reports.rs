@@ -1,6 +1,6 @@
 //! Report queries over one flow and a range of assignment times `[lower, upper)`: metrics,
 //! schedules, per-period aggregates, and the assignment rows (a keyset page of them, or all of them
-//! for an export). How they combine into a report is `crate::report::engine`'s business.
+//! for an export). How they combine into a report is `flow_app::engine::report`'s business.
 //!
 //! Every query reads statuses as they stand at `now`: an active assignment past its due date is
 //! `overdue` even before the scheduler records it (README guarantee 5). The parameters are

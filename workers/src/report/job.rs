@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use flow_app::engine::report::{self as engine, Report, ReportError};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows;
 use flow_common::db::replicas::{ReadPurpose, ReadRouter, Served, Source};
 use flow_common::db::reports::{self, AggregateRow, ExportRow, RowsShape, Scope};
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
-use flow_common::report::engine::{self, Report, ReportError};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
 use futures::stream::{Stream, StreamExt, TryStreamExt};
 use sqlx::PgPool;

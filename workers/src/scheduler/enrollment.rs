@@ -1,14 +1,14 @@
 //! The scheduler's share of enrollment rules (docs/enrollment-rules.md), in two tasks of their
 //! own, so that neither holds the other (nor the overdue scan and the schedules): every interval,
 //! one evaluates the users whose evaluation a write left pending past the grace period, or
-//! deferred for the assign limit ([`flow_common::enrollment::drain`]); the other runs the
+//! deferred for the assign limit ([`flow_app::engine::enrollment::drain`]); the other runs the
 //! backfills waiting, a turn at a time, in turns per organization
-//! ([`flow_common::enrollment::run_backfill`]).
+//! ([`flow_app::engine::enrollment::run_backfill`]).
 
 use std::time::Duration;
 
+use flow_app::engine::enrollment::{self as enrollment, BackfillRun, DrainSettings};
 use flow_common::amqp::{BatchLimits, BatchPublisher, BatchTarget, Publisher};
-use flow_common::enrollment::{self, BackfillRun, DrainSettings};
 
 use super::{ROLE, SchedulerConfig};
 use crate::runtime::Runtime;

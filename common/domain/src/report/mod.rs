@@ -6,7 +6,7 @@
 //! - [`cost`]: what a report costs against the organization's report limit.
 //!
 //! The one place a report is assembled from the database (metrics, schedules, aggregates, the
-//! rows), for the API's inline answer and every export format, is `flow_common::report::engine`.
+//! rows), for the API's inline answer and every export format, is `flow_app::engine::report`.
 
 pub mod cost;
 pub mod params;

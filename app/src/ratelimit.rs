@@ -19,7 +19,7 @@ use tokio::sync::Mutex;
 use crate::caller::Caller;
 
 /// The length of a rate-limit window.
-pub const WINDOW: Duration = flow_common::enrollment::BUDGET_WINDOW;
+pub const WINDOW: Duration = crate::engine::enrollment::BUDGET_WINDOW;
 
 /// How long leased tokens stay usable.
 const LEASE_LIFETIME: Duration = Duration::from_secs(2);
@@ -28,7 +28,7 @@ const LEASE_LIFETIME: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Operation {
     /// `POST /v1/flows/assign` (and each item of a bulk assign), and each assignment an
-    /// enrollment rule makes (charged by `flow_common::enrollment`, deferred when over).
+    /// enrollment rule makes (charged by `crate::engine::enrollment`, deferred when over).
     Assign,
     /// `POST /v1/flows/report`.
     Report,
@@ -80,8 +80,8 @@ impl Operation {
     /// Name used in storage and messages.
     pub fn as_str(self) -> &'static str {
         match self {
-            // Rule assignments are charged to the same bucket by name (flow_common::enrollment).
-            Self::Assign => flow_common::enrollment::ASSIGN_BUDGET,
+            // Rule assignments are charged to the same bucket by name (crate::engine::enrollment).
+            Self::Assign => crate::engine::enrollment::ASSIGN_BUDGET,
             Self::Report => "report",
             Self::WebhookSend => "webhook_send",
             Self::WebhookRecover => "webhook_recover",

@@ -10,8 +10,8 @@ use flow_domain::ids::{FlowId, ScheduleId};
 use flow_domain::recurrence::Recurrence;
 use flow_domain::{DayBound, Email, Invalid, Priority, parse_date_input};
 
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, ServiceError};
 
 /// Largest `dueInDays`.
 pub const MAX_DUE_IN_DAYS: i32 = 3_650;
@@ -44,7 +44,7 @@ pub struct ScheduleFields {
 
 /// Creates a schedule.
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     fields: ScheduleFields,
 ) -> Result<ScheduleRecord, ServiceError> {
@@ -72,12 +72,12 @@ pub async fn create(
     }
     let org_id = acting.org_id();
     let flow = match fields.flow_id {
-        Some(flow_id) => state.caches.flow(&state.db, org_id, flow_id).await?,
+        Some(flow_id) => ctx.caches.flow(&ctx.db, org_id, flow_id).await?,
         None => None,
     }
     .ok_or(ServiceError::NotFound("flow"))?;
     let email = fields.email;
-    let user = users::find_by_email(&state.db, org_id, &email)
+    let user = users::find_by_email(&ctx.db, org_id, &email)
         .await?
         .ok_or_else(|| {
             ServiceError::NotFoundSaying(format!("user {email} not found in this organization"))
@@ -87,7 +87,7 @@ pub async fn create(
             "user {email} is deactivated; reactivate them (SCIM active: true) to schedule"
         )));
     }
-    let mut connection = state.db.acquire().await?;
+    let mut connection = ctx.db.acquire().await?;
     let record = schedules::create(
         &mut connection,
         &NewSchedule {
@@ -108,22 +108,18 @@ pub async fn create(
 
 /// One schedule of the organization, with the status of its current occurrence now.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: ScheduleId,
 ) -> Result<ScheduleRecord, ServiceError> {
-    schedules::get(&state.db, acting.org_id(), id, Utc::now())
+    schedules::get(&ctx.db, acting.org_id(), id, Utc::now())
         .await?
         .ok_or(ServiceError::NotFound("schedule"))
 }
 
 /// Cancels a schedule: no further occurrences; assignments already made stay.
-pub async fn cancel(
-    state: &AppState,
-    acting: Acting<'_>,
-    id: ScheduleId,
-) -> Result<(), ServiceError> {
-    if schedules::delete(&state.db, acting.org_id(), id).await? {
+pub async fn cancel(ctx: &Context, acting: Acting<'_>, id: ScheduleId) -> Result<(), ServiceError> {
+    if schedules::delete(&ctx.db, acting.org_id(), id).await? {
         tracing::info!(schedule_id = %id, "schedule cancelled");
         Ok(())
     } else {

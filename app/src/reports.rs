@@ -11,16 +11,16 @@ use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::flows::FlowSummary;
 use flow_common::db::replicas::ReadPurpose;
-use flow_common::report::engine::{Page, Report};
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::FlowId;
 use flow_domain::report::cost;
 use flow_domain::report::params::{PageRequest, ReportParams};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, ReportParameters};
 
-use super::{Acting, ServiceError};
+use crate::Context;
+use crate::engine::report::{Page, Report};
 use crate::ratelimit::{Operation, RateInfo};
-use crate::state::AppState;
+use crate::{Acting, ServiceError};
 
 /// A report request.
 #[derive(Debug, Clone)]
@@ -96,7 +96,7 @@ pub struct ReportAnswer {
 /// Reads the report `query` asks for and, with a format, records its export. `request_id` is
 /// the caller's own request id, kept with the export.
 pub async fn report(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     query: ReportQuery,
     request_id: Option<&str>,
@@ -107,7 +107,7 @@ pub async fn report(
     } = query;
     let caller = acting.caller;
     let allowance = Operation::Report.limit(caller);
-    let mut rate = state
+    let mut rate = ctx
         .limiter
         .check(
             caller,
@@ -118,17 +118,12 @@ pub async fn report(
     // Refused before the report is read; checked again when the export row is written.
     let export_caps = ExportCaps::for_tier(caller.org.tier());
     if params.format.is_some() {
-        exports::usage(&state.db, acting.org_id())
+        exports::usage(&ctx.db, acting.org_id())
             .await?
             .check(export_caps)?;
     }
     let flow = match params.flow_id {
-        Some(flow_id) => {
-            state
-                .caches
-                .flow(&state.db, acting.org_id(), flow_id)
-                .await?
-        }
+        Some(flow_id) => ctx.caches.flow(&ctx.db, acting.org_id(), flow_id).await?,
         None => None,
     }
     .ok_or(ServiceError::NotFound("flow"))?;
@@ -136,7 +131,7 @@ pub async fn report(
         // A page's module progress is bounded by the flow's modules, and costs by them.
         params.page.limit =
             cost::detailed_page_limit(params.page.limit, limit_given, flow.module_count)?;
-        rate = state
+        rate = ctx
             .limiter
             .check(
                 caller,
@@ -146,7 +141,7 @@ pub async fn report(
             .await?;
     }
     let parameters = params.parameters(flow.id);
-    let mut read = state.reads.read(ReadPurpose::Report, None);
+    let mut read = ctx.reads.read(ReadPurpose::Report, None);
     let served = loop {
         let (snapshot, source) = read.begin().await?;
         let outcome = Report::with_page(&snapshot, &parameters, params.page).await;
@@ -169,14 +164,14 @@ pub async fn report(
     };
     let rows = report.export_row_count(format);
     if let Some(export_cost) = cost::export(rows, allowance) {
-        rate = state
+        rate = ctx
             .limiter
             .check(caller, Operation::Report, export_cost)
             .await?;
     }
     // The export row is the request's one commit point: written, the export will be generated.
     let export = exports::create(
-        &state.db,
+        &ctx.db,
         &NewExport::new(
             acting.org_id(),
             format,

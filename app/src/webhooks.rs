@@ -20,9 +20,9 @@ use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::webhook::endpoint as rules;
 use flow_domain::webhook::signing::generate_secret;
 
-use super::{Acting, FieldProblem, ServiceError};
+use crate::Context;
 use crate::ratelimit::{Operation, RateInfo, RateLimitError};
-use crate::state::AppState;
+use crate::{Acting, FieldProblem, ServiceError};
 
 /// How long a rotated-out secret keeps signing beside the new one.
 pub const ROTATION_OVERLAP: Duration = Duration::from_secs(24 * 3600);
@@ -57,7 +57,7 @@ struct Checked {
 /// Checks every field, so a form can show each problem beside its field; the API answers the
 /// first (a missing URL, the event kinds, the description, then the URL's address).
 async fn check(
-    state: &AppState,
+    ctx: &Context,
     fields: &EndpointFields,
     url_required: bool,
 ) -> Result<Checked, ServiceError> {
@@ -92,7 +92,7 @@ async fn check(
     };
     let url = match url_text.filter(|text| !text.is_empty()) {
         None => None,
-        Some(text) => match check_endpoint_url(text, state.config.webhook_policy).await {
+        Some(text) => match check_endpoint_url(text, ctx.settings.webhook_policy).await {
             Ok(url) => Some(url.to_string()),
             Err(problem) => {
                 problems.push(FieldProblem::invalid("url", problem));
@@ -112,9 +112,8 @@ async fn check(
 }
 
 /// The secret of endpoint `id` as stored: sealed for that endpoint.
-fn seal(state: &AppState, id: WebhookEndpointId, secret: &str) -> Result<String, ServiceError> {
-    state
-        .config
+fn seal(ctx: &Context, id: WebhookEndpointId, secret: &str) -> Result<String, ServiceError> {
+    ctx.settings
         .webhook_secrets
         .seal(id, secret)
         .map_err(|error| ServiceError::Internal(anyhow::anyhow!(error)))
@@ -152,11 +151,11 @@ pub struct WithSecret {
 
 /// One endpoint of the organization.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
 ) -> Result<Endpoint, ServiceError> {
-    webhooks::endpoints::get(&state.db, acting.org_id(), id)
+    webhooks::endpoints::get(&ctx.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))
 }
@@ -164,11 +163,11 @@ pub async fn get(
 /// Creates an endpoint with a new secret; refused (409) when the organization has
 /// [`webhooks::endpoints::MAX_ENDPOINTS_PER_ORG`].
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     fields: &EndpointFields,
 ) -> Result<WithSecret, ServiceError> {
-    let checked = check(state, fields, true).await?;
+    let checked = check(ctx, fields, true).await?;
     let id = WebhookEndpointId::new();
     let secret = generate_secret();
     let new = NewEndpoint {
@@ -176,9 +175,9 @@ pub async fn create(
         url: checked.url.unwrap_or_default(),
         description: checked.description.flatten(),
         events: checked.events.unwrap_or_default(),
-        secret: seal(state, id, &secret)?,
+        secret: seal(ctx, id, &secret)?,
     };
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let endpoint = webhooks::endpoints::create(&mut transaction, acting.org_id(), &new)
         .await?
         .ok_or_else(|| {
@@ -194,19 +193,19 @@ pub async fn create(
 
 /// Changes the fields given; enabling clears the reason the endpoint was disabled.
 pub async fn update(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
     fields: &EndpointFields,
 ) -> Result<Endpoint, ServiceError> {
-    let checked = check(state, fields, false).await?;
+    let checked = check(ctx, fields, false).await?;
     let changes = EndpointChanges {
         url: checked.url,
         description: checked.description,
         events: checked.events,
         enabled: fields.enabled,
     };
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let endpoint = webhooks::endpoints::update(&mut *transaction, acting.org_id(), id, &changes)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
@@ -216,11 +215,11 @@ pub async fn update(
 
 /// Deletes an endpoint and its delivery history; answers what was deleted.
 pub async fn delete(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
 ) -> Result<Endpoint, ServiceError> {
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let endpoint = webhooks::endpoints::get(&mut *transaction, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound(ENDPOINT))?;
@@ -234,13 +233,13 @@ pub async fn delete(
 
 /// Gives the endpoint a new secret; the previous one keeps signing for [`ROTATION_OVERLAP`].
 pub async fn rotate_secret(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
 ) -> Result<WithSecret, ServiceError> {
     let secret = generate_secret();
-    let sealed = seal(state, id, &secret)?;
-    let mut transaction = state.db.begin().await?;
+    let sealed = seal(ctx, id, &secret)?;
+    let mut transaction = ctx.db.begin().await?;
     let endpoint = webhooks::endpoints::rotate_secret(
         &mut *transaction,
         acting.org_id(),
@@ -273,15 +272,15 @@ pub struct TestQueued {
 /// Queues a `webhook.test` event to the endpoint (even a disabled one, so it can be checked
 /// before it is enabled again). Counts against the organization's `webhook_send` limit.
 pub async fn send_test(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
 ) -> Result<(TestQueued, RateInfo), ServiceError> {
-    let rate = state
+    let rate = ctx
         .limiter
         .check(acting.caller, Operation::WebhookSend, 1)
         .await?;
-    let endpoint = get(state, acting, id).await?;
+    let endpoint = get(ctx, acting, id).await?;
     let event_id = EventId::new();
     let now = Utc::now();
     let body = event_body(
@@ -293,7 +292,7 @@ pub async fn send_test(
             message: "This is a test event from Flow.".to_owned(),
         },
     );
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let delivery_id =
         webhooks::log::create_test_delivery(&mut transaction, &endpoint, event_id, &body, now)
             .await?
@@ -321,15 +320,15 @@ pub struct DeliveryWithAttempts {
 /// brought forward; the event keeps its id). Refused while an attempt is under way and once it
 /// succeeded. Counts against the organization's `webhook_send` limit.
 pub async fn retry_delivery(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: DeliveryId,
 ) -> Result<(DeliveryWithAttempts, RateInfo), ServiceError> {
-    let rate = state
+    let rate = ctx
         .limiter
         .check(acting.caller, Operation::WebhookSend, 1)
         .await?;
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let delivery = match webhooks::log::retry(&mut transaction, acting.org_id(), id).await? {
         Ok(record) => record,
         Err(RetryRefusal::NotFound) => return Err(ServiceError::NotFound("delivery")),
@@ -345,7 +344,7 @@ pub async fn retry_delivery(
         }
     };
     transaction.commit().await?;
-    let attempts = webhooks::log::attempts(&state.db, &[delivery.id]).await?;
+    let attempts = webhooks::log::attempts(&ctx.db, &[delivery.id]).await?;
     Ok((DeliveryWithAttempts { delivery, attempts }, rate))
 }
 
@@ -376,18 +375,17 @@ impl Recovery {
 /// recovery the `webhook_send` allowance cannot start at all is refused with that operation's
 /// [`RateLimitError::Exceeded`].
 pub async fn recover_failed(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: WebhookEndpointId,
     since: DateTime<Utc>,
 ) -> Result<Recovery, ServiceError> {
-    let endpoint = get(state, acting, id).await?;
-    state
-        .limiter
+    let endpoint = get(ctx, acting, id).await?;
+    ctx.limiter
         .check(acting.caller, Operation::WebhookRecover, 1)
         .await?;
     let org_id = acting.org_id();
-    let failed = queries::count_failed_since(&state.db, org_id, endpoint.id, since).await?;
+    let failed = queries::count_failed_since(&ctx.db, org_id, endpoint.id, since).await?;
     let wanted = failed.min(MAX_RECOVERY);
     if wanted == 0 {
         return Ok(Recovery {
@@ -397,7 +395,7 @@ pub async fn recover_failed(
             reset_seconds: 0,
         });
     }
-    let (granted, rate, wait) = state
+    let (granted, rate, wait) = ctx
         .limiter
         .check_up_to(
             acting.caller,
@@ -413,7 +411,7 @@ pub async fn recover_failed(
         }
         .into());
     }
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let recovered = queries::recover_failed_since(
         &mut transaction,
         org_id,

@@ -1,4 +1,4 @@
-//! What the provisioning operations ([`super::users`], [`super::groups`]) share: the result of a
+//! What the provisioning operations ([`crate::users`], [`crate::groups`]) share: the result of a
 //! write with the users it changed, which then go through the enrollment rules, and the edit of a
 //! row read and locked in the transaction that writes the change.
 
@@ -6,8 +6,8 @@ use std::borrow::Cow;
 
 use flow_domain::ids::UserId;
 
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, ServiceError};
 
 /// What a write did, and the users whose attributes or group memberships it changed: those
 /// enrollment rules look at again.
@@ -35,7 +35,7 @@ impl<T> Changed<T> {
     /// once however often it is evaluated.
     pub(super) async fn with_rules<E: From<ServiceError>>(
         self,
-        state: &AppState,
+        ctx: &Context,
         acting: Acting<'_>,
         also: Option<UserId>,
     ) -> Result<Self, E> {
@@ -43,7 +43,7 @@ impl<T> Changed<T> {
             None => Cow::Borrowed(&self.users),
             Some(id) => Cow::Owned(self.users.iter().copied().chain([id]).collect()),
         };
-        super::enrollment::users_changed(state, acting, &users).await?;
+        crate::enrollment::users_changed(ctx, acting, &users).await?;
         Ok(self)
     }
 }

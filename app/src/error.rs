@@ -1,62 +1,17 @@
-//! The operations every surface shares (the `/v1` routes, the dashboard, and later SCIM): each
-//! takes typed input, owns its validation, its transaction and its audit row, and answers with a
-//! typed result or a [`ServiceError`]. Surfaces only translate: their input into these calls,
-//! the results into their answers (JSON, pages), the errors into their own (the API's error
-//! body, the dashboard's form messages). No surface calls another surface's handler or builds
-//! its wire types.
-//!
-//! One module per resource: [`assign`] (assigning flows, one or many), [`webhooks`] (endpoints, test pings, retries and recoveries),
-//! [`keys`], [`team`] (dashboard accounts), [`users`], [`groups`] (SCIM, sharing
-//! [`provisioning`]), [`enrollment`]
-//! (rules that assign on their own), [`erasure`], [`flows`], [`schedules`], [`reports`],
-//! [`operations`] (the lanes' queue depths and an organization's backlog) and
-//! [`exports`]. Rate limits that apply whatever the surface (reports, test pings and retries,
-//! export downloads) are checked here; the `/v1` read and write limits per request stay in the
-//! routes.
-
-pub mod assign;
-pub mod enrollment;
-pub mod erasure;
-pub mod exports;
-pub mod flows;
-pub mod groups;
-pub mod keys;
-pub mod operations;
-pub mod provisioning;
-pub mod reports;
-pub mod schedules;
-pub mod team;
-pub mod users;
-pub mod webhooks;
+//! Why an operation did not happen ([`ServiceError`]), with the field problems a form shows
+//! beside each field, and the one table that turns the failures of what the operations stand on
+//! (Postgres, the broker, the caches, the limiter, the lookups, the report engine, the export
+//! caps) into it. Each surface words a `ServiceError` its own way (the API's error body, the
+//! dashboard's pages and forms, `flowctl`'s messages) and converts from nothing else.
 
 use flow_common::amqp::PublishError;
-use flow_common::db::audit::Actor;
 use flow_common::db::exports::{CapReached, CreateError};
-use flow_common::report::engine::ReportError;
 use flow_domain::Invalid;
-use flow_domain::ids::OrgId;
 
 use crate::caches::CacheError;
-use crate::caller::Caller;
+use crate::engine::report::ReportError;
 use crate::lookup::LookupError;
 use crate::ratelimit::RateLimitError;
-
-/// Who asks for an operation: the organization it acts in (with its tier, limits and time zone)
-/// and who the audit trail names.
-#[derive(Debug, Clone, Copy)]
-pub struct Acting<'a> {
-    /// The organization, as the caches and the rate limiter know it.
-    pub caller: &'a Caller,
-    /// Who the audit rows name: an API key or a dashboard account.
-    pub actor: Actor<'a>,
-}
-
-impl Acting<'_> {
-    /// The organization's id.
-    pub fn org_id(&self) -> OrgId {
-        self.caller.org_id()
-    }
-}
 
 /// A field of an input that breaks a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +74,9 @@ pub enum ServiceError {
     /// The state of things refuses the operation (409).
     #[error("{0}")]
     Conflict(String),
+    /// The assignment was accepted and is not persisted yet: to retry shortly (409).
+    #[error("the assignment is accepted and not persisted yet; retry shortly")]
+    NotYet,
     /// What was asked for existed and is gone (410).
     #[error("{0}")]
     Gone(String),
@@ -164,6 +122,7 @@ impl ServiceError {
             Self::NotFound(what) => Self::NotFound(what),
             Self::NotFoundSaying(message) => Self::NotFoundSaying(message.clone()),
             Self::Conflict(message) => Self::Conflict(message.clone()),
+            Self::NotYet => Self::NotYet,
             Self::Gone(message) => Self::Gone(message.clone()),
             Self::RateLimited(RateLimitError::Exceeded {
                 operation,

@@ -30,12 +30,14 @@ use flow_domain::ids::{AssignmentId, BackfillId, EnrollmentRuleId, OrgId, UserId
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use sqlx::PgPool;
 
-use crate::amqp::{BatchPublisher, Lane, PublishError, Submission};
-use crate::db::audit::{self, Actor};
-use crate::db::enrollment_backfills::{self as backfills, Claimed};
-use crate::db::enrollment_rules::{self as db, Evaluated, LedgerEntry, Match, Pending, RuleRecord};
-use crate::db::orgs::{self, Organization};
-use crate::db::rate_limits;
+use flow_common::amqp::{BatchPublisher, Lane, PublishError, Submission};
+use flow_common::db::audit::{self, Actor};
+use flow_common::db::enrollment_backfills::{self as backfills, Claimed};
+use flow_common::db::enrollment_rules::{
+    self as db, Evaluated, LedgerEntry, Match, Pending, RuleRecord,
+};
+use flow_common::db::orgs::{self, Organization};
+use flow_common::db::rate_limits;
 
 /// Most rules an organization may have.
 pub const MAX_RULES: i64 = 100;
@@ -238,7 +240,7 @@ impl Assigner<'_> {
         let mut pending = loop {
             attempt += 1;
             match self.claim(rules, profiles, &evaluated, now).await {
-                Err(error) if attempt < CLAIM_ATTEMPTS && crate::db::is_transient(&error) => {
+                Err(error) if attempt < CLAIM_ATTEMPTS && flow_common::db::is_transient(&error) => {
                     tracing::debug!(%error, "enrollment claim retried");
                 }
                 other => break other?,
@@ -254,7 +256,7 @@ impl Assigner<'_> {
             .map(|profile| (profile.id, profile))
             .collect();
         let zone = self.org.zone();
-        let traceparent = crate::telemetry::current_traceparent();
+        let traceparent = flow_common::telemetry::current_traceparent();
         let mut submissions = Vec::with_capacity(pending.len());
         let mut users = Vec::with_capacity(pending.len());
         for found in &pending {

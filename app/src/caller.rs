@@ -1,5 +1,5 @@
 //! Who a request acts for: the organization behind an API key (or a dashboard session), as the
-//! caches resolve it, the rate limiter counts it and the handlers scope every query by it.
+//! caches resolve it, the rate limiter counts it and the operations scope every query by it.
 
 use flow_common::db::orgs::Organization;
 use flow_domain::ids::{KeyId, OrgId};
@@ -18,6 +18,16 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// The organization acting without an API key (a dashboard session, `flowctl`).
+    pub fn without_key(org: Organization) -> Self {
+        Self {
+            key_id: KeyId(uuid::Uuid::nil()),
+            zone: org.zone(),
+            org,
+            scim_only: false,
+        }
+    }
+
     /// The organization's id.
     pub fn org_id(&self) -> OrgId {
         self.org.id

@@ -15,10 +15,10 @@ use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use flow_domain::{DayBound, Email, Invalid, Notes, Priority, parse_date_input};
 
-use super::{FieldProblem, ServiceError};
+use crate::Context;
 use crate::caller::Caller;
 use crate::lookup::LookupError;
-use crate::state::AppState;
+use crate::{FieldProblem, ServiceError};
 
 /// Most items in one bulk request.
 pub const MAX_BULK_ITEMS: usize = 1_000;
@@ -199,14 +199,14 @@ impl AssignInput {
 /// it once), so a 503 on the first attempt costs nothing. It is [`assign_many`] of one item, in
 /// the interactive lane: someone is waiting on this one.
 pub async fn assign_one(
-    state: &AppState,
+    ctx: &Context,
     caller: &Caller,
     input: AssignInput,
     request_id: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<Assigned, ServiceError> {
     assign_many(
-        state,
+        ctx,
         caller,
         Lane::Interactive,
         vec![(Ok(input), request_id.map(str::to_owned))],
@@ -228,7 +228,7 @@ pub async fn assign_one(
 /// outcomes are in order. The commands go to `lane`: a single assign to the interactive lane's
 /// queue, bulk work to the caller's organization's bulk queue (see `flow_common::amqp::Lane`).
 pub async fn assign_many(
-    state: &AppState,
+    ctx: &Context,
     caller: &Caller,
     lane: Lane,
     items: Vec<(Result<AssignInput, ServiceError>, Option<String>)>,
@@ -238,7 +238,7 @@ pub async fn assign_many(
     let mut pending = Vec::with_capacity(items.len());
     for (index, (input, request_id)) in items.into_iter().enumerate() {
         let prepared = match input {
-            Ok(input) => prepare(state, caller, input, request_id, now).await,
+            Ok(input) => prepare(ctx, caller, input, request_id, now).await,
             Err(error) => Err(error),
         };
         match prepared {
@@ -250,7 +250,7 @@ pub async fn assign_many(
         }
     }
     let (indexes, prepared): (Vec<usize>, Vec<Prepared>) = pending.into_iter().unzip();
-    let found = match look_up(state, &prepared).await {
+    let found = match look_up(ctx, &prepared).await {
         Ok(found) => found,
         Err(error) => {
             // One cause for all: the first item gets it, the others the same failure again.
@@ -268,7 +268,7 @@ pub async fn assign_many(
     let mut publishing = Vec::new();
     let mut submissions = Vec::new();
     for ((index, prepared), found) in indexes.into_iter().zip(prepared).zip(found) {
-        let planned = prepared.plan(state, found);
+        let planned = prepared.plan(ctx, found);
         match planned {
             Ok(Planned {
                 response,
@@ -295,13 +295,12 @@ pub async fn assign_many(
         (_, 0) => Vec::new(),
         (Lane::Interactive, 1) => {
             let submission = submissions.pop().expect("one submission");
-            vec![state.assign_publisher.publish(submission).await]
+            vec![ctx.assign_publisher.publish(submission).await]
         }
-        (Lane::Interactive, _) => state.assign_publisher.publish_all(None, &submissions).await,
+        (Lane::Interactive, _) => ctx.assign_publisher.publish_all(None, &submissions).await,
         (Lane::Bulk, _) => {
             let queue = caller.org.assign_queue(Lane::Bulk).suffix();
-            state
-                .assign_publisher
+            ctx.assign_publisher
                 .publish_all(Some(queue.as_str()), &submissions)
                 .await
         }
@@ -331,7 +330,7 @@ struct Planned {
 /// Finds the request's flow (cached; 404 when it is not the caller's) and builds its lookup key,
 /// with the claim of its `X-Request-ID` when it has one.
 async fn prepare(
-    state: &AppState,
+    ctx: &Context,
     caller: &Caller,
     input: AssignInput,
     request_id: Option<String>,
@@ -339,7 +338,7 @@ async fn prepare(
 ) -> Result<Prepared, ServiceError> {
     let org_id = caller.org_id();
     let flow = match input.flow_id {
-        Some(flow_id) => state.caches.flow(&state.db, org_id, flow_id).await?,
+        Some(flow_id) => ctx.caches.flow(&ctx.db, org_id, flow_id).await?,
         None => None,
     }
     .ok_or(ServiceError::NotFound("flow"))?;
@@ -367,10 +366,7 @@ async fn prepare(
 /// Looks up prepared requests in one go. A key repeated within one lookup batch by a request
 /// whose assignee does not exist leaves the others without a claim: those are looked up again
 /// (at most three times), and the next batch settles them.
-async fn look_up(
-    state: &AppState,
-    prepared: &[Prepared],
-) -> Result<Vec<LookupResult>, LookupError> {
+async fn look_up(ctx: &Context, prepared: &[Prepared]) -> Result<Vec<LookupResult>, LookupError> {
     let unsettled = |prepared: &Prepared, found: &LookupResult| {
         prepared.key.request.is_some()
             && found.user.is_some()
@@ -378,7 +374,7 @@ async fn look_up(
             && found.claim.is_none()
     };
     let keys = prepared.iter().map(|item| item.key.clone()).collect();
-    let mut found = state.lookup.resolve_all(keys).await?;
+    let mut found = ctx.lookup.resolve_all(keys).await?;
     for _ in 0..3 {
         let again: Vec<usize> = (0..prepared.len())
             .filter(|&index| unsettled(&prepared[index], &found[index]))
@@ -390,7 +386,7 @@ async fn look_up(
             .iter()
             .map(|&index| prepared[index].key.clone())
             .collect();
-        for (index, result) in again.into_iter().zip(state.lookup.resolve_all(keys).await?) {
+        for (index, result) in again.into_iter().zip(ctx.lookup.resolve_all(keys).await?) {
             found[index] = result;
         }
     }
@@ -400,7 +396,7 @@ async fn look_up(
 impl Prepared {
     /// The answer to this request given what the lookup `found`, and the command to publish
     /// first, if any.
-    fn plan(self, state: &AppState, found: LookupResult) -> Result<Planned, ServiceError> {
+    fn plan(self, ctx: &Context, found: LookupResult) -> Result<Planned, ServiceError> {
         let Prepared {
             input,
             flow,
@@ -487,7 +483,7 @@ impl Prepared {
             });
         }
         let command = AssignCommand {
-            assignment_id: state.assignment_ids.mint(key.org_id, now),
+            assignment_id: ctx.assignment_ids.mint(key.org_id, now),
             ..command
         };
         Ok(Planned {

@@ -10,17 +10,17 @@ use flow_domain::report::ExportStatus;
 use futures::TryStreamExt;
 use futures::stream::BoxStream;
 
-use super::{Acting, ServiceError};
+use crate::Context;
 use crate::ratelimit::{Operation, RateInfo};
-use crate::state::AppState;
+use crate::{Acting, ServiceError};
 
 /// One export of the organization, whatever its state.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: ExportId,
 ) -> Result<ExportRecord, ServiceError> {
-    exports::get(&state.db, acting.org_id(), id)
+    exports::get(&ctx.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound("export"))
 }
@@ -63,15 +63,12 @@ pub enum Opened {
 /// Opens an export: its state while it is generated, its file once ready. An expired export is
 /// [`ServiceError::Gone`].
 pub async fn open(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: ExportId,
 ) -> Result<(Opened, RateInfo), ServiceError> {
-    let rate = state
-        .limiter
-        .check(acting.caller, Operation::Read, 1)
-        .await?;
-    let export = get(state, acting, id).await?;
+    let rate = ctx.limiter.check(acting.caller, Operation::Read, 1).await?;
+    let export = get(ctx, acting, id).await?;
     let opened = match status_at(&export, Utc::now()) {
         ExportStatus::Expired => {
             return Err(ServiceError::Gone(format!(
@@ -85,20 +82,20 @@ pub async fn open(
                 .error
                 .unwrap_or_else(|| "the export could not be generated".to_owned()),
         ),
-        ExportStatus::Ready => Opened::Ready(file(state, &export).await?),
+        ExportStatus::Ready => Opened::Ready(file(ctx, &export).await?),
     };
     Ok((opened, rate))
 }
 
 /// Opens the file of a ready export in the export store.
-async fn file(state: &AppState, export: &ExportRecord) -> Result<ExportFile, ServiceError> {
+async fn file(ctx: &Context, export: &ExportRecord) -> Result<ExportFile, ServiceError> {
     let key = export.object_key.as_deref().ok_or_else(|| {
         ServiceError::Internal(anyhow::anyhow!(
             "export {} is ready without a file",
             export.id
         ))
     })?;
-    let file = state.export_store.get(key).await.map_err(|error| {
+    let file = ctx.export_store.get(key).await.map_err(|error| {
         ServiceError::Internal(anyhow::Error::new(error).context(format!(
             "opening the file of export {} in the export store",
             export.id

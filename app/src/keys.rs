@@ -10,8 +10,8 @@ use flow_domain::TextRule;
 use flow_domain::audit::AuditAction;
 use flow_domain::ids::KeyId;
 
-use super::{Acting, FieldProblem, ProblemKind, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, FieldProblem, ProblemKind, ServiceError};
 
 /// Longest key name.
 pub const MAX_NAME_CHARS: usize = 100;
@@ -52,13 +52,13 @@ fn check_name(text: &str) -> Result<String, ServiceError> {
 /// Generates a key named `name` (who uses it), restricted to SCIM provisioning when
 /// `scim_only` (the key an identity provider holds: refused on `/v1`).
 pub async fn generate(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     name: &str,
     scim_only: bool,
 ) -> Result<WithSecret, ServiceError> {
     let name = check_name(name)?;
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let (key, secret) =
         keys::create_scoped(&mut *transaction, acting.org_id(), &name, scim_only).await?;
     let detail = if scim_only {
@@ -82,8 +82,8 @@ pub async fn generate(
 
 /// Revokes a working key of the organization: every request with it is refused from now on.
 /// Another organization's key and one already revoked are [`ServiceError::NotFound`].
-pub async fn revoke(state: &AppState, acting: Acting<'_>, id: KeyId) -> Result<(), ServiceError> {
-    if keys::revoke(&state.db, Some(acting.org_id()), id, acting.actor).await? {
+pub async fn revoke(ctx: &Context, acting: Acting<'_>, id: KeyId) -> Result<(), ServiceError> {
+    if keys::revoke(&ctx.db, Some(acting.org_id()), id, acting.actor).await? {
         tracing::info!(key_id = %id, "API key revoked");
         Ok(())
     } else {
@@ -93,12 +93,12 @@ pub async fn revoke(state: &AppState, acting: Acting<'_>, id: KeyId) -> Result<(
 
 /// Rolls a working key: its replacement (same name) now, the old key working `overlap` more.
 pub async fn roll(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: KeyId,
     overlap: Duration,
 ) -> Result<WithSecret, ServiceError> {
-    let (key, secret) = keys::roll(&state.db, acting.org_id(), id, overlap, acting.actor)
+    let (key, secret) = keys::roll(&ctx.db, acting.org_id(), id, overlap, acting.actor)
         .await?
         .ok_or(ServiceError::NotFound("key"))?;
     tracing::info!(old_key_id = %id, key_id = %key.id, "API key rolled");

@@ -1,13 +1,19 @@
 //! Flows, for every surface: create one with its ordered modules (checked by one rule: a name of
 //! one line, a description, 1 to [`MAX_MODULES`] modules each with a name and an estimate), and
-//! read one with its modules.
+//! read one with its modules. The dashboard's figures of flows ([`counts`]) and its page of a
+//! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
+use chrono::{DateTime, Utc};
+use flow_common::db::assignments::AssignmentRecord;
+use flow_common::db::dashboard::{self, FlowCounts};
 use flow_common::db::flows::{self, Flow, Module, NewModule};
-use flow_domain::ids::FlowId;
+use flow_common::db::replicas::ReadPurpose;
+use flow_domain::AssignmentStatus;
+use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::{Invalid, TextRule};
 
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, ServiceError};
 
 /// Most modules in a flow.
 pub const MAX_MODULES: usize = 500;
@@ -94,12 +100,12 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
 
 /// Creates a flow with its modules in one transaction.
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     flow: &NewFlow,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
     let created = flows::create(
-        &state.db,
+        &ctx.db,
         acting.org_id(),
         &flow.name,
         flow.description.as_deref(),
@@ -112,13 +118,76 @@ pub async fn create(
 
 /// One flow of the organization with its modules in order.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: FlowId,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
-    let flow = flows::get(&state.db, acting.org_id(), id)
+    let flow = flows::get(&ctx.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound("flow"))?;
-    let modules = flows::modules(&state.db, id).await?;
+    let modules = flows::modules(&ctx.db, id).await?;
     Ok((flow, modules))
+}
+
+/// The figures of the organization's flows among `ids` (assignments, completed, overdue), at the
+/// instant they are read: on a fresh replica, else the primary, read again elsewhere when the
+/// replica fell behind meanwhile.
+pub async fn counts(
+    ctx: &Context,
+    acting: Acting<'_>,
+    ids: &[FlowId],
+) -> Result<Vec<FlowCounts>, ServiceError> {
+    let mut read = ctx.reads.read(ReadPurpose::Dashboard, None);
+    loop {
+        let (mut snapshot, source) = read.begin().await?;
+        let now = snapshot.now();
+        let outcome =
+            dashboard::flow_counts(snapshot.connection(), acting.org_id(), ids, now).await;
+        if let Some(served) = read.end(snapshot, source, outcome).await? {
+            return Ok(served.value);
+        }
+    }
+}
+
+/// Which of a flow's assignments [`assignments`] lists.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AssignmentFilter<'a> {
+    /// Only assignees whose e-mail contains this.
+    pub email: Option<&'a str>,
+    /// Only assignments of this status (judged at the instant of the read).
+    pub status: Option<AssignmentStatus>,
+    /// Only assignments after this one (assigned at, id), newest first.
+    pub after: Option<(DateTime<Utc>, AssignmentId)>,
+}
+
+/// Up to `limit` assignments of the flow `flow_id` that `filter` lets through, newest first, and
+/// the instant they were read at (their statuses are judged at it): on a fresh replica, else the
+/// primary, as [`counts`].
+pub async fn assignments(
+    ctx: &Context,
+    acting: Acting<'_>,
+    flow_id: FlowId,
+    filter: AssignmentFilter<'_>,
+    limit: i64,
+) -> Result<(Vec<AssignmentRecord>, DateTime<Utc>), ServiceError> {
+    let mut read = ctx.reads.read(ReadPurpose::Dashboard, None);
+    loop {
+        let (mut snapshot, source) = read.begin().await?;
+        let read_at = snapshot.now();
+        let outcome = dashboard::flow_assignments(
+            snapshot.connection(),
+            acting.org_id(),
+            flow_id,
+            filter.email,
+            filter.status,
+            filter.after,
+            limit,
+            read_at,
+        )
+        .await
+        .map(|rows| (rows, read_at));
+        if let Some(served) = read.end(snapshot, source, outcome).await? {
+            return Ok(served.value);
+        }
+    }
 }

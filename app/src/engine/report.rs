@@ -20,11 +20,11 @@ use futures::TryStreamExt;
 use futures::stream::BoxStream;
 use sqlx::PgConnection;
 
-use crate::db::assignments::{self, ModuleProgressRecord};
-use crate::db::reports::{
+use flow_common::db::assignments::{self, ModuleProgressRecord};
+use flow_common::db::reports::{
     self, AggregateRow, ExportRow, Metrics, PeriodBounds, ReportRow, ScheduleRow, Scope,
 };
-use crate::db::snapshot::Snapshot;
+use flow_common::db::snapshot::Snapshot;
 
 /// Periods aggregated together before the work is split across two lanes.
 const PERIODS_PER_QUERY: usize = 8;
@@ -40,7 +40,7 @@ pub enum ReportError {
     Database(#[from] sqlx::Error),
 }
 
-impl crate::db::replicas::ReadError for ReportError {
+impl flow_common::db::replicas::ReadError for ReportError {
     fn database_error(&self) -> Option<&sqlx::Error> {
         match self {
             Self::Database(error) => Some(error),

@@ -10,9 +10,9 @@ use flow_common::amqp::{self, BULK_SHARDS, Lane, QueueKind};
 use flow_common::db::{outbox, webhooks};
 use flow_domain::ids::OrgId;
 
-use super::ServiceError;
+use crate::Context;
+use crate::ServiceError;
 use crate::queue_depths::Reading;
-use crate::state::AppState;
 
 /// One line of the view: a queue, or the sum of a lane's queues.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,15 +46,15 @@ pub struct Overview {
 
 /// The view of organization `org_id`, whose bulk lane number is `bulk_lane`.
 pub async fn overview(
-    state: &AppState,
+    ctx: &Context,
     org_id: OrgId,
     bulk_lane: i64,
 ) -> Result<Overview, ServiceError> {
     let bulk_shard = amqp::bulk_shard(bulk_lane);
-    let reading = state.queue_depths.latest();
-    let unpublished_events = outbox::backlog_of(&state.db, org_id).await?;
-    let webhook_backlog = webhooks::log::backlog(&state.db, org_id).await?;
-    let prefix = state.topology().prefix();
+    let reading = ctx.queue_depths.latest();
+    let unpublished_events = outbox::backlog_of(&ctx.db, org_id).await?;
+    let webhook_backlog = webhooks::log::backlog(&ctx.db, org_id).await?;
+    let prefix = ctx.topology().prefix();
     Ok(Overview {
         bulk_shard,
         read_at: reading.as_ref().map(|reading| reading.read_at),

@@ -1,7 +1,7 @@
 //! Groups of users an identity provider pushes (SCIM): created, renamed, their members added
 //! and removed, deleted. Members are users of the organization; names are unique in it
 //! case-insensitively. Every write owns its transaction and audit row and answers
-//! [`Changed`](super::provisioning::Changed): the users whose memberships it changed, for
+//! [`Changed`](crate::provisioning::Changed): the users whose memberships it changed, for
 //! enrollment rules (none for a write that leaves the group as it was).
 
 use std::collections::BTreeSet;
@@ -14,9 +14,9 @@ use flow_domain::Invalid;
 use flow_domain::audit::AuditAction;
 use flow_domain::ids::{GroupId, UserId};
 
-use super::provisioning::{Changed, Edit, Locked, is_unique_violation};
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::provisioning::{Changed, Edit, Locked, is_unique_violation};
+use crate::{Acting, ServiceError};
 
 /// What a group is to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,12 +78,12 @@ async fn check_members(
 
 /// A group of the organization, with its members when `with_members`.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: GroupId,
     with_members: bool,
 ) -> Result<StoredGroup, ServiceError> {
-    let mut connection = state.db.acquire().await?;
+    let mut connection = ctx.db.acquire().await?;
     stored(&mut connection, acting, id, false, with_members).await
 }
 
@@ -110,14 +110,14 @@ async fn stored(
 /// A page of the organization's groups matching `filter`, from `offset`, with their members when
 /// `with_members`; and how many match.
 pub async fn search(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     filter: Option<&SqlFilter>,
     offset: u64,
     count: usize,
     with_members: bool,
 ) -> Result<(u64, Vec<StoredGroup>), ServiceError> {
-    let (total, rows) = groups::search(&state.db, acting.org_id(), filter, offset, count).await?;
+    let (total, rows) = groups::search(&ctx.db, acting.org_id(), filter, offset, count).await?;
     let mut found: Vec<StoredGroup> = rows
         .into_iter()
         .map(|row| StoredGroup {
@@ -126,7 +126,7 @@ pub async fn search(
         })
         .collect();
     if with_members {
-        load_members(state, acting, &mut found).await?;
+        load_members(ctx, acting, &mut found).await?;
     }
     Ok((total, found))
 }
@@ -134,7 +134,7 @@ pub async fn search(
 /// How many members the groups have together, counted up to `up_to` (a read bounded before
 /// members are loaded: a SCIM response carries a bounded number of them, and costs by it).
 pub async fn member_count(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     ids: &[GroupId],
     up_to: u64,
@@ -143,13 +143,13 @@ pub async fn member_count(
         return Ok(0);
     }
     let up_to = i64::try_from(up_to).unwrap_or(i64::MAX);
-    let count = groups::member_count(&state.db, acting.org_id(), ids, up_to).await?;
+    let count = groups::member_count(&ctx.db, acting.org_id(), ids, up_to).await?;
     Ok(u64::try_from(count).unwrap_or_default())
 }
 
 /// Loads the members of `found` (read without them), each group's in one pass.
 pub async fn load_members(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     found: &mut [StoredGroup],
 ) -> Result<(), ServiceError> {
@@ -157,7 +157,7 @@ pub async fn load_members(
         return Ok(());
     }
     let ids: Vec<GroupId> = found.iter().map(|group| group.row.id).collect();
-    let members = groups::members(&state.db, acting.org_id(), &ids).await?;
+    let members = groups::members(&ctx.db, acting.org_id(), &ids).await?;
     let mut by_group: std::collections::HashMap<GroupId, Vec<MemberRow>> =
         std::collections::HashMap::with_capacity(found.len());
     for member in members {
@@ -171,12 +171,12 @@ pub async fn load_members(
 
 /// Creates a group with its members. Audited as `group.created`.
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     input: GroupInput,
 ) -> Result<Changed<StoredGroup>, ServiceError> {
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     check_members(&mut transaction, acting, &input.members).await?;
     let row = match groups::insert(
         &mut transaction,
@@ -209,19 +209,19 @@ pub async fn create(
         value: StoredGroup { row, members },
         users: added,
     }
-    .with_rules(state, acting, None)
+    .with_rules(ctx, acting, None)
     .await
 }
 
 /// The group `id`, with its members when `with_members`, locked in a new transaction for a
 /// change.
 async fn locked(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: GroupId,
     with_members: bool,
 ) -> Result<Locked<StoredGroup>, ServiceError> {
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let current = stored(&mut transaction, acting, id, true, with_members).await?;
     Ok(Locked {
         transaction,
@@ -235,12 +235,12 @@ async fn locked(
 /// id and members) writes nothing and changes no user, so it runs no enrollment rule for its
 /// members. Audited as `group.updated`.
 pub async fn edit<E: From<ServiceError>>(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: GroupId,
     edit: impl FnOnce(&StoredGroup) -> Result<GroupInput, E>,
 ) -> Result<Changed<StoredGroup>, E> {
-    let locked = locked(state, acting, id, true).await?;
+    let locked = locked(ctx, acting, id, true).await?;
     match locked.edit(|group| Ok(group.input()), edit)? {
         Edit::Unchanged(current) => Ok(Changed {
             value: current,
@@ -250,7 +250,7 @@ pub async fn edit<E: From<ServiceError>>(
             locked,
             before,
             after,
-        } => Ok(write(state, acting, locked, &before, &after).await?),
+        } => Ok(write(ctx, acting, locked, &before, &after).await?),
     }
 }
 
@@ -258,7 +258,7 @@ pub async fn edit<E: From<ServiceError>>(
 /// and the difference in members, with its audit row; then runs the rules for the users who
 /// joined or left, or for every member when the group was renamed.
 async fn write(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     locked: Locked<StoredGroup>,
     before: &GroupInput,
@@ -314,14 +314,14 @@ async fn write(
         value: StoredGroup { row, members },
         users,
     }
-    .with_rules(state, acting, None)
+    .with_rules(ctx, acting, None)
     .await
 }
 
 /// Deletes a group (its members stay users). `check` sees the stored group first (a
 /// precondition). Audited as `group.deleted`.
 pub async fn delete<E: From<ServiceError>>(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: GroupId,
     check: impl FnOnce(&GroupRow) -> Result<(), E>,
@@ -329,7 +329,7 @@ pub async fn delete<E: From<ServiceError>>(
     let Locked {
         mut transaction,
         current,
-    } = locked(state, acting, id, false).await?;
+    } = locked(ctx, acting, id, false).await?;
     check(&current.row)?;
     let org_id = acting.org_id();
     let former = async move {
@@ -352,6 +352,6 @@ pub async fn delete<E: From<ServiceError>>(
         value: (),
         users: former,
     }
-    .with_rules(state, acting, None)
+    .with_rules(ctx, acting, None)
     .await
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use flow_common::db::{self, flows::FlowSummary, keys};
-use flow_common::enrollment::{self, EnrollmentError};
 use flow_common::runtime::{Supervisor, Wakeup};
 use flow_domain::enrollment::Rule;
 use flow_domain::ids::{FlowId, KeyId, OrgId};
@@ -25,6 +24,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::caller::Caller;
+use crate::engine::enrollment::{self as enrollment, EnrollmentError};
 
 /// Uncached keys one client address may have looked up in Postgres per
 /// [`UNKNOWN_KEY_WINDOW`] without any of them authenticating, on one API replica.

@@ -5,13 +5,12 @@
 //! runs); [`preview`] answers what a rule would do before it is saved.
 //!
 //! The evaluation itself (matching, the claim that makes each (rule, user) assign once, the
-//! publish) is `flow_common::enrollment`'s, shared with the scheduler, which also evaluates what
+//! publish) is `crate::engine::enrollment`'s, shared with the scheduler, which also evaluates what
 //! a write's own evaluation left pending.
 
 use flow_common::db::audit;
 use flow_common::db::enrollment_backfills::{self as backfills, Backfill, Requested};
 use flow_common::db::enrollment_rules::{self as db, RuleFields, RuleRecord};
-use flow_common::enrollment::{Assigner, EnrollmentError, PAGE};
 use flow_domain::Invalid;
 use flow_domain::audit::AuditAction;
 use flow_domain::enrollment::{Applied, Due, DueFrom, Profile, Rule};
@@ -19,13 +18,14 @@ use flow_domain::ids::{BackfillId, EnrollmentRuleId, FlowId, UserId};
 use flow_domain::{Notes, Priority, TextRule};
 use serde_json::Value;
 
+pub use crate::engine::enrollment::MAX_RULES;
 pub use flow_common::db::enrollment_backfills::MAX_UNFINISHED as MAX_UNFINISHED_BACKFILLS;
-pub use flow_common::enrollment::MAX_RULES;
 pub use flow_domain::enrollment::{Condition, MAX_DUE_DAYS};
 
-use super::{Acting, ServiceError};
+use crate::Context;
+use crate::engine::enrollment::{Assigner, EnrollmentError, PAGE};
 use crate::ratelimit::{Operation, RateInfo, preview_cost};
-use crate::state::AppState;
+use crate::{Acting, ServiceError};
 
 /// Users a preview lists (it counts them all).
 pub const PREVIEW_USERS: usize = 20;
@@ -133,10 +133,9 @@ fn fields(rule: &Rule) -> RuleFields {
 }
 
 /// Checks that the rule's flow is the organization's.
-async fn check_flow(state: &AppState, acting: Acting<'_>, rule: &Rule) -> Result<(), ServiceError> {
-    state
-        .caches
-        .flow(&state.db, acting.org_id(), rule.flow_id)
+async fn check_flow(ctx: &Context, acting: Acting<'_>, rule: &Rule) -> Result<(), ServiceError> {
+    ctx.caches
+        .flow(&ctx.db, acting.org_id(), rule.flow_id)
         .await?
         .map(|_| ())
         .ok_or(ServiceError::NotFound("flow"))
@@ -159,21 +158,21 @@ async fn notify_rules_changed(
 
 /// A page of the organization's rules, after `after` when given.
 pub async fn list(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     after: Option<EnrollmentRuleId>,
     limit: i64,
 ) -> Result<Vec<RuleRecord>, ServiceError> {
-    Ok(db::list(&state.db, acting.org_id(), after, limit).await?)
+    Ok(db::list(&ctx.db, acting.org_id(), after, limit).await?)
 }
 
 /// One rule.
 pub async fn get(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: EnrollmentRuleId,
 ) -> Result<RuleRecord, ServiceError> {
-    db::get(&state.db, acting.org_id(), id)
+    db::get(&ctx.db, acting.org_id(), id)
         .await?
         .ok_or(ServiceError::NotFound("enrollment rule"))
 }
@@ -181,14 +180,14 @@ pub async fn get(
 /// Creates a rule. It applies to users as they are created or changed from now on; users who
 /// match already are assigned by a [`backfill`].
 pub async fn create(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     input: RuleInput,
 ) -> Result<RuleRecord, ServiceError> {
     let rule = parse(EnrollmentRuleId::new(), input)?;
-    check_flow(state, acting, &rule).await?;
+    check_flow(ctx, acting, &rule).await?;
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     // One creation at a time per organization, so the cap holds under concurrent requests.
     sqlx::query("SELECT id FROM organizations WHERE id = $1 FOR UPDATE")
         .bind(org_id)
@@ -211,7 +210,7 @@ pub async fn create(
     .await?;
     notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed(org_id);
+    ctx.caches.rules_changed(org_id);
     tracing::info!(rule_id = %record.id, "enrollment rule created");
     Ok(record)
 }
@@ -219,15 +218,15 @@ pub async fn create(
 /// Replaces a rule's fields. Matches recorded so far stay: a user already assigned is not
 /// assigned again because the rule changed.
 pub async fn update(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: EnrollmentRuleId,
     input: RuleInput,
 ) -> Result<RuleRecord, ServiceError> {
     let rule = parse(id, input)?;
-    check_flow(state, acting, &rule).await?;
+    check_flow(ctx, acting, &rule).await?;
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     if !db::update(&mut transaction, org_id, id, &fields(&rule)).await? {
         return Err(ServiceError::NotFound("enrollment rule"));
     }
@@ -245,18 +244,18 @@ pub async fn update(
         .ok_or(ServiceError::NotFound("enrollment rule"))?;
     notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed(org_id);
+    ctx.caches.rules_changed(org_id);
     Ok(record)
 }
 
 /// Deletes a rule; the assignments it made stay.
 pub async fn delete(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: EnrollmentRuleId,
 ) -> Result<(), ServiceError> {
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     if !db::delete(&mut *transaction, org_id, id).await? {
         return Err(ServiceError::NotFound("enrollment rule"));
     }
@@ -271,7 +270,7 @@ pub async fn delete(
     .await?;
     notify_rules_changed(&mut transaction, org_id).await?;
     transaction.commit().await?;
-    state.caches.rules_changed(org_id);
+    ctx.caches.rules_changed(org_id);
     Ok(())
 }
 
@@ -291,14 +290,14 @@ pub struct Preview {
 /// [`crate::ratelimit::USERS_PER_PREVIEW_READ`] users of the organization, charged before the
 /// walk (429 when the read limit has not that much left), whichever surface asks.
 pub async fn preview(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     input: RuleInput,
 ) -> Result<Preview, ServiceError> {
     let rule = parse(EnrollmentRuleId::new(), input)?;
-    check_flow(state, acting, &rule).await?;
-    let users = db::user_count(&state.db, acting.org_id()).await?;
-    let rate = state
+    check_flow(ctx, acting, &rule).await?;
+    let users = db::user_count(&ctx.db, acting.org_id()).await?;
+    let rate = ctx
         .limiter
         .check(acting.caller, Operation::Read, preview_cost(users))
         .await?;
@@ -309,7 +308,7 @@ pub async fn preview(
     };
     let mut after = None;
     loop {
-        let page = db::profiles_page(&state.db, acting.org_id(), after, PAGE).await?;
+        let page = db::profiles_page(&ctx.db, acting.org_id(), after, PAGE).await?;
         let Some(last) = page.last() else { break };
         after = Some(last.id);
         let full = page.len() as i64 == PAGE;
@@ -334,12 +333,12 @@ pub async fn preview(
 /// (`false`: not created now). An organization has at most [`MAX_UNFINISHED_BACKFILLS`] queued
 /// or running (409 past it).
 pub async fn backfill(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: EnrollmentRuleId,
 ) -> Result<(Backfill, bool), ServiceError> {
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let rule = db::get(&mut *transaction, org_id, id)
         .await?
         .ok_or(ServiceError::NotFound("enrollment rule"))?;
@@ -374,22 +373,22 @@ pub async fn backfill(
 
 /// One backfill of one of the organization's rules.
 pub async fn backfill_status(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     rule_id: EnrollmentRuleId,
     id: BackfillId,
 ) -> Result<Backfill, ServiceError> {
-    backfills::get(&state.db, acting.org_id(), rule_id, id)
+    backfills::get(&ctx.db, acting.org_id(), rule_id, id)
         .await?
         .ok_or(ServiceError::NotFound("backfill"))
 }
 
 /// The latest backfill of each of the organization's rules that has one.
 pub async fn latest_backfills(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
 ) -> Result<Vec<Backfill>, ServiceError> {
-    Ok(backfills::latest(&state.db, acting.org_id()).await?)
+    Ok(backfills::latest(&ctx.db, acting.org_id()).await?)
 }
 
 /// Evaluates the organization's rules (cached for a few seconds) for these users after a change
@@ -398,24 +397,24 @@ pub async fn latest_backfills(
 /// this not finish). Cheap when the organization has no rules; safe to call from any replica,
 /// any number of times.
 pub async fn users_changed(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     user_ids: &[UserId],
 ) -> Result<Applied, ServiceError> {
     if user_ids.is_empty() {
         return Ok(Applied::default());
     }
-    let rules = state
+    let rules = ctx
         .caches
-        .enrollment_rules(&state.db, acting.org_id())
+        .enrollment_rules(&ctx.db, acting.org_id())
         .await?;
     if rules.is_empty() {
         // Rows a write queued while this replica's copy was stale are the scheduler's.
         return Ok(Applied::default());
     }
     let assigner = Assigner {
-        pool: &state.db,
-        publisher: &state.assign_publisher,
+        pool: &ctx.db,
+        publisher: &ctx.assign_publisher,
         org: &acting.caller.org,
         actor: acting.actor,
     };

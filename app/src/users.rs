@@ -2,10 +2,10 @@
 //! one line of at most 200 characters), then upserted by e-mail, one, many in one transaction
 //! (all or nothing), or an imported file's worth in batches; and provisioned by an identity
 //! provider (SCIM) with a profile, changed, deactivated and deleted. Every provisioning write
-//! answers [`Changed`](super::provisioning::Changed): the users whose attributes or memberships it
+//! answers [`Changed`](crate::provisioning::Changed): the users whose attributes or memberships it
 //! changed.
 //! Every write then runs the organization's enrollment rules for the users it changed
-//! ([`super::enrollment::users_changed`]).
+//! ([`crate::enrollment::users_changed`]).
 
 use flow_common::db::audit;
 use flow_common::db::erasure::PSEUDONYM_DOMAIN;
@@ -16,9 +16,9 @@ use flow_domain::audit::AuditAction;
 use flow_domain::ids::UserId;
 use flow_domain::{Email, Invalid, TextRule};
 
-use super::provisioning::{Changed, Edit, Locked, is_unique_violation};
-use super::{Acting, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::provisioning::{Changed, Edit, Locked, is_unique_violation};
+use crate::{Acting, ServiceError};
 
 /// Users written per statement of an import.
 const IMPORT_BATCH: usize = 1_000;
@@ -37,14 +37,14 @@ pub fn check(email: Option<&str>, name: Option<&str>, prefix: &str) -> Result<Ne
 /// Creates the users, or updates the names of those that exist, in one statement (all or
 /// nothing); returns them in input order, each saying whether it was created.
 pub async fn upsert(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     new: &[NewUser],
 ) -> Result<Vec<User>, ServiceError> {
-    let rows = users::upsert(&state.db, acting.org_id(), new).await?;
+    let rows = users::upsert(&ctx.db, acting.org_id(), new).await?;
     let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
     // A failure here fails the request; its retry (an upsert is idempotent) evaluates again.
-    super::enrollment::users_changed(state, acting, &ids).await?;
+    crate::enrollment::users_changed(ctx, acting, &ids).await?;
     Ok(rows)
 }
 
@@ -60,7 +60,7 @@ pub struct Imported {
 /// Upserts an imported file's users, [`IMPORT_BATCH`] per statement. A file naming one person
 /// twice counts them once; the last row's name wins, as in a bulk upsert.
 pub async fn import(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     new: Vec<NewUser>,
 ) -> Result<Imported, ServiceError> {
@@ -77,9 +77,9 @@ pub async fn import(
     }
     let mut imported = Imported::default();
     for batch in unique.chunks(IMPORT_BATCH) {
-        let rows = users::upsert(&state.db, acting.org_id(), batch).await?;
+        let rows = users::upsert(&ctx.db, acting.org_id(), batch).await?;
         let ids: Vec<_> = rows.iter().map(|user| user.id).collect();
-        super::enrollment::users_changed(state, acting, &ids).await?;
+        crate::enrollment::users_changed(ctx, acting, &ids).await?;
         let created = rows.iter().filter(|user| user.created).count();
         imported.created += created;
         imported.updated += rows.len() - created;
@@ -140,11 +140,11 @@ pub fn stored_profile(row: &ProfileRow) -> Result<Profile, ServiceError> {
 /// A user of the organization with their profile, as provisioning sees them: a user deleted
 /// through SCIM or erased is [`ServiceError::NotFound`].
 pub async fn profile(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: UserId,
 ) -> Result<ProfileRow, ServiceError> {
-    let mut connection = state.db.acquire().await?;
+    let mut connection = ctx.db.acquire().await?;
     visible_profile(&mut connection, acting, id, false).await
 }
 
@@ -165,13 +165,13 @@ async fn visible_profile(
 
 /// A page of the users provisioning sees, matching `filter`, from `offset`; and how many match.
 pub async fn search(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     filter: Option<&SqlFilter>,
     offset: u64,
     count: usize,
 ) -> Result<(u64, Vec<ProfileRow>), ServiceError> {
-    Ok(users::search_profiles(&state.db, acting.org_id(), filter, offset, count).await?)
+    Ok(users::search_profiles(&ctx.db, acting.org_id(), filter, offset, count).await?)
 }
 
 /// Provisions a user: a new one, or — when a user with that e-mail was deleted through SCIM —
@@ -179,13 +179,13 @@ pub async fn search(
 /// not). An erased user is never provisioned again: their e-mail is a pseudonym, which no write
 /// may use. Audited as `user.provisioned`.
 pub async fn provision(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     profile: Profile,
 ) -> Result<Changed<ProfileRow>, ServiceError> {
     unreserved(&profile.email)?;
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let existing =
         users::profile_by_email_for_update(&mut transaction, org_id, &profile.email).await?;
     let (row, detail) = match existing {
@@ -213,18 +213,18 @@ pub async fn provision(
     transaction.commit().await?;
     let id = row.id;
     Changed::of(row, Some(id))
-        .with_rules(state, acting, None)
+        .with_rules(ctx, acting, None)
         .await
 }
 
 /// The user `id` as provisioning sees them (not deleted through SCIM), locked in a new
 /// transaction for a change.
 async fn locked(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: UserId,
 ) -> Result<Locked<ProfileRow>, ServiceError> {
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let current = visible_profile(&mut transaction, acting, id, true).await?;
     Ok(Locked {
         transaction,
@@ -237,32 +237,29 @@ async fn locked(
 /// written when nothing changes. A deactivation (`active` turned false) stops new assigns to
 /// the user; audited as `user.deactivated`, `user.reactivated` or `user.updated`.
 pub async fn edit<E: From<ServiceError>>(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: UserId,
     edit: impl FnOnce(&ProfileRow) -> Result<Profile, E>,
 ) -> Result<Changed<ProfileRow>, E> {
-    match locked(state, acting, id)
-        .await?
-        .edit(stored_profile, edit)?
-    {
+    match locked(ctx, acting, id).await?.edit(stored_profile, edit)? {
         Edit::Unchanged(current) => {
             Changed::of(current, None)
-                .with_rules(state, acting, Some(id))
+                .with_rules(ctx, acting, Some(id))
                 .await
         }
         Edit::To {
             locked,
             before,
             after,
-        } => Ok(write_profile(state, acting, locked, &before, &after).await?),
+        } => Ok(write_profile(ctx, acting, locked, &before, &after).await?),
     }
 }
 
 /// Writes the profile `after` of the locked user (whose profile was `before`), with its audit
 /// row, then runs the rules for them.
 async fn write_profile(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     locked: Locked<ProfileRow>,
     before: &Profile,
@@ -300,7 +297,7 @@ async fn write_profile(
         tracing::info!(user_id = %id, active = after.active, "user (de)activated");
     }
     Changed::of(row, Some(id))
-        .with_rules(state, acting, None)
+        .with_rules(ctx, acting, None)
         .await
 }
 
@@ -309,7 +306,7 @@ async fn write_profile(
 /// of the same e-mail revives them). `check` sees the stored user first (a precondition).
 /// Audited as `user.deleted`.
 pub async fn delete<E: From<ServiceError>>(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: UserId,
     check: impl FnOnce(&ProfileRow) -> Result<(), E>,
@@ -317,7 +314,7 @@ pub async fn delete<E: From<ServiceError>>(
     let Locked {
         mut transaction,
         current,
-    } = locked(state, acting, id).await?;
+    } = locked(ctx, acting, id).await?;
     check(&current)?;
     let org_id = acting.org_id();
     async move {

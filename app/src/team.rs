@@ -10,8 +10,8 @@ use flow_domain::audit::AuditAction;
 use flow_domain::ids::AccountId;
 use flow_domain::{Email, Role};
 
-use super::{Acting, FieldProblem, ServiceError};
-use crate::state::AppState;
+use crate::Context;
+use crate::{Acting, FieldProblem, ServiceError};
 
 /// A one-time sign-in link, shown once.
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ pub fn cannot_invite(email: &Email) -> String {
 
 /// Invites `email` as `role`: an account without a password, and its first sign-in link.
 pub async fn invite(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     email: &str,
     role: Role,
@@ -41,14 +41,14 @@ pub async fn invite(
     let email = Email::parse("email", email.trim())
         .map_err(|problem| ServiceError::Fields(vec![FieldProblem::invalid("email", problem)]))?;
     let org_id = acting.org_id();
-    let mut transaction = state.db.begin().await?;
+    let mut transaction = ctx.db.begin().await?;
     let Some((invited, token, expires_at)) =
         accounts::invite(&mut transaction, org_id, &email, role).await?
     else {
         drop(transaction);
         // Name the account only when it is this organization's: whether an address has an
         // account elsewhere is another organization's business.
-        let ours = accounts::find_by_email(&state.db, &email)
+        let ours = accounts::find_by_email(&ctx.db, &email)
             .await?
             .is_some_and(|existing| existing.org_id == org_id);
         return Err(ServiceError::Conflict(if ours {
@@ -69,7 +69,7 @@ pub async fn invite(
     transaction.commit().await?;
     tracing::info!(account_id = %invited.id, "dashboard account invited");
     Ok(IssuedLink {
-        url: accounts::link_url(&state.config.public_base_url, &token),
+        url: accounts::link_url(&ctx.settings.public_base_url, &token),
         account: invited,
         expires_at,
     })
@@ -94,16 +94,16 @@ fn refused(error: ChangeError) -> ServiceError {
 /// Issues a new sign-in link for the account `id`: its password stops working and its sessions
 /// end at once.
 pub async fn new_link(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: AccountId,
 ) -> Result<IssuedLink, ServiceError> {
     let (account, token, expires_at) =
-        accounts::reset_with_link(&state.db, acting.org_id(), id, acting.actor)
+        accounts::reset_with_link(&ctx.db, acting.org_id(), id, acting.actor)
             .await
             .map_err(refused)?;
     Ok(IssuedLink {
-        url: accounts::link_url(&state.config.public_base_url, &token),
+        url: accounts::link_url(&ctx.settings.public_base_url, &token),
         account,
         expires_at,
     })
@@ -112,12 +112,12 @@ pub async fn new_link(
 /// Removes, disables, enables or changes the role of the account `id`; removing, disabling and
 /// demoting end its sessions on every replica.
 pub async fn change(
-    state: &AppState,
+    ctx: &Context,
     acting: Acting<'_>,
     id: AccountId,
     change: AccountChange,
 ) -> Result<Changed, ServiceError> {
-    accounts::change(&state.db, acting.org_id(), id, change, acting.actor)
+    accounts::change(&ctx.db, acting.org_id(), id, change, acting.actor)
         .await
         .map_err(refused)
 }
