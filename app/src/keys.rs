@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use flow_common::db::audit;
-use flow_common::db::keys::{self, ApiKey};
+use flow_common::db::keys::{self, ApiKey, Rolled};
 use flow_domain::TextRule;
 use flow_domain::audit::AuditAction;
-use flow_domain::ids::KeyId;
+use flow_domain::ids::{KeyId, OrgId};
 
 use crate::Context;
 use crate::{Acting, FieldProblem, ProblemKind, ServiceError};
@@ -83,12 +83,30 @@ pub async fn generate(
 /// Revokes a working key of the organization: every request with it is refused from now on.
 /// Another organization's key and one already revoked are [`ServiceError::NotFound`].
 pub async fn revoke(ctx: &Context, acting: Acting<'_>, id: KeyId) -> Result<(), ServiceError> {
-    if keys::revoke(&ctx.db, Some(acting.org_id()), id, acting.actor).await? {
-        tracing::info!(key_id = %id, "API key revoked");
-        Ok(())
-    } else {
-        Err(ServiceError::NotFound("key"))
+    revoke_scoped(ctx, Some(acting.org_id()), id, acting.actor).await
+}
+
+/// Revokes a working key by its id alone, whatever its organization: an operator's act
+/// (`flowctl key revoke`).
+pub async fn revoke_as_operator(ctx: &Context, id: KeyId) -> Result<(), ServiceError> {
+    revoke_scoped(ctx, None, id, audit::Actor::Flowctl).await
+}
+
+/// Revokes key `id` (of `org_id` when given) with its audit row, in one transaction.
+async fn revoke_scoped(
+    ctx: &Context,
+    org_id: Option<OrgId>,
+    id: KeyId,
+    actor: audit::Actor<'_>,
+) -> Result<(), ServiceError> {
+    let mut transaction = ctx.db.begin().await?;
+    if keys::revoke(&mut transaction, org_id, id).await?.is_none() {
+        return Err(ServiceError::NotFound("key"));
     }
+    audit::record_for_key(&mut *transaction, id, actor, AuditAction::KeyRevoked).await?;
+    transaction.commit().await?;
+    tracing::info!(key_id = %id, "API key revoked");
+    Ok(())
 }
 
 /// Rolls a working key: its replacement (same name) now, the old key working `overlap` more.
@@ -98,9 +116,22 @@ pub async fn roll(
     id: KeyId,
     overlap: Duration,
 ) -> Result<WithSecret, ServiceError> {
-    let (key, secret) = keys::roll(&ctx.db, acting.org_id(), id, overlap, acting.actor)
+    let org_id = acting.org_id();
+    let mut transaction = ctx.db.begin().await?;
+    let Rolled { old, key, secret } = keys::roll(&mut transaction, org_id, id, overlap)
         .await?
         .ok_or(ServiceError::NotFound("key"))?;
+    let detail = format!("{} (replaced by {}…)", old.name, key.prefix);
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        AuditAction::KeyRolled,
+        &old.id.to_string(),
+        &detail,
+    )
+    .await?;
+    transaction.commit().await?;
     tracing::info!(old_key_id = %id, key_id = %key.id, "API key rolled");
     Ok(WithSecret { key, secret })
 }

@@ -16,7 +16,9 @@ use argon2::Argon2;
 use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
 use flow_common::db::accounts::{self, Account, Admission};
+use flow_common::db::audit;
 use flow_domain::Email;
+use flow_domain::audit::AuditAction;
 use tokio::sync::Semaphore;
 
 use crate::{Context, ServiceError};
@@ -120,6 +122,15 @@ pub async fn set_password(
         return Ok(PasswordSet::LinkInvalid);
     };
     accounts::forget_failures(&mut *transaction, &account.email.to_lowercase()).await?;
+    audit::record(
+        &mut *transaction,
+        account.org_id,
+        audit::Actor::Account(&account.email),
+        AuditAction::AccountPasswordSet,
+        &account.id.to_string(),
+        &account.email,
+    )
+    .await?;
     transaction.commit().await?;
     tracing::info!(account_id = %account.id, "dashboard password set");
     Ok(PasswordSet::Set(account))

@@ -92,32 +92,78 @@ fn refused(error: ChangeError) -> ServiceError {
 }
 
 /// Issues a new sign-in link for the account `id`: its password stops working and its sessions
-/// end at once.
+/// end at once; with its audit row, in one transaction.
 pub async fn new_link(
     ctx: &Context,
     acting: Acting<'_>,
     id: AccountId,
 ) -> Result<IssuedLink, ServiceError> {
-    let (account, token, expires_at) =
-        accounts::reset_with_link(&ctx.db, acting.org_id(), id, acting.actor)
-            .await
-            .map_err(refused)?;
+    let org_id = acting.org_id();
+    let mut transaction = ctx.db.begin().await?;
+    let reset = accounts::reset_with_link(&mut transaction, org_id, id)
+        .await
+        .map_err(refused)?;
+    let detail = if reset.had_password {
+        format!("{} (password reset)", reset.account.email)
+    } else {
+        reset.account.email.clone()
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        AuditAction::AccountLinkIssued,
+        &reset.account.id.to_string(),
+        &detail,
+    )
+    .await?;
+    transaction.commit().await?;
     Ok(IssuedLink {
-        url: accounts::link_url(&ctx.settings.public_base_url, &token),
-        account,
-        expires_at,
+        url: accounts::link_url(&ctx.settings.public_base_url, &reset.token),
+        account: reset.account,
+        expires_at: reset.expires_at,
     })
 }
 
 /// Removes, disables, enables or changes the role of the account `id`; removing, disabling and
-/// demoting end its sessions on every replica.
+/// demoting end its sessions on every replica. A change that changes something commits with its
+/// audit row.
 pub async fn change(
     ctx: &Context,
     acting: Acting<'_>,
     id: AccountId,
     change: AccountChange,
 ) -> Result<Changed, ServiceError> {
-    accounts::change(&ctx.db, acting.org_id(), id, change, acting.actor)
+    let org_id = acting.org_id();
+    let mut transaction = ctx.db.begin().await?;
+    let changed = accounts::change(&mut transaction, org_id, id, change)
         .await
-        .map_err(refused)
+        .map_err(refused)?;
+    if !changed.changed {
+        return Ok(changed);
+    }
+    let was = &changed.was;
+    let (action, detail) = match change {
+        AccountChange::Remove => (
+            AuditAction::AccountRemoved,
+            format!("{} ({})", was.email, was.role),
+        ),
+        AccountChange::Disable => (AuditAction::AccountDisabled, was.email.clone()),
+        AccountChange::Enable => (AuditAction::AccountEnabled, was.email.clone()),
+        AccountChange::SetRole(role) => (
+            AuditAction::AccountRoleChanged,
+            format!("{}: {} → {}", was.email, was.role, role.as_str()),
+        ),
+    };
+    audit::record(
+        &mut *transaction,
+        org_id,
+        acting.actor,
+        action,
+        &was.id.to_string(),
+        &detail,
+    )
+    .await?;
+    transaction.commit().await?;
+    Ok(changed)
 }

@@ -6,7 +6,6 @@ use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
 use flow_app::keys::{self, WithSecret};
 use flow_common::config::CoreConfig;
-use flow_common::db::audit::Actor;
 use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
 use flow_domain::ids::{KeyId, OrgId};
 use flow_domain::{Email, TextRule, parse_timezone};
@@ -288,8 +287,13 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
         KeyCommand::Revoke { key } => {
             let id =
                 KeyId::parse(&key).with_context(|| format!("{key} is not a key id (key_…)"))?;
-            if !db::keys::revoke(&pool, None, id, Actor::Flowctl).await? {
-                bail!("no active key {key}");
+            let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+            let revoked = keys::revoke_as_operator(&tool, id).await;
+            tool.close().await;
+            match revoked {
+                Ok(()) => {}
+                Err(flow_app::ServiceError::NotFound(_)) => bail!("no active key {key}"),
+                Err(other) => return Err(other.into()),
             }
             Outcome::new(
                 &serde_json::json!({ "revoked": key }),

@@ -856,16 +856,12 @@ async fn a_rolled_key_keeps_working_until_the_chosen_expiry() {
         .find(|key| key.revoked_at.is_none() && key.expires_at.is_none())
         .expect("the newest key")
         .id;
-    flow_common::db::keys::roll(
-        &app.db,
-        org.id,
-        newest_id,
-        Duration::from_secs(2),
-        flow_common::db::audit::Actor::Flowctl,
-    )
-    .await
-    .unwrap()
-    .expect("rolled");
+    let mut transaction = app.db.begin().await.unwrap();
+    flow_common::db::keys::roll(&mut transaction, org.id, newest_id, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .expect("rolled");
+    transaction.commit().await.unwrap();
     assert_eq!(status(&newest).await, 200, "cached with its expiry");
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(

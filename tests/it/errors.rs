@@ -82,16 +82,9 @@ async fn assign_without_key_or_with_malformed_unknown_or_revoked_key_is_401_unau
             .fetch_one(&app.db)
             .await
             .unwrap();
-    assert!(
-        flow_common::db::keys::revoke(
-            &app.db,
-            None,
-            key_id,
-            flow_common::db::audit::Actor::Flowctl
-        )
+    flow_app::keys::revoke_as_operator(&app.api, key_id)
         .await
-        .unwrap()
-    );
+        .expect("revoked");
     // Revocation reaches the API's cache through Postgres notifications.
     app.eventually(
         std::time::Duration::from_secs(5),

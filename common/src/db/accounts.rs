@@ -1,20 +1,18 @@
 //! Dashboard accounts: people of one organization who sign in to the dashboard as `admin` or
 //! `viewer`, their one-time sign-in links (invitation or password reset, valid 24 hours; only a
 //! SHA-256 of the token is kept), the changes an admin or `flowctl` makes to them (remove,
-//! disable, enable, role, new link; each ends the sessions it must and writes its audit row in
-//! its own transaction), and the sign-in throttle (a growing delay per account e-mail and per
+//! disable, enable, role, new link; each ends the sessions it must, in the caller's transaction,
+//! which writes the audit row: `flow_app::team`), and the sign-in throttle (a growing delay per account e-mail and per
 //! client address).
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_domain::Email;
-use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AccountId, OrgId};
 use sha2::{Digest, Sha256};
 use sqlx::{FromRow, PgConnection, PgExecutor, PgPool};
 
-use super::audit::{self, Actor};
 use super::orgs::Organization;
 use super::sessions;
 
@@ -273,15 +271,6 @@ pub async fn set_password_with_link(
     .await?;
     if let Some(account) = &account {
         sessions::delete_for_account(&mut *connection, &account.id.to_string()).await?;
-        audit::record(
-            &mut *connection,
-            account.org_id,
-            Actor::Account(&account.email),
-            AuditAction::AccountPasswordSet,
-            &account.id.to_string(),
-            &account.email,
-        )
-        .await?;
     }
     Ok(account)
 }
@@ -358,6 +347,8 @@ pub enum ChangeError {
 pub struct Changed {
     /// The account as it is now (as it was, once removed).
     pub account: Account,
+    /// The account as it was before the change.
+    pub was: Account,
     /// False when the account was already so: nothing was written.
     pub changed: bool,
 }
@@ -391,19 +382,17 @@ async fn lock_for_change(
     Ok((admins, account))
 }
 
-/// Removes, disables, enables or changes the role of the account `id` of `org_id`, with its
-/// audit row, in one transaction. Removing, disabling and demoting end every session of the
-/// account at once (see [`end_sessions`]). The last enabled admin of an organization cannot be
+/// Removes, disables, enables or changes the role of the account `id` of `org_id`, in the
+/// caller's transaction (which records the audit row). Removing, disabling and demoting end
+/// every session of the account at once (see [`end_sessions`]). The last enabled admin of an organization cannot be
 /// removed, disabled or demoted, by anyone.
 pub async fn change(
-    pool: &PgPool,
+    transaction: &mut PgConnection,
     org_id: OrgId,
     id: AccountId,
     change: AccountChange,
-    actor: Actor<'_>,
 ) -> Result<Changed, ChangeError> {
-    let mut transaction = pool.begin().await?;
-    let (admins, account) = lock_for_change(&mut transaction, org_id, id).await?;
+    let (admins, account) = lock_for_change(&mut *transaction, org_id, id).await?;
     let loses_admin = match change {
         AccountChange::Remove | AccountChange::Disable => true,
         AccountChange::SetRole(role) => role != Role::Admin,
@@ -420,22 +409,19 @@ pub async fn change(
     };
     if unchanged {
         return Ok(Changed {
+            was: account.clone(),
             account,
             changed: false,
         });
     }
     let target = account.id.to_string();
-    let (action, detail) = match change {
+    match change {
         AccountChange::Remove => {
             sessions::delete_for_account(&mut *transaction, &target).await?;
             sqlx::query("DELETE FROM dashboard_accounts WHERE id = $1")
                 .bind(account.id)
                 .execute(&mut *transaction)
                 .await?;
-            (
-                AuditAction::AccountRemoved,
-                format!("{} ({})", account.email, account.role),
-            )
         }
         AccountChange::Disable => {
             sqlx::query(
@@ -445,9 +431,8 @@ pub async fn change(
             .bind(account.id)
             .execute(&mut *transaction)
             .await?;
-            expire_links(&mut transaction, account.id).await?;
-            end_sessions(&mut transaction, account.id).await?;
-            (AuditAction::AccountDisabled, account.email.clone())
+            expire_links(&mut *transaction, account.id).await?;
+            end_sessions(&mut *transaction, account.id).await?;
         }
         AccountChange::Enable => {
             sqlx::query(
@@ -457,7 +442,6 @@ pub async fn change(
             .bind(account.id)
             .execute(&mut *transaction)
             .await?;
-            (AuditAction::AccountEnabled, account.email.clone())
         }
         AccountChange::SetRole(role) => {
             sqlx::query(
@@ -468,24 +452,19 @@ pub async fn change(
             .execute(&mut *transaction)
             .await?;
             if role != Role::Admin {
-                end_sessions(&mut transaction, account.id).await?;
+                end_sessions(&mut *transaction, account.id).await?;
             }
-            (
-                AuditAction::AccountRoleChanged,
-                format!("{}: {} → {}", account.email, account.role, role.as_str()),
-            )
         }
-    };
-    audit::record(&mut *transaction, org_id, actor, action, &target, &detail).await?;
-    let account = match change {
-        AccountChange::Remove => account,
+    }
+    let now = match change {
+        AccountChange::Remove => account.clone(),
         _ => get(&mut *transaction, org_id, id)
             .await?
             .ok_or(ChangeError::NotFound)?,
     };
-    transaction.commit().await?;
     Ok(Changed {
-        account,
+        account: now,
+        was: account,
         changed: true,
     })
 }
@@ -505,17 +484,28 @@ async fn expire_links(
     .map(|_| ())
 }
 
-/// Issues a new one-time sign-in link for the account `id` of `org_id` that resets it: its
-/// password stops working, every session of it ends and earlier links stop working, at once;
-/// with its audit row, in one transaction. The person sets a new password with the link. Refused
-/// for a disabled account.
+/// A link issued by [`reset_with_link`].
+#[derive(Debug, Clone)]
+pub struct Reset {
+    /// The account as it is now (no password).
+    pub account: Account,
+    /// Whether it had a password that stopped working.
+    pub had_password: bool,
+    /// The link's token.
+    pub token: String,
+    /// When the link stops working.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Issues a new one-time sign-in link for the account `id` of `org_id` that resets it, in the
+/// caller's transaction: its password stops working, every session of it ends and earlier links
+/// stop working, at once. The person sets a new password with the link. Refused for a disabled
+/// account.
 pub async fn reset_with_link(
-    pool: &PgPool,
+    transaction: &mut PgConnection,
     org_id: OrgId,
     id: AccountId,
-    actor: Actor<'_>,
-) -> Result<(Account, String, DateTime<Utc>), ChangeError> {
-    let mut transaction = pool.begin().await?;
+) -> Result<Reset, ChangeError> {
     let account: Account = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {ACCOUNT_COLUMNS} FROM dashboard_accounts a
          WHERE a.id = $1 AND a.org_id = $2 FOR UPDATE"
@@ -534,27 +524,18 @@ pub async fn reset_with_link(
     .bind(account.id)
     .execute(&mut *transaction)
     .await?;
-    end_sessions(&mut transaction, account.id).await?;
-    let (token, expires_at) = issue_link(&mut transaction, account.id).await?;
-    let detail = if account.has_password {
-        format!("{} (password reset)", account.email)
-    } else {
-        account.email.clone()
-    };
-    audit::record(
-        &mut *transaction,
-        org_id,
-        actor,
-        AuditAction::AccountLinkIssued,
-        &account.id.to_string(),
-        &detail,
-    )
-    .await?;
+    end_sessions(&mut *transaction, account.id).await?;
+    let (token, expires_at) = issue_link(&mut *transaction, account.id).await?;
+    let had_password = account.has_password;
     let account = get(&mut *transaction, org_id, id)
         .await?
         .ok_or(ChangeError::NotFound)?;
-    transaction.commit().await?;
-    Ok((account, token, expires_at))
+    Ok(Reset {
+        account,
+        had_password,
+        token,
+        expires_at,
+    })
 }
 
 /// A growing delay between the sign-in attempts of one subject (an account e-mail, or a client

@@ -4,12 +4,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use flow_domain::audit::AuditAction;
 use flow_domain::ids::{KeyId, OrgId};
 use sha2::{Digest, Sha256};
-use sqlx::{FromRow, PgExecutor, PgPool};
+use sqlx::{FromRow, PgConnection, PgExecutor};
 
-use super::audit::{self, Actor};
 use super::orgs::Organization;
 
 /// Prefix of every secret key.
@@ -87,44 +85,47 @@ pub async fn create_scoped<'e>(
     Ok((key, secret))
 }
 
-/// Revokes a key by id (only within `org_id` when given), records who did it, and makes API
-/// replicas drop cached keys at once. Returns whether a key was revoked.
+/// Revokes a key by id (only within `org_id` when given) in the caller's transaction and makes
+/// API replicas drop cached keys at once when it commits. Returns the organization of the key
+/// revoked, `None` when there was no such working key.
 pub async fn revoke(
-    pool: &PgPool,
+    connection: &mut PgConnection,
     org_id: Option<OrgId>,
     id: KeyId,
-    actor: Actor<'_>,
-) -> Result<bool, sqlx::Error> {
-    let mut transaction = pool.begin().await?;
-    let revoked = sqlx::query(
+) -> Result<Option<OrgId>, sqlx::Error> {
+    let revoked: Option<OrgId> = sqlx::query_scalar(
         "UPDATE api_keys SET revoked_at = now()
-         WHERE id = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR org_id = $2)",
+         WHERE id = $1 AND revoked_at IS NULL AND ($2::uuid IS NULL OR org_id = $2)
+         RETURNING org_id",
     )
     .bind(id)
     .bind(org_id)
-    .execute(&mut *transaction)
-    .await?
-    .rows_affected()
-        > 0;
-    if revoked {
-        audit::record_for_key(&mut *transaction, id, actor, AuditAction::KeyRevoked).await?;
-    }
-    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
-    transaction.commit().await?;
+    .fetch_optional(&mut *connection)
+    .await?;
+    super::notify(&mut *connection, super::INVALIDATE_CHANNEL, "keys").await?;
     Ok(revoked)
 }
 
-/// Rolls a working key of `org_id`: creates its replacement (same name) and lets the old key work
-/// for `overlap` more (never longer than it already would). Returns the new key and its secret;
-/// `None` when there is no such working key. Replicas drop cached keys at once.
+/// A key rolled by [`roll`].
+#[derive(Debug, Clone)]
+pub struct Rolled {
+    /// The old key, working until its (new) expiry.
+    pub old: ApiKey,
+    /// Its replacement.
+    pub key: ApiKey,
+    /// The replacement's secret, shown once.
+    pub secret: String,
+}
+
+/// Rolls a working key of `org_id` in the caller's transaction: creates its replacement (same
+/// name) and lets the old key work for `overlap` more (never longer than it already would).
+/// `None` when there is no such working key. Replicas drop cached keys once it commits.
 pub async fn roll(
-    pool: &PgPool,
+    connection: &mut PgConnection,
     org_id: OrgId,
     id: KeyId,
     overlap: Duration,
-    actor: Actor<'_>,
-) -> Result<Option<(ApiKey, String)>, sqlx::Error> {
-    let mut transaction = pool.begin().await?;
+) -> Result<Option<Rolled>, sqlx::Error> {
     let old: Option<ApiKey> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "UPDATE api_keys SET expires_at = LEAST(COALESCE(expires_at, 'infinity'),
                                                 now() + $3 * interval '1 millisecond')
@@ -135,25 +136,14 @@ pub async fn roll(
     .bind(id)
     .bind(org_id)
     .bind(i64::try_from(overlap.as_millis()).unwrap_or(i64::MAX))
-    .fetch_optional(&mut *transaction)
+    .fetch_optional(&mut *connection)
     .await?;
     let Some(old) = old else {
         return Ok(None);
     };
-    let (key, secret) = create_scoped(&mut *transaction, org_id, &old.name, old.scim_only).await?;
-    let detail = format!("{} (replaced by {}…)", old.name, key.prefix);
-    audit::record(
-        &mut *transaction,
-        org_id,
-        actor,
-        AuditAction::KeyRolled,
-        &old.id.to_string(),
-        &detail,
-    )
-    .await?;
-    super::notify(&mut *transaction, super::INVALIDATE_CHANNEL, "keys").await?;
-    transaction.commit().await?;
-    Ok(Some((key, secret)))
+    let (key, secret) = create_scoped(&mut *connection, org_id, &old.name, old.scim_only).await?;
+    super::notify(&mut *connection, super::INVALIDATE_CHANNEL, "keys").await?;
+    Ok(Some(Rolled { old, key, secret }))
 }
 
 /// Lists an organization's keys.
