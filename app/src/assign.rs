@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Lane, Submission};
+use flow_common::amqp::{Lane, QueueKind, Submission};
 use flow_common::db::assignments::{LookupKey, LookupResult, RequestKey};
 use flow_common::db::flows::FlowSummary;
 use flow_domain::duration::humanize_minutes;
@@ -299,7 +299,7 @@ pub async fn assign_many(
         }
         (Lane::Interactive, _) => ctx.assign_publisher.publish_all(None, &submissions).await,
         (Lane::Bulk, _) => {
-            let queue = caller.org.assign_queue(Lane::Bulk).suffix();
+            let queue = QueueKind::assign_for(Lane::Bulk, caller.org.bulk_lane).suffix();
             ctx.assign_publisher
                 .publish_all(Some(queue.as_str()), &submissions)
                 .await

@@ -111,14 +111,6 @@ impl QueueKind {
     }
 }
 
-impl crate::db::orgs::Organization {
-    /// The queue of this organization's assign commands in `lane` (beside the broker's queues,
-    /// so storage, which holds the organization row, does not depend on the broker).
-    pub fn assign_queue(&self, lane: Lane) -> QueueKind {
-        QueueKind::assign_for(lane, self.bulk_lane)
-    }
-}
-
 /// How many times `DELIVERY_LIMIT` RabbitMQ's own delivery limit is.
 pub const BROKER_DELIVERY_LIMIT_FACTOR: u32 = 50;
 

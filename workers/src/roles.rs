@@ -11,10 +11,9 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use flow_common::config::CoreConfig;
-use flow_common::ops::Health;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::runtime::Shared;
 use crate::runtime::{self, Role};
 
 /// One worker role as a process that runs several (`flowctl up`), the deploy files and the docs
@@ -28,17 +27,6 @@ pub struct WorkerRole {
     /// The binary's default ops address (`METRICS_BIND`).
     pub ops_address: &'static str,
     prepare: fn(&Shared, CancellationToken) -> Work,
-}
-
-/// What a process running several roles hands each of them.
-#[derive(Debug, Clone)]
-pub struct Shared {
-    /// Database, broker and queue settings.
-    pub core: CoreConfig,
-    /// One set of readiness checks for the whole process.
-    pub health: Health,
-    /// The process runs the demo (`flowctl up --demo`).
-    pub demo: bool,
 }
 
 /// A role's work with its settings read, started when first polled.

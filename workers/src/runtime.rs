@@ -23,7 +23,16 @@ use sqlx::PgPool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::roles::Shared;
+/// What a process running several roles hands each of them.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Database, broker and queue settings.
+    pub core: CoreConfig,
+    /// One set of readiness checks for the whole process.
+    pub health: Health,
+    /// The process runs the demo (`flowctl up --demo`).
+    pub demo: bool,
+}
 
 /// A worker role, implemented by its settings.
 pub trait Role: clap::Args + Send + 'static {
@@ -94,7 +103,7 @@ macro_rules! role {
                 &self.health
             }
 
-            fn share(&mut self, shared: &$crate::roles::Shared) {
+            fn share(&mut self, shared: &$crate::runtime::Shared) {
                 self.core = shared.core.clone();
                 self.health = shared.health.clone();
                 $($share(self, shared);)?

@@ -30,7 +30,7 @@ use flow_domain::ids::{AssignmentId, BackfillId, EnrollmentRuleId, OrgId, UserId
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use sqlx::PgPool;
 
-use flow_common::amqp::{BatchPublisher, Lane, PublishError, Submission};
+use flow_common::amqp::{BatchPublisher, Lane, PublishError, QueueKind, Submission};
 use flow_common::db::audit::{self, Actor};
 use flow_common::db::enrollment_backfills::{self as backfills, Claimed};
 use flow_common::db::enrollment_rules::{
@@ -316,7 +316,7 @@ impl Assigner<'_> {
         }
         metrics::counter!("flow_assign_commands_total", "lane" => Lane::Bulk.as_str())
             .increment(submissions.len() as u64);
-        let queue = self.org.assign_queue(Lane::Bulk).suffix();
+        let queue = QueueKind::assign_for(Lane::Bulk, self.org.bulk_lane).suffix();
         let published = self
             .publisher
             .publish_all(Some(queue.as_str()), &submissions)

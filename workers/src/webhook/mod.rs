@@ -169,7 +169,7 @@ role! {
 
 /// Only the demo (`flowctl up --demo`) may store endpoint secrets in plain text, when no key is
 /// set; the API of the same process gets the same allowance.
-fn allow_demo_secrets(config: &mut WebhookWorkerConfig, shared: &crate::roles::Shared) {
+fn allow_demo_secrets(config: &mut WebhookWorkerConfig, shared: &crate::runtime::Shared) {
     config.secrets.plaintext_allowed = shared.demo;
 }
 
