@@ -12,7 +12,7 @@ use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
 use super::users::User;
-use super::webhooks::log::DeliveryRecord;
+use super::webhooks::log::{DELIVERY_COLUMNS, DeliveryRecord};
 
 /// An endpoint's health over the last 24 hours.
 #[derive(Debug, Clone, FromRow)]
@@ -91,10 +91,6 @@ pub struct DeliverySearch {
     /// Deliveries of events about this assignment.
     pub assignment_id: Option<AssignmentId>,
 }
-
-const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.event_type, d.payload, \
-    d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, \
-    d.delivered_at";
 
 /// A page of an endpoint's deliveries that pass `search`, newest first, before the
 /// `(created_at, id)` cursor.

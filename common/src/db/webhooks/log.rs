@@ -72,7 +72,9 @@ pub struct DeliveryRecord {
     pub delivered_at: Option<DateTime<Utc>>,
 }
 
-const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.event_type, d.payload, \
+/// The columns of a [`DeliveryRecord`], of `webhook_deliveries d`: every read of deliveries (the
+/// API's log and the dashboard's search) selects these.
+pub(crate) const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.event_type, d.payload, \
     d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, \
     d.delivered_at";
 
