@@ -3,14 +3,14 @@
 //! assignments of a flow searched by e-mail, and the list of schedules.
 
 use chrono::{DateTime, Utc};
+use flow_domain::AssignmentStatus;
 use flow_domain::ids::{
     AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
 };
-use flow_domain::recurrence::Recurrence;
-use flow_domain::{AssignmentStatus, Priority};
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
+use super::schedules::{RECORD_SELECT, ScheduleRecord};
 use super::users::User;
 use super::webhooks::log::{DELIVERY_COLUMNS, DeliveryRecord};
 
@@ -305,32 +305,6 @@ pub async fn flow_assignments<'e>(
     .await
 }
 
-/// A schedule as the dashboard lists it.
-#[derive(Debug, Clone, FromRow)]
-pub struct ScheduleListing {
-    pub id: ScheduleId,
-    /// Flow.
-    pub flow_id: FlowId,
-    /// Flow name.
-    pub flow_name: String,
-    /// Assignee e-mail.
-    pub assignee_email: String,
-    /// Next (or only) occurrence.
-    pub scheduled_at: DateTime<Utc>,
-    /// How often it repeats.
-    pub recurrence: Recurrence,
-    /// Occurrences assigned so far.
-    pub occurrence: i32,
-    /// Days from an occurrence to its due date.
-    pub due_in_days: Option<i32>,
-    /// Priority of the assignments.
-    pub priority: Priority,
-    /// False once a one-off schedule has run.
-    pub active: bool,
-    /// Status of the current occurrence (`pending` before the first).
-    pub status: AssignmentStatus,
-}
-
 /// A page of an organization's live schedules, newest first, before `before`, with statuses
 /// read at `now`.
 pub async fn list_schedules<'e>(
@@ -339,22 +313,16 @@ pub async fn list_schedules<'e>(
     before: Option<ScheduleId>,
     limit: i64,
     now: DateTime<Utc>,
-) -> Result<Vec<ScheduleListing>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email, s.scheduled_at,
-                s.recurrence, s.occurrence, s.due_in_days, s.priority, s.active,
-                COALESCE(flow_effective_status(a.status, a.due_at, $4), 'pending') AS status
-         FROM schedules s
-         JOIN flows f ON f.id = s.flow_id
-         JOIN users u ON u.id = s.user_id
-         LEFT JOIN assignments a ON a.id = s.current_assignment_id
+) -> Result<Vec<ScheduleRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{RECORD_SELECT}
          WHERE s.org_id = $1 AND s.deleted_at IS NULL AND ($2::uuid IS NULL OR s.id < $2)
-         ORDER BY s.id DESC LIMIT $3",
-    )
+         ORDER BY s.id DESC LIMIT $4"
+    )))
     .bind(org_id)
     .bind(before)
-    .bind(limit)
     .bind(now)
+    .bind(limit)
     .fetch_all(executor)
     .await
 }

@@ -29,7 +29,7 @@ pub struct NewSchedule {
     pub notes: Option<String>,
 }
 
-/// A schedule as the API shows it.
+/// A schedule as the API and the dashboard show it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ScheduleRecord {
     pub id: ScheduleId,
@@ -59,15 +59,16 @@ pub struct ScheduleRecord {
     pub created_at: DateTime<Utc>,
 }
 
-const RECORD_SQL: &str = "SELECT s.id, s.flow_id, f.name AS flow_name, u.email AS assignee_email,
-        s.scheduled_at, s.recurrence, s.occurrence, s.due_in_days, s.priority, s.notes, s.active,
-        s.current_assignment_id, s.created_at,
+/// What every read of [`ScheduleRecord`]s selects, from `schedules s`; `$3` is the reading time
+/// of the status. The caller adds its `WHERE` (and order).
+pub(crate) const RECORD_SELECT: &str = "SELECT s.id, s.flow_id, f.name AS flow_name,
+        u.email AS assignee_email, s.scheduled_at, s.recurrence, s.occurrence, s.due_in_days,
+        s.priority, s.notes, s.active, s.current_assignment_id, s.created_at,
         COALESCE(flow_effective_status(a.status, a.due_at, $3), 'pending') AS status
      FROM schedules s
      JOIN flows f ON f.id = s.flow_id
      JOIN users u ON u.id = s.user_id
-     LEFT JOIN assignments a ON a.id = s.current_assignment_id
-     WHERE s.id = $1 AND s.org_id = $2 AND s.deleted_at IS NULL";
+     LEFT JOIN assignments a ON a.id = s.current_assignment_id";
 
 /// Creates a schedule and returns it.
 pub async fn create(
@@ -102,12 +103,14 @@ pub async fn get<'e>(
     id: ScheduleId,
     now: DateTime<Utc>,
 ) -> Result<Option<ScheduleRecord>, sqlx::Error> {
-    sqlx::query_as(RECORD_SQL)
-        .bind(id)
-        .bind(org_id)
-        .bind(now)
-        .fetch_optional(executor)
-        .await
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "{RECORD_SELECT} WHERE s.id = $1 AND s.org_id = $2 AND s.deleted_at IS NULL"
+    )))
+    .bind(id)
+    .bind(org_id)
+    .bind(now)
+    .fetch_optional(executor)
+    .await
 }
 
 /// Deletes a schedule (no further occurrences; its assignments stay). False when it does not
