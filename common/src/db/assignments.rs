@@ -742,21 +742,55 @@ pub async fn list<'e>(
     limit: i64,
     now: DateTime<Utc>,
 ) -> Result<Vec<AssignmentRecord>, sqlx::Error> {
+    let query = ListQuery {
+        flow_id: filter.flow_id,
+        email_normalized: filter.email_normalized.as_deref(),
+        email_containing: None,
+        status: filter.status,
+    };
+    list_where(executor, org_id, &query, after, limit, now).await
+}
+
+/// What narrows an assignment list (the API's, and the dashboard's list of a flow); `None` does
+/// not narrow.
+pub(crate) struct ListQuery<'a> {
+    /// Only this flow.
+    pub flow_id: Option<FlowId>,
+    /// Only this assignee (normalized e-mail).
+    pub email_normalized: Option<&'a str>,
+    /// Only assignees whose e-mail contains this, case-insensitive.
+    pub email_containing: Option<&'a str>,
+    /// Only this status, as reported at the reading time.
+    pub status: Option<AssignmentStatus>,
+}
+
+/// The one query of every assignment list: an organization's assignments that `query` lets
+/// through, in (`assignedAt`, id) order after the cursor, statuses as of `now`.
+pub(crate) async fn list_where<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    query: &ListQuery<'_>,
+    after: Option<(DateTime<Utc>, AssignmentId)>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<AssignmentRecord>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {RECORD_COLUMNS}
          FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
          WHERE a.org_id = $1
            AND ($2::uuid IS NULL OR a.flow_id = $2)
            AND ($3::text IS NULL OR u.email_normalized = $3)
-           AND ($4::text IS NULL OR flow_effective_status(a.status, a.due_at, $5) = $4)
-           AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
+           AND ($4::text IS NULL OR strpos(u.email_normalized, lower($4)) > 0)
+           AND ($5::text IS NULL OR flow_effective_status(a.status, a.due_at, $6) = $5)
+           AND ($7::timestamptz IS NULL OR (a.assigned_at, a.id) > ($7, $8))
          ORDER BY a.assigned_at, a.id
-         LIMIT $8"
+         LIMIT $9"
     )))
     .bind(org_id)
-    .bind(filter.flow_id)
-    .bind(filter.email_normalized.as_deref())
-    .bind(filter.status.map(AssignmentStatus::as_str))
+    .bind(query.flow_id)
+    .bind(query.email_normalized)
+    .bind(query.email_containing)
+    .bind(query.status.map(AssignmentStatus::as_str))
     .bind(now)
     .bind(after.map(|(at, _)| at))
     .bind(after.map(|(_, id)| id))

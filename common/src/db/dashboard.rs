@@ -9,7 +9,7 @@ use flow_domain::ids::{
 };
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
-use super::assignments::{AssignmentRecord, RECORD_COLUMNS};
+use super::assignments::{AssignmentRecord, ListQuery, list_where};
 use super::schedules::{RECORD_SELECT, ScheduleRecord};
 use super::users::User;
 use super::webhooks::log::{DELIVERY_COLUMNS, DeliveryRecord};
@@ -283,26 +283,13 @@ pub async fn flow_assignments<'e>(
     limit: i64,
     now: DateTime<Utc>,
 ) -> Result<Vec<AssignmentRecord>, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {RECORD_COLUMNS}
-         FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
-         WHERE a.org_id = $1 AND a.flow_id = $2
-           AND ($3::text IS NULL OR strpos(u.email_normalized, lower($3)) > 0)
-           AND ($4::text IS NULL OR flow_effective_status(a.status, a.due_at, $5) = $4)
-           AND ($6::timestamptz IS NULL OR (a.assigned_at, a.id) > ($6, $7))
-         ORDER BY a.assigned_at, a.id
-         LIMIT $8"
-    )))
-    .bind(org_id)
-    .bind(flow_id)
-    .bind(email)
-    .bind(status.map(AssignmentStatus::as_str))
-    .bind(now)
-    .bind(after.map(|(at, _)| at))
-    .bind(after.map(|(_, id)| id))
-    .bind(limit)
-    .fetch_all(executor)
-    .await
+    let query = ListQuery {
+        flow_id: Some(flow_id),
+        email_normalized: None,
+        email_containing: email,
+        status,
+    };
+    list_where(executor, org_id, &query, after, limit, now).await
 }
 
 /// A page of an organization's live schedules, newest first, before `before`, with statuses
