@@ -1,5 +1,20 @@
-//! Where a record of an uploaded CSV file starts, as an editor counts lines: what every CSV
-//! upload (the dashboard's assign upload and users import) reports problems by.
+//! What every CSV upload (the dashboard's assign upload and users import) reads the same way:
+//! the file and its header row ([`open`]), and where a record starts, as an editor counts lines,
+//! which problems are reported by ([`record_line`]).
+
+/// Opens an uploaded CSV file (records of any length, cells trimmed) and reads its header row;
+/// the error is the message the uploader is shown.
+pub fn open(file: &[u8]) -> Result<(csv::Reader<&[u8]>, csv::StringRecord), String> {
+    let mut reader = csv::ReaderBuilder::new()
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(file);
+    let headers = reader
+        .headers()
+        .map_err(|error| format!("The file is not CSV: {error}"))?
+        .clone();
+    Ok((reader, headers))
+}
 
 /// The line a CSV record starts on in `file`, as an editor counts them. The reader's position
 /// counts the newlines it consumed before the record, but sits before the blank lines it skipped

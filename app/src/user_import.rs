@@ -5,7 +5,7 @@
 use flow_common::db::users::NewUser;
 use flow_domain::TextRule;
 
-use crate::csv_lines::record_line;
+use crate::csv_lines::{self, record_line};
 use crate::users as service;
 
 /// Most rows of one import.
@@ -26,14 +26,7 @@ pub struct ImportProblem {
 /// Reads `email` and optional `name` columns; valid rows to upsert, and the problems of the rest.
 /// Every record counts toward the row limit, empty ones too, so the file is read no further.
 pub fn parse_import(bytes: &[u8]) -> Result<(Vec<NewUser>, Vec<ImportProblem>), String> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(bytes);
-    let headers = reader
-        .headers()
-        .map_err(|error| format!("The file is not CSV: {error}"))?
-        .clone();
+    let (mut reader, headers) = csv_lines::open(bytes)?;
     let position = |name: &str| {
         headers
             .iter()

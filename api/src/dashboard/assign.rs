@@ -265,14 +265,7 @@ struct UploadRow {
 /// or a name; `flowId` too), `dueDate`, `priority`, `notes`. Records with every cell empty are
 /// skipped but count toward the row limit, so the file is read no further than that.
 fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
-    let mut reader = csv::ReaderBuilder::new()
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(bytes);
-    let headers = reader
-        .headers()
-        .map_err(|error| format!("The file is not CSV: {error}"))?
-        .clone();
+    let (mut reader, headers) = flow_app::csv_lines::open(bytes)?;
     let column = |names: &[&str]| {
         headers.iter().position(|header| {
             let key: String = header
