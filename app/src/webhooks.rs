@@ -513,15 +513,10 @@ pub async fn search_deliveries(
     before: Option<(DateTime<Utc>, DeliveryId)>,
     limit: i64,
 ) -> Result<Vec<DeliveryRecord>, ServiceError> {
-    Ok(queries::search_deliveries(
-        &ctx.db,
-        acting.org_id(),
-        endpoint_id,
-        search,
-        before,
-        limit,
+    Ok(
+        queries::search_deliveries(&ctx.db, acting.org_id(), endpoint_id, search, before, limit)
+            .await?,
     )
-    .await?)
 }
 
 /// The delivery `id` of the organization's endpoint `endpoint_id`; not found when it is another

@@ -157,8 +157,7 @@ struct ListPage {
 
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<ListPage> {
     let layout = Layout::new(&account, Section::Webhooks).await;
-    let endpoints =
-        service::list(&state, account.acting(), None, MAX_ENDPOINTS_PER_ORG).await?;
+    let endpoints = service::list(&state, account.acting(), None, MAX_ENDPOINTS_PER_ORG).await?;
     let ids: Vec<WebhookEndpointId> = endpoints.iter().map(|endpoint| endpoint.id).collect();
     let health: HashMap<WebhookEndpointId, EndpointHealth> =
         service::health(&state, account.acting(), &ids)
