@@ -20,7 +20,6 @@ use flow_app::exports::{self, Opened};
 use flow_app::flows::AssignmentFilter;
 use flow_app::reports::{self, ReportAnswer, ReportQuery};
 use flow_common::db::dashboard::FlowCounts;
-use flow_common::db::flows;
 use flow_domain::AssignmentStatus;
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{ExportId, FlowId};
@@ -90,7 +89,8 @@ async fn list(
 ) -> PageResult<ListPage> {
     let layout = Layout::new(&account, Section::Flows).await;
     let after = query.after.as_deref().and_then(FlowId::parse);
-    let mut rows = flows::list(&state.db, account.org.id, after, FLOWS_PER_PAGE + 1).await?;
+    let mut rows =
+        flow_app::flows::list(&state, account.acting(), after, FLOWS_PER_PAGE + 1).await?;
     let page_size = usize::try_from(FLOWS_PER_PAGE).unwrap_or(usize::MAX);
     let next = if rows.len() > page_size {
         rows.truncate(page_size);
@@ -536,7 +536,7 @@ async fn export_status(
     if super::is_htmx(&headers) {
         return Ok(ExportPanel { export: view }.into_response());
     }
-    let flow_name = flows::get(&state.db, account.org.id, export.flow_id)
+    let flow_name = flow_app::flows::find(&state, account.acting(), export.flow_id)
         .await?
         .map(|flow| flow.name)
         .unwrap_or_default();
