@@ -22,6 +22,7 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod audit;
 pub mod caches;
 pub mod caller;
 pub mod context;
