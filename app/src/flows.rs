@@ -3,6 +3,8 @@
 //! read one with its modules. The dashboard's figures of flows ([`counts`]) and its page of a
 //! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::dashboard::{self, FlowCounts};
@@ -137,6 +139,19 @@ pub async fn find(
     id: FlowId,
 ) -> Result<Option<Flow>, ServiceError> {
     Ok(flows::get(&ctx.db, acting.org_id(), id).await?)
+}
+
+/// The flow `id` of the organization with its module count, from the flows cache; not found when
+/// it has none.
+pub async fn summary(
+    ctx: &Context,
+    acting: Acting<'_>,
+    id: FlowId,
+) -> Result<Arc<FlowSummary>, ServiceError> {
+    ctx.caches
+        .flow(&ctx.db, acting.org_id(), id)
+        .await?
+        .ok_or(ServiceError::NotFound("flow"))
 }
 
 /// Up to `limit` of the organization's flows after `after`, in id order, with their module

@@ -30,7 +30,6 @@ use super::auth::SignedIn;
 use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Flows per page of the list.
@@ -257,12 +256,7 @@ async fn show(
     HtmlQuery(query): HtmlQuery<FlowQuery>,
 ) -> PageResult {
     let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
-    let flow = state
-        .caches
-        .flow(&state.db, account.org.id, flow_id)
-        .await
-        .map_err(ApiError::from)?
-        .ok_or_else(PageError::not_found)?;
+    let flow = flow_app::flows::summary(&state, account.acting(), flow_id).await?;
     let layout = Layout::new(&account, Section::Flows).await;
     let answer = report_on(&state, &account, flow.id, None, None).await?;
     let status = query
