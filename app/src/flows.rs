@@ -3,10 +3,12 @@
 //! read one with its modules. The dashboard's figures of flows ([`counts`]) and its page of a
 //! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::dashboard::{self, FlowCounts};
-use flow_common::db::flows::{self, Flow, Module, NewModule};
+use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::{AssignmentId, FlowId};
@@ -127,6 +129,40 @@ pub async fn get(
         .ok_or(ServiceError::NotFound("flow"))?;
     let modules = flows::modules(&ctx.db, id).await?;
     Ok((flow, modules))
+}
+
+/// The flow `id` of the organization without its modules, if it has it (a page that names the
+/// flow of an export shows nothing for a flow gone since).
+pub async fn find(
+    ctx: &Context,
+    acting: Acting<'_>,
+    id: FlowId,
+) -> Result<Option<Flow>, ServiceError> {
+    Ok(flows::get(&ctx.db, acting.org_id(), id).await?)
+}
+
+/// The flow `id` of the organization with its module count, from the flows cache; not found when
+/// it has none.
+pub async fn summary(
+    ctx: &Context,
+    acting: Acting<'_>,
+    id: FlowId,
+) -> Result<Arc<FlowSummary>, ServiceError> {
+    ctx.caches
+        .flow(&ctx.db, acting.org_id(), id)
+        .await?
+        .ok_or(ServiceError::NotFound("flow"))
+}
+
+/// Up to `limit` of the organization's flows after `after`, in id order, with their module
+/// counts (a page of the API, the dashboard's list and its choices of a flow).
+pub async fn list(
+    ctx: &Context,
+    acting: Acting<'_>,
+    after: Option<FlowId>,
+    limit: i64,
+) -> Result<Vec<FlowSummary>, ServiceError> {
+    Ok(flows::list(&ctx.db, acting.org_id(), after, limit).await?)
 }
 
 /// The figures of the organization's flows among `ids` (assignments, completed, overdue), at the

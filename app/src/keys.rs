@@ -135,3 +135,8 @@ pub async fn roll(
     tracing::info!(old_key_id = %id, key_id = %key.id, "API key rolled");
     Ok(WithSecret { key, secret })
 }
+
+/// The organization's API keys, revoked ones too, oldest first.
+pub async fn list(ctx: &Context, acting: Acting<'_>) -> Result<Vec<ApiKey>, ServiceError> {
+    Ok(keys::list(&ctx.db, acting.org_id()).await?)
+}

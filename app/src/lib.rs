@@ -21,6 +21,8 @@
 //! acts for. Below them: `flow_common` (Postgres, the broker, the export store) and the domain.
 
 pub mod assign;
+pub mod assignments;
+pub mod audit;
 pub mod caches;
 pub mod caller;
 pub mod context;

@@ -3,7 +3,8 @@
 //! assignments already made stay). The scheduler assigns each occurrence through the normal
 //! assign path when it comes.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
+use flow_common::db::dashboard::{self as queries, ScheduleListing};
 use flow_common::db::schedules::{self, NewSchedule, ScheduleRecord};
 use flow_common::db::users;
 use flow_domain::ids::{FlowId, ScheduleId};
@@ -125,4 +126,16 @@ pub async fn cancel(ctx: &Context, acting: Acting<'_>, id: ScheduleId) -> Result
     } else {
         Err(ServiceError::NotFound("schedule"))
     }
+}
+
+/// Up to `limit` of the organization's live schedules before `before`, newest first, with the
+/// statuses of their assignments judged at `now` (the dashboard's schedules page).
+pub async fn list(
+    ctx: &Context,
+    acting: Acting<'_>,
+    before: Option<ScheduleId>,
+    limit: i64,
+    now: DateTime<Utc>,
+) -> Result<Vec<ScheduleListing>, ServiceError> {
+    Ok(queries::list_schedules(&ctx.db, acting.org_id(), before, limit, now).await?)
 }

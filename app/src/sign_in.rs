@@ -15,10 +15,11 @@ use std::time::Duration;
 use argon2::Argon2;
 use argon2::password_hash::phc::PasswordHash;
 use argon2::password_hash::{PasswordHasher, PasswordVerifier};
-use flow_common::db::accounts::{self, Account, Admission};
+use flow_common::db::accounts::{self, Account, Admission, SessionAccount};
 use flow_common::db::audit;
 use flow_domain::Email;
 use flow_domain::audit::AuditAction;
+use flow_domain::ids::AccountId;
 use tokio::sync::Semaphore;
 
 use crate::{Context, ServiceError};
@@ -198,4 +199,31 @@ pub fn verify_password(password: &str, stored: Option<&str>) -> bool {
         .verify_password(password.as_bytes(), &parsed)
         .is_ok();
     matches && stored.is_some()
+}
+
+/// What a dashboard session of an account stands for now.
+pub enum Session {
+    /// The account, enabled, with the same session generation: the session goes on.
+    Valid(SessionAccount),
+    /// The account is gone.
+    Gone,
+    /// The account was disabled, demoted, or its password set or reset since the session began
+    /// (its generation moved on): the session has ended.
+    Ended,
+}
+
+/// Whether a session of the account `id` begun under session generation `generation` is still
+/// valid.
+pub async fn session(
+    ctx: &Context,
+    id: AccountId,
+    generation: i64,
+) -> Result<Session, ServiceError> {
+    Ok(match accounts::session_account(&ctx.db, id).await? {
+        None => Session::Gone,
+        Some(found) if found.account.disabled || found.account.session_generation != generation => {
+            Session::Ended
+        }
+        Some(found) => Session::Valid(found),
+    })
 }

@@ -167,3 +167,8 @@ pub async fn change(
     transaction.commit().await?;
     Ok(changed)
 }
+
+/// The organization's dashboard accounts, oldest first.
+pub async fn list(ctx: &Context, acting: Acting<'_>) -> Result<Vec<Account>, ServiceError> {
+    Ok(accounts::list(&ctx.db, acting.org_id()).await?)
+}

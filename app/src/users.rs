@@ -8,6 +8,7 @@
 //! ([`crate::enrollment::users_changed`]).
 
 use flow_common::db::audit;
+use flow_common::db::dashboard as queries;
 use flow_common::db::erasure::PSEUDONYM_DOMAIN;
 use flow_common::db::groups;
 use flow_common::db::scim_filter::SqlFilter;
@@ -335,4 +336,35 @@ pub async fn delete<E: From<ServiceError>>(
     .map_err(ServiceError::from)?;
     tracing::info!(user_id = %id, "user deleted through SCIM (kept, deactivated)");
     Ok(Changed::of((), Some(id)))
+}
+
+/// The organization's user with the e-mail `email`, if there is one.
+pub async fn by_email(
+    ctx: &Context,
+    acting: Acting<'_>,
+    email: &Email,
+) -> Result<Option<User>, ServiceError> {
+    Ok(users::find_by_email(&ctx.db, acting.org_id(), email).await?)
+}
+
+/// Up to `limit` of the organization's users after `after`, in id order (a page of the API).
+pub async fn list(
+    ctx: &Context,
+    acting: Acting<'_>,
+    after: Option<UserId>,
+    limit: i64,
+) -> Result<Vec<User>, ServiceError> {
+    Ok(users::list(&ctx.db, acting.org_id(), after, limit).await?)
+}
+
+/// Up to `limit` of the organization's users after `after`, in id order, whose e-mail or name
+/// contains `text` (every user without it): the dashboard's users page.
+pub async fn list_matching(
+    ctx: &Context,
+    acting: Acting<'_>,
+    text: Option<&str>,
+    after: Option<UserId>,
+    limit: i64,
+) -> Result<Vec<User>, ServiceError> {
+    Ok(queries::search_users(&ctx.db, acting.org_id(), text, after, limit).await?)
 }

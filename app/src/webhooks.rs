@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::audit;
-use flow_common::db::dashboard as queries;
+use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
 use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::{Endpoint, EndpointChanges, NewEndpoint};
 use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, RetryRefusal};
@@ -17,6 +17,7 @@ use flow_domain::audit::AuditAction;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
 use flow_domain::format_timestamp;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
+use flow_domain::webhook::DeliveryStatus;
 use flow_domain::webhook::endpoint as rules;
 use flow_domain::webhook::signing::generate_secret;
 
@@ -445,4 +446,111 @@ pub async fn recover_failed(
         limited_by_allowance: i64::from(granted) < wanted,
         reset_seconds: rate.reset_seconds,
     })
+}
+
+/// Up to `limit` of the organization's endpoints after `after`, in id order (a page of the API,
+/// the dashboard's list).
+pub async fn list(
+    ctx: &Context,
+    acting: Acting<'_>,
+    after: Option<WebhookEndpointId>,
+    limit: i64,
+) -> Result<Vec<Endpoint>, ServiceError> {
+    Ok(webhooks::endpoints::list(&ctx.db, acting.org_id(), after, limit).await?)
+}
+
+/// How the organization's endpoints among `ids` fared lately (attempts and successes of the last
+/// 24 hours, the last failure); an endpoint with no recent attempt has no row.
+pub async fn health(
+    ctx: &Context,
+    acting: Acting<'_>,
+    ids: &[WebhookEndpointId],
+) -> Result<Vec<EndpointHealth>, ServiceError> {
+    Ok(queries::endpoint_health(&ctx.db, acting.org_id(), ids).await?)
+}
+
+/// Up to `limit` deliveries of the organization's endpoint `endpoint_id` (of `status`, if
+/// given) before `before`, newest first, each with its attempts; not found when the endpoint is
+/// not the organization's.
+pub async fn deliveries(
+    ctx: &Context,
+    acting: Acting<'_>,
+    endpoint_id: WebhookEndpointId,
+    status: Option<DeliveryStatus>,
+    before: Option<(DateTime<Utc>, DeliveryId)>,
+    limit: i64,
+) -> Result<Vec<DeliveryWithAttempts>, ServiceError> {
+    let endpoint = get(ctx, acting, endpoint_id).await?;
+    let rows = webhooks::log::list_deliveries(
+        &ctx.db,
+        acting.org_id(),
+        endpoint.id,
+        status,
+        before,
+        limit,
+    )
+    .await?;
+    let ids: Vec<DeliveryId> = rows.iter().map(|row| row.id).collect();
+    let mut attempts = webhooks::log::attempts(&ctx.db, &ids).await?;
+    Ok(rows
+        .into_iter()
+        .map(|delivery| DeliveryWithAttempts {
+            attempts: attempts
+                .extract_if(.., |attempt| attempt.delivery_id == delivery.id)
+                .collect(),
+            delivery,
+        })
+        .collect())
+}
+
+/// Up to `limit` deliveries of the organization's endpoint `endpoint_id` that `search` lets
+/// through, before `before`, newest first (the dashboard's delivery log).
+pub async fn search_deliveries(
+    ctx: &Context,
+    acting: Acting<'_>,
+    endpoint_id: WebhookEndpointId,
+    search: &DeliverySearch,
+    before: Option<(DateTime<Utc>, DeliveryId)>,
+    limit: i64,
+) -> Result<Vec<DeliveryRecord>, ServiceError> {
+    Ok(
+        queries::search_deliveries(&ctx.db, acting.org_id(), endpoint_id, search, before, limit)
+            .await?,
+    )
+}
+
+/// The delivery `id` of the organization's endpoint `endpoint_id`; not found when it is another
+/// endpoint's or organization's.
+pub async fn delivery(
+    ctx: &Context,
+    acting: Acting<'_>,
+    endpoint_id: WebhookEndpointId,
+    id: DeliveryId,
+) -> Result<DeliveryRecord, ServiceError> {
+    queries::delivery(&ctx.db, acting.org_id(), endpoint_id, id)
+        .await?
+        .ok_or(ServiceError::NotFound("delivery"))
+}
+
+/// [`delivery`] with its attempts, oldest first.
+pub async fn delivery_with_attempts(
+    ctx: &Context,
+    acting: Acting<'_>,
+    endpoint_id: WebhookEndpointId,
+    id: DeliveryId,
+) -> Result<DeliveryWithAttempts, ServiceError> {
+    let delivery = delivery(ctx, acting, endpoint_id, id).await?;
+    let attempts = webhooks::log::attempts(&ctx.db, &[delivery.id]).await?;
+    Ok(DeliveryWithAttempts { delivery, attempts })
+}
+
+/// How many deliveries of the organization's endpoint `endpoint_id` created since `since` have
+/// failed (what [`recover_failed`] would take up).
+pub async fn failed_since(
+    ctx: &Context,
+    acting: Acting<'_>,
+    endpoint_id: WebhookEndpointId,
+    since: DateTime<Utc>,
+) -> Result<i64, ServiceError> {
+    Ok(queries::count_failed_since(&ctx.db, acting.org_id(), endpoint_id, since).await?)
 }

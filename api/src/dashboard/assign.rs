@@ -18,7 +18,7 @@ use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, a
 use flow_app::csv_lines::record_line;
 use flow_app::ratelimit::Operation;
 use flow_common::amqp::Lane;
-use flow_common::db::flows::{self, FlowSummary};
+use flow_common::db::flows::FlowSummary;
 use flow_domain::Invalid;
 use flow_domain::ids::FlowId;
 use serde::Deserialize;
@@ -99,7 +99,7 @@ struct AssignPage {
 const PRIORITIES: [(&str, &str); 3] = [("low", "Low"), ("medium", "Medium"), ("high", "High")];
 
 async fn org_flows(state: &AppState, account: &SignedIn) -> Result<Vec<FlowSummary>, PageError> {
-    let mut flows = flows::list(&state.db, account.org.id, None, 1_000).await?;
+    let mut flows = flow_app::flows::list(state, account.acting(), None, 1_000).await?;
     flows.sort_by_key(|flow| flow.name.to_lowercase());
     Ok(flows)
 }

@@ -10,7 +10,6 @@ use askama_web::WebTemplate;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
-use flow_common::db::audit;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
@@ -64,7 +63,8 @@ async fn list(
     HtmlQuery(query): HtmlQuery<AuditQuery>,
 ) -> PageResult<AuditPage> {
     let layout = Layout::new(&account, Section::Settings).await;
-    let mut rows = audit::list(&state.db, account.org.id, query.before, PAGE_SIZE + 1).await?;
+    let mut rows =
+        flow_app::audit::list(&state, account.acting(), query.before, PAGE_SIZE + 1).await?;
     let next = if rows.len() > usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX) {
         rows.truncate(usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX));
         rows.last().map(|row| row.id)

@@ -24,7 +24,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_app::caller::Caller;
 use flow_app::sign_in::{self, PasswordSet, SignIn, Throttled};
-use flow_common::db::accounts::{self, Account, Role};
+use flow_common::db::accounts::{Account, Role};
 use flow_common::db::orgs::Organization;
 use flow_domain::Email;
 use flow_domain::ids::AccountId;
@@ -189,18 +189,21 @@ impl FromRequestParts<AppState> for SignedIn {
             session.flush().await.map_err(failed)?;
             return Err(required(true));
         }
-        let Some(found) = accounts::session_account(&state.db, account_id)
+        let found = match sign_in::session(state, account_id, generation)
             .await
             .map_err(|error| Rejection::Failed(error.into()))?
-        else {
-            session.flush().await.map_err(failed)?;
-            return Err(required(false));
+        {
+            sign_in::Session::Valid(found) => found,
+            sign_in::Session::Gone => {
+                session.flush().await.map_err(failed)?;
+                return Err(required(false));
+            }
+            sign_in::Session::Ended => {
+                // Disabled, demoted, or its password set or reset since this session began.
+                session.flush().await.map_err(failed)?;
+                return Err(required(true));
+            }
         };
-        if found.account.disabled || found.account.session_generation != generation {
-            // Disabled, demoted, or its password set or reset since this session began.
-            session.flush().await.map_err(failed)?;
-            return Err(required(true));
-        }
         Ok(Self {
             // The dashboard acts for the organization, not through an API key.
             caller: Arc::new(Caller::without_key(found.org.clone())),

@@ -20,7 +20,6 @@ use flow_app::exports::{self, Opened};
 use flow_app::flows::AssignmentFilter;
 use flow_app::reports::{self, ReportAnswer, ReportQuery};
 use flow_common::db::dashboard::FlowCounts;
-use flow_common::db::flows;
 use flow_domain::AssignmentStatus;
 use flow_domain::duration::humanize_seconds;
 use flow_domain::ids::{ExportId, FlowId};
@@ -31,7 +30,6 @@ use super::auth::SignedIn;
 use super::chart::{self, Chart, Week};
 use super::view::{Layout, Section, count, label, percent};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
-use crate::error::ApiError;
 use crate::state::AppState;
 
 /// Flows per page of the list.
@@ -90,7 +88,8 @@ async fn list(
 ) -> PageResult<ListPage> {
     let layout = Layout::new(&account, Section::Flows).await;
     let after = query.after.as_deref().and_then(FlowId::parse);
-    let mut rows = flows::list(&state.db, account.org.id, after, FLOWS_PER_PAGE + 1).await?;
+    let mut rows =
+        flow_app::flows::list(&state, account.acting(), after, FLOWS_PER_PAGE + 1).await?;
     let page_size = usize::try_from(FLOWS_PER_PAGE).unwrap_or(usize::MAX);
     let next = if rows.len() > page_size {
         rows.truncate(page_size);
@@ -257,12 +256,7 @@ async fn show(
     HtmlQuery(query): HtmlQuery<FlowQuery>,
 ) -> PageResult {
     let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
-    let flow = state
-        .caches
-        .flow(&state.db, account.org.id, flow_id)
-        .await
-        .map_err(ApiError::from)?
-        .ok_or_else(PageError::not_found)?;
+    let flow = flow_app::flows::summary(&state, account.acting(), flow_id).await?;
     let layout = Layout::new(&account, Section::Flows).await;
     let answer = report_on(&state, &account, flow.id, None, None).await?;
     let status = query
@@ -536,7 +530,7 @@ async fn export_status(
     if super::is_htmx(&headers) {
         return Ok(ExportPanel { export: view }.into_response());
     }
-    let flow_name = flows::get(&state.db, account.org.id, export.flow_id)
+    let flow_name = flow_app::flows::find(&state, account.acting(), export.flow_id)
         .await?
         .map(|flow| flow.name)
         .unwrap_or_default();

@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use chrono::Utc;
 use flow_app::ProblemKind;
 use flow_app::keys as service;
-use flow_common::db::keys::{self, ApiKey};
+use flow_common::db::keys::ApiKey;
 use flow_domain::ids::KeyId;
 use serde::Deserialize;
 
@@ -126,7 +126,7 @@ async fn page(
     name_error: Option<String>,
 ) -> Result<KeysPage, PageError> {
     let layout = Layout::new(account, Section::Settings).await;
-    let mut rows = keys::list(&state.db, account.org.id).await?;
+    let mut rows = service::list(state, account.acting()).await?;
     rows.reverse();
     Ok(KeysPage {
         keys: rows.iter().map(|key| KeyRow::new(key, &layout)).collect(),

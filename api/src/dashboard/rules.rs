@@ -14,7 +14,6 @@ use flow_app::ServiceError;
 use flow_app::enrollment::{self as service, MAX_RULES, RuleInput};
 use flow_common::db::enrollment_backfills::{Backfill, BackfillStatus};
 use flow_common::db::enrollment_rules::RuleRecord;
-use flow_common::db::flows;
 use flow_domain::ids::EnrollmentRuleId;
 use serde::Deserialize;
 
@@ -192,7 +191,7 @@ async fn form_page(
     preview: Option<PreviewShown>,
 ) -> PageResult<RuleFormPage> {
     let layout = Layout::new(account, Section::Rules).await;
-    let flows = flows::list(&state.db, account.org.id, None, FLOW_CHOICES)
+    let flows = flow_app::flows::list(state, account.acting(), None, FLOW_CHOICES)
         .await?
         .into_iter()
         .map(|flow| FlowChoice {

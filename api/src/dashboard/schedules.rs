@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Redirect};
 use axum::routing::{get, post};
 use chrono::Utc;
 use flow_app::schedules as service;
-use flow_common::db::dashboard as queries;
 use flow_domain::ids::ScheduleId;
 use flow_domain::recurrence::Recurrence;
 use serde::Deserialize;
@@ -80,8 +79,7 @@ async fn list(
     let layout = Layout::new(&account, Section::Schedules).await;
     let before = query.before.as_deref().and_then(ScheduleId::parse);
     let mut rows =
-        queries::list_schedules(&state.db, account.org.id, before, PAGE_SIZE + 1, Utc::now())
-            .await?;
+        service::list(&state, account.acting(), before, PAGE_SIZE + 1, Utc::now()).await?;
     let page_size = usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX);
     let next = if rows.len() > page_size {
         rows.truncate(page_size);

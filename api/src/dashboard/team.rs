@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use flow_app::ServiceError;
 use flow_app::team::{self as service, IssuedLink};
-use flow_common::db::accounts::{self, AccountChange};
+use flow_common::db::accounts::AccountChange;
 use flow_domain::Role;
 use flow_domain::ids::AccountId;
 use serde::Deserialize;
@@ -82,7 +82,7 @@ async fn page(
     form: Option<(String, String, String)>,
 ) -> Result<TeamPage, PageError> {
     let layout = Layout::new(account, Section::Settings).await;
-    let rows = accounts::list(&state.db, account.org.id).await?;
+    let rows = service::list(state, account.acting()).await?;
     let (email, role, email_error) = match form {
         Some((email, role, error)) => (email, role, Some(error)),
         None => (String::new(), "viewer".to_owned(), None),

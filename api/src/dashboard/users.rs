@@ -12,7 +12,6 @@ use flow_app::ServiceError;
 use flow_app::ratelimit::{Operation, RateLimitError, page_cost};
 use flow_app::user_import::{ImportProblem, MAX_IMPORT_BYTES, parse_import};
 use flow_app::users as service;
-use flow_common::db::dashboard as queries;
 use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
@@ -94,9 +93,9 @@ async fn page(
         .filter(|text| !text.is_empty())
         .map(|text| text.chars().take(320).collect::<String>());
     let after = query.after.as_deref().and_then(UserId::parse);
-    let mut rows = queries::search_users(
-        &state.db,
-        account.org.id,
+    let mut rows = service::list_matching(
+        state,
+        account.acting(),
         search.as_deref(),
         after,
         PAGE_SIZE + 1,

@@ -17,11 +17,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone, Utc};
 use flow_app::ratelimit::{Operation, RateLimitError};
-use flow_app::webhooks::{self as service, EndpointFields, MAX_RECOVERY};
+use flow_app::webhooks::{self as service, DeliveryWithAttempts, EndpointFields, MAX_RECOVERY};
 use flow_app::{ProblemKind, ServiceError};
-use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
-use flow_common::db::webhooks;
-use flow_common::db::webhooks::endpoints::Endpoint;
+use flow_common::db::dashboard::{DeliverySearch, EndpointHealth};
+use flow_common::db::webhooks::endpoints::{Endpoint, MAX_ENDPOINTS_PER_ORG};
 use flow_common::db::webhooks::log::DeliveryRecord;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE};
 use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
@@ -158,16 +157,10 @@ struct ListPage {
 
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<ListPage> {
     let layout = Layout::new(&account, Section::Webhooks).await;
-    let endpoints = webhooks::endpoints::list(
-        &state.db,
-        account.org.id,
-        None,
-        webhooks::endpoints::MAX_ENDPOINTS_PER_ORG,
-    )
-    .await?;
+    let endpoints = service::list(&state, account.acting(), None, MAX_ENDPOINTS_PER_ORG).await?;
     let ids: Vec<WebhookEndpointId> = endpoints.iter().map(|endpoint| endpoint.id).collect();
     let health: HashMap<WebhookEndpointId, EndpointHealth> =
-        queries::endpoint_health(&state.db, account.org.id, &ids)
+        service::health(&state, account.acting(), &ids)
             .await?
             .into_iter()
             .map(|health| (health.endpoint_id, health))
@@ -344,7 +337,7 @@ async fn create(
                 (None, ServiceError::Conflict(_)) => FormErrors {
                     general: Some(format!(
                         "An organization may have at most {} endpoints; delete one first.",
-                        webhooks::endpoints::MAX_ENDPOINTS_PER_ORG
+                        MAX_ENDPOINTS_PER_ORG
                     )),
                     ..FormErrors::default()
                 },
@@ -645,9 +638,9 @@ async fn show(
             }
         },
     };
-    let mut rows = queries::search_deliveries(
-        &state.db,
-        account.org.id,
+    let mut rows = service::search_deliveries(
+        &state,
+        account.acting(),
         current.id,
         &search,
         before,
@@ -671,7 +664,7 @@ async fn show(
     } else {
         None
     };
-    let health = queries::endpoint_health(&state.db, account.org.id, &[current.id]).await?;
+    let health = service::health(&state, account.acting(), &[current.id]).await?;
     let page = EndpointPage {
         endpoint: EndpointRow::new(&current, health.first(), &layout),
         disabled: !current.enabled,
@@ -771,10 +764,10 @@ async fn delivery(
 ) -> PageResult<DeliveryPage> {
     let current = endpoint(&state, &account, &id).await?;
     let delivery_id = DeliveryId::parse(&delivery_id).ok_or_else(PageError::not_found)?;
-    let record = queries::delivery(&state.db, account.org.id, current.id, delivery_id)
-        .await?
-        .ok_or_else(PageError::not_found)?;
-    let attempts = webhooks::log::attempts(&state.db, &[record.id]).await?;
+    let DeliveryWithAttempts {
+        delivery: record,
+        attempts,
+    } = service::delivery_with_attempts(&state, account.acting(), current.id, delivery_id).await?;
     let layout = Layout::new(&account, Section::Webhooks).await;
     Ok(DeliveryPage {
         endpoint_id: current.id.to_string(),
@@ -811,9 +804,7 @@ async fn resend(
     account.require_admin()?;
     let current = endpoint(&state, &account, &id).await?;
     let delivery_id = DeliveryId::parse(&delivery_id).ok_or_else(PageError::not_found)?;
-    queries::delivery(&state.db, account.org.id, current.id, delivery_id)
-        .await?
-        .ok_or_else(PageError::not_found)?;
+    service::delivery(&state, account.acting(), current.id, delivery_id).await?;
     let target = format!(
         "/dashboard/webhooks/{}/deliveries/{delivery_id}",
         current.id
@@ -883,7 +874,7 @@ async fn recover_preview(
         };
         return Ok((StatusCode::BAD_REQUEST, page).into_response());
     };
-    let count = queries::count_failed_since(&state.db, account.org.id, current.id, since).await?;
+    let count = service::failed_since(&state, account.acting(), current.id, since).await?;
     Ok(RecoverPage {
         since: local_input(since, zone),
         since_text: layout.time(&since),

@@ -8,13 +8,12 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use flow_app::progress::{self, ProgressFields, ProgressInput, Resolution, resolve};
+use flow_app::assignments::{self as service, Found};
+use flow_app::progress::{self, ProgressFields, ProgressInput};
 use flow_app::ratelimit::{Operation, page_cost};
-use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
+use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
-use flow_domain::ids::{
-    AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
-};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId, ScheduleId, UserId};
 use flow_domain::messages::AssignCommand;
 use flow_domain::report::PageCursor;
 use flow_domain::{AssignmentStatus, Email, ModuleStatus};
@@ -248,17 +247,17 @@ pub async fn get_assignment(
 ) -> Result<(RateHeaders, Response), ApiError> {
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
-    let response = match resolve(&state, auth.org_id(), id).await? {
-        Resolution::Persisted(record) => {
-            let progress = assignments::module_progress(&state.db, &[record.id]).await?;
+    let response = match service::get(&state, auth.acting(), id).await? {
+        Found::Persisted { record, progress } => {
             let progress = progress.into_iter().map(ModuleProgressView::from).collect();
             Ok(Json(AssignmentView::new(*record, Some(progress), Utc::now())).into_response())
         }
-        Resolution::Failed(failure) => {
-            let view = AssignmentView::failed(&state, auth.org_id(), id, failure).await?;
-            Ok(Json(view).into_response())
-        }
-        Resolution::Accepted => Ok((
+        Found::Failed {
+            command,
+            failure,
+            total_modules,
+        } => Ok(Json(AssignmentView::failed(id, *command, failure, total_modules)).into_response()),
+        Found::Accepted => Ok((
             StatusCode::ACCEPTED,
             [(header::RETRY_AFTER, "1")],
             Json(AssignmentAccepted {
@@ -269,28 +268,20 @@ pub async fn get_assignment(
             }),
         )
             .into_response()),
-        Resolution::Unknown => Err(ApiError::not_found("assignment")),
+        Found::Unknown => Err(ApiError::not_found("assignment")),
     }?;
     Ok((rate, response))
 }
 
 impl AssignmentView {
     /// The view of an id whose command was dead-lettered, from the command itself.
-    async fn failed(
-        state: &AppState,
-        org: OrgId,
+    fn failed(
         id: AssignmentId,
+        command: AssignCommand,
         failure: AssignmentFailure,
-    ) -> Result<Self, ApiError> {
-        let command: AssignCommand = serde_json::from_value(failure.command).map_err(|error| {
-            ApiError::Internal(anyhow::Error::new(error).context("reading a failed command"))
-        })?;
-        let total_modules = state
-            .caches
-            .flow(&state.db, org, command.flow_id)
-            .await?
-            .map_or(0, |flow| flow.module_count);
-        Ok(Self {
+        total_modules: i64,
+    ) -> Self {
+        Self {
             assignment_id: id,
             flow_id: command.flow_id,
             flow_name: command.flow_name,
@@ -310,7 +301,7 @@ impl AssignmentView {
             failure_reason: Some(failure.reason),
             failed_at: Some(failure.failed_at),
             module_progress: Some(Vec::new()),
-        })
+        }
     }
 }
 
@@ -382,9 +373,9 @@ pub async fn list_assignments(
         },
     };
     let now = Utc::now();
-    let rows = assignments::list(
-        &state.db,
-        auth.org_id(),
+    let rows = service::list(
+        &state,
+        auth.acting(),
         &ListFilter {
             flow_id,
             email_normalized: email.map(|email| email.normalized()),

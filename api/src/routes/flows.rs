@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_app::flows::{self as service, FlowFields, ModuleFields};
 use flow_app::ratelimit::{Operation, page_cost};
-use flow_common::db::flows::{self, Flow, FlowSummary, Module};
+use flow_common::db::flows::{Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{FlowId, ModuleId};
 use serde::{Deserialize, Serialize};
@@ -190,7 +190,7 @@ pub async fn list_flows(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let rows = flows::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |flow| flow.id.to_string(), summary_view);
     Ok((RateHeaders(rate), Json(page)))
 }

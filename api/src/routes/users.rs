@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_app::users as service;
-use flow_common::db::users::{self, NewUser, User};
+use flow_common::db::users::{NewUser, User};
 use flow_domain::Email;
 use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
@@ -207,7 +207,7 @@ pub async fn list_users(
     if let Some(email) = filter.email {
         let email = Email::parse("email", &email)?;
         let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
-        let found = users::find_by_email(&state.db, auth.org_id(), &email).await?;
+        let found = service::by_email(&state, auth.acting(), &email).await?;
         let page = Page {
             data: found.into_iter().map(UserView::from).collect(),
             next_cursor: None,
@@ -220,7 +220,7 @@ pub async fn list_users(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let rows = users::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |user| user.id.to_string(), UserView::from);
     Ok((RateHeaders(rate), Json(page)))
 }

@@ -8,9 +8,8 @@ use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_app::webhooks::{self as service, EndpointFields, WithSecret};
-use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::Endpoint;
-use flow_common::db::webhooks::log::DeliveryRecord;
+use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord};
 use flow_domain::events::EventType;
 use flow_domain::ids::{DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};
@@ -198,7 +197,7 @@ pub async fn list_endpoints(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let rows = webhooks::endpoints::list(&state.db, auth.org_id(), after, limit + 1).await?;
+    let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
     let page = Page::from_rows(
         rows,
         limit,
@@ -469,36 +468,28 @@ pub async fn list_deliveries(
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let endpoint = webhooks::endpoints::get(&state.db, auth.org_id(), endpoint_id(&id)?)
-        .await?
-        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
-    let rows = webhooks::log::list_deliveries(
-        &state.db,
-        auth.org_id(),
-        endpoint.id,
+    let rows = service::deliveries(
+        &state,
+        auth.acting(),
+        endpoint_id(&id)?,
         status,
         before.map(|(at, id)| (at, DeliveryId(id))),
         limit + 1,
     )
     .await?;
-    let ids: Vec<DeliveryId> = rows.iter().map(|row| row.id).collect();
-    let mut attempts = webhooks::log::attempts(&state.db, &ids).await?;
     let page = Page::from_rows(
         rows,
         limit,
-        |row| encode_keyset(row.created_at, &row.id.0),
+        |row| encode_keyset(row.delivery.created_at, &row.delivery.id.0),
         |row| {
-            let log = attempts
-                .extract_if(.., |attempt| attempt.delivery_id == row.id)
-                .map(attempt_view)
-                .collect();
-            DeliveryView::new(row, log)
+            let log = row.attempts.into_iter().map(attempt_view).collect();
+            DeliveryView::new(row.delivery, log)
         },
     );
     Ok((RateHeaders(rate), Json(page)))
 }
 
-fn attempt_view(attempt: webhooks::log::AttemptRecord) -> AttemptView {
+fn attempt_view(attempt: AttemptRecord) -> AttemptView {
     AttemptView {
         attempt: attempt.attempt,
         attempted_at: attempt.attempted_at,
