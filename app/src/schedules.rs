@@ -4,7 +4,7 @@
 //! assign path when it comes.
 
 use chrono::{DateTime, Utc};
-use flow_common::db::dashboard::{self as queries, ScheduleListing};
+use flow_common::db::dashboard as queries;
 use flow_common::db::schedules::{self, NewSchedule, ScheduleRecord};
 use flow_common::db::users;
 use flow_domain::ids::{FlowId, ScheduleId};
@@ -136,6 +136,6 @@ pub async fn list(
     before: Option<ScheduleId>,
     limit: i64,
     now: DateTime<Utc>,
-) -> Result<Vec<ScheduleListing>, ServiceError> {
+) -> Result<Vec<ScheduleRecord>, ServiceError> {
     Ok(queries::list_schedules(&ctx.db, acting.org_id(), before, limit, now).await?)
 }
