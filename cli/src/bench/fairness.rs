@@ -140,7 +140,7 @@ pub async fn run(core: &CoreConfig, args: FairnessBenchArgs) -> anyhow::Result<(
     if args.bulk == 0 || args.bulk > 1_000 {
         bail!("--bulk must be between 1 and 1000");
     }
-    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
+    super::system::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// A benchmark organization with what the checks need.

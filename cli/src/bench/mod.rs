@@ -12,10 +12,7 @@ pub mod soak;
 pub mod system;
 pub mod webhooks;
 
-use std::future::Future;
-
 use clap::Subcommand;
-use flow_common::amqp::Topology;
 use flow_common::config::CoreConfig;
 
 /// Benchmark commands.
@@ -61,24 +58,4 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
         BenchCommand::PlainServer(args) => plain::run(core, args).await,
     }
-}
-
-/// Runs `measure` against `core` with a queue prefix of its own, whose queues are deleted
-/// afterwards, so nothing left in the configured queues, and nothing this run leaves, mixes with
-/// another run.
-async fn on_own_queues<F, Measured>(core: &CoreConfig, measure: F) -> anyhow::Result<()>
-where
-    F: FnOnce(CoreConfig) -> Measured,
-    Measured: Future<Output = anyhow::Result<()>>,
-{
-    let mut own = core.clone();
-    own.queue_prefix = format!(
-        "{}.bench-{}",
-        core.queue_prefix,
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    );
-    let result = measure(own.clone()).await;
-    let topology = Topology::new(&own.queue_prefix, own.delivery_limit);
-    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
-    result
 }

@@ -67,7 +67,7 @@ pub async fn run(core: &CoreConfig, args: ScimBenchArgs) -> anyhow::Result<()> {
     if args.users == 0 || args.concurrency == 0 || args.timeout == 0 {
         bail!("--users, --concurrency and --timeout must be positive");
     }
-    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
+    super::system::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// The surface a phase provisions its users through.

@@ -2,6 +2,7 @@
 //! production), and the CPU and memory each process used, read from /proc.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -436,4 +437,24 @@ impl Usage {
             self.idle * 100.0
         );
     }
+}
+
+/// Runs `measure` against `core` with a queue prefix of its own, whose queues are deleted
+/// afterwards, so nothing left in the configured queues, and nothing this run leaves, mixes with
+/// another run.
+pub(super) async fn on_own_queues<F, Measured>(core: &CoreConfig, measure: F) -> anyhow::Result<()>
+where
+    F: FnOnce(CoreConfig) -> Measured,
+    Measured: Future<Output = anyhow::Result<()>>,
+{
+    let mut own = core.clone();
+    own.queue_prefix = format!(
+        "{}.bench-{}",
+        core.queue_prefix,
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    );
+    let result = measure(own.clone()).await;
+    let topology = flow_common::amqp::Topology::new(&own.queue_prefix, own.delivery_limit);
+    flow_common::amqp::delete_topology(&own.amqp_url, "flowctl-bench", &topology).await;
+    result
 }

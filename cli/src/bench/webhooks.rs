@@ -68,7 +68,7 @@ pub async fn run(core: &CoreConfig, args: WebhookBenchArgs) -> anyhow::Result<()
     if args.rate == 0 || args.duration == 0 {
         bail!("--rate and --duration must be positive");
     }
-    super::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
+    super::system::on_own_queues(core, |own| async move { measure(&own, &args).await }).await
 }
 
 /// What the load generator did.
