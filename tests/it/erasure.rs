@@ -19,7 +19,6 @@ use flow_tests::receiver::Receiver;
 use flow_tests::{TestApp, TestOptions, TestOrg, TestResponse};
 use serde_json::{Value, json};
 
-const SCIM_JSON: &str = "application/scim+json";
 const PATCH_OP: &str = "urn:ietf:params:scim:api:messages:2.0:PatchOp";
 const USER_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:User";
 
@@ -31,24 +30,8 @@ async fn scim(
     path: &str,
     body: Option<Value>,
 ) -> TestResponse {
-    let mut request = app
-        .client
-        .request(method, format!("{}/scim/v2{path}", app.base_url))
-        .bearer_auth(&org.key);
-    if let Some(body) = body {
-        request = request
-            .header("content-type", SCIM_JSON)
-            .body(body.to_string());
-    }
-    let response = request.send().await.expect("request sent");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap_or_default();
-    TestResponse {
-        status,
-        headers,
-        body: serde_json::from_str(&text).unwrap_or(Value::Null),
-    }
+    app.scim_request(&org.key, method, path, body.as_ref(), &[])
+        .await
 }
 
 /// A user as an identity provider creates it.

@@ -35,27 +35,7 @@ async fn scim(
     body: Option<&Value>,
     headers: &[(&str, &str)],
 ) -> TestResponse {
-    let mut request = app
-        .client
-        .request(method, format!("{}/scim/v2{path}", app.base_url))
-        .bearer_auth(key);
-    if let Some(body) = body {
-        request = request
-            .header("content-type", SCIM_JSON)
-            .body(body.to_string());
-    }
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = request.send().await.expect("request sent");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap_or_default();
-    TestResponse {
-        status,
-        headers,
-        body: serde_json::from_str(&text).unwrap_or(Value::Null),
-    }
+    app.scim_request(key, method, path, body, headers).await
 }
 
 async fn get(app: &TestApp, org: &TestOrg, path: &str) -> TestResponse {

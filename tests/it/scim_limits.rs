@@ -29,24 +29,7 @@ async fn scim(
     path: &str,
     body: Option<&Value>,
 ) -> TestResponse {
-    let mut request = app
-        .client
-        .request(method, format!("{}/scim/v2{path}", app.base_url))
-        .bearer_auth(&org.key);
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/scim+json")
-            .body(body.to_string());
-    }
-    let response = request.send().await.expect("request sent");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.unwrap_or_default();
-    TestResponse {
-        status,
-        headers,
-        body: serde_json::from_str(&text).unwrap_or(Value::Null),
-    }
+    app.scim_request(&org.key, method, path, body, &[]).await
 }
 
 async fn get(app: &TestApp, org: &TestOrg, path: &str) -> TestResponse {

@@ -708,6 +708,39 @@ impl TestApp {
             .await
     }
 
+    /// Sends a SCIM request under `/scim/v2` as identity providers do: the body (if any) as
+    /// `application/scim+json`, bearer `key`, and extra `headers`.
+    pub async fn scim_request(
+        &self,
+        key: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> TestResponse {
+        let mut request = self
+            .client
+            .request(method, format!("{}/scim/v2{path}", self.base_url))
+            .bearer_auth(key);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/scim+json")
+                .body(body.to_string());
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.expect("request sent");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap_or_default();
+        TestResponse {
+            status,
+            headers,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
     /// Sends a request to the API at `base_url` (a replica).
     pub async fn request_at(
         &self,
