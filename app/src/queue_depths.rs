@@ -63,7 +63,8 @@ impl QueueDepths {
 }
 
 /// Reads the queues every [`POLL_INTERVAL`] until `shutdown`, on a connection of its own that it
-/// opens again whenever the broker dropped it; sets the gauges and keeps the reading in `latest`.
+/// opens again whenever the broker dropped it (declaring the topology each time it opens one);
+/// sets the gauges and keeps the reading in `latest`.
 pub async fn poll(
     amqp_url: String,
     topology: Topology,
@@ -80,9 +81,7 @@ pub async fn poll(
             .as_ref()
             .is_none_or(|open: &Connection| !open.status().connected())
         {
-            connection = flow_common::amqp::connect(&amqp_url, "flow-api-metrics")
-                .await
-                .ok();
+            connection = open(&amqp_url, &topology).await;
         }
         let Some(open) = &connection else { continue };
         match flow_common::amqp::queue_depths(open, &topology).await {
@@ -114,5 +113,29 @@ pub async fn poll(
     }
     if let Some(open) = connection {
         drop(open.close(200, "shutting down".into()).await);
+    }
+}
+
+/// A connection to read the queues on, with the topology declared first (the declare every
+/// component makes at start-up): the poller may be the first component to reach the broker, and
+/// a passive declare of a queue nobody declared is refused (`NOT_FOUND`, logged as an error, the
+/// channel closed), so the queues would go unread until another component declared them.
+async fn open(amqp_url: &str, topology: &Topology) -> Option<Connection> {
+    let connection = flow_common::amqp::connect(amqp_url, "flow-api-metrics")
+        .await
+        .ok()?;
+    let declared = async {
+        let channel = connection.create_channel().await?;
+        topology.declare(&channel).await?;
+        channel.close(200, "topology declared".into()).await
+    }
+    .await;
+    match declared {
+        Ok(()) => Some(connection),
+        Err(error) => {
+            tracing::debug!(%error, "could not declare the topology before reading queue depths");
+            drop(connection.close(200, "topology not declared".into()).await);
+            None
+        }
     }
 }

@@ -463,3 +463,38 @@ async fn an_assign_request_trace_continues_in_the_command_message() {
     );
     drop(connection.close(200, "done".into()).await);
 }
+
+/// The API's queue-depth poller may be the first component to reach the broker: under a prefix no
+/// component has declared yet, it declares the topology itself and reads every queue. Before, its
+/// passive declares were refused (`NOT_FOUND`, an error in the log) and it read no queue until a
+/// worker came up and declared them.
+#[tokio::test]
+async fn the_queue_depth_poller_reads_every_queue_even_before_any_component_declared_them() {
+    use flow_app::queue_depths::{self, QueueDepths};
+    use flow_common::amqp::{QueueKind, Topology};
+
+    flow_common::telemetry::init();
+    let topology = Topology::new(flow_tests::unique_prefix(), 5);
+    let latest = QueueDepths::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let poller = tokio::spawn(queue_depths::poll(
+        flow_tests::amqp_url(),
+        topology.clone(),
+        latest.clone(),
+        shutdown.clone(),
+    ));
+    let mut reading = None;
+    for _ in 0..150 {
+        reading = latest.latest();
+        if reading.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    shutdown.cancel();
+    poller.await.expect("poller");
+    flow_common::amqp::delete_topology(&flow_tests::amqp_url(), "test", &topology).await;
+    let reading = reading.expect("the poller stored a reading within three intervals");
+    let read: Vec<QueueKind> = reading.queues.iter().map(|queue| queue.kind).collect();
+    assert_eq!(read, QueueKind::all(), "every queue is read");
+}
