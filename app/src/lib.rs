@@ -10,10 +10,10 @@
 //! assignment id resolves to, recording module progress), [`webhooks`] (endpoints,
 //! test pings, retries and recoveries), [`keys`], [`team`] (dashboard accounts), [`users`],
 //! [`groups`] (SCIM, sharing [`provisioning`]), [`enrollment`] (rules that assign on their own),
-//! [`erasure`], [`flows`], [`schedules`], [`reports`], [`operations`] (the lanes' queue depths and
-//! an organization's backlog) and [`exports`]. Rate limits that apply whatever the surface
-//! (reports, test pings and retries, export downloads) are checked here; the `/v1` read and write
-//! limits per request stay in the API's routes.
+//! [`erasure`], [`orgs`] (an operator's), [`flows`], [`schedules`], [`reports`], [`operations`]
+//! (the lanes' queue depths and an organization's backlog) and [`exports`]. Rate limits that
+//! apply whatever the surface (reports, test pings and retries, export downloads) are checked
+//! here; the `/v1` read and write limits per request stay in the API's routes.
 //!
 //! What the operations stand on, none of it HTTP: the [`Context`] ([`context`]) with its
 //! read-through [`caches`] of keys, flows and rules, the [`ratelimit`]er, the batched assign
@@ -43,6 +43,7 @@ pub mod groups;
 pub mod keys;
 pub mod lookup;
 pub mod operations;
+pub mod orgs;
 pub mod progress;
 pub mod provisioning;
 pub mod queue_depths;

@@ -172,3 +172,9 @@ pub async fn change(
 pub async fn list(ctx: &Context, acting: Acting<'_>) -> Result<Vec<Account>, ServiceError> {
     Ok(accounts::list(&ctx.db, acting.org_id()).await?)
 }
+
+/// The dashboard account with the e-mail `email`, whatever its organization (an e-mail names one
+/// account across organizations): an operator's lookup (`flowctl admin`), not a team's.
+pub async fn by_email(ctx: &Context, email: &Email) -> Result<Option<Account>, ServiceError> {
+    Ok(accounts::find_by_email(&ctx.db, email).await?)
+}

@@ -10,7 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::{Subcommand, ValueEnum};
 use flow_app::{Caller, Context, ServiceError, team};
 use flow_common::config::CoreConfig;
-use flow_common::db::accounts::{self, Account, AccountChange, Role};
+use flow_common::db::accounts::{Account, AccountChange, Role};
 use flow_domain::Email;
 use flow_domain::ids::OrgId;
 use serde::Serialize;
@@ -153,7 +153,7 @@ impl AccountSummary {
 /// operations act for it.
 async fn by_email(context: &Context, email: &str) -> anyhow::Result<(Account, Caller)> {
     let parsed = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!(invalid))?;
-    let account = accounts::find_by_email(&context.db, &parsed)
+    let account = team::by_email(context, &parsed)
         .await?
         .with_context(|| format!("no dashboard account {email}"))?;
     let caller = crate::context::organization(context, account.org_id).await?;
@@ -248,7 +248,8 @@ async fn command_on(context: &Context, command: AdminCommand) -> anyhow::Result<
         AdminCommand::List { org } => {
             let org = OrgId::parse(&org)
                 .with_context(|| format!("{org} is not an organization id (org_…)"))?;
-            let listed: Vec<AccountSummary> = accounts::list(&context.db, org)
+            let caller = crate::context::organization(context, org).await?;
+            let listed: Vec<AccountSummary> = team::list(context, acting(&caller))
                 .await?
                 .iter()
                 .map(|account| AccountSummary::of(account, None))

@@ -134,10 +134,16 @@ fn parse_org(text: &str) -> anyhow::Result<OrgId> {
     OrgId::parse(text).with_context(|| format!("{text} is not an organization id (org_…)"))
 }
 
-/// `flowctl org ...`.
+/// `flowctl org ...`: the operations of `app::orgs`.
 pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outcome> {
-    let pool = pool(core).await?;
-    let org = match command {
+    let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+    let outcome = org_command(&tool, command).await;
+    tool.close().await;
+    outcome
+}
+
+async fn org_command(tool: &Tool, command: OrgCommand) -> anyhow::Result<Outcome> {
+    match command {
         OrgCommand::Create {
             name,
             tier,
@@ -145,8 +151,8 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
             assign_limit,
             report_limit,
         } => {
-            let org = orgs::create(
-                &pool,
+            let org = flow_app::orgs::create(
+                tool,
                 &orgs::NewOrganization {
                     name,
                     tier: tier.into(),
@@ -166,10 +172,15 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
             report_limit,
         } => {
             let tier = tier.map(orgs::Tier::from);
-            let updated =
-                orgs::update_limits(&pool, parse_org(&org)?, tier, assign_limit, report_limit)
-                    .await?
-                    .with_context(|| format!("no organization {org}"))?;
+            let updated = flow_app::orgs::update_limits(
+                tool,
+                parse_org(&org)?,
+                tier,
+                assign_limit,
+                report_limit,
+            )
+            .await?
+            .with_context(|| format!("no organization {org}"))?;
             let text = format!(
                 "{}: tier {}, assign {}/min, report {}/min",
                 updated.id,
@@ -182,11 +193,11 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
         OrgCommand::Lane { org, shard } => {
             let id = parse_org(&org)?;
             let found = match shard {
-                Some(shard) => orgs::move_bulk_lane(&pool, id, i64::from(shard)).await?,
-                None => orgs::get(&pool, id).await?,
+                Some(shard) => flow_app::orgs::move_bulk_lane(tool, id, i64::from(shard)).await?,
+                None => flow_app::orgs::get(tool, id).await?,
             }
             .with_context(|| format!("no organization {org}"))?;
-            let counts = orgs::bulk_shard_counts(&pool).await?;
+            let counts = flow_app::orgs::bulk_shard_counts(tool).await?;
             let summary = OrgSummary::from(&found);
             let text = format!(
                 "{}: bulk queue {}{}; organizations per queue: {}",
@@ -202,9 +213,7 @@ pub async fn org(core: &CoreConfig, command: OrgCommand) -> anyhow::Result<Outco
             );
             Outcome::new(&summary, text)
         }
-    };
-    pool.close().await;
-    org
+    }
 }
 
 /// API key commands.
@@ -259,21 +268,21 @@ pub struct KeySummary {
     pub expires_at: Option<String>,
 }
 
-/// `flowctl key ...`.
+/// `flowctl key ...`: the operations of `app::keys` (those the dashboard's API keys page calls).
 pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outcome> {
-    let pool = pool(core).await?;
-    let outcome = match command {
+    let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+    let outcome = key_command(&tool, command).await;
+    tool.close().await;
+    outcome
+}
+
+async fn key_command(tool: &Tool, command: KeyCommand) -> anyhow::Result<Outcome> {
+    match command {
         KeyCommand::Create { org, name } => {
-            // The operation the dashboard's API keys page calls: the name's rule, the key and
-            // its audit row in one transaction.
-            let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
-            let generated = async {
-                let caller = context::organization(&tool, parse_org(&org)?).await?;
-                anyhow::Ok(keys::generate(&tool, context::acting(&caller), &name, false).await?)
-            }
-            .await;
-            tool.close().await;
-            let WithSecret { key, secret } = generated?;
+            // The name's rule, the key and its audit row in one transaction.
+            let caller = context::organization(tool, parse_org(&org)?).await?;
+            let WithSecret { key, secret } =
+                keys::generate(tool, context::acting(&caller), &name, false).await?;
             eprintln!("key {} created; the secret below is shown once:", key.id);
             let text = secret.clone();
             Outcome::new(
@@ -287,10 +296,7 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
         KeyCommand::Revoke { key } => {
             let id =
                 KeyId::parse(&key).with_context(|| format!("{key} is not a key id (key_…)"))?;
-            let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
-            let revoked = keys::revoke_as_operator(&tool, id).await;
-            tool.close().await;
-            match revoked {
+            match keys::revoke_as_operator(tool, id).await {
                 Ok(()) => {}
                 Err(flow_app::ServiceError::NotFound(_)) => bail!("no active key {key}"),
                 Err(other) => return Err(other.into()),
@@ -303,7 +309,8 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
         KeyCommand::List { org } => {
             let mut keys = Vec::new();
             let mut text = String::new();
-            for key in db::keys::list(&pool, parse_org(&org)?).await? {
+            let caller = context::organization(tool, parse_org(&org)?).await?;
+            for key in keys::list(tool, context::acting(&caller)).await? {
                 let expires_at = key.expires_at.map(flow_domain::format_timestamp);
                 let (state, shown) = match key.expires_at {
                     _ if key.revoked_at.is_some() => ("revoked", "revoked".to_owned()),
@@ -328,9 +335,7 @@ pub async fn key(core: &CoreConfig, command: KeyCommand) -> anyhow::Result<Outco
             }
             Outcome::new(&keys, text)
         }
-    };
-    pool.close().await;
-    outcome
+    }
 }
 
 /// User commands.

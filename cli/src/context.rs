@@ -11,7 +11,6 @@ use flow_app::{Acting, Caller, Context, Settings, StartConfig};
 use flow_common::amqp::BatchLimits;
 use flow_common::config::{CoreConfig, from_env};
 use flow_common::db::audit::Actor;
-use flow_common::db::orgs;
 use flow_common::runtime::Supervisor;
 use flow_domain::ids::OrgId;
 use sqlx::PgPool;
@@ -96,7 +95,7 @@ impl Tool {
 
 /// The organization `org_id` as the operations act for it, or an error naming it.
 pub async fn organization(context: &Context, org_id: OrgId) -> anyhow::Result<Caller> {
-    let org = orgs::get(&context.db, org_id)
+    let org = flow_app::orgs::get(context, org_id)
         .await?
         .ok_or_else(|| anyhow::anyhow!("no organization {org_id}"))?;
     Ok(Caller::without_key(org))
