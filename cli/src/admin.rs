@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
+use flow_app::flows::{FlowFields, ModuleFields};
 use flow_app::keys::{self, WithSecret};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
+use flow_common::db::{self, orgs};
 use flow_domain::ids::{KeyId, OrgId};
-use flow_domain::{Email, TextRule, parse_timezone};
+use flow_domain::{Email, parse_timezone};
 use serde::{Deserialize, Serialize};
 
 use crate::context::{self, DEFAULT_BASE_URL, Tool};
@@ -386,10 +387,10 @@ async fn erase(core: &CoreConfig, org: &str, email: &str) -> anyhow::Result<Outc
     let email = Email::parse("email", email).map_err(|invalid| anyhow::anyhow!("{invalid}"))?;
     let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
     let erased = async {
-        let user = db::users::find_by_email(&tool.db, org, &email)
+        let caller = context::organization(&tool, org).await?;
+        let user = flow_app::users::by_email(&tool, context::acting(&caller), &email)
             .await?
             .ok_or_else(|| anyhow::anyhow!("no user {email} in {org}"))?;
-        let caller = context::organization(&tool, org).await?;
         let erased = flow_app::erasure::erase(&tool, context::acting(&caller), user.id)
             .await
             .map_err(|error| match error {
@@ -431,8 +432,13 @@ pub struct ImportSummary {
     pub created: usize,
 }
 
-/// `flowctl users ...`: every row is checked before any is written, so an invalid file imports
-/// nothing; writes go in chunks of 1,000 with a progress bar.
+/// Users imported per call of the import operation (a step of the progress bar).
+const IMPORT_CHUNK: usize = 1_000;
+
+/// `flowctl users ...`: every row is checked by the rule of every surface (`app::users::check`)
+/// before any is written, so an invalid file imports nothing; then the rows are imported through
+/// `app::users::import`, which runs the organization's enrollment rules for them as the API's and
+/// the dashboard's imports do, in chunks of [`IMPORT_CHUNK`] with a progress bar.
 pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<Outcome> {
     let (org, file) = match command {
         UsersCommand::Import { org, file } => (org, file),
@@ -444,26 +450,29 @@ pub async fn users(core: &CoreConfig, command: UsersCommand) -> anyhow::Result<O
     let mut users = Vec::new();
     for (line, row) in reader.deserialize::<UserRow>().enumerate() {
         let row = row.with_context(|| format!("{} row {}", file.display(), line + 2))?;
-        let invalid = |invalid| anyhow::anyhow!("{} row {}: {invalid}", file.display(), line + 2);
-        let email = Email::parse("email", &row.email).map_err(invalid)?;
-        let name = row
-            .name
-            .map(|name| TextRule::NAME.parse("name", &name))
-            .transpose()
-            .map_err(invalid)?
-            .filter(|name| !name.is_empty());
-        users.push(NewUser { email, name });
+        let name = row.name.filter(|name| !name.is_empty());
+        let mut user = flow_app::users::check(Some(&row.email), name.as_deref(), "")
+            .map_err(|invalid| anyhow::anyhow!("{} row {}: {invalid}", file.display(), line + 2))?;
+        user.name = user.name.filter(|name| !name.is_empty());
+        users.push(user);
     }
-    let pool = pool(core).await?;
-    let bar = progress(users.len() as u64, "importing users");
-    let mut created = 0;
-    for chunk in users.chunks(1_000) {
-        let rows = db::users::upsert(&pool, org, chunk).await?;
-        created += rows.iter().filter(|user| user.created).count();
-        bar.inc(chunk.len() as u64);
+    let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+    let imported = async {
+        let caller = context::organization(&tool, org).await?;
+        let bar = progress(users.len() as u64, "importing users");
+        let mut created = 0;
+        for chunk in users.chunks(IMPORT_CHUNK) {
+            let imported =
+                flow_app::users::import(&tool, context::acting(&caller), chunk.to_vec()).await?;
+            created += imported.created;
+            bar.inc(chunk.len() as u64);
+        }
+        bar.finish_and_clear();
+        anyhow::Ok(created)
     }
-    bar.finish_and_clear();
-    pool.close().await;
+    .await;
+    tool.close().await;
+    let created = imported?;
     let summary = ImportSummary {
         imported: users.len(),
         created,
@@ -502,21 +511,26 @@ pub struct FlowFile {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModuleFile {
     pub name: String,
-    /// Estimate in minutes.
+    /// Estimate in minutes (0 when absent).
     #[serde(default)]
-    pub estimated_minutes: i32,
+    pub estimated_minutes: Option<i32>,
 }
 
 impl FlowFile {
-    /// The modules to insert.
-    pub fn modules(&self) -> Vec<NewModule> {
-        self.modules
-            .iter()
-            .map(|module| NewModule {
-                name: module.name.clone(),
-                estimated_minutes: module.estimated_minutes,
-            })
-            .collect()
+    /// The flow as `app::flows::check` reads it.
+    pub fn fields(self) -> FlowFields {
+        FlowFields {
+            name: Some(self.name),
+            description: self.description,
+            modules: self
+                .modules
+                .into_iter()
+                .map(|module| ModuleFields {
+                    name: Some(module.name),
+                    estimated_minutes: module.estimated_minutes,
+                })
+                .collect(),
+        }
     }
 }
 
@@ -538,38 +552,19 @@ pub async fn flows(core: &CoreConfig, command: FlowsCommand) -> anyhow::Result<O
         std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
     let flow: FlowFile =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", file.display()))?;
-    if flow.modules.is_empty() {
-        bail!("a flow needs at least one module");
+    // The rules of POST /v1/flows (`app::flows::check`), so nothing the API would refuse gets in
+    // this way.
+    let new = flow_app::flows::check(flow.fields())
+        .map_err(|invalid| anyhow::anyhow!("{}: {invalid}", file.display()))?;
+    let org = parse_org(&org)?;
+    let tool = Tool::open(core, DEFAULT_BASE_URL).await?;
+    let created = async {
+        let caller = context::organization(&tool, org).await?;
+        anyhow::Ok(flow_app::flows::create(&tool, context::acting(&caller), &new).await?)
     }
-    // The same rules as POST /v1/flows, so nothing the API would refuse gets in this way.
-    let invalid = |invalid| anyhow::anyhow!("{}: {invalid}", file.display());
-    let name = TextRule::NAME.parse("name", &flow.name).map_err(invalid)?;
-    if name.is_empty() {
-        bail!("{}: name is required", file.display());
-    }
-    let description = flow
-        .description
-        .as_deref()
-        .map(|text| TextRule::DESCRIPTION.parse("description", text))
-        .transpose()
-        .map_err(invalid)?
-        .filter(|text| !text.is_empty());
-    let mut modules = flow.modules();
-    for (index, module) in modules.iter_mut().enumerate() {
-        module.name = TextRule::NAME
-            .parse(&format!("modules[{index}].name"), &module.name)
-            .map_err(invalid)?;
-    }
-    let pool = pool(core).await?;
-    let (created, modules) = db::flows::create(
-        &pool,
-        parse_org(&org)?,
-        &name,
-        description.as_deref(),
-        &modules,
-    )
-    .await?;
-    pool.close().await;
+    .await;
+    tool.close().await;
+    let (created, modules) = created?;
     let text = format!(
         "{}\t{} ({} modules)",
         created.id,

@@ -2,8 +2,9 @@
 //! dashboard admin with a one-time sign-in link.
 
 use clap::Args;
+use flow_app::flows::NewFlow;
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, flows::NewModule, orgs, users::NewUser};
+use flow_common::db::{flows::NewModule, orgs, users::NewUser};
 use flow_domain::Email;
 use flow_domain::ids::{FlowId, OrgId};
 
@@ -36,15 +37,17 @@ pub fn demo_email(index: usize) -> String {
     format!("user{index:04}@demo.example.com")
 }
 
-/// Creates the demo organization, users, flows and key.
+/// Creates the demo organization, users, flows and key, through the operations every surface
+/// calls (the users imported, the flows by the API's rules, the key with its audit row), as
+/// `flowctl`.
 pub async fn create(
-    pool: &sqlx::PgPool,
+    context: &flow_app::Context,
     users: usize,
     name: &str,
     assign_limit: Option<u32>,
 ) -> anyhow::Result<Demo> {
-    let org = orgs::create(
-        pool,
+    let org = flow_app::orgs::create(
+        context,
         &orgs::NewOrganization {
             name: name.to_owned(),
             tier: orgs::Tier::Enterprise,
@@ -54,6 +57,8 @@ pub async fn create(
         },
     )
     .await?;
+    let caller = flow_app::Caller::without_key(org);
+    let acting = crate::context::acting(&caller);
     let people: Vec<NewUser> = (1..=users)
         .map(|index| {
             Ok(NewUser {
@@ -63,9 +68,7 @@ pub async fn create(
             })
         })
         .collect::<anyhow::Result<_>>()?;
-    for chunk in people.chunks(1_000) {
-        db::users::upsert(pool, org.id, chunk).await?;
-    }
+    flow_app::users::import(context, acting, people).await?;
     let definitions: [(&str, &[(&str, i32)]); 3] = [
         (
             "Security Basics",
@@ -92,20 +95,24 @@ pub async fn create(
     ];
     let mut flows = Vec::new();
     for (flow_name, modules) in definitions {
-        let modules: Vec<NewModule> = modules
-            .iter()
-            .map(|(module, minutes)| NewModule {
-                name: (*module).to_owned(),
-                estimated_minutes: *minutes,
-            })
-            .collect();
-        let (flow, _) = db::flows::create(pool, org.id, flow_name, None, &modules).await?;
+        let flow = NewFlow {
+            name: flow_name.to_owned(),
+            description: None,
+            modules: modules
+                .iter()
+                .map(|(module, minutes)| NewModule {
+                    name: (*module).to_owned(),
+                    estimated_minutes: *minutes,
+                })
+                .collect(),
+        };
+        let (flow, _) = flow_app::flows::create(context, acting, &flow).await?;
         flows.push((flow.id, flow.name));
     }
-    let (_, key) = db::keys::create(pool, org.id, "demo").await?;
+    let key = flow_app::keys::generate(context, acting, "demo", false).await?;
     Ok(Demo {
-        org_id: org.id,
-        key,
+        org_id: caller.org_id(),
+        key: key.secret,
         flows,
         sample_email: demo_email(1),
     })
@@ -114,27 +121,15 @@ pub async fn create(
 /// E-mail of the demo's dashboard admin.
 pub const DEMO_ADMIN_EMAIL: &str = "admin@demo.example.com";
 
-/// Creates the demo's dashboard admin and its one-time sign-in link. The e-mail is
-/// [`DEMO_ADMIN_EMAIL`], or a variant of it when an earlier demo took it (an e-mail names one
-/// account across organizations).
+/// Creates the demo's dashboard admin and its one-time sign-in link (to the context's public base
+/// URL). The e-mail is [`DEMO_ADMIN_EMAIL`], or a variant of it when an earlier demo took it (an
+/// e-mail names one account across organizations).
 pub async fn create_admin(
-    core: &CoreConfig,
-    demo: &Demo,
-    base_url: &str,
-) -> anyhow::Result<crate::accounts::Invitation> {
-    let tool = crate::context::Tool::open(core, base_url).await?;
-    let created = invite_admin(&tool, demo).await;
-    tool.close().await;
-    created
-}
-
-/// Invites the demo's admin (see [`create_admin`]).
-async fn invite_admin(
     context: &flow_app::Context,
     demo: &Demo,
 ) -> anyhow::Result<crate::accounts::Invitation> {
-    let taken = flow_common::db::accounts::find_by_email(
-        &context.db,
+    let taken = flow_app::team::by_email(
+        context,
         &Email::parse("email", DEMO_ADMIN_EMAIL).map_err(|error| anyhow::anyhow!(error))?,
     )
     .await?
@@ -183,12 +178,20 @@ pub fn print(demo: &Demo, base_url: &str) {
     }
 }
 
-/// `flowctl demo`.
+/// `flowctl demo`: applies the migrations, then creates the demo in the tool's context.
 pub async fn run(core: &CoreConfig, args: DemoArgs) -> anyhow::Result<()> {
     let pool = crate::admin::pool(core).await?;
-    db::migrate(&pool).await?;
-    let demo = create(&pool, args.users, "Demo Org", None).await?;
-    let admin = create_admin(core, &demo, &args.base_url).await?;
+    flow_common::db::migrate(&pool).await?;
+    pool.close().await;
+    let tool = crate::context::Tool::open(core, &args.base_url).await?;
+    let created = async {
+        let demo = create(&tool, args.users, "Demo Org", None).await?;
+        let admin = create_admin(&tool, &demo).await?;
+        anyhow::Ok((demo, admin))
+    }
+    .await;
+    tool.close().await;
+    let (demo, admin) = created?;
     print(&demo, &args.base_url);
     print_dashboard(&admin, &args.base_url);
     Ok(())

@@ -168,9 +168,15 @@ pub async fn run_until(
     }
 
     if args.demo {
-        let pool = crate::admin::pool(&core).await?;
-        let demo = crate::demo::create(&pool, 1_000, "Demo Org", None).await?;
-        let admin = crate::demo::create_admin(&core, &demo, &base_url).await?;
+        let tool = crate::context::Tool::open(&core, &base_url).await?;
+        let created = async {
+            let demo = crate::demo::create(&tool, 1_000, "Demo Org", None).await?;
+            let admin = crate::demo::create_admin(&tool, &demo).await?;
+            anyhow::Ok((demo, admin))
+        }
+        .await;
+        tool.close().await;
+        let (demo, admin) = created?;
         println!();
         crate::demo::print(&demo, &base_url);
         crate::demo::print_dashboard(&admin, &base_url);

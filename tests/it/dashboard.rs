@@ -1811,16 +1811,15 @@ async fn admins_invite_people_with_a_one_time_link() {
 #[tokio::test]
 async fn demo_admins_get_a_working_link_even_when_an_earlier_demo_took_the_address() {
     let app = TestApp::spawn().await;
-    let first = flowctl::demo::create(&app.db, 3, "Demo Org", None)
+    // The API's context stands in for the one `flowctl demo` opens (its links point at the API).
+    let first = flowctl::demo::create(&app.api, 3, "Demo Org", None)
         .await
         .unwrap();
-    let second = flowctl::demo::create(&app.db, 3, "Demo Org", None)
+    let second = flowctl::demo::create(&app.api, 3, "Demo Org", None)
         .await
         .unwrap();
-    let one = flowctl::demo::create_admin(&app.core, &first, &app.base_url)
-        .await
-        .unwrap();
-    let two = flowctl::demo::create_admin(&app.core, &second, &app.base_url)
+    let one = flowctl::demo::create_admin(&app.api, &first).await.unwrap();
+    let two = flowctl::demo::create_admin(&app.api, &second)
         .await
         .unwrap();
     assert_eq!(one.email, flowctl::demo::DEMO_ADMIN_EMAIL);

@@ -133,6 +133,93 @@ async fn flows_create_reads_a_flow_file_and_keys_can_be_created_and_revoked() {
     );
 }
 
+/// `flowctl users import` goes through the application layer's import: the organization's
+/// enrollment rules assign the imported users at once (before, its rows were written around it
+/// and left to a scheduler, which this test does not run). `flowctl flows create` checks a flow
+/// file by the rules of `POST /v1/flows`: a module without a name, or an estimate out of range,
+/// is refused, as the API refuses it.
+#[tokio::test]
+async fn users_import_runs_the_enrollment_rules_and_flows_create_keeps_the_apis_rules() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Welcome", &[10]).await;
+    let rule = flow_tests::enrollment::create_rule(
+        &app,
+        &org,
+        json!({"name": "Everyone", "condition": {"startDatePresent": false}, "flowId": flow}),
+    )
+    .await;
+    let file = temp_file(
+        "users.csv",
+        "email,name\nann@example.com,Ann\nbob@example.com,\n",
+    );
+    flowctl::admin::users(
+        &app.core,
+        flowctl::admin::UsersCommand::Import {
+            org: org.id.to_string(),
+            file,
+        },
+    )
+    .await
+    .unwrap();
+    let assigned = app
+        .eventually(
+            Duration::from_secs(30),
+            "the rule's assignments",
+            || async {
+                let emails = flow_tests::enrollment::assigned_by(&app, &rule).await;
+                (emails.len() >= 2).then_some(emails)
+            },
+        )
+        .await;
+    assert_eq!(assigned, ["ann@example.com", "bob@example.com"]);
+    let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM enrollment_pending")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(pending, 0, "nothing is left to the scheduler");
+
+    for (contents, refused) in [
+        (
+            r#"{"name": "Security", "modules": [{"name": "Phishing"}, {"name": " "}]}"#,
+            "modules[1].name is required",
+        ),
+        (
+            r#"{"name": "Security", "modules": [{"name": "Phishing", "estimatedMinutes": -5}]}"#,
+            "modules[0].estimatedMinutes must be between 0 and 100000",
+        ),
+        (
+            r#"{"name": "Security", "modules": []}"#,
+            "modules must contain between 1 and 500 items",
+        ),
+    ] {
+        let api = app
+            .post(&org, "/v1/flows", &serde_json::from_str(contents).unwrap())
+            .await;
+        assert_eq!(api.status, 400, "{contents}: {:?}", api.body);
+        assert!(
+            api.body["message"].as_str().unwrap_or("").contains(refused),
+            "{:?}",
+            api.body
+        );
+        let error = flowctl::admin::flows(
+            &app.core,
+            flowctl::admin::FlowsCommand::Create {
+                org: org.id.to_string(),
+                file: temp_file("flow.json", contents),
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(error.to_string().contains(refused), "{contents}: {error}");
+    }
+    let flows: i64 = sqlx::query_scalar("SELECT count(*) FROM flows")
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+    assert_eq!(flows, 1, "only the rule's flow");
+}
+
 #[tokio::test]
 async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
     let name = format!(
