@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{Lane, QueueKind, Submission};
-use flow_common::db::assignments::{LookupKey, LookupResult, RequestKey};
+use flow_common::db::assignments::{
+    self, ApplyError, BatchOutcome, LookupKey, LookupResult, RequestKey,
+};
 use flow_common::db::flows::FlowSummary;
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{AssignmentId, FlowId};
@@ -508,4 +510,18 @@ fn submission(command: &AssignCommand) -> Result<Submission, ServiceError> {
         request_id: command.request_id.clone(),
         traceparent: command.traceparent.clone(),
     })
+}
+
+/// Applies assign commands of `lane` in one transaction: the assignments inserted (a command
+/// applied before is skipped: its id makes the insert idempotent) with their `flow.assigned`
+/// outbox rows, on that lane. The assign-worker's end of the path above.
+pub async fn apply(
+    pool: &sqlx::PgPool,
+    lane: Lane,
+    commands: &[flow_domain::messages::AssignCommand],
+) -> Result<BatchOutcome, ApplyError> {
+    let mut transaction = pool.begin().await?;
+    let outcome = assignments::apply_batch(&mut transaction, lane, commands).await?;
+    transaction.commit().await?;
+    Ok(outcome)
 }

@@ -13,7 +13,11 @@
 //! [`erasure`], [`orgs`] (an operator's), [`flows`], [`schedules`], [`reports`], [`operations`]
 //! (the lanes' queue depths and an organization's backlog) and [`exports`]. Rate limits that
 //! apply whatever the surface (reports, test pings and retries, export downloads) are checked
-//! here; the `/v1` read and write limits per request stay in the API's routes.
+//! here; the `/v1` read and write limits per request stay in the API's routes. What the workers
+//! work off goes through operations here too: [`assign`] and [`progress`] apply their commands,
+//! [`schedules`] hands out due occurrences, [`outbox`] the relay's turns, [`upkeep`] the
+//! scheduler's rounds, [`dead_letters`] what the recorder keeps, [`backlogs`] what the gauges
+//! count.
 //!
 //! What the operations stand on, none of it HTTP: the [`Context`] ([`context`]) with its
 //! read-through [`caches`] of keys, flows and rules, the [`ratelimit`]er, the batched assign
@@ -23,10 +27,12 @@
 pub mod assign;
 pub mod assignments;
 pub mod audit;
+pub mod backlogs;
 pub mod caches;
 pub mod caller;
 pub mod context;
 pub mod csv_lines;
+pub mod dead_letters;
 pub mod enrollment;
 /// The engines the operations and the workers share: [`engine::enrollment`] (evaluating rules
 /// and assigning what they match, for `enrollment` and the scheduler) and [`engine::report`]
@@ -44,6 +50,7 @@ pub mod keys;
 pub mod lookup;
 pub mod operations;
 pub mod orgs;
+pub mod outbox;
 pub mod progress;
 pub mod provisioning;
 pub mod queue_depths;
@@ -52,6 +59,7 @@ pub mod reports;
 pub mod schedules;
 pub mod sign_in;
 pub mod team;
+pub mod upkeep;
 pub mod user_import;
 pub mod users;
 pub mod webhooks;

@@ -187,3 +187,26 @@ pub async fn record(
         at: input.at,
     })
 }
+
+/// Applies progress commands in one transaction, each with the trace it continues, each locking
+/// its assignment (concurrent updates of one assignment apply one at a time, each transition
+/// emitting its event once); returns each command's outcome and the events it emitted. The
+/// assign-worker's end of [`record`].
+pub async fn apply(
+    pool: &sqlx::PgPool,
+    commands: &[(&ProgressCommand, Option<&str>)],
+) -> Result<
+    Vec<(
+        lifecycle::ProgressOutcome,
+        Vec<flow_domain::events::EventType>,
+    )>,
+    sqlx::Error,
+> {
+    let mut transaction = pool.begin().await?;
+    let mut outcomes = Vec::with_capacity(commands.len());
+    for (command, traceparent) in commands {
+        outcomes.push(lifecycle::apply_progress(&mut transaction, command, *traceparent).await?);
+    }
+    transaction.commit().await?;
+    Ok(outcomes)
+}

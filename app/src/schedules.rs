@@ -1,11 +1,11 @@
 //! Schedules (recurring or one-off assignments), for every surface: create one (the flow and the
 //! assignee must exist in the organization), read one, cancel one (no further occurrences;
-//! assignments already made stay). The scheduler assigns each occurrence through the normal
-//! assign path when it comes.
+//! assignments already made stay). The scheduler claims the occurrences that are due
+//! ([`claim_due`]) and assigns each through the normal assign path when it comes.
 
 use chrono::{DateTime, Utc};
 use flow_common::db::dashboard as queries;
-use flow_common::db::schedules::{self, NewSchedule, ScheduleRecord};
+use flow_common::db::schedules::{self, DueSchedule, NewSchedule, ScheduleRecord};
 use flow_common::db::users;
 use flow_domain::ids::{FlowId, ScheduleId};
 use flow_domain::recurrence::Recurrence;
@@ -138,4 +138,39 @@ pub async fn list(
     now: DateTime<Utc>,
 ) -> Result<Vec<ScheduleRecord>, ServiceError> {
     Ok(queries::list_schedules(&ctx.db, acting.org_id(), before, limit, now).await?)
+}
+
+/// The claim of due schedules ([`claim_due`]), locked for the scheduler that holds it: it assigns
+/// each occurrence, [`advance`](Claim::advance)s the schedules whose command the broker
+/// confirmed, and [`commit`](Claim::commit)s; the others stay due.
+pub struct Claim(sqlx::Transaction<'static, sqlx::Postgres>);
+
+/// Locks up to `limit` schedules due at `now`, earliest first, in a transaction of their own
+/// (the [`Claim`]), skipping those another scheduler holds and those of deactivated users.
+pub async fn claim_due(
+    pool: &sqlx::PgPool,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<(Claim, Vec<DueSchedule>), sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let due = schedules::claim_due(&mut transaction, now, limit).await?;
+    Ok((Claim(transaction), due))
+}
+
+impl Claim {
+    /// Moves the schedule `id` to its occurrence `occurrence` at `next` (`None`: the series is
+    /// over).
+    pub async fn advance(
+        &mut self,
+        id: ScheduleId,
+        occurrence: i32,
+        next: Option<DateTime<Utc>>,
+    ) -> Result<(), sqlx::Error> {
+        schedules::advance(&mut self.0, id, occurrence, next).await
+    }
+
+    /// Commits the advances, releasing the schedules not advanced (still due).
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.0.commit().await
+    }
 }

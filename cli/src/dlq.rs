@@ -5,9 +5,9 @@
 
 use anyhow::Context;
 use clap::Subcommand;
+use flow_app::dead_letters;
 use flow_common::amqp::{self, Topology};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, dead_letters};
 use lapin::BasicProperties;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use serde::Serialize;
@@ -60,14 +60,14 @@ pub struct LetterList {
 
 /// `flowctl dlq ...`.
 pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outcome> {
-    let pool = db::connect(&core.database_url, 2)
+    let pool = flow_common::db::connect(&core.database_url, 2)
         .await
         .context("connecting to Postgres")?;
     let outcome = match command {
         DlqCommand::List { limit } => {
             let mut text = String::new();
             let mut letters = Vec::new();
-            for letter in dead_letters::pending(&pool, 0, limit).await? {
+            for letter in dead_letters::pending(&pool, limit).await? {
                 let body = String::from_utf8_lossy(&letter.payload);
                 let summary = LetterSummary {
                     id: letter.id,
@@ -105,7 +105,7 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outco
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await?;
-            let letters = dead_letters::pending(&pool, 0, limit).await?;
+            let letters = dead_letters::pending(&pool, limit).await?;
             let mut replayed = 0;
             for letter in &letters {
                 let Some(origin) = letter.origin_queue.as_deref() else {
@@ -139,9 +139,7 @@ pub async fn run(core: &CoreConfig, command: DlqCommand) -> anyhow::Result<Outco
                 if !confirm.is_ack() || confirm.take_message().is_some() {
                     anyhow::bail!("the broker did not accept the replayed message for {origin}");
                 }
-                let mut transaction = pool.begin().await?;
-                dead_letters::mark_replayed(&mut transaction, letter.id).await?;
-                transaction.commit().await?;
+                dead_letters::mark_replayed(&pool, letter.id).await?;
                 replayed += 1;
             }
             drop(connection.close(200, "done".into()).await);

@@ -3,7 +3,6 @@
 use anyhow::Context;
 use clap::Subcommand;
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, rollups};
 use serde::Serialize;
 
 use crate::output::Outcome;
@@ -48,19 +47,13 @@ pub struct MismatchSummary {
 
 /// `flowctl reports ...`.
 pub async fn run(core: &CoreConfig, command: ReportsCommand) -> anyhow::Result<Outcome> {
-    let pool = db::connect(&core.database_url, 2)
+    let pool = flow_common::db::connect(&core.database_url, 2)
         .await
         .context("connecting to Postgres")?;
     match command {
         ReportsCommand::Verify => {
-            let mut transaction = pool.begin().await?;
-            // Rows, rollups and deltas from one snapshot: a write committing meanwhile cannot
-            // show up in one and not the others.
-            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                .execute(&mut *transaction)
-                .await?;
-            let mismatches = rollups::verify(&mut *transaction).await?;
-            transaction.commit().await?;
+            // Rows, rollups and deltas from one snapshot.
+            let mismatches = flow_app::upkeep::verify_rollups(&pool).await?;
             let mismatches: Vec<MismatchSummary> = mismatches
                 .into_iter()
                 .map(|mismatch| MismatchSummary {

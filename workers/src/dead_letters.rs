@@ -6,7 +6,7 @@
 use std::time::Instant;
 
 use flow_common::amqp::{self, DEAD_LETTER_REASON_HEADER, QueueKind, Topology};
-use flow_common::db::{self, dead_letters};
+use flow_common::db::{self, dead_letters::NewDeadLetter};
 use flow_common::runtime::retry_transient;
 use flow_domain::messages::{AssignCommand, decode_assign_message};
 use lapin::message::Delivery;
@@ -88,23 +88,23 @@ impl Recorder {
 
     async fn record(&self, deliveries: &[Delivery]) -> Result<(), sqlx::Error> {
         let letters: Vec<Letter> = deliveries.iter().map(|d| self.read(d)).collect();
-        let mut transaction = self.pool.begin().await?;
-        for (delivery, letter) in deliveries.iter().zip(&letters) {
-            dead_letters::record(
-                &mut transaction,
-                &dead_letters::NewDeadLetter {
-                    origin_queue: letter.origin_queue.as_deref(),
-                    message_id: letter.message_id.as_deref(),
-                    kind: letter.kind.as_deref(),
-                    reason: &letter.reason,
-                    payload: &delivery.data,
-                },
-                &letter.commands,
-            )
-            .await?;
-        }
-        let pending = dead_letters::pending_count(&mut *transaction).await?;
-        transaction.commit().await?;
+        let recorded: Vec<(NewDeadLetter<'_>, &[AssignCommand])> = deliveries
+            .iter()
+            .zip(&letters)
+            .map(|(delivery, letter)| {
+                (
+                    NewDeadLetter {
+                        origin_queue: letter.origin_queue.as_deref(),
+                        message_id: letter.message_id.as_deref(),
+                        kind: letter.kind.as_deref(),
+                        reason: &letter.reason,
+                        payload: &delivery.data,
+                    },
+                    letter.commands.as_slice(),
+                )
+            })
+            .collect();
+        let pending = flow_app::dead_letters::record(&self.pool, &recorded).await?;
         for letter in &letters {
             metrics::counter!(
                 "flow_dead_letters_total",

@@ -1,4 +1,11 @@
 //! Benchmarks. Figures go to the README; none is asserted in a test.
+//!
+//! The one place in `flowctl` that calls `flow_common::db` query functions directly, and only for
+//! the bench's own data: seeding it (organizations, users, flows, keys, outbox rows and endpoints
+//! written in bulk, faster than the operations would and without their audit rows, which a bench
+//! does not measure) and reading figures to measure (the report queries timed on their own, the
+//! rollups and the outbox backlog a bench waits on). What a bench measures is the service
+//! itself, through its HTTP API or the application layer's operations; see docs/architecture.md.
 
 pub mod assign;
 pub mod broker;

@@ -377,3 +377,12 @@ pub async fn release<'e>(
     .await?;
     Ok(updated.rows_affected() == 1)
 }
+
+/// Backfills queued or running, all organizations together (for the gauge).
+pub async fn waiting_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM enrollment_backfills WHERE status IN ('queued', 'running')",
+    )
+    .fetch_one(executor)
+    .await
+}

@@ -211,3 +211,13 @@ pub async fn advance(
     .await
     .map(|_| ())
 }
+
+/// Active schedules whose occurrence is due and not yet assigned (for the gauge).
+pub async fn due_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM schedules
+         WHERE active AND deleted_at IS NULL AND scheduled_at <= now()",
+    )
+    .fetch_one(executor)
+    .await
+}

@@ -325,10 +325,7 @@ impl AssignHandler {
         lane: Lane,
         commands: &[AssignCommand],
     ) -> Result<assignments::BatchOutcome, ApplyError> {
-        let mut transaction = self.pool.begin().await?;
-        let outcome = assignments::apply_batch(&mut transaction, lane, commands).await?;
-        transaction.commit().await?;
-        Ok(outcome)
+        flow_app::assign::apply(&self.pool, lane, commands).await
     }
 }
 

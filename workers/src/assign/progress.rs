@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use flow_common::db::lifecycle::{self, ProgressOutcome};
+use flow_common::db::lifecycle::ProgressOutcome;
 use flow_common::runtime::retry_transient;
 use flow_domain::events::EventType;
 use flow_domain::messages::ProgressCommand;
@@ -37,14 +37,11 @@ impl ProgressHandler {
     ) -> Result<Vec<(ProgressOutcome, Vec<EventType>)>, sqlx::Error> {
         // A command whose message names no trace joins the trace of the batch applying it.
         let batch_trace = flow_common::telemetry::current_traceparent();
-        let mut transaction = self.pool.begin().await?;
-        let mut outcomes = Vec::with_capacity(commands.len());
-        for (command, traceparent) in commands {
-            let traceparent = traceparent.or(batch_trace.as_deref());
-            outcomes.push(lifecycle::apply_progress(&mut transaction, command, traceparent).await?);
-        }
-        transaction.commit().await?;
-        Ok(outcomes)
+        let traced: Vec<Traced<'_>> = commands
+            .iter()
+            .map(|(command, traceparent)| (*command, traceparent.or(batch_trace.as_deref())))
+            .collect();
+        flow_app::progress::apply(&self.pool, &traced).await
     }
 
     /// Applies `commands` in one transaction, retrying transient failures (deadlocks between

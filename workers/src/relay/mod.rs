@@ -22,9 +22,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use chrono::Utc;
+use flow_app::outbox;
 use flow_common::amqp::{Lane, Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, orgs, outbox};
+use flow_common::db;
 use flow_common::runtime::Backoff;
 use flow_common::telemetry::TRACEPARENT;
 use flow_domain::events::codec::{EventMessage, OutgoingEvent, encode_event_message};
@@ -138,12 +139,9 @@ async fn relay_batch(
     lane: Lane,
     limit: i64,
 ) -> anyhow::Result<usize> {
-    let mut transaction = pool.begin().await?;
-    let events = outbox::next_batch(&mut transaction, lane, limit)
-        .await?
-        .unwrap_or_default();
+    let (mut turn, events) = outbox::next_batch(pool, lane, limit).await?;
     let Some(last) = events.last() else {
-        transaction.commit().await?;
+        turn.release().await?;
         return Ok(0);
     };
     let started = Instant::now();
@@ -156,7 +154,7 @@ async fn relay_batch(
             let mut orgs: Vec<OrgId> = events.iter().map(|event| event.org_id).collect();
             orgs.sort_unstable();
             orgs.dedup();
-            orgs::bulk_lanes(&mut *transaction, &orgs).await?
+            turn.bulk_lanes(&orgs).await?
         }
     };
     let webhook_queue = |org: OrgId| match lane {
@@ -235,8 +233,7 @@ async fn relay_batch(
         ))
         .await
         .context("publishing events")?;
-    outbox::advance(&mut transaction, lane, last.seq).await?;
-    transaction.commit().await?;
+    turn.advance(last.seq).await?;
     let lag = events
         .iter()
         .map(|event| (Utc::now() - event.created_at).num_milliseconds())

@@ -16,9 +16,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use flow_app::schedules::claim_due;
+use flow_app::upkeep;
 use flow_common::amqp::{Lane, Outgoing, Publisher, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::{self, lifecycle, rollups, schedules};
+use flow_common::db::schedules::DueSchedule;
 use flow_domain::ids::AssignmentId;
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, ASSIGN_KIND, AssignCommand};
 use sqlx::PgPool;
@@ -99,7 +101,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
             last_prune = std::time::Instant::now();
             // Start counts of messages that were dead-lettered or purged since.
             let before = Utc::now() - chrono::Duration::days(1);
-            if let Err(error) = db::message_attempts::prune(pool, before).await {
+            if let Err(error) = upkeep::prune_message_attempts(pool, before).await {
                 tracing::warn!(role = ROLE, %error, "could not prune message start counts");
             }
         }
@@ -137,9 +139,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
 pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usize> {
     let mut total = 0;
     loop {
-        let mut transaction = pool.begin().await?;
-        let changed = lifecycle::mark_overdue(&mut transaction, Utc::now(), batch_size).await?;
-        transaction.commit().await?;
+        let changed = upkeep::mark_overdue(pool, Utc::now(), batch_size).await?;
         total += changed;
         if changed > 0 {
             metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "overdue")
@@ -159,7 +159,7 @@ const MERGE_BATCH: i64 = 10_000;
 pub async fn merge_rollups(pool: &PgPool) -> anyhow::Result<u64> {
     let mut total = 0;
     loop {
-        let moved = rollups::merge(pool, MERGE_BATCH).await?;
+        let moved = upkeep::merge_rollups(pool, MERGE_BATCH).await?;
         total += moved;
         if moved < MERGE_BATCH as u64 {
             if total > 0 {
@@ -186,8 +186,7 @@ pub async fn run_schedules(
     let mut total = 0;
     loop {
         let now = Utc::now();
-        let mut transaction = pool.begin().await?;
-        let due = schedules::claim_due(&mut transaction, now, batch_size).await?;
+        let (mut claimed, due) = claim_due(pool, now, batch_size).await?;
         // The occurrences of one round share a trace of their own, continued by their commands,
         // their `flow.assigned` events and those events' webhook deliveries (a span only when
         // something is due, so idle rounds leave no traces).
@@ -216,7 +215,7 @@ pub async fn run_schedules(
                 continue;
             }
             let (next_index, next_at) = next_occurrence(schedule, now);
-            schedules::advance(&mut transaction, schedule.id, next_index, next_at).await?;
+            claimed.advance(schedule.id, next_index, next_at).await?;
             advanced += 1;
             tracing::info!(
                 role = ROLE,
@@ -227,7 +226,7 @@ pub async fn run_schedules(
                 "schedule occurrence assigned"
             );
         }
-        transaction.commit().await?;
+        claimed.commit().await?;
         total += advanced;
         metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "scheduled")
             .increment(advanced as u64);
@@ -245,7 +244,7 @@ pub async fn run_schedules(
 }
 
 fn occurrence_command(
-    schedule: &schedules::DueSchedule,
+    schedule: &DueSchedule,
     now: DateTime<Utc>,
     traceparent: Option<String>,
 ) -> AssignCommand {
@@ -274,10 +273,7 @@ fn occurrence_command(
 /// ran are skipped (one assignment for the latest, not one per missed period). `None`: the series
 /// is over. Computed without stepping through the missed occurrences, so a series anchored long
 /// ago does not hold the claim transaction.
-fn next_occurrence(
-    schedule: &schedules::DueSchedule,
-    now: DateTime<Utc>,
-) -> (i32, Option<DateTime<Utc>>) {
+fn next_occurrence(schedule: &DueSchedule, now: DateTime<Utc>) -> (i32, Option<DateTime<Utc>>) {
     let recurrence = schedule.recurrence;
     let zone = schedule.timezone.parse().unwrap_or(chrono_tz::Tz::UTC);
     let from = u32::try_from(schedule.occurrence.saturating_add(1)).unwrap_or(0);

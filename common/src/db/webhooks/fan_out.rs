@@ -533,3 +533,14 @@ pub async fn renew_leases<'e>(
     .fetch_all(executor)
     .await
 }
+
+/// Pending deliveries whose attempt time has come (for the gauge: a backlog here means the
+/// webhook-workers do not keep up).
+pub async fn due_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_deliveries
+         WHERE status = 'pending' AND next_attempt_at <= now()",
+    )
+    .fetch_one(executor)
+    .await
+}

@@ -1,0 +1,50 @@
+//! The scheduler's rounds of upkeep over Postgres, and an operator's check of what they keep:
+//! assignments past their due date become overdue (with their `flow.overdue` events), the
+//! report-rollup deltas are merged, old message start counts are pruned, and the rollups are
+//! verified against a recount (`flowctl reports verify`). Each call is one transaction; errors
+//! are Postgres's own.
+
+use chrono::{DateTime, Utc};
+use flow_common::db::rollups::{self, Mismatch};
+use flow_common::db::{lifecycle, message_attempts};
+use sqlx::PgPool;
+
+/// Moves up to `limit` open assignments due at or before `now` to overdue, each with one
+/// `flow.overdue` event, in one transaction; returns how many changed.
+pub async fn mark_overdue(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let changed = lifecycle::mark_overdue(&mut transaction, now, limit).await?;
+    transaction.commit().await?;
+    Ok(changed)
+}
+
+/// Merges up to `limit` report-rollup deltas into the rollups; returns how many moved.
+pub async fn merge_rollups(pool: &PgPool, limit: i64) -> Result<u64, sqlx::Error> {
+    rollups::merge(pool, limit).await
+}
+
+/// Deletes the start counts of messages not touched since `before` (dead-lettered or purged
+/// since); returns how many.
+pub async fn prune_message_attempts(
+    pool: &PgPool,
+    before: DateTime<Utc>,
+) -> Result<u64, sqlx::Error> {
+    message_attempts::prune(pool, before).await
+}
+
+/// Recounts every assignment by flow, quarter hour and status and returns the keys whose rollups
+/// (plus unmerged deltas) differ, the rows, rollups and deltas read in one snapshot (a write
+/// committing meanwhile cannot show up in one and not the others). Reads every assignment.
+pub async fn verify_rollups(pool: &PgPool) -> Result<Vec<Mismatch>, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *transaction)
+        .await?;
+    let mismatches = rollups::verify(&mut *transaction).await?;
+    transaction.commit().await?;
+    Ok(mismatches)
+}
