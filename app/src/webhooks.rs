@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::audit;
-use flow_common::db::dashboard::{self as queries, DeliverySearch, EndpointHealth};
+use flow_common::db::dashboard::{self as queries, EndpointHealth};
 use flow_common::db::webhooks;
 use flow_common::db::webhooks::endpoints::{Endpoint, EndpointChanges, NewEndpoint};
-use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, RetryRefusal};
+use flow_common::db::webhooks::log::{AttemptRecord, DeliveryRecord, DeliverySearch, RetryRefusal};
 use flow_common::webhook::address::check_endpoint_url;
 use flow_domain::audit::AuditAction;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE, TestEventData, event_body};
@@ -481,11 +481,17 @@ pub async fn deliveries(
     limit: i64,
 ) -> Result<Vec<DeliveryWithAttempts>, ServiceError> {
     let endpoint = get(ctx, acting, endpoint_id).await?;
-    let rows = webhooks::log::list_deliveries(
+    let search = DeliverySearch {
+        statuses: status
+            .map(|status| vec![status.as_str().to_owned()])
+            .unwrap_or_default(),
+        ..DeliverySearch::default()
+    };
+    let rows = webhooks::log::search_deliveries(
         &ctx.db,
         acting.org_id(),
         endpoint.id,
-        status,
+        &search,
         before,
         limit,
     )
@@ -513,10 +519,15 @@ pub async fn search_deliveries(
     before: Option<(DateTime<Utc>, DeliveryId)>,
     limit: i64,
 ) -> Result<Vec<DeliveryRecord>, ServiceError> {
-    Ok(
-        queries::search_deliveries(&ctx.db, acting.org_id(), endpoint_id, search, before, limit)
-            .await?,
+    Ok(webhooks::log::search_deliveries(
+        &ctx.db,
+        acting.org_id(),
+        endpoint_id,
+        search,
+        before,
+        limit,
     )
+    .await?)
 }
 
 /// The delivery `id` of the organization's endpoint `endpoint_id`; not found when it is another

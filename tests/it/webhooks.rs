@@ -1796,9 +1796,16 @@ async fn the_listing_index_of_an_endpoints_deliveries_stays_dense_as_deliveries_
         "{per_page} entries per index page ({pages} pages): the index splits its pages half empty"
     );
 
-    let page = webhook_rows::log::list_deliveries(&app.db, org.id, endpoint_id, None, None, 50)
-        .await
-        .expect("listing");
+    let page = webhook_rows::log::search_deliveries(
+        &app.db,
+        org.id,
+        endpoint_id,
+        &Default::default(),
+        None,
+        50,
+    )
+    .await
+    .expect("listing");
     assert_eq!(page.first().map(|delivery| delivery.id), newest);
     assert!(
         page.windows(2)

@@ -19,9 +19,10 @@ use chrono::{DateTime, Duration as TimeSpan, NaiveDate, NaiveDateTime, TimeZone,
 use flow_app::ratelimit::{Operation, RateLimitError};
 use flow_app::webhooks::{self as service, DeliveryWithAttempts, EndpointFields, MAX_RECOVERY};
 use flow_app::{ProblemKind, ServiceError};
-use flow_common::db::dashboard::{DeliverySearch, EndpointHealth};
+use flow_common::db::dashboard::EndpointHealth;
 use flow_common::db::webhooks::endpoints::{Endpoint, MAX_ENDPOINTS_PER_ORG};
 use flow_common::db::webhooks::log::DeliveryRecord;
+use flow_common::db::webhooks::log::DeliverySearch;
 use flow_domain::events::{EventType, TEST_EVENT_TYPE};
 use flow_domain::ids::{AssignmentId, DeliveryId, EventId, WebhookEndpointId};
 use flow_domain::report::{decode_keyset, encode_keyset};

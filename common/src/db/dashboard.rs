@@ -1,11 +1,11 @@
-//! Reads and bulk actions only the dashboard needs: webhook endpoint health, the searchable
-//! delivery log and "recover every failed delivery since T", per-flow counts, user search, the
+//! Reads and bulk actions only the dashboard needs: webhook endpoint health, one delivery of the
+//! log and "recover every failed delivery since T", per-flow counts, user search, the
 //! assignments of a flow searched by e-mail, and the list of schedules.
 
 use chrono::{DateTime, Utc};
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::{
-    AssignmentId, DeliveryId, EventId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
+    AssignmentId, DeliveryId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
 };
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -69,65 +69,6 @@ pub async fn endpoint_health<'e>(
     )
     .bind(org_id)
     .bind(endpoints)
-    .fetch_all(executor)
-    .await
-}
-
-/// Filters of the delivery log; empty lists and `None` do not filter.
-#[derive(Debug, Clone, Default)]
-pub struct DeliverySearch {
-    /// Any of these statuses (pending, delivering, succeeded, failed).
-    pub statuses: Vec<String>,
-    /// Any of these event types.
-    pub event_types: Vec<String>,
-    /// Created at or after.
-    pub from: Option<DateTime<Utc>>,
-    /// Created before.
-    pub to: Option<DateTime<Utc>>,
-    /// The delivery of this event.
-    pub event_id: Option<EventId>,
-    /// This very delivery.
-    pub delivery_id: Option<DeliveryId>,
-    /// Deliveries of events about this assignment.
-    pub assignment_id: Option<AssignmentId>,
-}
-
-/// A page of an endpoint's deliveries that pass `search`, newest first, before the
-/// `(created_at, id)` cursor.
-pub async fn search_deliveries<'e>(
-    executor: impl PgExecutor<'e>,
-    org_id: OrgId,
-    endpoint_id: WebhookEndpointId,
-    search: &DeliverySearch,
-    before: Option<(DateTime<Utc>, DeliveryId)>,
-    limit: i64,
-) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d
-         WHERE d.endpoint_id = $1 AND d.org_id = $2
-           AND (cardinality($3::text[]) = 0 OR d.status = ANY ($3))
-           AND (cardinality($4::text[]) = 0 OR d.event_type = ANY ($4))
-           AND ($5::timestamptz IS NULL OR d.created_at >= $5)
-           AND ($6::timestamptz IS NULL OR d.created_at < $6)
-           AND ($7::uuid IS NULL OR d.event_id = $7)
-           AND ($8::uuid IS NULL OR d.id = $8)
-           AND ($9::text IS NULL OR d.payload -> 'data' ->> 'assignmentId' = $9)
-           AND ($10::timestamptz IS NULL OR (d.created_at, d.id) < ($10, $11))
-         ORDER BY d.created_at DESC, d.id DESC
-         LIMIT $12"
-    )))
-    .bind(endpoint_id)
-    .bind(org_id)
-    .bind(&search.statuses)
-    .bind(&search.event_types)
-    .bind(search.from)
-    .bind(search.to)
-    .bind(search.event_id)
-    .bind(search.delivery_id)
-    .bind(search.assignment_id.map(|id| id.to_string()))
-    .bind(before.map(|(at, _)| at))
-    .bind(before.map(|(_, id)| id))
-    .bind(limit)
     .fetch_all(executor)
     .await
 }

@@ -2,7 +2,7 @@
 //! an endpoint, manual retries, test pings, and an organization's open backlog.
 
 use chrono::{DateTime, Utc};
-use flow_domain::ids::{DeliveryId, EventId, OrgId, WebhookEndpointId};
+use flow_domain::ids::{AssignmentId, DeliveryId, EventId, OrgId, WebhookEndpointId};
 use flow_domain::webhook::DeliveryStatus;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -78,27 +78,59 @@ pub(crate) const DELIVERY_COLUMNS: &str = "d.id, d.endpoint_id, d.event_id, d.ev
     d.status, d.attempts, d.next_attempt_at, d.last_status_code, d.last_error, d.created_at, \
     d.delivered_at";
 
-/// An endpoint's deliveries, newest first, after the `(created_at, id)` cursor, optionally of one
-/// status.
-pub async fn list_deliveries<'e>(
+/// Filters of the delivery log; empty lists and `None` do not filter.
+#[derive(Debug, Clone, Default)]
+pub struct DeliverySearch {
+    /// Any of these statuses (pending, delivering, succeeded, failed).
+    pub statuses: Vec<String>,
+    /// Any of these event types.
+    pub event_types: Vec<String>,
+    /// Created at or after.
+    pub from: Option<DateTime<Utc>>,
+    /// Created before.
+    pub to: Option<DateTime<Utc>>,
+    /// The delivery of this event.
+    pub event_id: Option<EventId>,
+    /// This very delivery.
+    pub delivery_id: Option<DeliveryId>,
+    /// Deliveries of events about this assignment.
+    pub assignment_id: Option<AssignmentId>,
+}
+
+/// A page of an endpoint's deliveries that pass `search`, newest first, before the
+/// `(created_at, id)` cursor: the one read of the delivery log, for the API's list (at most one
+/// status) and the dashboard's search.
+pub async fn search_deliveries<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     endpoint_id: WebhookEndpointId,
-    status: Option<DeliveryStatus>,
+    search: &DeliverySearch,
     before: Option<(DateTime<Utc>, DeliveryId)>,
     limit: i64,
 ) -> Result<Vec<DeliveryRecord>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d
          WHERE d.endpoint_id = $1 AND d.org_id = $2
-           AND ($3::text IS NULL OR d.status = $3)
-           AND ($4::timestamptz IS NULL OR (d.created_at, d.id) < ($4, $5))
+           AND (cardinality($3::text[]) = 0 OR d.status = ANY ($3))
+           AND (cardinality($4::text[]) = 0 OR d.event_type = ANY ($4))
+           AND ($5::timestamptz IS NULL OR d.created_at >= $5)
+           AND ($6::timestamptz IS NULL OR d.created_at < $6)
+           AND ($7::uuid IS NULL OR d.event_id = $7)
+           AND ($8::uuid IS NULL OR d.id = $8)
+           AND ($9::text IS NULL OR d.payload -> 'data' ->> 'assignmentId' = $9)
+           AND ($10::timestamptz IS NULL OR (d.created_at, d.id) < ($10, $11))
          ORDER BY d.created_at DESC, d.id DESC
-         LIMIT $6"
+         LIMIT $12"
     )))
     .bind(endpoint_id)
     .bind(org_id)
-    .bind(status)
+    .bind(&search.statuses)
+    .bind(&search.event_types)
+    .bind(search.from)
+    .bind(search.to)
+    .bind(search.event_id)
+    .bind(search.delivery_id)
+    .bind(search.assignment_id.map(|id| id.to_string()))
     .bind(before.map(|(at, _)| at))
     .bind(before.map(|(_, id)| id))
     .bind(limit)
