@@ -24,7 +24,7 @@ use flow_domain::ids::FlowId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::csv_upload::parse_off_runtime;
+use super::csv_upload::{Upload, parse_off_runtime, read_upload};
 use super::session::flash;
 use super::view::{Layout, Section};
 use super::{HtmlForm, PageError, PageResult};
@@ -319,30 +319,11 @@ fn parse_rows(bytes: &[u8]) -> Result<Vec<UploadRow>, String> {
 async fn upload(
     State(state): State<AppState>,
     account: SignedIn,
-    mut multipart: Multipart,
+    multipart: Multipart,
 ) -> PageResult {
     account.require_admin()?;
-    let mut file = None;
-    let mut file_name = String::new();
-    let mut default_flow = String::new();
-    while let Some(field) = multipart
-        .next_field()
-        .await
-        .map_err(|error| PageError::bad_request(format!("The upload was cut short: {error}")))?
-    {
-        match field.name() {
-            Some("file") => {
-                file_name = field.file_name().unwrap_or("upload.csv").to_owned();
-                file = Some(field.bytes().await.map_err(|error| {
-                    PageError::bad_request(format!("The upload was cut short: {error}"))
-                })?);
-            }
-            Some("flow") => {
-                default_flow = field.text().await.unwrap_or_default();
-            }
-            _ => {}
-        }
-    }
+    let Upload { file, mut fields } = read_upload(multipart, "upload.csv").await?;
+    let default_flow = fields.remove("flow").unwrap_or_default();
     let refuse = |message: String| async {
         let errors = AssignErrors {
             general: Some(message),
@@ -352,7 +333,7 @@ async fn upload(
             .await
             .map(|page| (StatusCode::BAD_REQUEST, page).into_response())
     };
-    let Some(file) = file.filter(|file| !file.is_empty()) else {
+    let Some((file_name, file)) = file else {
         return refuse("Choose a CSV file to upload.".to_owned()).await;
     };
     let rows = match parse_off_runtime(file, parse_rows).await? {

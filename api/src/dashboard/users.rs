@@ -16,7 +16,7 @@ use flow_domain::ids::UserId;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
-use super::csv_upload::parse_off_runtime;
+use super::csv_upload::{parse_off_runtime, read_upload};
 use super::view::{Layout, Section};
 use super::{HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
@@ -146,26 +146,15 @@ async fn list(
 async fn import(
     State(state): State<AppState>,
     account: SignedIn,
-    mut multipart: Multipart,
+    multipart: Multipart,
 ) -> PageResult {
     account.require_admin()?;
-    let mut file = None;
-    let mut file_name = String::new();
-    while let Some(field) = multipart
-        .next_field()
-        .await
-        .map_err(|error| PageError::bad_request(format!("The upload was cut short: {error}")))?
-    {
-        if field.name() == Some("file") {
-            file_name = field.file_name().unwrap_or("users.csv").to_owned();
-            file = Some(field.bytes().await.map_err(|error| {
-                PageError::bad_request(format!("The upload was cut short: {error}"))
-            })?);
-        }
-    }
-    let parsed = match file.filter(|file| !file.is_empty()) {
-        None => Err("Choose a CSV file to import.".to_owned()),
-        Some(file) => parse_off_runtime(file, parse_import).await?,
+    let (file_name, parsed) = match read_upload(multipart, "users.csv").await?.file {
+        None => (
+            String::new(),
+            Err("Choose a CSV file to import.".to_owned()),
+        ),
+        Some((file_name, file)) => (file_name, parse_off_runtime(file, parse_import).await?),
     };
     let (new_users, problems) = match parsed {
         Ok(parsed) => parsed,
