@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use flow_common::db::audit;
 use flow_common::db::groups::{self, GroupRow, MemberRow};
 use flow_common::db::scim_filter::SqlFilter;
 use flow_common::db::users;
@@ -15,7 +14,7 @@ use flow_domain::audit::AuditAction;
 use flow_domain::ids::{GroupId, UserId};
 
 use crate::Context;
-use crate::provisioning::{Changed, Edit, Locked, is_unique_violation};
+use crate::provisioning::{Changed, Locked, commit_audited, is_unique_violation};
 use crate::{Acting, ServiceError};
 
 /// What a group is to be.
@@ -194,17 +193,15 @@ pub async fn create(
     };
     let wanted: Vec<UserId> = input.members.iter().copied().collect();
     let added = groups::add_members(&mut transaction, org_id, row.id, &wanted).await?;
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
+    let members = groups::members(&mut *transaction, org_id, &[row.id]).await?;
+    commit_audited(
+        transaction,
+        acting,
         AuditAction::GroupCreated,
         &row.id.to_string(),
         &row.display_name,
     )
     .await?;
-    let members = groups::members(&mut *transaction, org_id, &[row.id]).await?;
-    transaction.commit().await?;
     Changed {
         value: StoredGroup { row, members },
         users: added,
@@ -221,12 +218,10 @@ async fn locked(
     id: GroupId,
     with_members: bool,
 ) -> Result<Locked<StoredGroup>, ServiceError> {
-    let mut transaction = ctx.db.begin().await?;
-    let current = stored(&mut transaction, acting, id, true, with_members).await?;
-    Ok(Locked {
-        transaction,
-        current,
+    Locked::read(ctx, async |connection| {
+        stored(connection, acting, id, true, with_members).await
     })
+    .await
 }
 
 /// Changes a group: `edit` gets the stored group with its members (to check a precondition and
@@ -240,18 +235,15 @@ pub async fn edit<E: From<ServiceError>>(
     id: GroupId,
     edit: impl FnOnce(&StoredGroup) -> Result<GroupInput, E>,
 ) -> Result<Changed<StoredGroup>, E> {
-    let locked = locked(ctx, acting, id, true).await?;
-    match locked.edit(|group| Ok(group.input()), edit)? {
-        Edit::Unchanged(current) => Ok(Changed {
-            value: current,
-            users: Vec::new(),
-        }),
-        Edit::To {
-            locked,
-            before,
-            after,
-        } => Ok(write(ctx, acting, locked, &before, &after).await?),
-    }
+    locked(ctx, acting, id, true)
+        .await?
+        .change(
+            |group| Ok(group.input()),
+            edit,
+            async |current| Ok(Changed::of(current, None)),
+            async |locked, before, after| write(ctx, acting, locked, &before, &after).await,
+        )
+        .await
 }
 
 /// Writes what the locked group is to be (`after`, from `before`): its name and external id,
@@ -287,10 +279,10 @@ async fn write(
     };
     let mut changed = groups::add_members(&mut transaction, org_id, id, &added).await?;
     changed.extend(groups::remove_members(&mut transaction, org_id, id, &removed).await?);
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
+    let members = groups::members(&mut *transaction, org_id, &[id]).await?;
+    commit_audited(
+        transaction,
+        acting,
         AuditAction::GroupUpdated,
         &id.to_string(),
         &format!(
@@ -301,8 +293,6 @@ async fn write(
         ),
     )
     .await?;
-    let members = groups::members(&mut *transaction, org_id, &[id]).await?;
-    transaction.commit().await?;
     // A rule may name the group by its display name (`memberOf`): a rename changes what every
     // member, staying or leaving, matches.
     let users = if after.display_name == before.display_name {
@@ -334,16 +324,14 @@ pub async fn delete<E: From<ServiceError>>(
     let org_id = acting.org_id();
     let former = async move {
         let former = groups::delete(&mut transaction, org_id, id).await?;
-        audit::record(
-            &mut *transaction,
-            org_id,
-            acting.actor,
+        commit_audited(
+            transaction,
+            acting,
             AuditAction::GroupDeleted,
             &id.to_string(),
             &current.row.display_name,
         )
         .await?;
-        transaction.commit().await?;
         Ok::<_, sqlx::Error>(former)
     }
     .await

@@ -1,9 +1,12 @@
 //! What the provisioning operations ([`crate::users`], [`crate::groups`]) share: the result of a
-//! write with the users it changed, which then go through the enrollment rules, and the edit of a
-//! row read and locked in the transaction that writes the change.
+//! write with the users it changed, which then go through the enrollment rules, the edit of a
+//! row read and locked in the transaction that writes the change, and that transaction's commit
+//! with its audit row.
 
 use std::borrow::Cow;
 
+use flow_common::db::audit;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::UserId;
 
 use crate::Context;
@@ -61,39 +64,65 @@ pub(super) struct Locked<T> {
     pub current: T,
 }
 
-/// What an edit of a [`Locked`] value asks for.
-pub(super) enum Edit<T, I> {
-    /// Nothing new: the value as stored (its transaction ended, its lock released).
-    Unchanged(T),
-    /// The fields `after` in place of `before`, to write in the locked value's transaction.
-    To {
-        /// The value, still locked.
-        locked: Locked<T>,
-        /// Its fields as stored.
-        before: I,
-        /// Its fields as the edit wants them.
-        after: I,
-    },
-}
-
 impl<T> Locked<T> {
+    /// Reads the value with `read` (which locks it) in a new transaction, kept for the change.
+    pub(super) async fn read(
+        ctx: &Context,
+        read: impl AsyncFnOnce(&mut sqlx::PgConnection) -> Result<T, ServiceError>,
+    ) -> Result<Self, ServiceError> {
+        let mut transaction = ctx.db.begin().await?;
+        let current = read(&mut *transaction).await?;
+        Ok(Self {
+            transaction,
+            current,
+        })
+    }
+
     /// Applies `edit` (which may check a precondition, such as an ETag, and fail with its own
-    /// error) to the stored value, whose writable fields `fields` reads, and says whether
-    /// anything is to be written.
-    pub(super) fn edit<I: PartialEq, E: From<ServiceError>>(
+    /// error) to the stored value, whose writable fields `fields` reads. When the fields stay as
+    /// they are, nothing is written: `unchanged` answers with the value as stored (the
+    /// transaction ended, the lock released). Else `write` writes the fields `after` in place of
+    /// `before` in the locked value's transaction.
+    pub(super) async fn change<I: PartialEq, R, E: From<ServiceError>>(
         self,
         fields: impl FnOnce(&T) -> Result<I, ServiceError>,
         edit: impl FnOnce(&T) -> Result<I, E>,
-    ) -> Result<Edit<T, I>, E> {
+        unchanged: impl AsyncFnOnce(T) -> Result<R, ServiceError>,
+        write: impl AsyncFnOnce(Self, I, I) -> Result<R, ServiceError>,
+    ) -> Result<R, E> {
         let before = fields(&self.current)?;
         let after = edit(&self.current)?;
         if after == before {
-            return Ok(Edit::Unchanged(self.current));
+            // End the transaction (releasing the lock and its connection) before `unchanged`,
+            // which may run the rules on connections of its own.
+            let Self {
+                transaction,
+                current,
+            } = self;
+            drop(transaction);
+            return Ok(unchanged(current).await?);
         }
-        Ok(Edit::To {
-            locked: self,
-            before,
-            after,
-        })
+        Ok(write(self, before, after).await?)
     }
+}
+
+/// Writes the audit row of a change (`action` on `target`, in the words of `detail`) in the
+/// change's transaction, and commits it.
+pub(super) async fn commit_audited(
+    mut transaction: sqlx::Transaction<'static, sqlx::Postgres>,
+    acting: Acting<'_>,
+    action: AuditAction,
+    target: &str,
+    detail: &str,
+) -> Result<(), sqlx::Error> {
+    audit::record(
+        &mut *transaction,
+        acting.org_id(),
+        acting.actor,
+        action,
+        target,
+        detail,
+    )
+    .await?;
+    transaction.commit().await
 }

@@ -7,7 +7,6 @@
 //! Every write then runs the organization's enrollment rules for the users it changed
 //! ([`crate::enrollment::users_changed`]).
 
-use flow_common::db::audit;
 use flow_common::db::dashboard as queries;
 use flow_common::db::erasure::PSEUDONYM_DOMAIN;
 use flow_common::db::groups;
@@ -18,7 +17,7 @@ use flow_domain::ids::UserId;
 use flow_domain::{Email, Invalid, TextRule};
 
 use crate::Context;
-use crate::provisioning::{Changed, Edit, Locked, is_unique_violation};
+use crate::provisioning::{Changed, Locked, commit_audited, is_unique_violation};
 use crate::{Acting, ServiceError};
 
 /// Users written per statement of an import.
@@ -202,16 +201,14 @@ pub async fn provision(
             Err(error) => return Err(error.into()),
         },
     };
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
+    commit_audited(
+        transaction,
+        acting,
         AuditAction::UserProvisioned,
         &row.id.to_string(),
         &detail,
     )
     .await?;
-    transaction.commit().await?;
     let id = row.id;
     Changed::of(row, Some(id))
         .with_rules(ctx, acting, None)
@@ -225,12 +222,10 @@ async fn locked(
     acting: Acting<'_>,
     id: UserId,
 ) -> Result<Locked<ProfileRow>, ServiceError> {
-    let mut transaction = ctx.db.begin().await?;
-    let current = visible_profile(&mut transaction, acting, id, true).await?;
-    Ok(Locked {
-        transaction,
-        current,
+    Locked::read(ctx, async |connection| {
+        visible_profile(connection, acting, id, true).await
     })
+    .await
 }
 
 /// Changes a user's profile: `edit` gets the stored user (to check a precondition such as an
@@ -243,18 +238,19 @@ pub async fn edit<E: From<ServiceError>>(
     id: UserId,
     edit: impl FnOnce(&ProfileRow) -> Result<Profile, E>,
 ) -> Result<Changed<ProfileRow>, E> {
-    match locked(ctx, acting, id).await?.edit(stored_profile, edit)? {
-        Edit::Unchanged(current) => {
-            Changed::of(current, None)
-                .with_rules(ctx, acting, Some(id))
-                .await
-        }
-        Edit::To {
-            locked,
-            before,
-            after,
-        } => Ok(write_profile(ctx, acting, locked, &before, &after).await?),
-    }
+    locked(ctx, acting, id)
+        .await?
+        .change(
+            stored_profile,
+            edit,
+            async |current| {
+                Changed::of(current, None)
+                    .with_rules(ctx, acting, Some(id))
+                    .await
+            },
+            async |locked, before, after| write_profile(ctx, acting, locked, &before, &after).await,
+        )
+        .await
 }
 
 /// Writes the profile `after` of the locked user (whose profile was `before`), with its audit
@@ -284,16 +280,14 @@ async fn write_profile(
         (false, true) => AuditAction::UserReactivated,
         _ => AuditAction::UserUpdated,
     };
-    audit::record(
-        &mut *transaction,
-        org_id,
-        acting.actor,
+    commit_audited(
+        transaction,
+        acting,
         action,
         &id.to_string(),
         after.email.as_str(),
     )
     .await?;
-    transaction.commit().await?;
     if before.active != after.active {
         tracing::info!(user_id = %id, active = after.active, "user (de)activated");
     }
@@ -321,16 +315,14 @@ pub async fn delete<E: From<ServiceError>>(
     async move {
         users::mark_scim_deleted(&mut transaction, org_id, id).await?;
         groups::leave_all(&mut transaction, org_id, id).await?;
-        audit::record(
-            &mut *transaction,
-            org_id,
-            acting.actor,
+        commit_audited(
+            transaction,
+            acting,
             AuditAction::UserDeleted,
             &id.to_string(),
             &current.email,
         )
-        .await?;
-        transaction.commit().await
+        .await
     }
     .await
     .map_err(ServiceError::from)?;
