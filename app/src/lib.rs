@@ -25,6 +25,7 @@ pub mod assignments;
 pub mod audit;
 pub mod caches;
 pub mod caller;
+pub mod changes;
 pub mod context;
 pub mod csv_lines;
 pub mod enrollment;

@@ -6,6 +6,7 @@ mod accounts;
 mod api_docs;
 mod assign;
 mod bad_input;
+mod changes;
 mod cluster;
 mod compose;
 mod control_plane;

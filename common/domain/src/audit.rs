@@ -64,6 +64,10 @@ string_enum!(
         EnrollmentRuleBackfillRequested => "enrollment_rule.backfill_requested",
         /// An enrollment rule assigned a flow.
         EnrollmentRuleAssigned => "enrollment_rule.assigned",
+        /// An assignment's due date, priority or notes were changed.
+        AssignmentUpdated => "assignment.updated",
+        /// An assignment was cancelled.
+        AssignmentCancelled => "assignment.cancelled",
     }
 );
 
@@ -100,6 +104,8 @@ impl AuditAction {
             Self::EnrollmentRuleDeleted => "Deleted an enrollment rule",
             Self::EnrollmentRuleBackfillRequested => "Started a backfill of an enrollment rule",
             Self::EnrollmentRuleAssigned => "An enrollment rule assigned a flow",
+            Self::AssignmentUpdated => "Changed an assignment",
+            Self::AssignmentCancelled => "Cancelled an assignment",
         }
     }
 }
@@ -163,6 +169,8 @@ mod tests {
                 "enrollment_rule.deleted",
                 "enrollment_rule.backfill_requested",
                 "enrollment_rule.assigned",
+                "assignment.updated",
+                "assignment.cancelled",
             ]
         );
     }
