@@ -36,6 +36,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_assignment, update_assignment))
         .routes(routes!(list_assignments))
+        .routes(routes!(list_user_assignments))
         .routes(routes!(record_progress))
         .routes(routes!(cancel_assignment))
         .routes(routes!(cancel_bulk))
@@ -398,22 +399,35 @@ pub async fn list_assignments(
             }
         },
     };
+    let filter = ListFilter {
+        flow_id,
+        email_normalized: email.map(|email| email.normalized()),
+        status,
+        include_cancelled: filter.include_cancelled.unwrap_or(false),
+    };
+    let page = list_page(&state, &auth, &filter, after, limit).await?;
+    Ok((RateHeaders(rate), Json(page)))
+}
+
+/// A page of the organization's assignments that `filter` lets through, after `after`.
+async fn list_page(
+    state: &AppState,
+    auth: &Auth,
+    filter: &ListFilter,
+    after: Option<PageCursor>,
+    limit: i64,
+) -> Result<Page<AssignmentView>, ApiError> {
     let now = Utc::now();
     let rows = service::list(
-        &state,
+        state,
         auth.acting(),
-        &ListFilter {
-            flow_id,
-            email_normalized: email.map(|email| email.normalized()),
-            status,
-            include_cancelled: filter.include_cancelled.unwrap_or(false),
-        },
+        filter,
         after.map(|cursor| (cursor.assigned_at, cursor.id)),
         limit + 1,
         now,
     )
     .await?;
-    let page = Page::from_rows(
+    Ok(Page::from_rows(
         rows,
         limit,
         |row| {
@@ -424,7 +438,64 @@ pub async fn list_assignments(
             .encode()
         },
         |row| AssignmentView::new(row, None, now),
-    );
+    ))
+}
+
+/// Filters of `GET /v1/users/{id}/assignments`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+pub struct PersonAssignmentFilter {
+    /// Only this status (pending, in_progress, completed, overdue, cancelled).
+    pub status: Option<String>,
+    /// List cancelled assignments too when no status is given (default false).
+    pub include_cancelled: Option<bool>,
+}
+
+/// List a person's assignments.
+///
+/// Every assignment of the user, across flows, in (`assignedAt`, id) order, `limit` per page
+/// (default 100, at most 1,000); cancelled ones only when asked for. A page counts as one read
+/// request per started 100 of its `limit`.
+#[utoipa::path(
+    get,
+    path = "/v1/users/{id}/assignments",
+    tag = "users",
+    params(("id" = String, Path, description = "User id (usr_…)"), PersonAssignmentFilter, PageQuery),
+    responses(
+        (status = 200, description = "A page of the person's assignments", body = Page<AssignmentView>),
+        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 404, description = "No such user in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn list_user_assignments(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(page): ApiQuery<PageQuery>,
+    ApiQuery(filter): ApiQuery<PersonAssignmentFilter>,
+) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
+    let limit = page.limit()?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
+    let after = page.cursor(PageCursor::decode)?;
+    let status = filter
+        .status
+        .as_deref()
+        .map(|text| AssignmentStatus::parse_field("status", text))
+        .transpose()?;
+    let id = UserId::parse(id.trim()).ok_or_else(|| ApiError::not_found("user"))?;
+    let (person, _) = flow_app::users::person(&state, auth.acting(), id).await?;
+    let filter = ListFilter {
+        flow_id: None,
+        email_normalized: Some(person.email.to_lowercase()),
+        status,
+        include_cancelled: filter.include_cancelled.unwrap_or(false),
+    };
+    let page = list_page(&state, &auth, &filter, after, limit).await?;
     Ok((RateHeaders(rate), Json(page)))
 }
 

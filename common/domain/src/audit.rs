@@ -68,6 +68,8 @@ string_enum!(
         AssignmentUpdated => "assignment.updated",
         /// An assignment was cancelled.
         AssignmentCancelled => "assignment.cancelled",
+        /// A flow's name, description or archived state was changed.
+        FlowUpdated => "flow.updated",
     }
 );
 
@@ -106,6 +108,7 @@ impl AuditAction {
             Self::EnrollmentRuleAssigned => "An enrollment rule assigned a flow",
             Self::AssignmentUpdated => "Changed an assignment",
             Self::AssignmentCancelled => "Cancelled an assignment",
+            Self::FlowUpdated => "Changed a flow",
         }
     }
 }
@@ -171,6 +174,7 @@ mod tests {
                 "enrollment_rule.assigned",
                 "assignment.updated",
                 "assignment.cancelled",
+                "flow.updated",
             ]
         );
     }
