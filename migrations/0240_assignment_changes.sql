@@ -11,7 +11,7 @@ ALTER TABLE assignments ADD COLUMN cancel_reason TEXT;
 -- the worker applying the queued command inserts its row in the transaction that applies it, so
 -- a redelivered command finds its row and changes nothing again (exactly once, whatever the
 -- retries). The row is also the assignment's history of changes: what changed, from what to
--- what, who asked, and what came of it.
+-- what, and what came of it (who asked is in the audit trail).
 CREATE TABLE assignment_changes (
     id            UUID PRIMARY KEY,
     org_id        UUID NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
@@ -20,8 +20,6 @@ CREATE TABLE assignment_changes (
     -- The fields changed, `{field: {from, to}}` (empty when nothing changed or nothing applied).
     changed       JSONB NOT NULL DEFAULT '{}',
     reason        TEXT,
-    -- Who asked: an API key's or a dashboard account's description, as the audit trail words it.
-    actor         TEXT NOT NULL,
     -- applied, unchanged (nothing to change, or already cancelled), refused (completed, or
     -- cancelled for an update: the state changed after the API checked), missing.
     outcome       TEXT NOT NULL CHECK (outcome IN ('applied', 'unchanged', 'refused', 'missing')),

@@ -307,6 +307,8 @@ pub async fn edit(
     )
     .await?;
     transaction.commit().await?;
+    // This replica sees the change at once; the others when the notice reaches them.
+    ctx.caches.flow_changed(id);
     let modules = flows::modules(&ctx.db, id).await?;
     Ok((flow, modules))
 }

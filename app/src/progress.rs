@@ -152,6 +152,11 @@ pub async fn record(
             "the assignment is already completed; completed is final".into(),
         ));
     }
+    if record.status == AssignmentStatus::Cancelled {
+        return Err(ServiceError::Conflict(
+            "the assignment is cancelled; it takes no more progress".into(),
+        ));
+    }
     if input.at < record.assigned_at {
         return Err(Invalid("at must not be before the assignment's assignedAt".into()).into());
     }

@@ -86,9 +86,11 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         names,
         [
             "flow.assigned",
+            "flow.cancelled",
             "flow.completed",
             "flow.overdue",
             "flow.started",
+            "flow.updated",
             "webhook.test"
         ]
     );
