@@ -51,6 +51,54 @@ where
     }
 }
 
+/// A JSON body that may be left out: no body at all is `T::default()`; a body is read as
+/// [`ApiJson`] reads it (`Content-Type: application/json`, at most [`MAX_BODY_BYTES`], fields
+/// named in errors). For operations whose body has only optional fields (a cancellation's
+/// `reason`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OptionalApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for OptionalApiJson<T>
+where
+    T: DeserializeOwned + Default,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        let json = is_json(request.headers());
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge(MAX_BODY_BYTES)
+                } else {
+                    ApiError::InvalidRequest(format!(
+                        "could not read the request body: {rejection}"
+                    ))
+                }
+            })?;
+        if bytes.is_empty() {
+            return Ok(Self(T::default()));
+        }
+        if !json {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        parse_json(&bytes).map(OptionalApiJson)
+    }
+}
+
+/// Deserializes a field that may be absent, `null` or a value into `None`, `Some(None)` or
+/// `Some(Some(value))` (with `#[serde(default, deserialize_with = "...")]`): a change that
+/// clears a field is told apart from one that leaves it.
+pub fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::Deserialize<'de>,
+{
+    serde::Deserialize::deserialize(deserializer).map(Some)
+}
+
 /// Query-string parameters: a value of the wrong type (`?limit=abc`) is a 400 with the error body
 /// naming the parameter, not axum's plain-text rejection.
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]

@@ -344,6 +344,14 @@ async fn prepare(
         None => None,
     }
     .ok_or(ServiceError::NotFound("flow"))?;
+    // An archived flow keeps its assignments and reports and takes no new ones.
+    if flow.archived {
+        return Err(ServiceError::Conflict(format!(
+            "flow \"{}\" is archived and takes no new assignments; unarchive it \
+             (PATCH /v1/flows/{{id}} {{\"archived\": false}}) to assign it",
+            flow.name
+        )));
+    }
     let email_normalized = input.email.normalized();
     let request = request_id.as_deref().map(|id| RequestKey {
         assignment_id: AssignmentId::for_request(org_id, id),

@@ -356,6 +356,13 @@ impl Caches {
         Ok(rules)
     }
 
+    /// Drops the cached summary of a flow (it changed on this replica; the others hear the
+    /// notice), and the rules, which carry flows' names.
+    pub fn flow_changed(&self, flow_id: FlowId) {
+        self.flows.invalidate(&flow_id);
+        self.rules.invalidate_all();
+    }
+
     /// Drops the organization's cached rules (a rule of it changed on this replica; the others
     /// hear the notice).
     pub fn rules_changed(&self, org_id: OrgId) {

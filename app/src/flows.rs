@@ -1,16 +1,18 @@
 //! Flows, for every surface: create one with its ordered modules (checked by one rule: a name of
 //! one line, a description, 1 to [`MAX_MODULES`] modules each with a name and an estimate), and
-//! read one with its modules. The dashboard's figures of flows ([`counts`]) and its page of a
+//! read one with its modules; edit one where it is safe ([`edit`]: name, description, archived). The dashboard's figures of flows ([`counts`]) and its page of a
 //! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::assignments::AssignmentRecord;
+use flow_common::db::audit;
 use flow_common::db::dashboard::{self, FlowCounts};
-use flow_common::db::flows::{self, Flow, FlowSummary, Module, NewModule};
+use flow_common::db::flows::{self, Flow, FlowEdit, FlowSummary, Module, NewModule};
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
+use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::{Invalid, TextRule};
 
@@ -226,4 +228,98 @@ pub async fn assignments(
             return Ok(served.value);
         }
     }
+}
+
+/// A flow edit as a surface received it: each field absent (`None`) or set (`description` may be
+/// cleared).
+#[derive(Debug, Clone, Default)]
+pub struct FlowEditFields {
+    /// New name.
+    pub name: Option<String>,
+    /// New description (`Some(None)` or empty: none).
+    pub description: Option<Option<String>>,
+    /// Archive or bring back.
+    pub archived: Option<bool>,
+}
+
+/// Checks an edit with the rules of a new flow's fields.
+pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
+    let name = fields
+        .name
+        .map(|name| {
+            let name = TextRule::NAME.parse("name", &name)?;
+            if name.is_empty() {
+                return Err(Invalid::new("name must not be empty"));
+            }
+            Ok(name)
+        })
+        .transpose()?;
+    let description = fields
+        .description
+        .map(|text| {
+            text.map(|text| TextRule::DESCRIPTION.parse("description", &text))
+                .transpose()
+                .map(|text| text.filter(|text| !text.is_empty()))
+        })
+        .transpose()?;
+    if name.is_none() && description.is_none() && fields.archived.is_none() {
+        return Err(Invalid::new(
+            "nothing to change: give name, description or archived (modules are not edited in \
+             place: create a new flow)",
+        ));
+    }
+    Ok(FlowEdit {
+        name,
+        description,
+        archived: fields.archived,
+    })
+}
+
+/// Edits the flow `id` of the organization: its name, description or archived state (every
+/// replica's flow cache is told at once). Audited as `flow.updated`. Answers the flow with its
+/// modules.
+pub async fn edit(
+    ctx: &Context,
+    acting: Acting<'_>,
+    id: FlowId,
+    edit: &FlowEdit,
+) -> Result<(Flow, Vec<Module>), ServiceError> {
+    let mut transaction = ctx.db.begin().await?;
+    let flow = flows::edit(&mut transaction, acting.org_id(), id, edit)
+        .await?
+        .ok_or(ServiceError::NotFound("flow"))?;
+    let changed: Vec<&str> = [
+        edit.name.as_ref().map(|_| "name"),
+        edit.description.as_ref().map(|_| "description"),
+        edit.archived
+            .map(|archived| if archived { "archived" } else { "unarchived" }),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    audit::record(
+        &mut *transaction,
+        acting.org_id(),
+        acting.actor,
+        AuditAction::FlowUpdated,
+        &flow.id.to_string(),
+        &format!("{} ({})", flow.name, changed.join(", ")),
+    )
+    .await?;
+    transaction.commit().await?;
+    // This replica sees the change at once; the others when the notice reaches them.
+    ctx.caches.flow_changed(id);
+    let modules = flows::modules(&ctx.db, id).await?;
+    Ok((flow, modules))
+}
+
+/// Whether another flow of the organization already has this name (case-insensitive): a new
+/// flow may reuse a name, and is warned that uploads naming it will be ambiguous.
+pub async fn name_taken(
+    ctx: &Context,
+    acting: Acting<'_>,
+    name: &str,
+    except: Option<FlowId>,
+) -> Result<bool, ServiceError> {
+    Ok(flows::named(&ctx.db, acting.org_id(), name, except).await? > 0)
 }

@@ -30,6 +30,7 @@ pub mod audit;
 pub mod backlogs;
 pub mod caches;
 pub mod caller;
+pub mod changes;
 pub mod context;
 pub mod csv_lines;
 pub mod dead_letters;

@@ -6,10 +6,14 @@
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{Outgoing, QueueKind};
 use flow_common::db::assignments::{self, AssignmentRecord};
+use flow_common::db::changes::{self, ChangeOutcome};
 use flow_common::db::dead_letters::{self, AssignmentFailure};
 use flow_common::db::lifecycle;
+use flow_domain::events::EventType;
 use flow_domain::ids::{AssignmentId, ModuleId, OrgId};
-use flow_domain::messages::{PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand};
+use flow_domain::messages::{
+    ChangeCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
+};
 use flow_domain::{AssignmentStatus, DayBound, Invalid, ModuleStatus, parse_date_input};
 
 use crate::{Acting, Context, ServiceError};
@@ -152,6 +156,11 @@ pub async fn record(
             "the assignment is already completed; completed is final".into(),
         ));
     }
+    if record.status == AssignmentStatus::Cancelled {
+        return Err(ServiceError::Conflict(
+            "the assignment is cancelled; it takes no more progress".into(),
+        ));
+    }
     if input.at < record.assigned_at {
         return Err(Invalid("at must not be before the assignment's assignedAt".into()).into());
     }
@@ -188,24 +197,58 @@ pub async fn record(
     })
 }
 
-/// Applies progress commands in one transaction, each with the trace it continues, each locking
-/// its assignment (concurrent updates of one assignment apply one at a time, each transition
-/// emitting its event once); returns each command's outcome and the events it emitted. The
-/// assign-worker's end of [`record`].
+/// One command of the progress queue: module activity, or a change of an assignment
+/// (`crate::changes`).
+#[derive(Debug, Clone, Copy)]
+pub enum Command<'a> {
+    /// Module activity.
+    Progress(&'a ProgressCommand),
+    /// A change or a cancellation.
+    Change(&'a ChangeCommand),
+}
+
+impl Command<'_> {
+    /// The assignment it is about.
+    pub fn assignment_id(&self) -> AssignmentId {
+        match self {
+            Self::Progress(command) => command.assignment_id,
+            Self::Change(command) => command.assignment_id,
+        }
+    }
+}
+
+/// What a command came to, with the events it emitted.
+#[derive(Debug, Clone)]
+pub enum Done {
+    /// Module activity.
+    Progress(lifecycle::ProgressOutcome, Vec<EventType>),
+    /// A change or a cancellation.
+    Change(ChangeOutcome, Option<EventType>),
+}
+
+/// Applies the commands of the progress queue in one transaction, each with the trace it
+/// continues, each locking its assignment (concurrent updates of one assignment apply one at a
+/// time, each transition emitting its event once; a change applies exactly once); returns what
+/// each came to. The assign-worker's end of [`record`] and of `crate::changes`.
 pub async fn apply(
     pool: &sqlx::PgPool,
-    commands: &[(&ProgressCommand, Option<&str>)],
-) -> Result<
-    Vec<(
-        lifecycle::ProgressOutcome,
-        Vec<flow_domain::events::EventType>,
-    )>,
-    sqlx::Error,
-> {
+    commands: &[(Command<'_>, Option<&str>)],
+) -> Result<Vec<Done>, sqlx::Error> {
     let mut transaction = pool.begin().await?;
     let mut outcomes = Vec::with_capacity(commands.len());
     for (command, traceparent) in commands {
-        outcomes.push(lifecycle::apply_progress(&mut transaction, command, *traceparent).await?);
+        outcomes.push(match command {
+            Command::Progress(command) => {
+                let (outcome, events) =
+                    lifecycle::apply_progress(&mut transaction, command, *traceparent).await?;
+                Done::Progress(outcome, events)
+            }
+            Command::Change(command) => {
+                let (outcome, event) =
+                    changes::apply_change(&mut transaction, command, *traceparent).await?;
+                Done::Change(outcome, event)
+            }
+        });
     }
     transaction.commit().await?;
     Ok(outcomes)

@@ -49,6 +49,7 @@ impl ReportQuery {
                 start: None,
                 end: None,
                 status,
+                include_cancelled: status == Some(AssignmentStatus::Cancelled),
                 detailed: false,
                 format,
                 aggregate,

@@ -148,6 +148,22 @@ pub async fn profile(
     visible_profile(&mut connection, acting, id, false).await
 }
 
+/// A person of the organization as the API and the dashboard show them: their profile (a user
+/// deleted through SCIM is kept, inactive, with their history; an erased one shows their
+/// pseudonym) and the groups they belong to.
+pub async fn person(
+    ctx: &Context,
+    acting: Acting<'_>,
+    id: UserId,
+) -> Result<(ProfileRow, Vec<groups::GroupRef>), ServiceError> {
+    let mut connection = ctx.db.acquire().await?;
+    let profile = users::profile(&mut connection, acting.org_id(), id, false)
+        .await?
+        .ok_or(ServiceError::NotFound("user"))?;
+    let groups = groups::of_user(&mut *connection, acting.org_id(), id).await?;
+    Ok((profile, groups))
+}
+
 /// The user `id` read in `connection` (locked when `lock`), unless deleted through SCIM or
 /// erased (an erasure marks the user deleted for SCIM too; both are checked so neither alone
 /// can bring an erased user back).

@@ -86,9 +86,11 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         names,
         [
             "flow.assigned",
+            "flow.cancelled",
             "flow.completed",
             "flow.overdue",
             "flow.started",
+            "flow.updated",
             "webhook.test"
         ]
     );
@@ -122,6 +124,7 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         assigned_at: Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap(),
         started_at: None,
         completed_at: None,
+        due_changes: 0,
     };
     let event = snapshot.event(EventType::Completed, Utc::now(), None);
     let keys = |value: &Value| -> Vec<String> {
@@ -135,9 +138,10 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         Value::String(reference) => &schemas[reference.rsplit('/').next().unwrap()],
         _ => &body_schema["properties"]["data"],
     };
-    // `source` is there only on the `flow.assigned` event of a rule's assignment.
+    // `source` is there only on the `flow.assigned` event of a rule's assignment, `changed` only
+    // on `flow.updated`, `reason` only on a `flow.cancelled` with one.
     let mut event_keys = keys(&event.body["data"]);
-    event_keys.push("source".to_owned());
+    event_keys.extend(["source", "changed", "reason"].map(str::to_owned));
     event_keys.sort_unstable();
     assert_eq!(keys(&data_schema["properties"]), event_keys);
     let source = &data_schema["properties"]["source"];

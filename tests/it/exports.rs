@@ -279,6 +279,7 @@ async fn csv_export_without_details_read_in_two_halves_has_the_pages_rows() {
         upper: lower + chrono::Duration::days(3_650),
         now: chrono::Utc::now(),
         status: None,
+        include_cancelled: false,
     };
     let split = flow_common::db::reports::midpoint(&app.db, &scope)
         .await

@@ -478,7 +478,7 @@ async fn the_assignment_list_filters_by_flow_email_and_status_and_pages_through_
     for (path, message) in [
         (
             "/v1/assignments?status=late",
-            "status must be one of: pending, in_progress, completed, overdue",
+            "status must be one of: pending, in_progress, completed, overdue, cancelled",
         ),
         (
             "/v1/assignments?userEmail=nope",

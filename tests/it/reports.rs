@@ -811,7 +811,7 @@ async fn invalid_report_requests_are_400_naming_the_field() {
         ),
         (
             json!({ "flowId": flow_id, "status": "done" }),
-            "status must be one of: pending, in_progress, completed, overdue",
+            "status must be one of: pending, in_progress, completed, overdue, cancelled",
         ),
         (
             json!({ "flowId": flow_id, "format": "xml" }),

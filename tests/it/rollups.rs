@@ -17,7 +17,8 @@ async fn counted(
     now: DateTime<Utc>,
 ) -> Figures {
     sqlx::query_as(
-        "SELECT count(*) AS total,
+        "SELECT count(*) FILTER (WHERE s <> 'cancelled') AS total,
+                count(*) FILTER (WHERE s = 'cancelled') AS cancelled,
                 count(*) FILTER (WHERE s = 'completed') AS completed,
                 count(*) FILTER (WHERE s = 'in_progress') AS in_progress,
                 count(*) FILTER (WHERE s = 'pending') AS pending,
@@ -44,6 +45,7 @@ fn assert_close(maintained: &Figures, counted: &Figures, what: &str) {
     let counts = |f: &Figures| {
         (
             f.total,
+            f.cancelled,
             f.completed,
             f.in_progress,
             f.pending,

@@ -1,7 +1,9 @@
 //! Assignments after they are made: `GET /v1/assignments/{id}` (with module progress; ids handed
 //! out for duplicates resolve to the assignment they joined), `GET /v1/assignments` (filtered,
-//! keyset pages) and `POST /v1/assignments/{id}/progress` (module activity, applied by the
-//! assign-worker through the progress queue).
+//! keyset pages), `POST /v1/assignments/{id}/progress` (module activity), and changing and
+//! cancelling (`PATCH /v1/assignments/{id}`, `POST /v1/assignments/{id}/cancel`, and
+//! `POST /v1/assignments/cancel/bulk`): each applied by the assign-worker through the progress
+//! queue.
 
 use axum::Json;
 use axum::extract::State;
@@ -9,7 +11,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use flow_app::assignments::{self as service, Found};
+use flow_app::changes::{self, ChangeFields, ChangeInput, MAX_BULK_CANCELS, Target};
 use flow_app::progress::{self, ProgressFields, ProgressInput};
+use flow_app::ratelimit::RateLimitError;
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
@@ -24,15 +28,18 @@ use utoipa_axum::routes;
 
 use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, RequestId};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, OptionalApiJson, RequestId, present};
 use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
-        .routes(routes!(get_assignment))
+        .routes(routes!(get_assignment, update_assignment))
         .routes(routes!(list_assignments))
+        .routes(routes!(list_user_assignments))
         .routes(routes!(record_progress))
+        .routes(routes!(cancel_assignment))
+        .routes(routes!(cancel_bulk))
 }
 
 /// An assignment.
@@ -49,8 +56,8 @@ pub struct AssignmentView {
     pub user_id: UserId,
     /// Assignee e-mail.
     pub assignee_email: String,
-    /// pending, in_progress, completed or overdue (overdue as soon as the due date passes); `failed`
-    /// only for an id whose command could not be persisted.
+    /// pending, in_progress, completed, overdue (as soon as the due date passes) or cancelled;
+    /// `failed` only for an id whose command could not be persisted.
     pub status: AssignmentState,
     /// low, medium or high.
     pub priority: String,
@@ -72,6 +79,16 @@ pub struct AssignmentView {
     #[serde(serialize_with = "flow_domain::timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub completed_at: Option<DateTime<Utc>>,
+    /// When it was cancelled (status `cancelled` only).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub cancelled_at: Option<DateTime<Utc>>,
+    /// Why it was cancelled, when the canceller said (status `cancelled` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancellation_reason: Option<String>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -125,6 +142,8 @@ impl AssignmentView {
             assigned_at: record.assigned_at,
             started_at: record.started_at,
             completed_at: record.completed_at,
+            cancelled_at: record.cancelled_at,
+            cancellation_reason: record.cancel_reason,
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
@@ -151,6 +170,8 @@ pub enum AssignmentState {
     Completed,
     /// Past its due date and not completed.
     Overdue,
+    /// Cancelled before completion.
+    Cancelled,
     /// Its command was dead-lettered (see `failureReason`).
     Failed,
 }
@@ -162,6 +183,7 @@ impl From<AssignmentStatus> for AssignmentState {
             AssignmentStatus::InProgress => Self::InProgress,
             AssignmentStatus::Completed => Self::Completed,
             AssignmentStatus::Overdue => Self::Overdue,
+            AssignmentStatus::Cancelled => Self::Cancelled,
         }
     }
 }
@@ -294,6 +316,8 @@ impl AssignmentView {
             assigned_at: command.assigned_at,
             started_at: None,
             completed_at: None,
+            cancelled_at: None,
+            cancellation_reason: None,
             completed_modules: 0,
             total_modules,
             schedule_id: command.schedule_id,
@@ -314,9 +338,12 @@ pub struct AssignmentFilter {
     pub flow_id: Option<String>,
     /// Only assignments of this assignee (case-insensitive).
     pub user_email: Option<String>,
-    /// Only this status (pending, in_progress, completed, overdue; overdue as soon as the due
-    /// date passes).
+    /// Only this status (pending, in_progress, completed, overdue, cancelled; overdue as soon as
+    /// the due date passes).
     pub status: Option<String>,
+    /// List cancelled assignments too when no status is given (default false: cancelled ones are
+    /// left out unless asked for).
+    pub include_cancelled: Option<bool>,
 }
 
 /// List assignments.
@@ -372,21 +399,35 @@ pub async fn list_assignments(
             }
         },
     };
+    let filter = ListFilter {
+        flow_id,
+        email_normalized: email.map(|email| email.normalized()),
+        status,
+        include_cancelled: filter.include_cancelled.unwrap_or(false),
+    };
+    let page = list_page(&state, &auth, &filter, after, limit).await?;
+    Ok((RateHeaders(rate), Json(page)))
+}
+
+/// A page of the organization's assignments that `filter` lets through, after `after`.
+async fn list_page(
+    state: &AppState,
+    auth: &Auth,
+    filter: &ListFilter,
+    after: Option<PageCursor>,
+    limit: i64,
+) -> Result<Page<AssignmentView>, ApiError> {
     let now = Utc::now();
     let rows = service::list(
-        &state,
+        state,
         auth.acting(),
-        &ListFilter {
-            flow_id,
-            email_normalized: email.map(|email| email.normalized()),
-            status,
-        },
+        filter,
         after.map(|cursor| (cursor.assigned_at, cursor.id)),
         limit + 1,
         now,
     )
     .await?;
-    let page = Page::from_rows(
+    Ok(Page::from_rows(
         rows,
         limit,
         |row| {
@@ -397,7 +438,64 @@ pub async fn list_assignments(
             .encode()
         },
         |row| AssignmentView::new(row, None, now),
-    );
+    ))
+}
+
+/// Filters of `GET /v1/users/{id}/assignments`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+pub struct PersonAssignmentFilter {
+    /// Only this status (pending, in_progress, completed, overdue, cancelled).
+    pub status: Option<String>,
+    /// List cancelled assignments too when no status is given (default false).
+    pub include_cancelled: Option<bool>,
+}
+
+/// List a person's assignments.
+///
+/// Every assignment of the user, across flows, in (`assignedAt`, id) order, `limit` per page
+/// (default 100, at most 1,000); cancelled ones only when asked for. A page counts as one read
+/// request per started 100 of its `limit`.
+#[utoipa::path(
+    get,
+    path = "/v1/users/{id}/assignments",
+    tag = "users",
+    params(("id" = String, Path, description = "User id (usr_…)"), PersonAssignmentFilter, PageQuery),
+    responses(
+        (status = 200, description = "A page of the person's assignments", body = Page<AssignmentView>),
+        (status = 400, description = "Invalid filter", body = ErrorBody),
+        (status = 404, description = "No such user in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn list_user_assignments(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(page): ApiQuery<PageQuery>,
+    ApiQuery(filter): ApiQuery<PersonAssignmentFilter>,
+) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
+    let limit = page.limit()?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
+    let after = page.cursor(PageCursor::decode)?;
+    let status = filter
+        .status
+        .as_deref()
+        .map(|text| AssignmentStatus::parse_field("status", text))
+        .transpose()?;
+    let id = UserId::parse(id.trim()).ok_or_else(|| ApiError::not_found("user"))?;
+    let (person, _) = flow_app::users::person(&state, auth.acting(), id).await?;
+    let filter = ListFilter {
+        flow_id: None,
+        email_normalized: Some(person.email.to_lowercase()),
+        status,
+        include_cancelled: filter.include_cancelled.unwrap_or(false),
+    };
+    let page = list_page(&state, &auth, &filter, after, limit).await?;
     Ok((RateHeaders(rate), Json(page)))
 }
 
@@ -481,6 +579,293 @@ pub async fn record_progress(
             module_id: recorded.module_id,
             status: recorded.status,
             at: recorded.at,
+        }),
+    ))
+}
+
+/// Body of the change operation: each field given is set (`null` clears `dueDate` or `notes`);
+/// a field left out stays as it is.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UpdateAssignmentRequest {
+    /// New due date: RFC 3339, or `YYYY-MM-DD` (the end of that day in the organization's time
+    /// zone); in the future; `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "2026-12-31")]
+    pub due_date: Option<Option<String>>,
+    /// low, medium or high.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "high")]
+    pub priority: Option<Option<String>>,
+    /// Notes for the assignee, at most 2,000 characters; `null` removes them.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub notes: Option<Option<String>>,
+}
+
+/// Change an assignment.
+///
+/// Sets its due date, priority or notes (same rules as assign). An overdue assignment whose due
+/// date moves to the future is pending or in progress again, and can become overdue again at
+/// its new due date (one `flow.overdue` per due date). Emits one `flow.updated` naming what
+/// changed, from what to what. Applied by a worker moments after the answer, which shows the
+/// assignment as the change leaves it. Counts against the organization's write limit.
+#[utoipa::path(
+    patch,
+    path = "/v1/assignments/{id}",
+    tag = "assignments",
+    request_body = UpdateAssignmentRequest,
+    params(("id" = String, Path, description = "Assignment id (asg_…)")),
+    responses(
+        (status = 200, description = "The assignment as the change leaves it", body = AssignmentView),
+        (status = 400, description = "Invalid request, or nothing to change", body = ErrorBody),
+        (status = 404, description = "No such assignment in this organization", body = ErrorBody),
+        (status = 409, description = "The assignment is completed or cancelled, not persisted yet (with `Retry-After`), or could not be persisted", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
+        (status = 503, description = "Could not be queued durably; nothing changed", body = ErrorBody),
+    )
+)]
+pub async fn update_assignment(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(request): ApiJson<UpdateAssignmentRequest>,
+) -> Result<(RateHeaders, Json<AssignmentView>), ApiError> {
+    let now = Utc::now();
+    let input = ChangeInput::parse(
+        ChangeFields {
+            due_date: request.due_date,
+            priority: request.priority,
+            notes: request.notes,
+        },
+        auth.zone,
+        now,
+    )?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
+    let record =
+        changes::update(&state, auth.acting(), &id, input, Some(&request_id.value)).await?;
+    Ok((rate, Json(AssignmentView::new(record, None, Utc::now()))))
+}
+
+/// Body of the cancel operation (may be left out).
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CancelRequest {
+    /// Why, at most 500 characters (shown with the assignment and in `flow.cancelled`).
+    #[schema(example = "Left the team")]
+    pub reason: Option<String>,
+}
+
+/// Cancel an assignment.
+///
+/// Withdraws an assignment that is not completed: it keeps its row and progress, takes no more
+/// progress, never goes overdue, leaves reports and lists unless they ask for cancelled ones,
+/// and the flow can be assigned to the person again. Emits one `flow.cancelled`. Idempotent: an
+/// assignment already cancelled is answered as it is. A completed assignment cannot be cancelled
+/// (409): it is compliance history. Counts against the organization's write limit.
+#[utoipa::path(
+    post,
+    path = "/v1/assignments/{id}/cancel",
+    tag = "assignments",
+    request_body(content = CancelRequest, description = "Optional"),
+    params(("id" = String, Path, description = "Assignment id (asg_…)")),
+    responses(
+        (status = 200, description = "The assignment, cancelled", body = AssignmentView),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 404, description = "No such assignment in this organization", body = ErrorBody),
+        (status = 409, description = "The assignment is completed, not persisted yet (with `Retry-After`), or could not be persisted", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
+        (status = 503, description = "Could not be queued durably; nothing changed", body = ErrorBody),
+    )
+)]
+pub async fn cancel_assignment(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    ApiPath(id): ApiPath<String>,
+    OptionalApiJson(request): OptionalApiJson<CancelRequest>,
+) -> Result<(RateHeaders, Json<AssignmentView>), ApiError> {
+    let reason = changes::parse_reason(request.reason)?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
+    let record =
+        changes::cancel(&state, auth.acting(), &id, reason, Some(&request_id.value)).await?;
+    Ok((rate, Json(AssignmentView::new(record, None, Utc::now()))))
+}
+
+/// One item of a bulk cancel: an assignment id, or a flow and an assignee.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CancelItem {
+    /// The assignment (asg_…); or give `flowId` and `userEmail`.
+    pub assignment_id: Option<String>,
+    /// The flow whose active assignment of `userEmail` to cancel.
+    pub flow_id: Option<String>,
+    /// The assignee.
+    pub user_email: Option<String>,
+}
+
+/// Body of the bulk cancel operation.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BulkCancelRequest {
+    /// Up to 1,000 items.
+    pub items: Vec<CancelItem>,
+    /// Why, for every item, at most 500 characters.
+    pub reason: Option<String>,
+}
+
+/// Outcome of one bulk cancel item.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkCancelItemResult {
+    /// Position in the request.
+    pub index: usize,
+    /// The status a single cancel would have answered.
+    pub status: u16,
+    /// The assignment, cancelled, on success.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<AssignmentView>,
+    /// The error, on failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+/// Result of the bulk cancel operation.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkCancelResponse {
+    /// One entry per item, in request order.
+    pub results: Vec<BulkCancelItemResult>,
+    /// Items answered 200.
+    pub succeeded: usize,
+    /// Items that failed.
+    pub failed: usize,
+}
+
+impl CancelItem {
+    /// The assignment the item names, or why it names none.
+    fn target(self) -> Result<Target, flow_app::ServiceError> {
+        use flow_app::{FieldProblem, ServiceError};
+        match (self.assignment_id, self.flow_id, self.user_email) {
+            (Some(id), None, None) => Ok(Target::Id(id)),
+            (None, Some(flow_id), Some(email)) => Ok(Target::FlowAndUser {
+                flow_id,
+                email: Email::parse("userEmail", &email).map_err(|problem| {
+                    ServiceError::Fields(vec![FieldProblem::invalid("userEmail", problem)])
+                })?,
+            }),
+            _ => Err(flow_domain::Invalid(
+                "give either assignmentId, or flowId and userEmail".into(),
+            )
+            .into()),
+        }
+    }
+}
+
+/// Cancel many assignments at once (partial success).
+///
+/// For offboarding and role changes: each item names an assignment by id, or by flow and
+/// assignee (their active assignment of the flow). Each item is answered as a single cancel
+/// would be; the events travel in the bulk lane, so interactive work never waits behind them.
+/// Each item counts as one write request; items beyond the remaining allowance fail with 429
+/// individually.
+#[utoipa::path(
+    post,
+    path = "/v1/assignments/cancel/bulk",
+    tag = "assignments",
+    request_body = BulkCancelRequest,
+    responses(
+        (status = 200, description = "Per-item results", body = BulkCancelResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 429, description = "No allowance left for any item", body = ErrorBody),
+    )
+)]
+pub async fn cancel_bulk(
+    State(state): State<AppState>,
+    auth: Auth,
+    request_id: RequestId,
+    ApiJson(request): ApiJson<BulkCancelRequest>,
+) -> Result<(RateHeaders, Json<BulkCancelResponse>), ApiError> {
+    let count = request.items.len();
+    if count == 0 || count > MAX_BULK_CANCELS {
+        return Err(ApiError::InvalidRequest(format!(
+            "items must contain between 1 and {MAX_BULK_CANCELS} items"
+        )));
+    }
+    let reason = changes::parse_reason(request.reason)?;
+    let (granted, rate, retry_after) = state
+        .limiter
+        .check_up_to(
+            &auth,
+            Operation::Write,
+            u32::try_from(count).unwrap_or(u32::MAX),
+        )
+        .await?;
+    let granted = usize::try_from(granted).unwrap_or(0);
+    if granted == 0 {
+        return Err(ApiError::RateLimited {
+            operation: "write",
+            retry_after,
+            info: rate,
+        });
+    }
+    let targets = request
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(index, item)| {
+            if index >= granted {
+                Err(RateLimitError::Exceeded {
+                    operation: Operation::Write,
+                    retry_after,
+                    info: rate,
+                }
+                .into())
+            } else {
+                item.target()
+            }
+        })
+        .collect();
+    let now = Utc::now();
+    let results: Vec<BulkCancelItemResult> = changes::cancel_many(
+        &state,
+        auth.acting(),
+        targets,
+        reason,
+        Some(&request_id.value),
+    )
+    .await
+    .into_iter()
+    .enumerate()
+    .map(|(index, outcome)| match outcome {
+        Ok(record) => BulkCancelItemResult {
+            index,
+            status: 200,
+            result: Some(AssignmentView::new(record, None, now)),
+            error: None,
+        },
+        Err(error) => {
+            let error = ApiError::from(error);
+            if matches!(error, ApiError::Internal(_)) {
+                tracing::error!(index, error = %error, "bulk cancel item failed");
+            }
+            BulkCancelItemResult {
+                index,
+                status: error.status().as_u16(),
+                result: None,
+                error: Some(error.body()),
+            }
+        }
+    })
+    .collect();
+    let succeeded = results.iter().filter(|item| item.status == 200).count();
+    Ok((
+        RateHeaders(rate),
+        Json(BulkCancelResponse {
+            failed: results.len() - succeeded,
+            succeeded,
+            results,
         }),
     ))
 }

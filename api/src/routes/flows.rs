@@ -4,7 +4,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
-use flow_app::flows::{self as service, FlowFields, ModuleFields};
+use flow_app::flows::{self as service, FlowEditFields, FlowFields, ModuleFields};
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
@@ -15,7 +15,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, present};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
 
@@ -23,7 +23,7 @@ use crate::state::AppState;
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_flow, list_flows))
-        .routes(routes!(get_flow))
+        .routes(routes!(get_flow, update_flow))
 }
 
 /// A flow to create.
@@ -63,6 +63,8 @@ pub struct FlowView {
     pub name: String,
     /// Description.
     pub description: Option<String>,
+    /// Archived: it takes no new assignments (409) and keeps its assignments and reports.
+    pub archived: bool,
     /// Number of modules.
     pub module_count: i64,
     /// Human-readable total estimate.
@@ -77,6 +79,10 @@ pub struct FlowView {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub created_at: Option<DateTime<Utc>>,
+    /// What the caller should know about the request that did not stop it (only on create:
+    /// another flow already has this name).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// A module.
@@ -102,6 +108,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         flow_id: flow.id,
         name: flow.name,
         description: flow.description,
+        archived: flow.archived_at.is_some(),
         module_count: modules.len() as i64,
         estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
         modules: Some(
@@ -116,6 +123,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
                 .collect(),
         ),
         created_at: Some(flow.created_at),
+        warnings: Vec::new(),
     }
 }
 
@@ -124,10 +132,12 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         flow_id: flow.id,
         name: flow.name,
         description: None,
+        archived: flow.archived,
         module_count: flow.module_count,
         estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
         modules: None,
         created_at: None,
+        warnings: Vec::new(),
     }
 }
 
@@ -165,8 +175,17 @@ pub async fn create_flow(
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
+    let taken = service::name_taken(&state, auth.acting(), &flow.name, None).await?;
     let (flow, modules) = service::create(&state, auth.acting(), &flow).await?;
-    Ok((StatusCode::CREATED, rate, Json(flow_view(flow, modules))))
+    let mut view = flow_view(flow, modules);
+    if taken {
+        view.warnings.push(format!(
+            "another flow of the organization is already named \"{}\": a file upload that names \
+             a flow by its name cannot tell them apart (use flow ids there, or rename one)",
+            view.name
+        ));
+    }
+    Ok((StatusCode::CREATED, rate, Json(view)))
 }
 /// List the organization's flows.
 #[utoipa::path(
@@ -215,5 +234,56 @@ pub async fn get_flow(
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
     let (flow, modules) = service::get(&state, auth.acting(), id).await?;
+    Ok((rate, Json(flow_view(flow, modules))))
+}
+
+/// Body of the flow edit: each field given is set; a field left out stays.
+#[derive(Debug, Clone, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct UpdateFlowRequest {
+    /// New name: one line, at most 200 characters.
+    #[schema(max_length = 200, example = "Security Basics 2027")]
+    pub name: Option<String>,
+    /// New description, at most 2,000 characters; `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, max_length = 2000)]
+    pub description: Option<Option<String>>,
+    /// Archive (true: no new assignments, 409) or bring back (false).
+    pub archived: Option<bool>,
+}
+
+/// Change a flow.
+///
+/// Its name, description and archived state; modules are not edited in place (create a new
+/// flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
+/// their progress and its reports. Takes effect on every replica at once. Counts against the
+/// organization's write limit; audited as `flow.updated`.
+#[utoipa::path(
+    patch,
+    path = "/v1/flows/{id}",
+    tag = "flows",
+    request_body = UpdateFlowRequest,
+    params(("id" = String, Path, description = "Flow id (flow_…)")),
+    responses(
+        (status = 200, description = "The flow as changed", body = FlowView),
+        (status = 400, description = "Invalid request, or nothing to change", body = ErrorBody),
+        (status = 404, description = "No such flow in this organization", body = ErrorBody),
+        (status = 429, description = "Write limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn update_flow(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(request): ApiJson<UpdateFlowRequest>,
+) -> Result<(RateHeaders, Json<FlowView>), ApiError> {
+    let edit = service::check_edit(FlowEditFields {
+        name: request.name,
+        description: request.description,
+        archived: request.archived,
+    })?;
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
+    let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;
+    let (flow, modules) = service::edit(&state, auth.acting(), id, &edit).await?;
     Ok((rate, Json(flow_view(flow, modules))))
 }

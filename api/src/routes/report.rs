@@ -54,9 +54,13 @@ pub struct ReportRequest {
     #[schema(example = "2026-12-01")]
     pub end_date: Option<String>,
     /// Keep only assignments and schedules with this status (pending, in_progress, completed,
-    /// overdue). The metrics and aggregates still describe every assignment in the range.
+    /// overdue, cancelled). The metrics and aggregates still describe every assignment in the
+    /// range (but the cancelled ones, unless `includeCancelled`).
     #[schema(example = "overdue")]
     pub status: Option<String>,
+    /// Count cancelled assignments in the metrics and list them (default false: a report leaves
+    /// them out, so it reads as it did before cancelling existed). `status: cancelled` implies it.
+    pub include_cancelled: Option<bool>,
     /// Include each assignment's module progress (modules started or completed, in flow order).
     /// A page then holds at most 100,000 module-progress entries (limit × the flow's modules): a
     /// larger `limit` is refused (400), and without one the page shrinks to fit. Each started
@@ -98,6 +102,7 @@ impl From<ReportRequest> for ReportFields {
             start_date: request.start_date,
             end_date: request.end_date,
             status: request.status,
+            include_cancelled: request.include_cancelled,
             detailed: request.detailed,
             format: request.format,
             aggregate: request.aggregate.map(|aggregate| AggregateFields {
@@ -265,6 +270,11 @@ pub struct MetricsView {
     pub pending_assignments: i64,
     /// Overdue now (past due and not completed).
     pub overdue_assignments: i64,
+    /// Cancelled, counted in `totalAssignments` (only when the request has `includeCancelled`
+    /// or asks for `status: cancelled`; cancelled assignments are left out otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub cancelled_assignments: Option<i64>,
 }
 
 impl From<Metrics> for MetricsView {
@@ -279,6 +289,7 @@ impl From<Metrics> for MetricsView {
             in_progress_assignments: metrics.in_progress,
             pending_assignments: metrics.pending,
             overdue_assignments: metrics.overdue,
+            cancelled_assignments: metrics.cancelled,
         }
     }
 }

@@ -8,14 +8,14 @@ use flow_app::ratelimit::{Operation, page_cost};
 use flow_app::users as service;
 use flow_common::db::users::{NewUser, User};
 use flow_domain::Email;
-use flow_domain::ids::UserId;
+use flow_domain::ids::{GroupId, UserId};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiJson, ApiQuery, Auth};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::routes::pagination::{Page, PageQuery};
 use crate::state::AppState;
 
@@ -27,6 +27,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(upsert_user, list_users))
         .routes(routes!(upsert_users))
+        .routes(routes!(get_user))
 }
 
 /// A user to create or update.
@@ -223,4 +224,96 @@ pub async fn list_users(
     let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |user| user.id.to_string(), UserView::from);
     Ok((RateHeaders(rate), Json(page)))
+}
+
+/// A person: who they are in the organization (as their identity provider describes them) and
+/// the groups they belong to.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PersonView {
+    /// Identifier.
+    pub user_id: UserId,
+    /// E-mail.
+    pub email: String,
+    /// Display name.
+    pub name: Option<String>,
+    /// False once the user was deactivated (SCIM `active: false` or DELETE).
+    pub active: bool,
+    /// Job title (SCIM `title`).
+    pub title: Option<String>,
+    /// Department (SCIM enterprise `department`).
+    pub department: Option<String>,
+    /// Employee number (SCIM enterprise `employeeNumber`).
+    pub employee_number: Option<String>,
+    /// Their manager's id at the identity provider (SCIM enterprise `manager.value`).
+    pub manager_id: Option<String>,
+    /// Their manager's name (SCIM enterprise `manager.displayName`).
+    pub manager_name: Option<String>,
+    /// First day of work, `YYYY-MM-DD`.
+    #[schema(value_type = Option<String>, format = Date)]
+    pub start_date: Option<chrono::NaiveDate>,
+    /// Groups, by name.
+    pub groups: Vec<GroupRefView>,
+    /// Creation time.
+    #[serde(serialize_with = "flow_domain::timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+}
+
+/// A group a person belongs to.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupRefView {
+    /// The group.
+    pub group_id: GroupId,
+    /// Its name.
+    pub display_name: String,
+}
+
+/// Get a person.
+///
+/// Their attributes (department, title, manager, groups, active) as the identity provider sent
+/// them; their assignments are at `GET /v1/users/{id}/assignments`.
+#[utoipa::path(
+    get,
+    path = "/v1/users/{id}",
+    tag = "users",
+    params(("id" = String, Path, description = "User id (usr_…)")),
+    responses(
+        (status = 200, description = "The person", body = PersonView),
+        (status = 404, description = "No such user in this organization", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn get_user(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiPath(id): ApiPath<String>,
+) -> Result<(RateHeaders, Json<PersonView>), ApiError> {
+    let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
+    let id = UserId::parse(id.trim()).ok_or_else(|| ApiError::not_found("user"))?;
+    let (profile, groups) = service::person(&state, auth.acting(), id).await?;
+    Ok((
+        rate,
+        Json(PersonView {
+            user_id: profile.id,
+            email: profile.email,
+            name: profile.name,
+            active: profile.active,
+            title: profile.title,
+            department: profile.department,
+            employee_number: profile.employee_number,
+            manager_id: profile.manager_id,
+            manager_name: profile.manager_name,
+            start_date: profile.start_date,
+            groups: groups
+                .into_iter()
+                .map(|group| GroupRefView {
+                    group_id: group.id,
+                    display_name: group.display_name,
+                })
+                .collect(),
+            created_at: profile.created_at,
+        }),
+    ))
 }

@@ -148,6 +148,7 @@ fn scope(parameters: &ReportParameters, now: DateTime<Utc>) -> Scope {
         upper,
         now,
         status: parameters.status,
+        include_cancelled: parameters.include_cancelled,
     }
 }
 

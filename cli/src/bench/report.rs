@@ -494,6 +494,7 @@ async fn measure(
         upper: flow_domain::report::ReportParameters::open_bounds().1,
         now: Utc::now(),
         status: None,
+        include_cancelled: false,
     };
     let spec = flow_domain::report::AggregateSpec::parse("week", None)?;
     let mut samples = Vec::new();

@@ -64,6 +64,12 @@ string_enum!(
         EnrollmentRuleBackfillRequested => "enrollment_rule.backfill_requested",
         /// An enrollment rule assigned a flow.
         EnrollmentRuleAssigned => "enrollment_rule.assigned",
+        /// An assignment's due date, priority or notes were changed.
+        AssignmentUpdated => "assignment.updated",
+        /// An assignment was cancelled.
+        AssignmentCancelled => "assignment.cancelled",
+        /// A flow's name, description or archived state was changed.
+        FlowUpdated => "flow.updated",
     }
 );
 
@@ -100,6 +106,9 @@ impl AuditAction {
             Self::EnrollmentRuleDeleted => "Deleted an enrollment rule",
             Self::EnrollmentRuleBackfillRequested => "Started a backfill of an enrollment rule",
             Self::EnrollmentRuleAssigned => "An enrollment rule assigned a flow",
+            Self::AssignmentUpdated => "Changed an assignment",
+            Self::AssignmentCancelled => "Cancelled an assignment",
+            Self::FlowUpdated => "Changed a flow",
         }
     }
 }
@@ -163,6 +172,9 @@ mod tests {
                 "enrollment_rule.deleted",
                 "enrollment_rule.backfill_requested",
                 "enrollment_rule.assigned",
+                "assignment.updated",
+                "assignment.cancelled",
+                "flow.updated",
             ]
         );
     }

@@ -19,6 +19,11 @@ string_enum!(
         Completed => "flow.completed",
         /// The due date passed before completion.
         Overdue => "flow.overdue",
+        /// The due date, priority or notes were changed (`data.changed` says which, from what to
+        /// what).
+        Updated => "flow.updated",
+        /// The assignment was cancelled before completion (`data.reason` when one was given).
+        Cancelled => "flow.cancelled",
     }
 );
 
@@ -30,6 +35,8 @@ impl EventType {
             Self::Started => "The assignee started the flow (first module activity)",
             Self::Completed => "Every module of the flow was completed",
             Self::Overdue => "The due date passed before completion",
+            Self::Updated => "The assignment's due date, priority or notes were changed",
+            Self::Cancelled => "The assignment was cancelled before completion",
         }
     }
 }
@@ -56,7 +63,7 @@ pub struct EventData {
     pub flow_name: String,
     /// The assignee's e-mail.
     pub assignee_email: String,
-    /// Status after the change: pending, in_progress, completed or overdue.
+    /// Status after the change: pending, in_progress, completed, overdue or cancelled.
     #[schema(examples("completed"))]
     pub status: String,
     /// When it was assigned.
@@ -79,6 +86,17 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub source: Option<EventSource>,
+    /// What a `flow.updated` changed: each changed field (`dueDate`, `priority`, `notes`) with
+    /// its value before and after, `{"dueDate": {"from": …, "to": …}}` (present only on
+    /// `flow.updated`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<Object>)]
+    pub changed: Option<serde_json::Map<String, Value>>,
+    /// Why it was cancelled, as the canceller said (present only on a `flow.cancelled` with a
+    /// reason).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reason: Option<String>,
 }
 
 /// What made an assignment (`data.source` of its `flow.assigned` event).
@@ -106,7 +124,8 @@ pub struct EventBody<D> {
     /// Event id, the same on every delivery of the event (also in the `webhook-id` header):
     /// dedupe on it.
     pub id: EventId,
-    /// flow.assigned, flow.started, flow.completed, flow.overdue or webhook.test.
+    /// flow.assigned, flow.started, flow.completed, flow.overdue, flow.updated, flow.cancelled
+    /// or webhook.test.
     #[serde(rename = "type")]
     #[schema(examples("flow.completed"))]
     pub event_type: String,
@@ -135,6 +154,47 @@ pub fn event_body<D: serde::Serialize>(
 /// Events hold strings, ids and JSON values only, which always serialize.
 fn to_json(value: &impl serde::Serialize) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// Which occurrence of a transition an event is: what its id is derived from, so writing the same
+/// transition twice writes one event while a transition that may recur (an assignment overdue
+/// again after its due date moved; each change) gets an id of its own each time. Erasure derives
+/// the ids of a person's events the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// A transition that happens once to an assignment (assigned, started, completed, cancelled,
+    /// and the first overdue).
+    Once(EventType),
+    /// `flow.overdue` after the due date was changed `due_changes` (≥ 1) times.
+    OverdueAgain {
+        /// How many times the due date had been changed.
+        due_changes: i32,
+    },
+    /// The `flow.updated` of the change with this id.
+    Change(uuid::Uuid),
+}
+
+impl Transition {
+    /// The text the event id is derived from: the type alone for a transition that happens once
+    /// (so ids of events written before recurring transitions existed are unchanged).
+    pub fn key(self) -> String {
+        match self {
+            Self::Once(event_type) => event_type.as_str().to_owned(),
+            Self::OverdueAgain { due_changes } => {
+                format!("{}#{due_changes}", EventType::Overdue.as_str())
+            }
+            Self::Change(id) => format!("{}#{}", EventType::Updated.as_str(), id.simple()),
+        }
+    }
+
+    /// The overdue transition of an assignment whose due date was changed `due_changes` times.
+    pub fn overdue(due_changes: i32) -> Self {
+        if due_changes <= 0 {
+            Self::Once(EventType::Overdue)
+        } else {
+            Self::OverdueAgain { due_changes }
+        }
+    }
 }
 
 /// An event about to be written to the outbox.
@@ -168,8 +228,23 @@ impl NewEvent {
         at: DateTime<Utc>,
         traceparent: Option<&str>,
     ) -> Self {
+        let key = Transition::Once(event_type).key();
+        Self::keyed(org_id, data, assigned_at, event_type, &key, at, traceparent)
+    }
+
+    /// [`NewEvent::about`] for a transition that may happen more than once to an assignment: its
+    /// id is derived from `key` (see [`Transition::key`]) instead of the type alone.
+    pub fn keyed(
+        org_id: OrgId,
+        data: EventData,
+        assigned_at: DateTime<Utc>,
+        event_type: EventType,
+        key: &str,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+    ) -> Self {
         let assignment_id = data.assignment_id;
-        let id = EventId::for_transition(assignment_id, event_type.as_str(), assigned_at);
+        let id = EventId::for_transition(assignment_id, key, assigned_at);
         Self {
             id,
             org_id,

@@ -189,6 +189,10 @@ string_enum!(
         Completed => "completed",
         /// Past its due date and not completed.
         Overdue => "overdue",
+        /// Withdrawn before it was completed (`POST /v1/assignments/{id}/cancel`). Final; keeps
+        /// its progress, takes no more, never goes overdue; not active, so the flow can be
+        /// assigned again.
+        Cancelled => "cancelled",
     }
 );
 

@@ -219,6 +219,116 @@ impl ProgressCommand {
     }
 }
 
+/// Current version of [`ChangeBatch`] and of its [`ChangeCommand`]s.
+pub const CHANGE_COMMAND_VERSION: u16 = 1;
+
+/// AMQP `type` of a message of the progress queue holding a [`ChangeBatch`].
+pub const CHANGE_BATCH_KIND: &str = "assignment.changes";
+
+/// The new value of an optional field that a change sets: a value, or none.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub enum SetTo<T> {
+    /// This value.
+    Value(T),
+    /// No value (the field is cleared).
+    Nothing,
+}
+
+impl<T> SetTo<T> {
+    /// The value, or `None` when cleared.
+    pub fn into_option(self) -> Option<T> {
+        match self {
+            Self::Value(value) => Some(value),
+            Self::Nothing => None,
+        }
+    }
+
+    /// `Value` for `Some`, `Nothing` for `None`.
+    pub fn from_option(value: Option<T>) -> Self {
+        match value {
+            Some(value) => Self::Value(value),
+            None => Self::Nothing,
+        }
+    }
+}
+
+/// What a change does to an assignment.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Change {
+    /// `PATCH /v1/assignments/{id}`: each field present is set (to a value, or cleared); a
+    /// field absent stays.
+    #[serde(rename_all = "camelCase")]
+    Update {
+        /// The new due date, or none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        due_at: Option<SetTo<DateTime<Utc>>>,
+        /// The new priority.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        priority: Option<Priority>,
+        /// The new notes, or none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        notes: Option<SetTo<String>>,
+    },
+    /// `POST /v1/assignments/{id}/cancel`.
+    #[serde(rename_all = "camelCase")]
+    Cancel {
+        /// Why, as the canceller said.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+/// Change or cancel an assignment (queue `{prefix}.progress`, beside module progress, so the
+/// changes and the activity of one assignment are applied by one kind of worker under the
+/// assignment's lock). Exactly once: `change_id` is recorded with the change in the transaction
+/// that applies it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeCommand {
+    /// The id the API gave the change when it accepted it.
+    pub change_id: uuid::Uuid,
+    /// Owning organization.
+    pub org_id: OrgId,
+    /// The assignment (aliases already resolved by the API).
+    pub assignment_id: AssignmentId,
+    /// What to do.
+    pub change: Change,
+    /// When the API accepted it.
+    pub requested_at: DateTime<Utc>,
+    /// Whether the change came in a bulk request: its events travel in the bulk lane.
+    #[serde(default)]
+    pub bulk: bool,
+    /// W3C trace context of the request that sent it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+}
+
+/// The changes of one request (one, or up to a bulk request's 1,000) in one message.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeBatch {
+    /// Message schema version.
+    pub version: u16,
+    /// The changes, applied in order.
+    pub changes: Vec<ChangeCommand>,
+}
+
+impl ChangeBatch {
+    /// The payload of a message of AMQP type [`CHANGE_BATCH_KIND`].
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    /// Decodes and checks the version.
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let batch: Self = serde_json::from_slice(payload)?;
+        check_version(batch.version, CHANGE_COMMAND_VERSION)?;
+        Ok(batch)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;

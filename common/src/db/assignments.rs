@@ -343,6 +343,7 @@ fn assigned_event(
         assigned_at: command.assigned_at,
         started_at: None,
         completed_at: None,
+        due_changes: 0,
     };
     // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`).
     let data = EventData {
@@ -641,6 +642,10 @@ pub struct AssignmentRecord {
     pub completed_at: Option<DateTime<Utc>>,
     /// When the scheduler recorded it overdue.
     pub overdue_at: Option<DateTime<Utc>>,
+    /// When it was cancelled.
+    pub cancelled_at: Option<DateTime<Utc>>,
+    /// Why, as the canceller said.
+    pub cancel_reason: Option<String>,
     /// Schedule that created it.
     pub schedule_id: Option<ScheduleId>,
     /// Enrollment rule that created it.
@@ -661,8 +666,8 @@ impl AssignmentRecord {
 /// Columns of [`AssignmentRecord`], for queries over `assignments a JOIN flows f JOIN users u`.
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
-    a.started_at, a.completed_at, a.overdue_at, a.schedule_id, a.enrollment_rule_id,
-    (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
+    a.started_at, a.completed_at, a.overdue_at, a.cancelled_at, a.cancel_reason, a.schedule_id,
+    a.enrollment_rule_id, (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
         AS completed_modules,
     (SELECT count(*) FROM modules m WHERE m.flow_id = a.flow_id) AS total_modules";
 
@@ -728,8 +733,11 @@ pub struct ListFilter {
     pub flow_id: Option<FlowId>,
     /// Only this assignee (normalized e-mail).
     pub email_normalized: Option<String>,
-    /// Only this status, as reported at the reading time.
+    /// Only this status, as reported at the reading time. Without one, cancelled assignments are
+    /// left out unless `include_cancelled` (the rule of every list and report, design §16).
     pub status: Option<AssignmentStatus>,
+    /// Whether cancelled assignments are listed when no status is asked for.
+    pub include_cancelled: bool,
 }
 
 /// An organization's assignments that pass `filter`, in (`assignedAt`, id) order after the
@@ -747,6 +755,7 @@ pub async fn list<'e>(
         email_normalized: filter.email_normalized.as_deref(),
         email_containing: None,
         status: filter.status,
+        include_cancelled: filter.include_cancelled,
     };
     list_where(executor, org_id, &query, after, limit, now).await
 }
@@ -760,8 +769,11 @@ pub(crate) struct ListQuery<'a> {
     pub email_normalized: Option<&'a str>,
     /// Only assignees whose e-mail contains this, case-insensitive.
     pub email_containing: Option<&'a str>,
-    /// Only this status, as reported at the reading time.
+    /// Only this status, as reported at the reading time (without one, cancelled assignments only
+    /// with `include_cancelled`).
     pub status: Option<AssignmentStatus>,
+    /// Whether cancelled assignments are listed when no status is asked for.
+    pub include_cancelled: bool,
 }
 
 /// The one query of every assignment list: an organization's assignments that `query` lets
@@ -781,7 +793,8 @@ pub(crate) async fn list_where<'e>(
            AND ($2::uuid IS NULL OR a.flow_id = $2)
            AND ($3::text IS NULL OR u.email_normalized = $3)
            AND ($4::text IS NULL OR strpos(u.email_normalized, lower($4)) > 0)
-           AND ($5::text IS NULL OR flow_effective_status(a.status, a.due_at, $6) = $5)
+           AND (($5::text IS NULL AND ($10 OR a.status <> 'cancelled'))
+                OR flow_effective_status(a.status, a.due_at, $6) = $5)
            AND ($7::timestamptz IS NULL OR (a.assigned_at, a.id) > ($7, $8))
          ORDER BY a.assigned_at, a.id
          LIMIT $9"
@@ -795,6 +808,7 @@ pub(crate) async fn list_where<'e>(
     .bind(after.map(|(at, _)| at))
     .bind(after.map(|(_, id)| id))
     .bind(limit)
+    .bind(query.include_cancelled)
     .fetch_all(executor)
     .await
 }

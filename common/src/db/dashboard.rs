@@ -229,6 +229,7 @@ pub async fn flow_assignments<'e>(
         email_normalized: None,
         email_containing: email,
         status,
+        include_cancelled: false,
     };
     list_where(executor, org_id, &query, after, limit, now).await
 }

@@ -14,6 +14,8 @@ pub struct Flow {
     pub description: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// When it was archived: it then takes no new assignments.
+    pub archived_at: Option<DateTime<Utc>>,
 }
 
 /// A module row.
@@ -36,6 +38,8 @@ pub struct FlowSummary {
     /// Owning organization.
     pub org_id: OrgId,
     pub name: String,
+    /// Archived: it takes no new assignments.
+    pub archived: bool,
     /// Number of modules.
     pub module_count: i64,
     /// Sum of the modules' estimates, in minutes.
@@ -61,7 +65,7 @@ pub async fn create(
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
         "INSERT INTO flows (id, org_id, name, description) VALUES ($1, $2, $3, $4)
-         RETURNING id, org_id, name, description, created_at",
+         RETURNING id, org_id, name, description, created_at, archived_at",
     )
     .bind(FlowId::new())
     .bind(org_id)
@@ -100,7 +104,8 @@ pub async fn get<'e>(
     id: FlowId,
 ) -> Result<Option<Flow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, name, description, created_at FROM flows WHERE id = $1 AND org_id = $2",
+        "SELECT id, org_id, name, description, created_at, archived_at FROM flows
+         WHERE id = $1 AND org_id = $2",
     )
     .bind(id)
     .bind(org_id)
@@ -128,7 +133,8 @@ pub async fn summary<'e>(
     id: FlowId,
 ) -> Result<Option<FlowSummary>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT f.id, f.org_id, f.name, count(m.id) AS module_count,
+        "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
+                count(m.id) AS module_count,
                 COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.id = $1 GROUP BY f.id",
@@ -146,7 +152,8 @@ pub async fn list<'e>(
     limit: i64,
 ) -> Result<Vec<FlowSummary>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT f.id, f.org_id, f.name, count(m.id) AS module_count,
+        "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
+                count(m.id) AS module_count,
                 COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.org_id = $1 AND ($2::uuid IS NULL OR f.id > $2)
@@ -156,5 +163,67 @@ pub async fn list<'e>(
     .bind(after)
     .bind(limit)
     .fetch_all(executor)
+    .await
+}
+
+/// What a flow edit sets (each `None` leaves its field).
+#[derive(Debug, Clone, Default)]
+pub struct FlowEdit {
+    /// The new name.
+    pub name: Option<String>,
+    /// The new description (`Some(None)`: none).
+    pub description: Option<Option<String>>,
+    /// Archive (true) or bring back (false).
+    pub archived: Option<bool>,
+}
+
+/// Edits the flow `id` of `org_id` in `connection`'s transaction and tells every replica's caches
+/// (its name and state are cached for the assign path); `None` when the organization has no such
+/// flow.
+pub async fn edit(
+    connection: &mut sqlx::PgConnection,
+    org_id: OrgId,
+    id: FlowId,
+    edit: &FlowEdit,
+) -> Result<Option<Flow>, sqlx::Error> {
+    let flow: Option<Flow> = sqlx::query_as(
+        "UPDATE flows SET
+             name = COALESCE($3, name),
+             description = CASE WHEN $4 THEN $5 ELSE description END,
+             archived_at = CASE WHEN $6 IS NULL THEN archived_at
+                                WHEN $6 THEN COALESCE(archived_at, now())
+                                ELSE NULL END
+         WHERE id = $1 AND org_id = $2
+         RETURNING id, org_id, name, description, created_at, archived_at",
+    )
+    .bind(id)
+    .bind(org_id)
+    .bind(edit.name.as_deref())
+    .bind(edit.description.is_some())
+    .bind(edit.description.clone().flatten())
+    .bind(edit.archived)
+    .fetch_optional(&mut *connection)
+    .await?;
+    if flow.is_some() {
+        super::notify(&mut *connection, super::INVALIDATE_CHANNEL, "flows").await?;
+    }
+    Ok(flow)
+}
+
+/// How many other flows of the organization have this name (case-insensitive).
+pub async fn named<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    name: &str,
+    except: Option<FlowId>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM flows
+         WHERE org_id = $1 AND lower(name) = lower($2) AND ($3::uuid IS NULL OR id <> $3)",
+    )
+    .bind(org_id)
+    .bind(name)
+    .bind(except)
+    .fetch_one(executor)
     .await
 }

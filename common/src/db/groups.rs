@@ -94,6 +94,33 @@ pub async fn update(
     .await
 }
 
+/// A group a user belongs to.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GroupRef {
+    /// The group.
+    pub id: GroupId,
+    /// Its name.
+    pub display_name: String,
+}
+
+/// The groups `user_id` belongs to, by name.
+pub async fn of_user<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    org_id: OrgId,
+    user_id: UserId,
+) -> Result<Vec<GroupRef>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT g.id, g.display_name FROM user_group_members m
+         JOIN user_groups g ON g.id = m.group_id
+         WHERE m.org_id = $1 AND m.user_id = $2
+         ORDER BY g.display_name_normalized, g.id",
+    )
+    .bind(org_id)
+    .bind(user_id)
+    .fetch_all(executor)
+    .await
+}
+
 /// The members of the groups, by group then user id.
 pub async fn members<'e>(
     executor: impl sqlx::PgExecutor<'e>,

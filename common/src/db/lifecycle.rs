@@ -3,7 +3,7 @@
 //! guarded by the assignment's status so applying it twice emits nothing the second time.
 
 use chrono::{DateTime, Utc};
-use flow_domain::events::{EventData, EventType, NewEvent};
+use flow_domain::events::{EventData, EventType, NewEvent, Transition};
 use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId};
 use flow_domain::lane::Lane;
 use flow_domain::messages::ProgressCommand;
@@ -36,12 +36,14 @@ pub struct AssignmentSnapshot {
     pub started_at: Option<DateTime<Utc>>,
     /// Completion.
     pub completed_at: Option<DateTime<Utc>>,
+    /// How many times the due date was changed (the key of a later `flow.overdue`).
+    pub due_changes: i32,
 }
 
 /// Columns of [`AssignmentSnapshot`] over `assignments a JOIN flows f JOIN users u`.
 pub const SNAPSHOT_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, \
     u.email AS assignee_email, a.status, a.priority, a.due_at, a.assigned_at, a.started_at, \
-    a.completed_at";
+    a.completed_at, a.due_changes";
 
 impl AssignmentSnapshot {
     /// The event of type `event_type` about this assignment, happening at `at`, caused by the
@@ -57,6 +59,29 @@ impl AssignmentSnapshot {
             EventData::from(self),
             self.assigned_at,
             event_type,
+            at,
+            traceparent,
+        )
+    }
+
+    /// The event of the transition `transition` (one that may recur), with `data` adjusted by
+    /// `fill` (a change's `changed`, a cancellation's `reason`).
+    pub fn transition_event(
+        &self,
+        transition: Transition,
+        event_type: EventType,
+        at: DateTime<Utc>,
+        traceparent: Option<&str>,
+        fill: impl FnOnce(&mut EventData),
+    ) -> NewEvent {
+        let mut data = EventData::from(self);
+        fill(&mut data);
+        NewEvent::keyed(
+            self.org_id,
+            data,
+            self.assigned_at,
+            event_type,
+            &transition.key(),
             at,
             traceparent,
         )
@@ -77,6 +102,8 @@ impl From<&AssignmentSnapshot> for EventData {
             completed_at: snapshot.completed_at.map(format_timestamp),
             priority: snapshot.priority.as_str().to_owned(),
             source: None,
+            changed: None,
+            reason: None,
         }
     }
 }
@@ -88,6 +115,8 @@ pub enum ProgressOutcome {
     Applied,
     /// The assignment was already completed: nothing changes (completed is final).
     AlreadyCompleted,
+    /// The assignment was cancelled: it takes no more progress.
+    Cancelled,
     /// No such assignment or module in the organization (it was deleted since the API checked).
     Missing,
 }
@@ -108,6 +137,9 @@ pub async fn apply_progress(
     };
     if snapshot.status == AssignmentStatus::Completed {
         return Ok((ProgressOutcome::AlreadyCompleted, Vec::new()));
+    }
+    if snapshot.status == AssignmentStatus::Cancelled {
+        return Ok((ProgressOutcome::Cancelled, Vec::new()));
     }
     let recorded = record_module(connection, command).await?;
     if !recorded {
@@ -162,7 +194,7 @@ pub async fn apply_progress(
     ))
 }
 
-async fn locked_snapshot(
+pub(crate) async fn locked_snapshot(
     connection: &mut PgConnection,
     org_id: OrgId,
     id: AssignmentId,
@@ -266,9 +298,19 @@ pub async fn mark_overdue(
     // idle scans leave no traces).
     let span = tracing::info_span!("overdue scan", assignments = changed.len());
     let traceparent = crate::telemetry::traceparent(&span);
+    // Once per due date: an assignment overdue again after its due date moved has an event of
+    // its own.
     let events: Vec<NewEvent> = changed
         .iter()
-        .map(|snapshot| snapshot.event(EventType::Overdue, now, traceparent.as_deref()))
+        .map(|snapshot| {
+            snapshot.transition_event(
+                Transition::overdue(snapshot.due_changes),
+                EventType::Overdue,
+                now,
+                traceparent.as_deref(),
+                |_| {},
+            )
+        })
         .collect();
     // A scan of many assignments: the bulk lane.
     super::outbox::insert(connection, Lane::Bulk, &events)

@@ -3,6 +3,7 @@
 pub mod accounts;
 pub mod assignments;
 pub mod audit;
+pub mod changes;
 pub mod dashboard;
 pub mod dead_letters;
 pub mod enrollment_backfills;

@@ -21,6 +21,11 @@ use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 /// The status assignment `a` reports at `$4` (the one rule, migration 0070).
 const EFFECTIVE_STATUS: &str = "flow_effective_status(a.status, a.due_at, $4)";
 
+/// The status filter of a report's rows, `$5` as [`Scope::status_filter`] binds it: a status, or
+/// NULL for every assignment but the cancelled ones, or `*` for every assignment.
+const STATUS_FILTER: &str = "(($5::text IS NULL AND a.status <> 'cancelled') OR $5 = '*'
+    OR flow_effective_status(a.status, a.due_at, $4) = $5)";
+
 /// What the report is about: one flow, a range, a status filter, and the reading time.
 #[derive(Debug, Clone, Copy)]
 pub struct Scope {
@@ -34,11 +39,24 @@ pub struct Scope {
     pub now: DateTime<Utc>,
     /// Filter of the assignments and schedules lists (not of the metrics).
     pub status: Option<AssignmentStatus>,
+    /// Whether cancelled assignments count in the metrics and are listed without a status
+    /// filter (design §16: left out unless asked for).
+    pub include_cancelled: bool,
 }
 
 impl Scope {
+    /// The schedules' status filter.
     fn status_text(&self) -> Option<&'static str> {
         self.status.map(AssignmentStatus::as_str)
+    }
+
+    /// `$5` of [`STATUS_FILTER`].
+    fn status_filter(&self) -> Option<&'static str> {
+        match self.status {
+            Some(status) => Some(status.as_str()),
+            None if self.include_cancelled => Some("*"),
+            None => None,
+        }
     }
 }
 
@@ -55,6 +73,8 @@ pub struct Metrics {
     pub pending: i64,
     /// Overdue now.
     pub overdue: i64,
+    /// Cancelled ones, when the report includes cancelled assignments (then also in `total`).
+    pub cancelled: Option<i64>,
     /// Mean of completedAt − assignedAt over completed ones, in seconds.
     pub average_completion_seconds: Option<f64>,
     /// Assignments the status filter keeps (the rows an export holds).
@@ -64,17 +84,29 @@ pub struct Metrics {
 impl Metrics {
     /// Metrics from counts by reported status; `overdue` is what is neither completed, in
     /// progress nor pending (stored overdue, or active and past due).
-    fn from_counts(counts: &StatusCounts, status: Option<AssignmentStatus>) -> Self {
+    /// `counts.total` leaves cancelled ones out; `include_cancelled` adds them.
+    fn from_counts(
+        counts: &StatusCounts,
+        status: Option<AssignmentStatus>,
+        include_cancelled: bool,
+    ) -> Self {
         let overdue = counts.total - counts.completed - counts.in_progress - counts.pending;
+        let total = if include_cancelled {
+            counts.total + counts.cancelled
+        } else {
+            counts.total
+        };
         let matching = match status {
-            None => counts.total,
+            None => total,
             Some(AssignmentStatus::Completed) => counts.completed,
             Some(AssignmentStatus::InProgress) => counts.in_progress,
             Some(AssignmentStatus::Pending) => counts.pending,
             Some(AssignmentStatus::Overdue) => overdue,
+            Some(AssignmentStatus::Cancelled) => counts.cancelled,
         };
         Self {
-            total: counts.total,
+            total,
+            cancelled: include_cancelled.then_some(counts.cancelled),
             completed: counts.completed,
             in_progress: counts.in_progress,
             pending: counts.pending,
@@ -90,7 +122,9 @@ impl Metrics {
 /// Counts by reported status, and the summed completion time.
 #[derive(Debug, Clone, Copy, FromRow)]
 struct StatusCounts {
+    /// Every assignment but the cancelled ones.
     total: i64,
+    cancelled: i64,
     completed: i64,
     in_progress: i64,
     pending: i64,
@@ -120,12 +154,17 @@ pub async fn metrics<'e>(
     let figures = figures.first().copied().unwrap_or_default();
     let counts = StatusCounts {
         total: figures.total,
+        cancelled: figures.cancelled,
         completed: figures.completed,
         in_progress: figures.in_progress,
         pending: figures.pending,
         completion_seconds: figures.completion_seconds,
     };
-    Ok(Metrics::from_counts(&counts, scope.status))
+    Ok(Metrics::from_counts(
+        &counts,
+        scope.status,
+        scope.include_cancelled,
+    ))
 }
 
 /// One assignment of a report.
@@ -461,7 +500,7 @@ pub fn rows_sql(shape: RowsShape) -> String {
          FROM assignments a JOIN users u ON u.id = a.user_id
          {progress_join}
          WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
-           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)
+           AND {STATUS_FILTER}
            AND (a.assigned_at, a.id) > ($6, $7)
          ORDER BY a.assigned_at, a.id
          LIMIT $8",
@@ -498,7 +537,7 @@ pub fn rows<'c>(
         .bind(scope.lower)
         .bind(scope.upper)
         .bind(scope.now)
-        .bind(scope.status_text())
+        .bind(scope.status_filter())
         .bind(after_at)
         .bind(after_id)
         .bind(limit)
@@ -556,13 +595,13 @@ pub async fn export_module_progress_count<'e>(
     sqlx::query_scalar(AssertSqlSafe(format!(
         "SELECT count(*) FROM assignments a JOIN module_progress p ON p.assignment_id = a.id
          WHERE a.flow_id = $1 AND a.assigned_at >= $2 AND a.assigned_at < $3
-           AND ($5::text IS NULL OR {EFFECTIVE_STATUS} = $5)"
+           AND {STATUS_FILTER}"
     )))
     .bind(scope.flow_id)
     .bind(scope.lower)
     .bind(scope.upper)
     .bind(scope.now)
-    .bind(scope.status_text())
+    .bind(scope.status_filter())
     .fetch_one(executor)
     .await
 }

@@ -15,8 +15,11 @@ use sqlx::{FromRow, PgExecutor};
 /// Counts and sums over a set of assignments, by the status each reports at the reading time.
 #[derive(Debug, Clone, Copy, Default, PartialEq, FromRow)]
 pub struct Figures {
-    /// Every assignment of the set.
+    /// Every assignment of the set but the cancelled ones (a report leaves them out unless
+    /// asked, design §16).
     pub total: i64,
+    /// Cancelled ones.
+    pub cancelled: i64,
     /// Completed ones.
     pub completed: i64,
     /// In progress and not past due.
@@ -35,7 +38,9 @@ pub struct Figures {
 
 /// The sums every figures query ends with, over rows of `(status, assignments,
 /// completion_seconds, duration_seconds, durations)`.
-const SUMS: &str = "COALESCE(sum(assignments), 0)::int8 AS total,
+const SUMS: &str =
+    "COALESCE(sum(assignments) FILTER (WHERE status <> 'cancelled'), 0)::int8 AS total,
+    COALESCE(sum(assignments) FILTER (WHERE status = 'cancelled'), 0)::int8 AS cancelled,
     COALESCE(sum(assignments) FILTER (WHERE status = 'completed'), 0)::int8 AS completed,
     COALESCE(sum(assignments) FILTER (WHERE status = 'in_progress'), 0)::int8 AS in_progress,
     COALESCE(sum(assignments) FILTER (WHERE status = 'pending'), 0)::int8 AS pending,

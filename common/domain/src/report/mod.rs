@@ -218,6 +218,10 @@ pub struct ReportParameters {
     pub end: Option<DateTime<Utc>>,
     /// Status filter of the assignments and schedules lists.
     pub status: Option<AssignmentStatus>,
+    /// Cancelled assignments count in the metrics and are listed (left out by default; absent
+    /// in parameters stored before cancelling existed).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub include_cancelled: bool,
     /// Include module progress.
     pub detailed: bool,
     /// Aggregation, when asked.

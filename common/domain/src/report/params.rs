@@ -25,6 +25,8 @@ pub struct ReportFields {
     pub end_date: Option<String>,
     /// Status filter of the lists.
     pub status: Option<String>,
+    /// Whether cancelled assignments count in the metrics and are listed.
+    pub include_cancelled: Option<bool>,
     /// Whether module progress is wanted.
     pub detailed: Option<bool>,
     /// Export format.
@@ -60,6 +62,8 @@ pub struct ReportParams {
     pub end: Option<DateTime<Utc>>,
     /// Status filter of the lists (never of the metrics).
     pub status: Option<AssignmentStatus>,
+    /// Whether cancelled assignments count in the metrics and are listed (`includeCancelled`).
+    pub include_cancelled: bool,
     /// Whether module progress is wanted.
     pub detailed: bool,
     /// Export format, when a file is wanted too.
@@ -139,6 +143,8 @@ impl ReportParams {
             start,
             end,
             status,
+            include_cancelled: fields.include_cancelled.unwrap_or(false)
+                || status == Some(AssignmentStatus::Cancelled),
             detailed: fields.detailed.unwrap_or(false),
             format,
             aggregate,
@@ -154,6 +160,7 @@ impl ReportParams {
             start: self.start,
             end: self.end,
             status: self.status,
+            include_cancelled: self.include_cancelled,
             detailed: self.detailed,
             aggregate: self.aggregate.clone(),
             timezone: self.zone.name().to_owned(),

@@ -24,7 +24,7 @@ use rewrite::{Person, Rewriter};
 
 use chrono::{DateTime, Utc};
 use flow_domain::Email;
-use flow_domain::events::EventType;
+use flow_domain::events::{EventType, Transition};
 use flow_domain::ids::{AssignmentId, EventId, OrgId, UserId};
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, Row};
@@ -112,20 +112,30 @@ pub async fn erase_user(
     super::groups::leave_all(&mut *connection, org_id, user_id).await?;
     // The user's assignments and the ids of every event about them (derived, so found even
     // once the outbox rows are pruned).
-    let assignments: Vec<(AssignmentId, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT id, assigned_at FROM assignments WHERE org_id = $1 AND user_id = $2",
+    // With the transitions that may recur: an overdue per changed due date, an update per change.
+    let assignments: Vec<(AssignmentId, DateTime<Utc>, i32, Vec<uuid::Uuid>)> = sqlx::query_as(
+        "SELECT a.id, a.assigned_at, a.due_changes,
+                ARRAY(SELECT c.id FROM assignment_changes c
+                      WHERE c.assignment_id = a.id AND c.kind = 'update') AS changes
+         FROM assignments a WHERE a.org_id = $1 AND a.user_id = $2",
     )
     .bind(org_id)
     .bind(user_id)
     .fetch_all(&mut *connection)
     .await?;
-    let assignment_ids: Vec<AssignmentId> = assignments.iter().map(|(id, _)| *id).collect();
+    let assignment_ids: Vec<AssignmentId> = assignments.iter().map(|(id, ..)| *id).collect();
     let event_ids: Vec<EventId> = assignments
         .iter()
-        .flat_map(|(id, assigned_at)| {
+        .flat_map(|(id, assigned_at, due_changes, changes)| {
             EventType::ALL
                 .iter()
-                .map(|kind| EventId::for_transition(*id, kind.as_str(), *assigned_at))
+                .map(|kind| Transition::Once(*kind))
+                .chain(
+                    (1..=*due_changes).map(|due_changes| Transition::OverdueAgain { due_changes }),
+                )
+                .chain(changes.iter().map(|change| Transition::Change(*change)))
+                .map(|transition| EventId::for_transition(*id, &transition.key(), *assigned_at))
+                .collect::<Vec<_>>()
         })
         .collect();
     let rewriter = Rewriter::new(&addresses, &pseudonym);
@@ -253,8 +263,16 @@ const PLACES: &[Place] = &[
     Place {
         table: "assignments",
         rows: "org_id = $1 AND id = ANY($4)",
-        text: &["notes", "request_id"],
+        text: &["notes", "request_id", "cancel_reason"],
         json: &[],
+        own: true,
+    },
+    Place {
+        // A change's notes (from and to) and a cancellation's reason.
+        table: "assignment_changes",
+        rows: "org_id = $1 AND assignment_id = ANY($4)",
+        text: &["reason"],
+        json: &["changed"],
         own: true,
     },
     Place {
