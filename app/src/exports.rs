@@ -1,6 +1,9 @@
 //! Exports, for every surface: an export's state while a report-worker generates it, then its
 //! file, opened in the export store and streamed without being held in memory. Opening an
-//! export counts as one read against the organization's limit, whatever the surface.
+//! export counts as one read against the organization's limit, whatever the surface. How the
+//! report-worker claims, generates and sweeps them is [`job`].
+
+pub mod job;
 
 use chrono::{DateTime, Utc};
 use flow_common::db::exports::{self, ExportRecord};

@@ -16,8 +16,9 @@
 //! here; the `/v1` read and write limits per request stay in the API's routes. What the workers
 //! work off goes through operations here too: [`assign`] and [`progress`] apply their commands,
 //! [`schedules`] hands out due occurrences, [`outbox`] the relay's turns, [`upkeep`] the
-//! scheduler's rounds, [`dead_letters`] what the recorder keeps, [`backlogs`] what the gauges
-//! count.
+//! scheduler's rounds, [`dead_letters`] what the recorder keeps, [`webhooks::dispatch`] the webhook-worker's
+//! fan-out, claims and recorded attempts, [`exports::job`] the report-worker's exports,
+//! [`backlogs`] what the gauges count.
 //!
 //! What the operations stand on, none of it HTTP: the [`Context`] ([`context`]) with its
 //! read-through [`caches`] of keys, flows and rules, the [`ratelimit`]er, the batched assign

@@ -2,7 +2,10 @@
 //! endpoint and shown once), change, delete, rotate the secret, send a test ping, retry one
 //! delivery and recover the failed ones since a time. Each change commits with its audit row.
 //! The field rules are one: the domain's for events and description, the address policy for the
-//! URL.
+//! URL. What the webhook-worker works through (fan-out, claims, leases, outcomes) is
+//! [`dispatch`].
+
+pub mod dispatch;
 
 use std::time::Duration;
 

@@ -967,7 +967,7 @@ async fn unknown_enum_names_in_the_database_fail_the_read_instead_of_defaulting(
     assert_loud(&app.db, ExportFormat::ALL, "ods").await;
     assert_loud(&app.db, Tier::ALL, "platinum").await;
     assert_loud(&app.db, Role::ALL, "owner").await;
-    assert_loud(&app.db, AssignmentStatus::ALL, "cancelled").await;
+    assert_loud(&app.db, AssignmentStatus::ALL, "paused").await;
     assert_loud(&app.db, DeliveryStatus::ALL, "bounced").await;
     assert_loud(&app.db, EventType::ALL, "flow.deleted").await;
 

@@ -574,7 +574,8 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
         ),
         (
             json!({ "url": "https://example.com/x", "events": ["flow.deleted"] }),
-            "events must contain only: flow.assigned, flow.started, flow.completed, flow.overdue",
+            "events must contain only: flow.assigned, flow.started, flow.completed, flow.overdue, \
+             flow.updated, flow.cancelled",
         ),
         (
             json!({ "url": "https://example.com/x", "secret": "mine" }),

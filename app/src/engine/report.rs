@@ -138,6 +138,38 @@ impl Report {
     ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
         reports::rows(connection, &self.scope, detailed, None, format.row_limit())
     }
+
+    /// One half of the rows of an export of every row without module details, split at `at`
+    /// (from `exports::job::split_point`): the rows assigned before it, or from it on. The halves
+    /// are disjoint ranges of the ordering key, so the first followed by the second is the one
+    /// order of [`Report::rows`].
+    pub fn half_rows<'c>(
+        &self,
+        connection: &'c mut PgConnection,
+        at: DateTime<Utc>,
+        half: Half,
+    ) -> BoxStream<'c, Result<ExportRow, sqlx::Error>> {
+        let scope = match half {
+            Half::Before => Scope {
+                upper: at,
+                ..self.scope
+            },
+            Half::From => Scope {
+                lower: at,
+                ..self.scope
+            },
+        };
+        reports::rows(connection, &scope, false, None, None)
+    }
+}
+
+/// Which half of an export's rows [`Report::half_rows`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Half {
+    /// The rows assigned before the split point.
+    Before,
+    /// The rows assigned at the split point or after it.
+    From,
 }
 
 fn scope(parameters: &ReportParameters, now: DateTime<Utc>) -> Scope {

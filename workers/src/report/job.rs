@@ -13,15 +13,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
-use flow_app::engine::report::{self as engine, Report, ReportError};
-use flow_common::db::exports::{self, ExportFile, ExportRecord};
-use flow_common::db::flows;
+use flow_app::engine::report::{Half, Report, ReportError};
+use flow_app::exports::job as exports;
+use flow_common::db::exports::{ExportFile, ExportRecord};
 use flow_common::db::replicas::{ReadPurpose, ReadRouter, Served, Source};
-use flow_common::db::reports::{self, AggregateRow, ExportRow, RowsShape, Scope};
+use flow_common::db::reports::ExportRow;
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
-use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period, export_file_name};
+use flow_domain::report::{ExportFormat, export_file_name};
 use futures::stream::{Stream, StreamExt, TryStreamExt};
 use sqlx::PgPool;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
@@ -56,6 +55,17 @@ pub struct Context {
     pub temp_dir: Option<PathBuf>,
     /// Exports of at least this many rows without module details are read as two halves.
     pub split_rows: i64,
+}
+
+impl Context {
+    /// `export`, claimed by this worker: the writes fenced on its lease.
+    fn claim(&self, export: &ExportRecord) -> exports::Claim<'_> {
+        exports::Claim {
+            pool: &self.pool,
+            id: export.id,
+            worker_id: &self.worker_id,
+        }
+    }
 }
 
 enum Rows {
@@ -93,7 +103,7 @@ pub async fn run(
             value: file,
             source,
         }) => {
-            match exports::complete(&context.pool, export.id, &context.worker_id, &file).await {
+            match context.claim(&export).complete(&file).await {
                 Ok(true) => {
                     tracing::info!(
                         export_id = %export.id, %format, rows = file.rows_written,
@@ -141,15 +151,7 @@ pub async fn run(
                 .unwrap_or("the export could not be generated")
                 .to_owned();
             tracing::error!(export_id = %export.id, error = %detail, "export failed");
-            if let Err(error) = exports::fail(
-                &context.pool,
-                export.id,
-                &context.worker_id,
-                &reason,
-                Some(&detail),
-            )
-            .await
-            {
+            if let Err(error) = context.claim(&export).fail(&reason, Some(&detail)).await {
                 tracing::warn!(export_id = %export.id, %error, "could not record a failed export");
             }
             "failed"
@@ -171,15 +173,7 @@ async fn discard(context: &Context, file: &ExportFile) {
 }
 
 async fn release(context: &Context, export: &ExportRecord, delay: Duration, count_attempt: bool) {
-    if let Err(error) = exports::release(
-        &context.pool,
-        export.id,
-        &context.worker_id,
-        delay,
-        count_attempt,
-    )
-    .await
-    {
+    if let Err(error) = context.claim(export).release(delay, count_attempt).await {
         // The lease lapses anyway and another worker takes the export over.
         tracing::warn!(export_id = %export.id, %error, "could not hand an export back");
     }
@@ -201,15 +195,7 @@ async fn heartbeat(
             () = tokio::time::sleep(interval) => {}
         }
         let written = progress.load(Ordering::Relaxed);
-        match exports::renew_lease(
-            &context.pool,
-            export.id,
-            &context.worker_id,
-            context.lease,
-            written,
-        )
-        .await
-        {
+        match context.claim(&export).renew(context.lease, written).await {
             Ok(true) => {}
             Ok(false) => {
                 lease_lost.cancel();
@@ -220,22 +206,6 @@ async fn heartbeat(
                 tracing::warn!(export_id = %export.id, %error, "could not renew an export lease")
             }
         }
-    }
-}
-
-/// The chart period for a span when the request did not aggregate: about 5 to 60 bars.
-fn chart_period(first: DateTime<Utc>, last: DateTime<Utc>) -> Period {
-    let days = (last - first).num_days();
-    if days <= 45 {
-        Period::Day
-    } else if days <= 300 {
-        Period::Week
-    } else if days <= 1_800 {
-        Period::Month
-    } else if days <= 5_400 {
-        Period::Quarter
-    } else {
-        Period::Year
     }
 }
 
@@ -273,10 +243,9 @@ async fn generate_from(
 ) -> Result<ExportFile, JobError> {
     let parameters = export.parameters.0.clone();
     let format = export.format();
-    let flow = flows::get(snapshot.connection(), export.org_id, parameters.flow_id)
+    let (flow, modules) = exports::flow(snapshot, export.org_id, parameters.flow_id)
         .await?
         .ok_or_else(|| JobError::refused("the flow no longer exists"))?;
-    let modules = flows::modules(snapshot.connection(), flow.id).await?;
     let mut report = Report::read(snapshot, &parameters)
         .await
         .map_err(permanent_if_invalid)?;
@@ -285,22 +254,22 @@ async fn generate_from(
     let aggregates = parameters.aggregate.clone().zip(report.aggregates.take());
     let chart = match (&aggregates, format) {
         (Some((spec, rows)), ExportFormat::Pdf) => Some((spec.by, rows.clone())),
-        (None, ExportFormat::Pdf) => Some(chart(snapshot, &scope, &parameters.timezone).await?),
+        (None, ExportFormat::Pdf) => Some(
+            exports::chart(snapshot, &scope, &parameters.timezone)
+                .await
+                .map_err(permanent_if_invalid)?,
+        ),
         _ => None,
     };
     let module_rows_total = if format == ExportFormat::Excel && parameters.detailed {
-        reports::export_module_progress_count(snapshot.connection(), &scope).await?
+        exports::module_progress_count(snapshot, &scope).await?
     } else {
         0
     };
-    exports::record_read(
-        &context.pool,
-        export.id,
-        &context.worker_id,
-        rows_total,
-        source,
-    )
-    .await?;
+    context
+        .claim(export)
+        .record_read(rows_total, source)
+        .await?;
     let file_name = export_file_name(&flow.name, export.created_at, format);
     let key = context
         .store
@@ -386,30 +355,6 @@ fn permanent_if_invalid(error: ReportError) -> JobError {
     }
 }
 
-/// Completion by period for the PDF chart of a report that did not aggregate: total and completed
-/// assignments by a period chosen from the span of the data.
-async fn chart(
-    snapshot: &mut Snapshot,
-    scope: &Scope,
-    timezone: &str,
-) -> Result<(Period, Vec<AggregateRow>), JobError> {
-    let Some((first, last)) = reports::aggregation_window(snapshot.connection(), scope).await?
-    else {
-        return Ok((Period::Day, Vec::new()));
-    };
-    let spec = AggregateSpec {
-        by: chart_period(first, last),
-        metrics: vec![
-            AggregateMetric::TotalAssignments,
-            AggregateMetric::CompletedAssignments,
-        ],
-    };
-    let rows = engine::aggregates(snapshot, scope, &spec, timezone)
-        .await
-        .map_err(permanent_if_invalid)?;
-    Ok((spec.by, rows))
-}
-
 /// Streams the export's rows to the writer in batches and ends with [`Rows::End`] only when every
 /// row was read, so the writer never completes a truncated file. One statement; or, for
 /// an export of at least `split_rows` rows without module details, two halves of assigned time
@@ -429,13 +374,9 @@ async fn read_rows(
 ) -> Result<i64, JobError> {
     let mut own = snapshot.lane().await?;
     let mut first = own.join().await?;
-    reports::allow_export_memory(&mut first).await?;
-    let whole = RowsShape::of(detailed, format.row_limit()) == RowsShape::Whole;
-    let split = if whole && report.export_row_count(format) >= context.split_rows {
-        reports::midpoint(&mut *first, &report.scope).await?
-    } else {
-        None
-    };
+    exports::allow_export_memory(&mut first).await?;
+    let split =
+        exports::split_point(&mut first, report, format, detailed, context.split_rows).await?;
     let helper = match split {
         Some(_) => snapshot.helper().await,
         None => None,
@@ -443,18 +384,9 @@ async fn read_rows(
     let count = match (split, helper) {
         (Some(at), Some(mut helper)) => {
             let mut second = helper.join().await?;
-            reports::allow_export_memory(&mut second).await?;
-            let first_half = Scope {
-                upper: at,
-                ..report.scope
-            };
-            let second_half = Scope {
-                lower: at,
-                ..report.scope
-            };
-            let first_rows = reports::rows(&mut first, &first_half, false, None, None);
-            let mut second_rows =
-                reports::rows(&mut second, &second_half, false, None, None).peekable();
+            exports::allow_export_memory(&mut second).await?;
+            let first_rows = report.half_rows(&mut first, at, Half::Before);
+            let mut second_rows = report.half_rows(&mut second, at, Half::From).peekable();
             // The second half's statement runs while the first half is sent; a failed or
             // cancelled first half stops waiting for it at once.
             let warm = async {

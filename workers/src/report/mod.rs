@@ -5,7 +5,7 @@
 //! lease it renews while it works), so any number of workers share the load and a long export is
 //! never handed to a second worker while the first is alive. Organizations take turns: the claim
 //! goes to the organization with the fewest exports running and waiting ahead, then to the one
-//! whose last claim is the oldest (`exports::claim_next`), so one organization's backlog does not
+//! whose last claim is the oldest (`flow_app::exports::job::claim_next`), so one organization's backlog does not
 //! hold up another's export. The API's `NOTIFY`
 //! (sent when the row commits) wakes the workers at once; they also poll, so an export requested
 //! while no worker listened, or whose worker died (its lease lapses), is picked up all the same.
@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use flow_app::exports::job as exports;
 use flow_common::config::CoreConfig;
+use flow_common::db;
 use flow_common::db::replicas::ReadRouter;
-use flow_common::db::{self, exports};
 use flow_common::export_store::{ExportStore, ExportStoreConfig};
 use flow_common::ops::Liveness;
 use flow_common::runtime::Backoff;
-use flow_domain::ids::ExportId;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -240,33 +240,13 @@ pub async fn sweep_once(config: &ReportWorkerConfig) -> anyhow::Result<()> {
 }
 
 async fn sweep(context: &job::Context) -> anyhow::Result<()> {
-    let failed = exports::fail_exhausted(&context.pool, context.max_attempts).await?;
-    if failed > 0 {
-        tracing::warn!(failed, "exports failed after using up their attempts");
-    }
-    const BATCH: i64 = 100;
-    loop {
-        let mut transaction = context.pool.begin().await?;
-        let expired = exports::lock_expired(&mut *transaction, BATCH).await?;
-        let mut purged: Vec<ExportId> = Vec::with_capacity(expired.len());
-        for id in &expired {
-            match context.store.delete_export(*id).await {
-                Ok(_) => purged.push(*id),
-                Err(error) => {
-                    tracing::warn!(export_id = %id, %error, "could not purge an expired export")
-                }
-            }
-        }
-        exports::mark_expired(&mut *transaction, &purged).await?;
-        transaction.commit().await?;
-        if !purged.is_empty() {
-            tracing::info!(count = purged.len(), "expired exports purged");
-        }
-        if (expired.len() as i64) < BATCH || purged.is_empty() {
-            break;
-        }
-    }
-    exports::delete_forgotten(&context.pool, EXPIRED_RETENTION).await?;
+    exports::sweep(
+        &context.pool,
+        &context.store,
+        context.max_attempts,
+        EXPIRED_RETENTION,
+    )
+    .await?;
     Ok(())
 }
 

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use flow_common::db::webhooks;
+use flow_app::webhooks::dispatch as deliveries;
 use flow_common::db::webhooks::fan_out::ClaimedDelivery;
 use flow_common::db::webhooks::outcomes::{AttemptOutcome, EndpointVerdict, NextStep};
 use flow_common::runtime::Backoff;
@@ -370,7 +370,7 @@ impl Dispatcher {
                 .collect();
             for chunk in held.chunks(RENEW_CHUNK) {
                 let started = Instant::now();
-                match webhooks::fan_out::renew_leases(&pool, chunk, self.limits.lease).await {
+                match deliveries::renew_leases(&pool, chunk, self.limits.lease).await {
                     Ok(renewed) => self.renewed(chunk, &renewed, started + self.limits.lease),
                     Err(error) => {
                         tracing::warn!(%error, count = chunk.len(), "could not renew webhook leases");
@@ -574,7 +574,7 @@ async fn write_retrying(
 ) -> Result<(), sqlx::Error> {
     let mut delays = Backoff::transaction().take(20);
     loop {
-        match write(pool, batch, disable_after).await {
+        match deliveries::record_outcomes(pool, batch, disable_after).await {
             Ok(recorded) => {
                 for endpoint in recorded.disabled {
                     tracing::warn!(
@@ -603,18 +603,6 @@ async fn write_retrying(
             },
         }
     }
-}
-
-async fn write(
-    pool: &PgPool,
-    batch: &[AttemptOutcome],
-    disable_after: Duration,
-) -> Result<webhooks::outcomes::Recorded, sqlx::Error> {
-    let mut transaction = pool.begin().await?;
-    let recorded =
-        webhooks::outcomes::record_outcomes(&mut transaction, batch, disable_after).await?;
-    transaction.commit().await?;
-    Ok(recorded)
 }
 
 #[cfg(test)]

@@ -35,9 +35,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use flow_app::webhooks::dispatch as deliveries;
 use flow_common::amqp::{BULK_SHARDS, Lane, QueueKind};
 use flow_common::config::CoreConfig;
-use flow_common::db::webhooks;
 use flow_common::db::webhooks::fan_out::{ClaimedDelivery, IncomingEvent, NewDelivery, Start};
 use flow_common::db::{self as database};
 use flow_common::runtime::{Wakeup, retry_transient};
@@ -425,9 +425,9 @@ impl EventsHandler {
         inline_wait: Duration,
         shutdown: &CancellationToken,
     ) -> Result<(), sqlx::Error> {
-        let events = webhooks::fan_out::distinct_events(events);
+        let events = deliveries::distinct(events);
         let targets = retry_transient("fan-out", shutdown, database::is_transient, || {
-            webhooks::fan_out::targets(&self.pool, &events, None)
+            deliveries::targets(&self.pool, &events)
         })
         .await?;
         // One token for every claim of the batch, and for every try of its transaction: a retry
@@ -487,17 +487,8 @@ impl EventsHandler {
             )
             .collect();
         let claimed_at = Instant::now();
-        let created = retry_transient("fan-out", shutdown, database::is_transient, || async {
-            let mut transaction = self.pool.begin().await?;
-            let created = webhooks::fan_out::create_deliveries(
-                &mut transaction,
-                &rows,
-                self.lease,
-                self.disable_after,
-            )
-            .await?;
-            transaction.commit().await?;
-            Ok(created)
+        let created = retry_transient("fan-out", shutdown, database::is_transient, || {
+            deliveries::create(&self.pool, &rows, self.lease, self.disable_after)
         })
         .await?;
         for endpoint in &created.disabled {
@@ -635,7 +626,7 @@ async fn poll(
         if dispatcher.in_flight() < memory_cap {
             let skip = dispatcher.saturated();
             let claimed_at = Instant::now();
-            match webhooks::fan_out::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
+            match deliveries::claim_due(&pool, CLAIM_BATCH, config.lease, &skip).await {
                 Ok(claimed) => {
                     claimed_full = claimed.len() as i64 == CLAIM_BATCH;
                     if !claimed.is_empty() {
