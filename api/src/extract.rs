@@ -36,19 +36,22 @@ where
         if !is_json(request.headers()) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(MAX_BODY_BYTES)
-                } else {
-                    ApiError::InvalidRequest(format!(
-                        "could not read the request body: {rejection}"
-                    ))
-                }
-            })?;
+        let bytes = body_bytes(request, state).await?;
         parse_json(&bytes).map(ApiJson)
     }
+}
+
+/// The body, at most [`MAX_BODY_BYTES`] (413), as every JSON extractor reads it.
+async fn body_bytes<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
+    Bytes::from_request(request, state)
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge(MAX_BODY_BYTES)
+            } else {
+                ApiError::InvalidRequest(format!("could not read the request body: {rejection}"))
+            }
+        })
 }
 
 /// A JSON body that may be left out: no body at all is `T::default()`; a body is read as
@@ -67,17 +70,7 @@ where
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
         let json = is_json(request.headers());
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge(MAX_BODY_BYTES)
-                } else {
-                    ApiError::InvalidRequest(format!(
-                        "could not read the request body: {rejection}"
-                    ))
-                }
-            })?;
+        let bytes = body_bytes(request, state).await?;
         if bytes.is_empty() {
             return Ok(Self(T::default()));
         }

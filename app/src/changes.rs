@@ -5,7 +5,6 @@
 //! the assignment as the change leaves it.
 
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, QueueKind};
 use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::audit;
 use flow_common::db::changes;
@@ -196,20 +195,7 @@ async fn publish(
     }
     .encode()
     .map_err(|error| ServiceError::Internal(anyhow::Error::new(error)))?;
-    let exchange = ctx.topology().commands_exchange();
-    let message_id = format!("changes-{}", uuid::Uuid::now_v7().simple());
-    ctx.publisher
-        .publish(Outgoing {
-            exchange: &exchange,
-            routing_key: &QueueKind::Progress.suffix(),
-            payload: &payload,
-            message_id: &message_id,
-            kind: CHANGE_BATCH_KIND,
-            request_id,
-            headers: &[],
-        })
-        .await?;
-    Ok(())
+    crate::progress::publish(ctx, &payload, CHANGE_BATCH_KIND, "changes", request_id).await
 }
 
 /// Changes the assignment `id` (as given): queued durably, applied moments later with one

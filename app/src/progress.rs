@@ -176,25 +176,38 @@ pub async fn record(
     let payload = command
         .encode()
         .map_err(|error| ServiceError::Internal(anyhow::Error::new(error)))?;
-    let exchange = ctx.topology().commands_exchange();
-    let message_id = format!("progress-{}", uuid::Uuid::now_v7().simple());
-    ctx.publisher
-        .publish(Outgoing {
-            exchange: &exchange,
-            routing_key: &QueueKind::Progress.suffix(),
-            payload: &payload,
-            message_id: &message_id,
-            kind: PROGRESS_KIND,
-            request_id: Some(request_id),
-            headers: &[],
-        })
-        .await?;
+    publish(ctx, &payload, PROGRESS_KIND, "progress", Some(request_id)).await?;
     Ok(Recorded {
         assignment_id: record.id,
         module_id,
         status: input.status,
         at: input.at,
     })
+}
+
+/// Publishes a message of AMQP type `kind` on the progress queue (module progress, and changes
+/// of assignments: `crate::changes`) and waits for the broker's confirm; its id is `name-…`.
+pub(crate) async fn publish(
+    ctx: &Context,
+    payload: &[u8],
+    kind: &str,
+    name: &str,
+    request_id: Option<&str>,
+) -> Result<(), ServiceError> {
+    let exchange = ctx.topology().commands_exchange();
+    let message_id = format!("{name}-{}", uuid::Uuid::now_v7().simple());
+    ctx.publisher
+        .publish(Outgoing {
+            exchange: &exchange,
+            routing_key: &QueueKind::Progress.suffix(),
+            payload,
+            message_id: &message_id,
+            kind,
+            request_id,
+            headers: &[],
+        })
+        .await?;
+    Ok(())
 }
 
 /// One command of the progress queue: module activity, or a change of an assignment

@@ -511,7 +511,13 @@ async fn the_openapi_document_describes_what_the_service_returns() {
     // Enumerations list the values as they are sent.
     assert_eq!(
         schemas["AssignmentStatus"]["enum"],
-        json!(["pending", "in_progress", "completed", "overdue", "cancelled"])
+        json!([
+            "pending",
+            "in_progress",
+            "completed",
+            "overdue",
+            "cancelled"
+        ])
     );
     assert_eq!(
         schemas["ModuleStatus"]["enum"],

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use flow_app::assign::{
     AssignFields, AssignInput, Assigned, MAX_BULK_ITEMS, assign_many, assign_one,
 };
-use flow_app::ratelimit::{Operation, RateLimitError};
+use flow_app::ratelimit::Operation;
 use flow_common::amqp::Lane;
 use flow_domain::ids::AssignmentId;
 use serde::{Deserialize, Serialize};
@@ -21,6 +21,7 @@ use utoipa_axum::routes;
 
 use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, Auth, RequestId};
+use crate::routes::bulk::{self, Allowance};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -207,38 +208,14 @@ pub async fn assign_bulk(
             "assignments must contain between 1 and {MAX_BULK_ITEMS} items"
         )));
     }
-    let (granted, rate, retry_after) = state
-        .limiter
-        .check_up_to(
-            &auth,
-            Operation::Assign,
-            u32::try_from(count).unwrap_or(u32::MAX),
-        )
-        .await?;
-    let granted = usize::try_from(granted).unwrap_or(0);
-    if granted == 0 {
-        return Err(ApiError::RateLimited {
-            operation: "assign",
-            retry_after,
-            info: rate,
-        });
-    }
+    let allowance = Allowance::take(&state, &auth, Operation::Assign, count).await?;
     let now = Utc::now();
     let items = request
         .assignments
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
-            let input = if index >= granted {
-                Err(RateLimitError::Exceeded {
-                    operation: Operation::Assign,
-                    retry_after,
-                    info: rate,
-                }
-                .into())
-            } else {
-                AssignInput::parse(item.into(), auth.zone, now)
-            };
+            let input = allowance.item(index, || AssignInput::parse(item.into(), auth.zone, now));
             let item_request_id = request_id
                 .caller_supplied()
                 .map(|id| format!("{id}#{index}"));
@@ -249,30 +226,20 @@ pub async fn assign_bulk(
         .await
         .into_iter()
         .enumerate()
-        .map(|(index, outcome)| match outcome {
-            Ok(assigned) => BulkItemResult {
+        .map(|(index, outcome)| {
+            let (status, result, error) =
+                bulk::answer(index, outcome, "bulk assign", AssignResponse::from);
+            BulkItemResult {
                 index,
-                status: 200,
-                result: Some(assigned.into()),
-                error: None,
-            },
-            Err(error) => {
-                let error = ApiError::from(error);
-                if matches!(error, ApiError::Internal(_)) {
-                    tracing::error!(index, error = %error, "bulk assign item failed");
-                }
-                BulkItemResult {
-                    index,
-                    status: error.status().as_u16(),
-                    result: None,
-                    error: Some(error.body()),
-                }
+                status,
+                result,
+                error,
             }
         })
         .collect();
     let succeeded = results.iter().filter(|item| item.status == 200).count();
     Ok((
-        RateHeaders(rate),
+        RateHeaders(allowance.rate),
         Json(BulkAssignResponse {
             failed: results.len() - succeeded,
             succeeded,

@@ -13,7 +13,6 @@ use chrono::{DateTime, Utc};
 use flow_app::assignments::{self as service, Found};
 use flow_app::changes::{self, ChangeFields, ChangeInput, MAX_BULK_CANCELS, Target};
 use flow_app::progress::{self, ProgressFields, ProgressInput};
-use flow_app::ratelimit::RateLimitError;
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
@@ -29,6 +28,7 @@ use utoipa_axum::routes;
 use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody, RateHeaders};
 use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth, OptionalApiJson, RequestId, present};
+use crate::routes::bulk::{self, Allowance};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -367,17 +367,8 @@ pub async fn list_assignments(
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<AssignmentFilter>,
 ) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
-    let limit = page.limit()?;
-    let rate = state
-        .limiter
-        .check(&auth, Operation::Read, page_cost(limit))
-        .await?;
-    let after = page.cursor(PageCursor::decode)?;
-    let status = filter
-        .status
-        .as_deref()
-        .map(|text| AssignmentStatus::parse_field("status", text))
-        .transpose()?;
+    let (limit, rate, after, status) =
+        list_start(&state, &auth, &page, filter.status.as_deref()).await?;
     let email = filter
         .user_email
         .as_deref()
@@ -407,6 +398,34 @@ pub async fn list_assignments(
     };
     let page = list_page(&state, &auth, &filter, after, limit).await?;
     Ok((RateHeaders(rate), Json(page)))
+}
+
+/// What every assignment list starts with: its page size (charged as reads), its cursor and its
+/// status filter.
+async fn list_start(
+    state: &AppState,
+    auth: &Auth,
+    page: &PageQuery,
+    status: Option<&str>,
+) -> Result<
+    (
+        i64,
+        flow_app::ratelimit::RateInfo,
+        Option<PageCursor>,
+        Option<AssignmentStatus>,
+    ),
+    ApiError,
+> {
+    let limit = page.limit()?;
+    let rate = state
+        .limiter
+        .check(auth, Operation::Read, page_cost(limit))
+        .await?;
+    let after = page.cursor(PageCursor::decode)?;
+    let status = status
+        .map(|text| AssignmentStatus::parse_field("status", text))
+        .transpose()?;
+    Ok((limit, rate, after, status))
 }
 
 /// A page of the organization's assignments that `filter` lets through, after `after`.
@@ -476,17 +495,8 @@ pub async fn list_user_assignments(
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<PersonAssignmentFilter>,
 ) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
-    let limit = page.limit()?;
-    let rate = state
-        .limiter
-        .check(&auth, Operation::Read, page_cost(limit))
-        .await?;
-    let after = page.cursor(PageCursor::decode)?;
-    let status = filter
-        .status
-        .as_deref()
-        .map(|text| AssignmentStatus::parse_field("status", text))
-        .transpose()?;
+    let (limit, rate, after, status) =
+        list_start(&state, &auth, &page, filter.status.as_deref()).await?;
     let id = UserId::parse(id.trim()).ok_or_else(|| ApiError::not_found("user"))?;
     let (person, _) = flow_app::users::person(&state, auth.acting(), id).await?;
     let filter = ListFilter {
@@ -794,38 +804,12 @@ pub async fn cancel_bulk(
         )));
     }
     let reason = changes::parse_reason(request.reason)?;
-    let (granted, rate, retry_after) = state
-        .limiter
-        .check_up_to(
-            &auth,
-            Operation::Write,
-            u32::try_from(count).unwrap_or(u32::MAX),
-        )
-        .await?;
-    let granted = usize::try_from(granted).unwrap_or(0);
-    if granted == 0 {
-        return Err(ApiError::RateLimited {
-            operation: "write",
-            retry_after,
-            info: rate,
-        });
-    }
+    let allowance = Allowance::take(&state, &auth, Operation::Write, count).await?;
     let targets = request
         .items
         .into_iter()
         .enumerate()
-        .map(|(index, item)| {
-            if index >= granted {
-                Err(RateLimitError::Exceeded {
-                    operation: Operation::Write,
-                    retry_after,
-                    info: rate,
-                }
-                .into())
-            } else {
-                item.target()
-            }
-        })
+        .map(|(index, item)| allowance.item(index, || item.target()))
         .collect();
     let now = Utc::now();
     let results: Vec<BulkCancelItemResult> = changes::cancel_many(
@@ -838,30 +822,21 @@ pub async fn cancel_bulk(
     .await
     .into_iter()
     .enumerate()
-    .map(|(index, outcome)| match outcome {
-        Ok(record) => BulkCancelItemResult {
+    .map(|(index, outcome)| {
+        let (status, result, error) = bulk::answer(index, outcome, "bulk cancel", |record| {
+            AssignmentView::new(record, None, now)
+        });
+        BulkCancelItemResult {
             index,
-            status: 200,
-            result: Some(AssignmentView::new(record, None, now)),
-            error: None,
-        },
-        Err(error) => {
-            let error = ApiError::from(error);
-            if matches!(error, ApiError::Internal(_)) {
-                tracing::error!(index, error = %error, "bulk cancel item failed");
-            }
-            BulkCancelItemResult {
-                index,
-                status: error.status().as_u16(),
-                result: None,
-                error: Some(error.body()),
-            }
+            status,
+            result,
+            error,
         }
     })
     .collect();
     let succeeded = results.iter().filter(|item| item.status == 200).count();
     Ok((
-        RateHeaders(rate),
+        RateHeaders(allowance.rate),
         Json(BulkCancelResponse {
             failed: results.len() - succeeded,
             succeeded,

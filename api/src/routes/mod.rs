@@ -2,6 +2,7 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod bulk;
 pub mod enrollment_rules;
 pub mod exports;
 pub mod flows;
