@@ -1486,6 +1486,47 @@ async fn the_assign_form_takes_the_api_path_with_errors_beside_the_fields() {
 }
 
 #[tokio::test]
+async fn a_csv_upload_refuses_a_flow_name_that_several_flows_have() {
+    let app = TestApp::spawn().await;
+    let (org, client) = org_with_admin(&app).await;
+    app.create_users(&org, &["a@example.com", "b@example.com"])
+        .await;
+    let first = app.create_flow(&org, "Onboarding", &[30]).await;
+    app.create_flow(&org, "onboarding", &[20]).await;
+    let csv = format!(
+        "email,flow\n\
+         a@example.com,Onboarding\n\
+         b@example.com,{first}\n"
+    );
+    let results = client
+        .post_file(
+            "/dashboard/assign/upload",
+            &[("flow", "")],
+            "team.csv",
+            csv.as_bytes(),
+        )
+        .await;
+    assert_eq!(results.status, 200, "{}", results.body);
+    let rows: Vec<&str> = results.body.split("<tr class=").skip(1).collect();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows[0].starts_with("\"failed\"") && rows[0].contains("2 flows are named"),
+        "{}",
+        rows[0]
+    );
+    assert!(rows[1].starts_with("\"ok\""), "{}", rows[1]);
+    // Only the row naming the flow by its id made an assignment.
+    app.eventually(
+        std::time::Duration::from_secs(10),
+        "the one assignment",
+        || async { (app.assignment_count().await == 1).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(app.assignment_count().await, 1);
+}
+
+#[tokio::test]
 async fn a_csv_upload_assigns_each_row_with_its_own_result() {
     let app = TestApp::spawn().await;
     let (org, client) = org_with_admin(&app).await;

@@ -341,24 +341,37 @@ async fn upload(
         Err(message) => return refuse(message).await,
     };
     let flows = org_flows(&state, &account).await?;
-    let by_name: HashMap<String, &FlowSummary> = flows
-        .iter()
-        .map(|flow| (flow.name.to_lowercase(), flow))
-        .collect();
+    // Names are not unique: a name that several flows have names none of them.
+    let mut by_name: HashMap<String, Vec<&FlowSummary>> = HashMap::new();
+    for flow in &flows {
+        by_name
+            .entry(flow.name.to_lowercase())
+            .or_default()
+            .push(flow);
+    }
     let by_id: HashMap<FlowId, &FlowSummary> = flows.iter().map(|flow| (flow.id, flow)).collect();
-    let resolve = |text: &str| -> (String, String) {
+    let resolve = |text: &str| -> (String, String, Option<String>) {
         let text = if text.trim().is_empty() {
             default_flow.trim()
         } else {
             text.trim()
         };
-        match FlowId::parse(text)
-            .and_then(|id| by_id.get(&id))
-            .or_else(|| by_name.get(&text.to_lowercase()))
-        {
-            Some(flow) => (flow.id.to_string(), flow.name.clone()),
+        if let Some(flow) = FlowId::parse(text).and_then(|id| by_id.get(&id)) {
+            return (flow.id.to_string(), flow.name.clone(), None);
+        }
+        match by_name.get(&text.to_lowercase()).map(Vec::as_slice) {
+            Some([flow]) => (flow.id.to_string(), flow.name.clone(), None),
+            Some(named) => (
+                text.to_owned(),
+                text.to_owned(),
+                Some(format!(
+                    "Not assigned: {} flows are named \"{text}\"; name the flow by its id (flow_…) \
+                     in this column.",
+                    named.len()
+                )),
+            ),
             // Not an id or name of this organization: the assign path answers 404 for it.
-            None => (text.to_owned(), text.to_owned()),
+            None => (text.to_owned(), text.to_owned(), None),
         }
     };
     let (granted, _, _) = state
@@ -378,7 +391,7 @@ async fn upload(
         .iter()
         .enumerate()
         .map(|(index, row)| {
-            let (flow_id, flow_name) = resolve(&row.flow);
+            let (flow_id, flow_name, ambiguous) = resolve(&row.flow);
             flow_names.push(flow_name);
             let form = AssignForm {
                 flow: flow_id,
@@ -388,7 +401,9 @@ async fn upload(
                 notes: row.notes.clone(),
                 request_id: String::new(),
             };
-            let input = if index >= granted {
+            let input = if let Some(message) = ambiguous {
+                Err(ServiceError::Invalid(Invalid(message)))
+            } else if index >= granted {
                 Err(ServiceError::Invalid(Invalid(
                     "Not assigned: the organization's assign limit per minute is used up; upload this row again in a minute.".to_owned(),
                 )))
