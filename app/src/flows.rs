@@ -1,6 +1,7 @@
 //! Flows, for every surface: create one with its ordered modules (checked by one rule: a name of
 //! one line, a description, 1 to [`MAX_MODULES`] modules each with a name and an estimate), and
-//! read one with its modules; edit one where it is safe ([`edit`]: name, description, archived). The dashboard's figures of flows ([`counts`]) and its page of a
+//! read one with its modules; edit one where it is safe ([`edit`]: name, description, archived,
+//! reminder policy). The dashboard's figures of flows ([`counts`]) and its page of a
 //! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
 use std::sync::Arc;
@@ -14,6 +15,7 @@ use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AssignmentId, FlowId};
+use flow_domain::reminders::ReminderPolicy;
 use flow_domain::{Invalid, TextRule};
 
 use crate::Context;
@@ -240,6 +242,8 @@ pub struct FlowEditFields {
     pub description: Option<Option<String>>,
     /// Archive or bring back.
     pub archived: Option<bool>,
+    /// The reminder policy (`Some(None)`: none).
+    pub reminders: Option<Option<ReminderPolicy>>,
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -262,16 +266,21 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
                 .map(|text| text.filter(|text| !text.is_empty()))
         })
         .transpose()?;
-    if name.is_none() && description.is_none() && fields.archived.is_none() {
+    let reminders = fields
+        .reminders
+        .map(|policy| policy.map(ReminderPolicy::checked).transpose())
+        .transpose()?;
+    if name.is_none() && description.is_none() && fields.archived.is_none() && reminders.is_none() {
         return Err(Invalid::new(
-            "nothing to change: give name, description or archived (modules are not edited in \
-             place: create a new flow)",
+            "nothing to change: give name, description, archived or reminders (modules are not \
+             edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
         name,
         description,
         archived: fields.archived,
+        reminders,
     })
 }
 
@@ -293,6 +302,7 @@ pub async fn edit(
         edit.description.as_ref().map(|_| "description"),
         edit.archived
             .map(|archived| if archived { "archived" } else { "unarchived" }),
+        edit.reminders.as_ref().map(|_| "reminders"),
     ]
     .into_iter()
     .flatten()

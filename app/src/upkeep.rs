@@ -22,6 +22,19 @@ pub async fn mark_overdue(
     Ok(changed)
 }
 
+/// Sends up to `limit` reminders whose time has come at `now`, each with one `flow.reminder`
+/// event, in one transaction; returns how many.
+pub async fn send_reminders(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let sent = flow_common::db::reminders::send_due(&mut transaction, now, limit).await?;
+    transaction.commit().await?;
+    Ok(sent)
+}
+
 /// Merges up to `limit` report-rollup deltas into the rollups; returns how many moved.
 pub async fn merge_rollups(pool: &PgPool, limit: i64) -> Result<u64, sqlx::Error> {
     rollups::merge(pool, limit).await

@@ -89,6 +89,7 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
             "flow.cancelled",
             "flow.completed",
             "flow.overdue",
+            "flow.reminder",
             "flow.started",
             "flow.updated",
             "webhook.test"

@@ -244,6 +244,50 @@ async fn an_erased_user_leaves_no_trace_of_the_email_in_any_column_and_counts_st
         )
         .await;
     assert_eq!(progress.status, 202, "{:?}", progress.body);
+    // A change and a cancellation that name them: the notes' history, the reason, the events and
+    // the audit trail hold the address.
+    let welcome = app
+        .eventually(Duration::from_secs(10), "the rule's assignment", || async {
+            let page = app
+                .get(
+                    &org,
+                    &format!(
+                        "/v1/assignments?flowId={flow}&userEmail=harriet.vane%2Bhr@example.com"
+                    ),
+                )
+                .await;
+            page.body["data"][0]["assignmentId"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .await;
+    let changed = app
+        .request(
+            reqwest::Method::PATCH,
+            &format!("/v1/assignments/{welcome}"),
+            Some(&org.key),
+            Some(&json!({"notes": "Ask harriet.vane+hr@example.com first"})),
+            &[],
+        )
+        .await;
+    assert_eq!(changed.status, 200, "{:?}", changed.body);
+    app.eventually(Duration::from_secs(10), "the change", || async {
+        let body = app
+            .get(&org, &format!("/v1/assignments/{welcome}"))
+            .await
+            .body;
+        (body["notes"] == json!("Ask harriet.vane+hr@example.com first")).then_some(())
+    })
+    .await;
+    let cancelled = app
+        .post(
+            &org,
+            &format!("/v1/assignments/{welcome}/cancel"),
+            &json!({"reason": "harriet.vane+hr@example.com left the team"}),
+        )
+        .await;
+    assert_eq!(cancelled.status, 200, "{:?}", cancelled.body);
+    app.wait_for_status(&org, &welcome, "cancelled").await;
     // Every event written so far is delivered (an event in flight during the erasure would be
     // logged after it: see docs/privacy.md).
     app.eventually(Duration::from_secs(30), "every event delivered", || async {

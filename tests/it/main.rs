@@ -31,6 +31,7 @@ mod people;
 mod publish_batches;
 mod read_write_limits;
 mod reliability;
+mod reminders;
 mod replicas;
 mod reports;
 mod request_timeout;

@@ -9,6 +9,7 @@ use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::ids::{FlowId, ModuleId};
+use flow_domain::reminders::ReminderPolicy;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -65,6 +66,10 @@ pub struct FlowView {
     pub description: Option<String>,
     /// Archived: it takes no new assignments (409) and keeps its assignments and reports.
     pub archived: bool,
+    /// Its reminder policy (absent in lists and when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reminders: Option<ReminderPolicy>,
     /// Number of modules.
     pub module_count: i64,
     /// Human-readable total estimate.
@@ -109,6 +114,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         name: flow.name,
         description: flow.description,
         archived: flow.archived_at.is_some(),
+        reminders: flow.reminders.map(|policy| policy.0),
         module_count: modules.len() as i64,
         estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
         modules: Some(
@@ -133,6 +139,7 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         name: flow.name,
         description: None,
         archived: flow.archived,
+        reminders: None,
         module_count: flow.module_count,
         estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
         modules: None,
@@ -250,6 +257,12 @@ pub struct UpdateFlowRequest {
     pub description: Option<Option<String>>,
     /// Archive (true: no new assignments, 409) or bring back (false).
     pub archived: Option<bool>,
+    /// The reminder policy: `flow.reminder` events before and after each assignment's due date
+    /// and an escalation to the manager (each list at most 10 offsets of 1 to 365 days); `null`
+    /// removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<ReminderPolicy>)]
+    pub reminders: Option<Option<ReminderPolicy>>,
 }
 
 /// Change a flow.
@@ -281,6 +294,7 @@ pub async fn update_flow(
         name: request.name,
         description: request.description,
         archived: request.archived,
+        reminders: request.reminders,
     })?;
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;

@@ -120,7 +120,7 @@ fn new_event(org_id: OrgId, sequence: u64, flows: &[FlowId], at: DateTime<Utc>) 
             Some(at),
         ),
         // The bench writes the four kinds above only.
-        EventType::Overdue | EventType::Updated | EventType::Cancelled => {
+        EventType::Overdue | EventType::Updated | EventType::Cancelled | EventType::Reminder => {
             ("overdue", at, Some(started_at), None)
         }
     };

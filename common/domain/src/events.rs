@@ -24,6 +24,9 @@ string_enum!(
         Updated => "flow.updated",
         /// The assignment was cancelled before completion (`data.reason` when one was given).
         Cancelled => "flow.cancelled",
+        /// A reminder of the flow's policy: due soon, overdue, or an escalation to the manager
+        /// (`data.reminder`).
+        Reminder => "flow.reminder",
     }
 );
 
@@ -37,6 +40,9 @@ impl EventType {
             Self::Overdue => "The due date passed before completion",
             Self::Updated => "The assignment's due date, priority or notes were changed",
             Self::Cancelled => "The assignment was cancelled before completion",
+            Self::Reminder => {
+                "A reminder: the due date is near, passed, or passed long enough to escalate"
+            }
         }
     }
 }
@@ -97,6 +103,38 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub reason: Option<String>,
+    /// What a `flow.reminder` is (present only on `flow.reminder`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reminder: Option<ReminderData>,
+}
+
+/// The `data.reminder` of a `flow.reminder` event.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReminderData {
+    /// due_soon, overdue or escalation.
+    #[schema(examples("due_soon"))]
+    pub kind: String,
+    /// Days before (due_soon) or after (overdue, escalation) the due date.
+    pub offset_days: i32,
+    /// The assignee's manager as their identity provider names them (SCIM enterprise
+    /// `manager`), when known; an escalation is meant for them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub manager: Option<ManagerRef>,
+}
+
+/// A manager, as SCIM names them.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagerRef {
+    /// Their id at the identity provider (`manager.value`).
+    pub id: String,
+    /// Their name (`manager.displayName`), when sent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub name: Option<String>,
 }
 
 /// What made an assignment (`data.source` of its `flow.assigned` event).
@@ -124,8 +162,8 @@ pub struct EventBody<D> {
     /// Event id, the same on every delivery of the event (also in the `webhook-id` header):
     /// dedupe on it.
     pub id: EventId,
-    /// flow.assigned, flow.started, flow.completed, flow.overdue, flow.updated, flow.cancelled
-    /// or webhook.test.
+    /// flow.assigned, flow.started, flow.completed, flow.overdue, flow.updated, flow.cancelled,
+    /// flow.reminder or webhook.test.
     #[serde(rename = "type")]
     #[schema(examples("flow.completed"))]
     pub event_type: String,
@@ -172,6 +210,16 @@ pub enum Transition {
     },
     /// The `flow.updated` of the change with this id.
     Change(uuid::Uuid),
+    /// The `flow.reminder` of this kind and offset for the due date `due_micros` (microseconds
+    /// since the epoch).
+    Reminder {
+        /// Its kind.
+        kind: crate::reminders::ReminderKind,
+        /// Its offset in days.
+        offset_days: i32,
+        /// The due date it is about.
+        due_micros: i64,
+    },
 }
 
 impl Transition {
@@ -184,6 +232,15 @@ impl Transition {
                 format!("{}#{due_changes}", EventType::Overdue.as_str())
             }
             Self::Change(id) => format!("{}#{}", EventType::Updated.as_str(), id.simple()),
+            Self::Reminder {
+                kind,
+                offset_days,
+                due_micros,
+            } => format!(
+                "{}#{}#{offset_days}#{due_micros}",
+                EventType::Reminder.as_str(),
+                kind.as_str()
+            ),
         }
     }
 

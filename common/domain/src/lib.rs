@@ -24,6 +24,7 @@ pub mod ids;
 pub mod lane;
 pub mod messages;
 pub mod recurrence;
+pub mod reminders;
 pub mod report;
 pub mod webhook;
 

@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{FlowId, ModuleId, OrgId};
+use flow_domain::reminders::ReminderPolicy;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
 /// A flow row.
@@ -16,6 +17,8 @@ pub struct Flow {
     pub created_at: DateTime<Utc>,
     /// When it was archived: it then takes no new assignments.
     pub archived_at: Option<DateTime<Utc>>,
+    /// Its reminder policy, if it has one.
+    pub reminders: Option<sqlx::types::Json<ReminderPolicy>>,
 }
 
 /// A module row.
@@ -65,7 +68,7 @@ pub async fn create(
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
         "INSERT INTO flows (id, org_id, name, description) VALUES ($1, $2, $3, $4)
-         RETURNING id, org_id, name, description, created_at, archived_at",
+         RETURNING id, org_id, name, description, created_at, archived_at, reminders",
     )
     .bind(FlowId::new())
     .bind(org_id)
@@ -104,7 +107,7 @@ pub async fn get<'e>(
     id: FlowId,
 ) -> Result<Option<Flow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, name, description, created_at, archived_at FROM flows
+        "SELECT id, org_id, name, description, created_at, archived_at, reminders FROM flows
          WHERE id = $1 AND org_id = $2",
     )
     .bind(id)
@@ -175,6 +178,8 @@ pub struct FlowEdit {
     pub description: Option<Option<String>>,
     /// Archive (true) or bring back (false).
     pub archived: Option<bool>,
+    /// The new reminder policy (`Some(None)`: none).
+    pub reminders: Option<Option<ReminderPolicy>>,
 }
 
 /// Edits the flow `id` of `org_id` in `connection`'s transaction and tells every replica's caches
@@ -194,7 +199,7 @@ pub async fn edit(
                                 WHEN $6 THEN COALESCE(archived_at, now())
                                 ELSE NULL END
          WHERE id = $1 AND org_id = $2
-         RETURNING id, org_id, name, description, created_at, archived_at",
+         RETURNING id, org_id, name, description, created_at, archived_at, reminders",
     )
     .bind(id)
     .bind(org_id)
@@ -202,6 +207,8 @@ pub async fn edit(
     .bind(edit.description.is_some())
     .bind(edit.description.clone().flatten())
     .bind(edit.archived)
+    .bind(edit.reminders.is_some())
+    .bind(edit.reminders.clone().flatten().map(sqlx::types::Json))
     .fetch_optional(&mut *connection)
     .await?;
     if flow.is_some() {

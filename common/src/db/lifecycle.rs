@@ -104,6 +104,7 @@ impl From<&AssignmentSnapshot> for EventData {
             source: None,
             changed: None,
             reason: None,
+            reminder: None,
         }
     }
 }

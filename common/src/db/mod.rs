@@ -18,6 +18,7 @@ pub mod message_attempts;
 pub mod orgs;
 pub mod outbox;
 pub mod rate_limits;
+pub mod reminders;
 pub mod replicas;
 pub mod reports;
 pub mod rollups;

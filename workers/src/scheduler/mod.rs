@@ -112,6 +112,13 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
                 "overdue scan failed; retrying next round"
             );
         }
+        if let Err(error) = scan_reminders(pool, Utc::now(), config.overdue_batch_size).await {
+            tracing::warn!(
+                role = ROLE,
+                error = format!("{error:#}"),
+                "reminder scan failed; retrying next round"
+            );
+        }
         if let Err(error) = merge_rollups(pool).await {
             tracing::warn!(
                 role = ROLE,
@@ -147,6 +154,27 @@ pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usiz
             tracing::info!(role = ROLE, count = changed, "assignments became overdue");
         }
         if (changed as i64) < batch_size {
+            return Ok(total);
+        }
+    }
+}
+
+/// Sends every reminder whose time has come at `now`, a batch per transaction; returns how many.
+pub async fn scan_reminders(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    batch_size: i64,
+) -> anyhow::Result<usize> {
+    let mut total = 0;
+    loop {
+        let sent = upkeep::send_reminders(pool, now, batch_size).await?;
+        total += sent;
+        if sent > 0 {
+            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "reminder")
+                .increment(sent as u64);
+            tracing::info!(role = ROLE, count = sent, "reminders sent");
+        }
+        if (sent as i64) < batch_size {
             return Ok(total);
         }
     }

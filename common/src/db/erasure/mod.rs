@@ -26,6 +26,7 @@ use chrono::{DateTime, Utc};
 use flow_domain::Email;
 use flow_domain::events::{EventType, Transition};
 use flow_domain::ids::{AssignmentId, EventId, OrgId, UserId};
+use flow_domain::reminders::ReminderKind;
 use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, Row};
 
@@ -138,6 +139,28 @@ pub async fn erase_user(
                 .collect::<Vec<_>>()
         })
         .collect();
+    // And the reminders sent about them.
+    let reminders: Vec<SentReminder> = sqlx::query_as(
+        "SELECT r.assignment_id, a.assigned_at, r.kind, r.offset_days, r.due_at
+             FROM assignment_reminders r JOIN assignments a ON a.id = r.assignment_id
+             WHERE r.assignment_id = ANY($1)",
+    )
+    .bind(&assignment_ids)
+    .fetch_all(&mut *connection)
+    .await?;
+    let mut event_ids = event_ids;
+    event_ids.extend(
+        reminders
+            .iter()
+            .map(|(id, assigned_at, kind, offset_days, due_at)| {
+                let transition = Transition::Reminder {
+                    kind: *kind,
+                    offset_days: *offset_days,
+                    due_micros: due_at.timestamp_micros(),
+                };
+                EventId::for_transition(*id, &transition.key(), *assigned_at)
+            }),
+    );
     let rewriter = Rewriter::new(&addresses, &pseudonym);
     let scope = Scope {
         org_id,
@@ -152,6 +175,16 @@ pub async fn erase_user(
     erased.rows += rewrite_dead_letters(connection, &person, &rewriter).await?;
     Ok(Some(erased))
 }
+
+/// A reminder sent about an assignment: the assignment, when it was made, the reminder's kind
+/// and offset, and the due date it was about (what its event id is derived from).
+type SentReminder = (
+    AssignmentId,
+    DateTime<Utc>,
+    ReminderKind,
+    i32,
+    DateTime<Utc>,
+);
 
 /// The addresses that name the person, to replace: the one the service identifies them by,
 /// and each other one their identity provider sent (SCIM `emails`) that is an e-mail address

@@ -1,0 +1,130 @@
+//! Sending reminders (design §16): the scheduler's scan for reminders whose time has come, by
+//! each flow's policy, computed in the organization's time zone (a day before a due date is the
+//! same local time the local day before, across clock changes). Each reminder is claimed by
+//! inserting its row in `assignment_reminders` in the transaction that writes its event, so it is
+//! sent once per (assignment, due date, kind, offset) whatever the number of schedulers.
+
+use chrono::{DateTime, Utc};
+use flow_domain::events::{EventType, ManagerRef, NewEvent, ReminderData, Transition};
+use flow_domain::lane::Lane;
+use flow_domain::reminders::ReminderKind;
+use sqlx::PgConnection;
+
+use super::lifecycle::{AssignmentSnapshot, SNAPSHOT_COLUMNS};
+
+/// How late a reminder may still be sent: a scheduler that was down for less than this catches
+/// up; older reminders (a policy set on long-running assignments, an outage) are not sent.
+pub const CATCH_UP: &str = "1 day";
+
+#[derive(sqlx::FromRow)]
+struct Claimed {
+    #[sqlx(flatten)]
+    snapshot: AssignmentSnapshot,
+    kind: ReminderKind,
+    offset_days: i32,
+    reminder_due_at: DateTime<Utc>,
+    manager_id: Option<String>,
+    manager_name: Option<String>,
+}
+
+/// Sends up to `limit` reminders whose time is at or before `now` (and not older than
+/// [`CATCH_UP`], nor before the assignment was made), each with one `flow.reminder` event, in
+/// the caller's transaction; returns how many. Only open assignments (pending, in progress,
+/// overdue) of active users get reminders: none for cancelled or completed ones or deactivated
+/// people.
+pub async fn send_due(
+    connection: &mut PgConnection,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, sqlx::Error> {
+    let claimed: Vec<Claimed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH candidates AS (
+            SELECT a.id, a.assigned_at, a.due_at, f.reminders, o.timezone AS zone
+            FROM flows f
+            JOIN assignments a ON a.flow_id = f.id
+                AND a.status IN ('pending', 'in_progress', 'overdue') AND a.due_at IS NOT NULL
+                AND a.due_at > $1 - interval '400 days' AND a.due_at < $1 + interval '400 days'
+            JOIN users u ON u.id = a.user_id AND u.active
+            JOIN organizations o ON o.id = a.org_id
+            WHERE f.reminders IS NOT NULL
+         ), offsets AS (
+            SELECT c.id, c.assigned_at, c.due_at, 'due_soon' AS kind, d.days,
+                   ((c.due_at AT TIME ZONE c.zone) - make_interval(days => d.days))
+                       AT TIME ZONE c.zone AS remind_at
+            FROM candidates c
+            CROSS JOIN LATERAL (SELECT value::int AS days
+                                FROM jsonb_array_elements_text(c.reminders -> 'beforeDueDays')) d
+            UNION ALL
+            SELECT c.id, c.assigned_at, c.due_at, 'overdue', d.days,
+                   ((c.due_at AT TIME ZONE c.zone) + make_interval(days => d.days))
+                       AT TIME ZONE c.zone
+            FROM candidates c
+            CROSS JOIN LATERAL (SELECT value::int AS days
+                                FROM jsonb_array_elements_text(c.reminders -> 'afterDueDays')) d
+            UNION ALL
+            SELECT c.id, c.assigned_at, c.due_at, 'escalation',
+                   (c.reminders ->> 'escalateAfterDays')::int,
+                   ((c.due_at AT TIME ZONE c.zone)
+                       + make_interval(days => (c.reminders ->> 'escalateAfterDays')::int))
+                       AT TIME ZONE c.zone
+            FROM candidates c
+            WHERE jsonb_typeof(c.reminders -> 'escalateAfterDays') = 'number'
+         ), due AS (
+            SELECT o.* FROM offsets o
+            WHERE o.remind_at <= $1 AND o.remind_at > $1 - interval '{CATCH_UP}'
+              AND o.remind_at >= o.assigned_at
+              AND NOT EXISTS (SELECT 1 FROM assignment_reminders r
+                              WHERE r.assignment_id = o.id AND r.due_at = o.due_at
+                                AND r.kind = o.kind AND r.offset_days = o.days)
+            ORDER BY o.remind_at
+            LIMIT $2
+         ), claimed AS (
+            INSERT INTO assignment_reminders (assignment_id, due_at, kind, offset_days, remind_at)
+            SELECT id, due_at, kind, days, remind_at FROM due
+            ON CONFLICT DO NOTHING
+            RETURNING assignment_id, due_at, kind, offset_days
+         )
+         SELECT {SNAPSHOT_COLUMNS}, c.kind, c.offset_days, c.due_at AS reminder_due_at,
+                u.manager_id, u.manager_name
+         FROM claimed c JOIN assignments a ON a.id = c.assignment_id
+         JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"
+    )))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(&mut *connection)
+    .await?;
+    if claimed.is_empty() {
+        return Ok(0);
+    }
+    let span = tracing::info_span!("reminders", reminders = claimed.len());
+    let traceparent = crate::telemetry::traceparent(&span);
+    let events: Vec<NewEvent> = claimed
+        .iter()
+        .map(|claimed| {
+            let transition = Transition::Reminder {
+                kind: claimed.kind,
+                offset_days: claimed.offset_days,
+                due_micros: claimed.reminder_due_at.timestamp_micros(),
+            };
+            claimed.snapshot.transition_event(
+                transition,
+                EventType::Reminder,
+                now,
+                traceparent.as_deref(),
+                |data| {
+                    data.reminder = Some(ReminderData {
+                        kind: claimed.kind.as_str().to_owned(),
+                        offset_days: claimed.offset_days,
+                        manager: claimed.manager_id.clone().map(|id| ManagerRef {
+                            id,
+                            name: claimed.manager_name.clone(),
+                        }),
+                    });
+                },
+            )
+        })
+        .collect();
+    // A scan of many assignments: the bulk lane.
+    super::outbox::insert(connection, Lane::Bulk, &events).await?;
+    Ok(claimed.len())
+}
