@@ -140,9 +140,10 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
         _ => &body_schema["properties"]["data"],
     };
     // `source` is there only on the `flow.assigned` event of a rule's assignment, `changed` only
-    // on `flow.updated`, `reason` only on a `flow.cancelled` with one.
+    // on `flow.updated`, `reason` only on a `flow.cancelled` with one, `reminder` only on
+    // `flow.reminder`.
     let mut event_keys = keys(&event.body["data"]);
-    event_keys.extend(["source", "changed", "reason"].map(str::to_owned));
+    event_keys.extend(["source", "changed", "reason", "reminder"].map(str::to_owned));
     event_keys.sort_unstable();
     assert_eq!(keys(&data_schema["properties"]), event_keys);
     let source = &data_schema["properties"]["source"];

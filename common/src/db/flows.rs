@@ -197,7 +197,8 @@ pub async fn edit(
              description = CASE WHEN $4 THEN $5 ELSE description END,
              archived_at = CASE WHEN $6 IS NULL THEN archived_at
                                 WHEN $6 THEN COALESCE(archived_at, now())
-                                ELSE NULL END
+                                ELSE NULL END,
+             reminders = CASE WHEN $7 THEN $8 ELSE reminders END
          WHERE id = $1 AND org_id = $2
          RETURNING id, org_id, name, description, created_at, archived_at, reminders",
     )
