@@ -141,22 +141,40 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Marks every assignment now past its due date overdue, a batch per transaction; returns how
-/// many.
-pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usize> {
+/// Runs `batch` (one transaction, at most `batch_size` rows) until a batch does less than a full
+/// one; counts what was done under `outcome` and logs it as `done`. Returns the total.
+async fn in_batches<F, Fut>(
+    batch_size: i64,
+    outcome: &'static str,
+    done: &'static str,
+    mut batch: F,
+) -> anyhow::Result<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<usize, sqlx::Error>>,
+{
     let mut total = 0;
     loop {
-        let changed = upkeep::mark_overdue(pool, Utc::now(), batch_size).await?;
-        total += changed;
-        if changed > 0 {
-            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "overdue")
-                .increment(changed as u64);
-            tracing::info!(role = ROLE, count = changed, "assignments became overdue");
+        let count = batch().await?;
+        total += count;
+        if count > 0 {
+            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => outcome)
+                .increment(count as u64);
+            tracing::info!(role = ROLE, count, "{done}");
         }
-        if (changed as i64) < batch_size {
+        if (count as i64) < batch_size {
             return Ok(total);
         }
     }
+}
+
+/// Marks every assignment now past its due date overdue, a batch per transaction; returns how
+/// many.
+pub async fn scan_overdue(pool: &PgPool, batch_size: i64) -> anyhow::Result<usize> {
+    in_batches(batch_size, "overdue", "assignments became overdue", || {
+        upkeep::mark_overdue(pool, Utc::now(), batch_size)
+    })
+    .await
 }
 
 /// Sends every reminder whose time has come at `now`, a batch per transaction; returns how many.
@@ -165,19 +183,10 @@ pub async fn scan_reminders(
     now: DateTime<Utc>,
     batch_size: i64,
 ) -> anyhow::Result<usize> {
-    let mut total = 0;
-    loop {
-        let sent = upkeep::send_reminders(pool, now, batch_size).await?;
-        total += sent;
-        if sent > 0 {
-            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "reminder")
-                .increment(sent as u64);
-            tracing::info!(role = ROLE, count = sent, "reminders sent");
-        }
-        if (sent as i64) < batch_size {
-            return Ok(total);
-        }
-    }
+    in_batches(batch_size, "reminder", "reminders sent", || {
+        upkeep::send_reminders(pool, now, batch_size)
+    })
+    .await
 }
 
 /// Delta rows moved per merge transaction.
