@@ -14,6 +14,7 @@ use flow_common::db::flows::{self, Flow, FlowEdit, FlowSummary, Module, NewModul
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::audit::AuditAction;
+use flow_domain::expiry::{self, Validity};
 use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::reminders::ReminderPolicy;
 use flow_domain::{Invalid, TextRule};
@@ -244,6 +245,10 @@ pub struct FlowEditFields {
     pub archived: Option<bool>,
     /// The reminder policy (`Some(None)`: none).
     pub reminders: Option<Option<ReminderPolicy>>,
+    /// The validity of a completion (`Some(None)`: none, which clears the renewal window too).
+    pub valid_for: Option<Option<Validity>>,
+    /// Days before expiry the renewal is assigned (`Some(None)`: at expiry).
+    pub renew_before_days: Option<Option<i32>>,
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -270,10 +275,29 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         .reminders
         .map(|policy| policy.map(ReminderPolicy::checked).transpose())
         .transpose()?;
-    if name.is_none() && description.is_none() && fields.archived.is_none() && reminders.is_none() {
+    let valid_for = fields
+        .valid_for
+        .map(|validity| validity.map(Validity::checked).transpose())
+        .transpose()?;
+    let renew_before_days = fields
+        .renew_before_days
+        .map(|days| days.map(expiry::check_renew_before).transpose())
+        .transpose()?;
+    // Both given: checked together here; one alone against the other as stored (the
+    // constraint of migration 0243, answered as the same 400).
+    if let (Some(validity), Some(days)) = (valid_for, renew_before_days) {
+        expiry::check_window(validity, days)?;
+    }
+    if name.is_none()
+        && description.is_none()
+        && fields.archived.is_none()
+        && reminders.is_none()
+        && valid_for.is_none()
+        && renew_before_days.is_none()
+    {
         return Err(Invalid::new(
-            "nothing to change: give name, description, archived or reminders (modules are not \
-             edited in place: create a new flow)",
+            "nothing to change: give name, description, archived, reminders, validFor or \
+             renewBeforeDays (modules are not edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
@@ -281,6 +305,8 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         description,
         archived: fields.archived,
         reminders,
+        valid_for,
+        renew_before_days,
     })
 }
 
@@ -294,15 +320,25 @@ pub async fn edit(
     edit: &FlowEdit,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
     let mut transaction = ctx.db.begin().await?;
-    let flow = flows::edit(&mut transaction, acting.org_id(), id, edit)
-        .await?
-        .ok_or(ServiceError::NotFound("flow"))?;
+    let flow = match flows::edit(&mut transaction, acting.org_id(), id, edit).await {
+        Err(sqlx::Error::Database(error))
+            if error.constraint() == Some(flows::RENEWAL_WINDOW_CONSTRAINT) =>
+        {
+            return Err(ServiceError::Invalid(Invalid::new(
+                "renewBeforeDays must be less than the flow's validity (validFor, a month \
+                 counted as 28 days) and needs one",
+            )));
+        }
+        other => other?.ok_or(ServiceError::NotFound("flow"))?,
+    };
     let changed: Vec<&str> = [
         edit.name.as_ref().map(|_| "name"),
         edit.description.as_ref().map(|_| "description"),
         edit.archived
             .map(|archived| if archived { "archived" } else { "unarchived" }),
         edit.reminders.as_ref().map(|_| "reminders"),
+        edit.valid_for.as_ref().map(|_| "validFor"),
+        edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
     ]
     .into_iter()
     .flatten()

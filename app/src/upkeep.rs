@@ -1,10 +1,13 @@
 //! The scheduler's rounds of upkeep over Postgres, and an operator's check of what they keep:
-//! assignments past their due date become overdue (with their `flow.overdue` events), the
+//! assignments past their due date become overdue (with their `flow.overdue` events),
+//! completions are renewed and expire (`flow.expiring`, `flow.expired`), the
 //! report-rollup deltas are merged, old message start counts are pruned, and the rollups are
 //! verified against a recount (`flowctl reports verify`). Each call is one transaction; errors
 //! are Postgres's own.
 
 use chrono::{DateTime, Utc};
+use flow_common::db::renewals;
+pub use flow_common::db::renewals::RenewalCommand;
 use flow_common::db::rollups::{self, Mismatch};
 use flow_common::db::{lifecycle, message_attempts};
 use sqlx::PgPool;
@@ -33,6 +36,55 @@ pub async fn send_reminders(
     let sent = flow_common::db::reminders::send_due(&mut transaction, now, limit).await?;
     transaction.commit().await?;
     Ok(sent)
+}
+
+/// Completions whose renewal window opened, claimed in a transaction of their own (the
+/// [`RenewalClaim`]): their `flow.expiring` events are written in it, and the renewal
+/// assignments it answers are to be published (bulk lane) before it [`commit`](RenewalClaim::commit)s.
+/// Dropped uncommitted (a publish failed, the scheduler died), nothing of it happened and the
+/// next scan claims the same completions again, with the same renewal ids.
+pub struct RenewalClaim {
+    transaction: sqlx::Transaction<'static, sqlx::Postgres>,
+    /// How many completions were claimed (renewed, linked, or settled as completed again).
+    pub claimed: usize,
+    /// The renewal assignments to publish.
+    pub renewals: Vec<RenewalCommand>,
+}
+
+/// Claims up to `limit` completions whose renewal window is open at `now` (see
+/// [`flow_common::db::renewals::claim_renewals`]).
+pub async fn claim_renewals(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<RenewalClaim, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let (claimed, renewals) = renewals::claim_renewals(&mut transaction, now, limit).await?;
+    Ok(RenewalClaim {
+        transaction,
+        claimed,
+        renewals,
+    })
+}
+
+impl RenewalClaim {
+    /// Commits the claim once its renewal assignments are confirmed by the broker.
+    pub async fn commit(self) -> Result<(), sqlx::Error> {
+        self.transaction.commit().await
+    }
+}
+
+/// Settles up to `limit` completions whose validity lapsed at `now` (`flow.expired` unless renewed
+/// in time), in one transaction; returns how many.
+pub async fn expire_completions(
+    pool: &PgPool,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<usize, sqlx::Error> {
+    let mut transaction = pool.begin().await?;
+    let settled = renewals::expire_due(&mut transaction, now, limit).await?;
+    transaction.commit().await?;
+    Ok(settled)
 }
 
 /// Merges up to `limit` report-rollup deltas into the rollups; returns how many moved.

@@ -88,6 +88,8 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
             "flow.assigned",
             "flow.cancelled",
             "flow.completed",
+            "flow.expired",
+            "flow.expiring",
             "flow.overdue",
             "flow.reminder",
             "flow.started",
@@ -141,9 +143,9 @@ async fn openapi_webhooks_describe_the_event_bodies_the_service_sends() {
     };
     // `source` is there only on the `flow.assigned` event of a rule's assignment, `changed` only
     // on `flow.updated`, `reason` only on a `flow.cancelled` with one, `reminder` only on
-    // `flow.reminder`.
+    // `flow.reminder`, `expiry` only on `flow.expiring` and `flow.expired`.
     let mut event_keys = keys(&event.body["data"]);
-    event_keys.extend(["source", "changed", "reason", "reminder"].map(str::to_owned));
+    event_keys.extend(["source", "changed", "reason", "reminder", "expiry"].map(str::to_owned));
     event_keys.sort_unstable();
     assert_eq!(keys(&data_schema["properties"]), event_keys);
     let source = &data_schema["properties"]["source"];
@@ -311,7 +313,7 @@ async fn the_docs_and_the_event_body_schema_name_every_event_type() {
         );
     }
     let count = [
-        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight",
+        "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
     ]
     .get(EventType::ALL.len())
     .expect("a count in words");

@@ -32,6 +32,7 @@ mod publish_batches;
 mod read_write_limits;
 mod reliability;
 mod reminders;
+mod renewals;
 mod replicas;
 mod reports;
 mod request_timeout;

@@ -575,7 +575,7 @@ async fn endpoints_are_managed_over_the_api_and_scoped_to_their_organization() {
         (
             json!({ "url": "https://example.com/x", "events": ["flow.deleted"] }),
             "events must contain only: flow.assigned, flow.started, flow.completed, flow.overdue, \
-             flow.updated, flow.cancelled, flow.reminder",
+             flow.updated, flow.cancelled, flow.reminder, flow.expiring, flow.expired",
         ),
         (
             json!({ "url": "https://example.com/x", "secret": "mine" }),

@@ -89,6 +89,28 @@ pub struct AssignmentView {
     /// Why it was cancelled, when the canceller said (status `cancelled` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cancellation_reason: Option<String>,
+    /// When this completion expires (a flow with a validity, `validFor`): completion plus the
+    /// validity on the organization's calendar, fixed at completion.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it expired without a renewal completed in time (the status stays `completed`: the
+    /// completion still counts for its cycle).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expired_at: Option<DateTime<Utc>>,
+    /// The renewal assignment made for this completion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewed_by: Option<AssignmentId>,
+    /// The completion this assignment renews.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renewal_of: Option<AssignmentId>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -144,6 +166,10 @@ impl AssignmentView {
             completed_at: record.completed_at,
             cancelled_at: record.cancelled_at,
             cancellation_reason: record.cancel_reason,
+            expires_at: record.expires_at,
+            expired_at: record.expired_at,
+            renewed_by: record.renewed_by,
+            renewal_of: record.renewal_of,
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
@@ -318,6 +344,10 @@ impl AssignmentView {
             completed_at: None,
             cancelled_at: None,
             cancellation_reason: None,
+            expires_at: None,
+            expired_at: None,
+            renewed_by: None,
+            renewal_of: None,
             completed_modules: 0,
             total_modules,
             schedule_id: command.schedule_id,

@@ -8,6 +8,7 @@ use flow_app::flows::{self as service, FlowEditFields, FlowFields, ModuleFields}
 use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
+use flow_domain::expiry::Validity;
 use flow_domain::ids::{FlowId, ModuleId};
 use flow_domain::reminders::ReminderPolicy;
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,14 @@ pub struct FlowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub reminders: Option<ReminderPolicy>,
+    /// How long a completion stays valid (absent in lists and when completions do not expire).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub valid_for: Option<Validity>,
+    /// Days before expiry the renewal is assigned (absent: at expiry).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub renew_before_days: Option<i32>,
     /// Number of modules.
     pub module_count: i64,
     /// Human-readable total estimate.
@@ -109,12 +118,15 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         .iter()
         .map(|module| i64::from(module.estimated_minutes))
         .sum();
+    let valid_for = flow.validity();
     FlowView {
         flow_id: flow.id,
         name: flow.name,
         description: flow.description,
         archived: flow.archived_at.is_some(),
         reminders: flow.reminders.map(|policy| policy.0),
+        valid_for,
+        renew_before_days: flow.renew_before_days,
         module_count: modules.len() as i64,
         estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
         modules: Some(
@@ -140,6 +152,8 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         description: None,
         archived: flow.archived,
         reminders: None,
+        valid_for: None,
+        renew_before_days: None,
         module_count: flow.module_count,
         estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
         modules: None,
@@ -263,6 +277,17 @@ pub struct UpdateFlowRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<ReminderPolicy>)]
     pub reminders: Option<Option<ReminderPolicy>>,
+    /// How long a completion stays valid, `{"months": n}` (1 to 120) or `{"days": n}` (1 to
+    /// 3650): each completion then expires (`expiresAt`) and is renewed; `null` removes it (and
+    /// the renewal window). Completions made before keep their `expiresAt`.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Validity>)]
+    pub valid_for: Option<Option<Validity>>,
+    /// Days before expiry (1 to 365, less than the validity) to assign the renewal and send
+    /// `flow.expiring`; `null` or absent: at expiry.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i32>)]
+    pub renew_before_days: Option<Option<i32>>,
 }
 
 /// Change a flow.
@@ -295,6 +320,8 @@ pub async fn update_flow(
         description: request.description,
         archived: request.archived,
         reminders: request.reminders,
+        valid_for: request.valid_for,
+        renew_before_days: request.renew_before_days,
     })?;
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;

@@ -120,9 +120,12 @@ fn new_event(org_id: OrgId, sequence: u64, flows: &[FlowId], at: DateTime<Utc>) 
             Some(at),
         ),
         // The bench writes the four kinds above only.
-        EventType::Overdue | EventType::Updated | EventType::Cancelled | EventType::Reminder => {
-            ("overdue", at, Some(started_at), None)
-        }
+        EventType::Overdue
+        | EventType::Updated
+        | EventType::Cancelled
+        | EventType::Reminder
+        | EventType::Expiring
+        | EventType::Expired => ("overdue", at, Some(started_at), None),
     };
     let priority = ["low", "medium", "high"][(sequence % 3) as usize];
     let data = json!({

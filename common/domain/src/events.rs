@@ -27,6 +27,10 @@ string_enum!(
         /// A reminder of the flow's policy: due soon, overdue, or an escalation to the manager
         /// (`data.reminder`).
         Reminder => "flow.reminder",
+        /// A completion's renewal window opened: its renewal assignment is made (`data.expiry`).
+        Expiring => "flow.expiring",
+        /// A completion's validity lapsed without a renewal completed in time (`data.expiry`).
+        Expired => "flow.expired",
     }
 );
 
@@ -43,6 +47,8 @@ impl EventType {
             Self::Reminder => {
                 "A reminder: the due date is near, passed, or passed long enough to escalate"
             }
+            Self::Expiring => "A completion's renewal window opened and its renewal was assigned",
+            Self::Expired => "A completion's validity lapsed without a renewal completed in time",
         }
     }
 }
@@ -107,6 +113,24 @@ pub struct EventData {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub reminder: Option<ReminderData>,
+    /// The completion's expiry (present only on `flow.expiring` and `flow.expired`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub expiry: Option<ExpiryData>,
+}
+
+/// The `data.expiry` of a `flow.expiring` or `flow.expired` event.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExpiryData {
+    /// When the completion expires (completion + the flow's validity, in the organization's
+    /// time zone).
+    #[schema(format = DateTime)]
+    pub expires_at: String,
+    /// The renewal assignment (due at `expiresAt`), when one was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub renewal_assignment_id: Option<AssignmentId>,
 }
 
 /// The `data.reminder` of a `flow.reminder` event.
@@ -163,7 +187,7 @@ pub struct EventBody<D> {
     /// dedupe on it.
     pub id: EventId,
     /// flow.assigned, flow.started, flow.completed, flow.overdue, flow.updated, flow.cancelled,
-    /// flow.reminder or webhook.test.
+    /// flow.reminder, flow.expiring, flow.expired or webhook.test.
     #[serde(rename = "type")]
     #[schema(examples("flow.completed"))]
     pub event_type: String,

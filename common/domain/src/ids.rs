@@ -189,6 +189,12 @@ impl AssignmentId {
         ))
     }
 
+    /// The id of the renewal assignment of the completion `renewed` (design §16): the same on
+    /// every scheduler and retry, so a completion is renewed at most once.
+    pub fn for_renewal(renewed: AssignmentId) -> Self {
+        Self(derived_uuid(b"flow.renewal", &[renewed.0.as_bytes()]))
+    }
+
     /// The id of the assignment an enrollment rule makes for a user at a generation of their
     /// match (1 at the first match; more only for a rule that re-assigns on a re-match): the same
     /// on every replica and retry, so a (rule, user, generation) assigns at most once.

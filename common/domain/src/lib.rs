@@ -20,6 +20,7 @@ pub mod audit;
 pub mod duration;
 pub mod enrollment;
 pub mod events;
+pub mod expiry;
 pub mod ids;
 pub mod lane;
 pub mod messages;

@@ -650,6 +650,14 @@ pub struct AssignmentRecord {
     pub schedule_id: Option<ScheduleId>,
     /// Enrollment rule that created it.
     pub enrollment_rule_id: Option<EnrollmentRuleId>,
+    /// When the completion expires (a flow with a validity), fixed at completion.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it expired (recorded by the scheduler; the status stays `completed`).
+    pub expired_at: Option<DateTime<Utc>>,
+    /// The renewal assignment of this completion (an alias resolved to its assignment).
+    pub renewed_by: Option<AssignmentId>,
+    /// The completion this assignment renews.
+    pub renewal_of: Option<AssignmentId>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -667,7 +675,13 @@ impl AssignmentRecord {
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
     a.started_at, a.completed_at, a.overdue_at, a.cancelled_at, a.cancel_reason, a.schedule_id,
-    a.enrollment_rule_id, (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
+    a.enrollment_rule_id, a.expires_at, a.expired_at,
+    COALESCE((SELECT x.assignment_id FROM assignment_aliases x WHERE x.alias_id = a.renewal_id),
+             a.renewal_id) AS renewed_by,
+    COALESCE((SELECT r.id FROM assignments r WHERE r.renewal_id = a.id LIMIT 1),
+             (SELECT r.id FROM assignment_aliases x JOIN assignments r ON r.renewal_id = x.alias_id
+              WHERE x.assignment_id = a.id LIMIT 1)) AS renewal_of,
+    (SELECT count(*) FROM module_progress p WHERE p.assignment_id = a.id AND p.status = 'completed')
         AS completed_modules,
     (SELECT count(*) FROM modules m WHERE m.flow_id = a.flow_id) AS total_modules";
 

@@ -1,6 +1,7 @@
 //! Flows and their ordered modules.
 
 use chrono::{DateTime, Utc};
+use flow_domain::expiry::Validity;
 use flow_domain::ids::{FlowId, ModuleId, OrgId};
 use flow_domain::reminders::ReminderPolicy;
 use sqlx::{FromRow, PgExecutor, PgPool};
@@ -19,6 +20,22 @@ pub struct Flow {
     pub archived_at: Option<DateTime<Utc>>,
     /// Its reminder policy, if it has one.
     pub reminders: Option<sqlx::types::Json<ReminderPolicy>>,
+    /// Validity of a completion in calendar months (one unit at most).
+    pub valid_for_months: Option<i32>,
+    /// Validity of a completion in days.
+    pub valid_for_days: Option<i32>,
+    /// Days before expiry the renewal is assigned (`None`: at expiry).
+    pub renew_before_days: Option<i32>,
+}
+
+impl Flow {
+    /// The validity of a completion, if the flow has one.
+    pub fn validity(&self) -> Option<Validity> {
+        (self.valid_for_months.is_some() || self.valid_for_days.is_some()).then_some(Validity {
+            months: self.valid_for_months,
+            days: self.valid_for_days,
+        })
+    }
 }
 
 /// A module row.
@@ -68,7 +85,8 @@ pub async fn create(
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
         "INSERT INTO flows (id, org_id, name, description) VALUES ($1, $2, $3, $4)
-         RETURNING id, org_id, name, description, created_at, archived_at, reminders",
+         RETURNING id, org_id, name, description, created_at, archived_at, reminders,
+                valid_for_months, valid_for_days, renew_before_days",
     )
     .bind(FlowId::new())
     .bind(org_id)
@@ -107,7 +125,8 @@ pub async fn get<'e>(
     id: FlowId,
 ) -> Result<Option<Flow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, org_id, name, description, created_at, archived_at, reminders FROM flows
+        "SELECT id, org_id, name, description, created_at, archived_at, reminders,
+                valid_for_months, valid_for_days, renew_before_days FROM flows
          WHERE id = $1 AND org_id = $2",
     )
     .bind(id)
@@ -180,7 +199,15 @@ pub struct FlowEdit {
     pub archived: Option<bool>,
     /// The new reminder policy (`Some(None)`: none).
     pub reminders: Option<Option<ReminderPolicy>>,
+    /// The new validity (`Some(None)`: none, which clears the renewal window too).
+    pub valid_for: Option<Option<Validity>>,
+    /// The new renewal window in days (`Some(None)`: none).
+    pub renew_before_days: Option<Option<i32>>,
 }
+
+/// The constraint a renewal window at least as long as its validity breaks (an edit of one of
+/// the two checked against the other as stored).
+pub const RENEWAL_WINDOW_CONSTRAINT: &str = "flows_renewal_window";
 
 /// Edits the flow `id` of `org_id` in `connection`'s transaction and tells every replica's caches
 /// (its name and state are cached for the assign path); `None` when the organization has no such
@@ -198,9 +225,15 @@ pub async fn edit(
              archived_at = CASE WHEN $6 IS NULL THEN archived_at
                                 WHEN $6 THEN COALESCE(archived_at, now())
                                 ELSE NULL END,
-             reminders = CASE WHEN $7 THEN $8 ELSE reminders END
+             reminders = CASE WHEN $7 THEN $8 ELSE reminders END,
+             valid_for_months = CASE WHEN $9 THEN $10 ELSE valid_for_months END,
+             valid_for_days = CASE WHEN $9 THEN $11 ELSE valid_for_days END,
+             renew_before_days = CASE WHEN $12 THEN $13
+                                      WHEN $9 AND $10::int IS NULL AND $11::int IS NULL THEN NULL
+                                      ELSE renew_before_days END
          WHERE id = $1 AND org_id = $2
-         RETURNING id, org_id, name, description, created_at, archived_at, reminders",
+         RETURNING id, org_id, name, description, created_at, archived_at, reminders,
+                valid_for_months, valid_for_days, renew_before_days",
     )
     .bind(id)
     .bind(org_id)
@@ -210,6 +243,15 @@ pub async fn edit(
     .bind(edit.archived)
     .bind(edit.reminders.is_some())
     .bind(edit.reminders.clone().flatten().map(sqlx::types::Json))
+    .bind(edit.valid_for.is_some())
+    .bind(
+        edit.valid_for
+            .flatten()
+            .and_then(|validity| validity.months),
+    )
+    .bind(edit.valid_for.flatten().and_then(|validity| validity.days))
+    .bind(edit.renew_before_days.is_some())
+    .bind(edit.renew_before_days.flatten())
     .fetch_optional(&mut *connection)
     .await?;
     if flow.is_some() {

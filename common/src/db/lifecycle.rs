@@ -105,9 +105,21 @@ impl From<&AssignmentSnapshot> for EventData {
             changed: None,
             reason: None,
             reminder: None,
+            expiry: None,
         }
     }
 }
+
+/// When a completion at `$2` of the assignment `a` expires: `$2` plus its flow's validity on the
+/// organization's calendar (same local time; a month end clamps, as Postgres adds months), or
+/// NULL for a flow without one. Fixed at completion: a later change of the validity leaves it.
+const EXPIRES_AT: &str = "(SELECT (($2::timestamptz AT TIME ZONE o.timezone)
+                  + make_interval(months => COALESCE(f.valid_for_months, 0),
+                                  days => COALESCE(f.valid_for_days, 0)))
+                  AT TIME ZONE o.timezone
+              FROM flows f JOIN organizations o ON o.id = f.org_id
+              WHERE f.id = a.flow_id
+                AND (f.valid_for_months IS NOT NULL OR f.valid_for_days IS NOT NULL))";
 
 /// What one progress command did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +188,8 @@ pub async fn apply_progress(
         let started = snapshot.started_at.unwrap_or(snapshot.assigned_at);
         snapshot = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "WITH changed AS (
-                UPDATE assignments SET status = 'completed', completed_at = $2, updated_at = now()
+                UPDATE assignments a SET status = 'completed', completed_at = $2,
+                       updated_at = now(), expires_at = {EXPIRES_AT}
                 WHERE id = $1 RETURNING *)
              SELECT {SNAPSHOT_COLUMNS} FROM changed a
              JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"

@@ -19,6 +19,7 @@ pub mod orgs;
 pub mod outbox;
 pub mod rate_limits;
 pub mod reminders;
+pub mod renewals;
 pub mod replicas;
 pub mod reports;
 pub mod rollups;

@@ -7,6 +7,9 @@
 //!   assign path (an assign command on the assign queue, confirmed by the broker) with an id
 //!   derived from the schedule and the occurrence, so a retry after a crash cannot assign twice;
 //!   then the schedule advances to its next occurrence on the organization's calendar.
+//! - Renewals and expiries (design §16): a completion whose renewal window opened gets its
+//!   renewal assignment through the assign path (bulk lane, an id derived from the completion)
+//!   and a `flow.expiring` event; at its expiry, `flow.expired` unless renewed in time.
 //! - Report rollups: the deltas every change to `assignments` leaves are merged into the rollups
 //!   (see `flow_common::db::rollups`), so readers sum few rows.
 //! - Enrollment rules ([`enrollment`], a task of its own): the users a write left pending (its
@@ -119,6 +122,15 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
                 "reminder scan failed; retrying next round"
             );
         }
+        if let Err(error) =
+            scan_renewals(pool, &publisher, Utc::now(), config.overdue_batch_size).await
+        {
+            tracing::warn!(
+                role = ROLE,
+                error = format!("{error:#}"),
+                "renewal scan failed; retrying next round"
+            );
+        }
         if let Err(error) = merge_rollups(pool).await {
             tracing::warn!(
                 role = ROLE,
@@ -143,7 +155,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
 
 /// Runs `batch` (one transaction, at most `batch_size` rows) until a batch does less than a full
 /// one; counts what was done under `outcome` and logs it as `done`. Returns the total.
-async fn in_batches<F, Fut>(
+async fn in_batches<F, Fut, E>(
     batch_size: i64,
     outcome: &'static str,
     done: &'static str,
@@ -151,11 +163,12 @@ async fn in_batches<F, Fut>(
 ) -> anyhow::Result<usize>
 where
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<usize, sqlx::Error>>,
+    Fut: std::future::Future<Output = Result<usize, E>>,
+    E: Into<anyhow::Error>,
 {
     let mut total = 0;
     loop {
-        let count = batch().await?;
+        let count = batch().await.map_err(Into::into)?;
         total += count;
         if count > 0 {
             metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => outcome)
@@ -187,6 +200,68 @@ pub async fn scan_reminders(
         upkeep::send_reminders(pool, now, batch_size)
     })
     .await
+}
+
+/// Renews and expires completions at `now`: first every completion whose renewal window is open
+/// gets its renewal assignment (published to the bulk lane, confirmed by the broker, before the
+/// claim and its `flow.expiring` events commit), then every completion past its expiry is settled
+/// (`flow.expired` unless renewed in time), a batch per transaction. Returns how many
+/// completions each step handled.
+pub async fn scan_renewals(
+    pool: &PgPool,
+    publisher: &Publisher,
+    now: DateTime<Utc>,
+    batch_size: i64,
+) -> anyhow::Result<(usize, usize)> {
+    let renewed = in_batches(
+        batch_size,
+        "renewal",
+        "completions renewed",
+        || async move {
+            let claim = upkeep::claim_renewals(pool, now, batch_size).await?;
+            publish_renewals(publisher, &claim.renewals).await?;
+            let claimed = claim.claimed;
+            claim.commit().await?;
+            anyhow::Ok(claimed)
+        },
+    )
+    .await?;
+    let expired = in_batches(
+        batch_size,
+        "expiry",
+        "completions settled at expiry",
+        || upkeep::expire_completions(pool, now, batch_size),
+    )
+    .await?;
+    Ok((renewed, expired))
+}
+
+/// Publishes renewal assignments to their organizations' bulk lanes, all confirmed or an error
+/// (the caller's claim then rolls back; the next scan publishes the same ids, which the
+/// assign-worker applies once).
+pub async fn publish_renewals(
+    publisher: &Publisher,
+    renewals: &[upkeep::RenewalCommand],
+) -> anyhow::Result<()> {
+    if renewals.is_empty() {
+        return Ok(());
+    }
+    let published = futures::future::join_all(renewals.iter().map(|renewal| {
+        publish(
+            publisher,
+            QueueKind::assign_for(Lane::Bulk, renewal.bulk_lane),
+            &renewal.command,
+        )
+    }))
+    .await;
+    let failed = published.iter().filter(|result| result.is_err()).count();
+    match published.into_iter().find_map(Result::err) {
+        Some(error) => Err(error.context(format!(
+            "{failed} of {} renewal assignments not published; the renewals stay due",
+            renewals.len()
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Delta rows moved per merge transaction.
