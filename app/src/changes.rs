@@ -9,7 +9,7 @@ use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::audit;
 use flow_common::db::changes;
 use flow_domain::audit::AuditAction;
-use flow_domain::ids::{AssignmentId, FlowId};
+use flow_domain::ids::{AssignmentId, AutomaticCancel, FlowId};
 use flow_domain::messages::{
     CHANGE_BATCH_KIND, CHANGE_COMMAND_VERSION, Change, ChangeBatch, ChangeCommand, SetTo,
 };
@@ -424,4 +424,159 @@ pub async fn cancel_many(
             },
         })
         .collect()
+}
+
+/// The reason of the cancellations of a deactivation (`flow.cancelled` `data.reason`).
+pub const DEACTIVATED_REASON: &str = "user deactivated";
+
+/// The reason of the cancellations of an enrollment rule a user no longer matches.
+pub fn unmatched_reason(rule_name: &str) -> String {
+    let reason = format!("no longer matches enrollment rule \"{rule_name}\"");
+    // A rule's name is one line of at most 200 characters: the reason stays far within
+    // MAX_REASON_CHARS, but cut it there should that change.
+    reason.chars().take(MAX_REASON_CHARS).collect()
+}
+
+/// Why an automatic cancellation did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum AutoCancelError {
+    /// Postgres failed.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+    /// The broker did not confirm the changes; queueing them again (a retry, the next
+    /// evaluation) uses the same change ids.
+    #[error("the cancellations could not be queued durably ({0}); retry shortly")]
+    Unavailable(#[from] flow_common::amqp::PublishError),
+    /// A change batch did not encode.
+    #[error("encoding a change batch: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl From<AutoCancelError> for ServiceError {
+    fn from(error: AutoCancelError) -> Self {
+        match error {
+            AutoCancelError::Database(error) => Self::Database(error),
+            AutoCancelError::Unavailable(error) => error.into(),
+            other => Self::Internal(anyhow::Error::new(other)),
+        }
+    }
+}
+
+/// One assignment the service cancels by itself, and why.
+#[derive(Debug, Clone)]
+pub struct AutoCancel {
+    /// The assignment.
+    pub assignment_id: AssignmentId,
+    /// Why (derives the change's id).
+    pub cause: AutomaticCancel,
+    /// The cancellation's reason.
+    pub reason: String,
+}
+
+/// Cancels `targets` of the organization through the queue, as a cancel does: each change has
+/// the id derived from its cause and assignment, so queueing the same cancellation again (a
+/// retried SCIM request, a second evaluation) applies it once, with one `flow.cancelled`.
+/// Changes applied already are left out (and not audited again); the rest go in messages of at
+/// most [`MAX_BULK_CANCELS`] changes (one for all but the largest) whose events travel in the
+/// bulk lane, then an `assignment.cancelled` audit row each. Answers how many were queued.
+pub async fn cancel_automatically(
+    pool: &sqlx::PgPool,
+    publisher: &flow_common::amqp::Publisher,
+    org_id: flow_domain::ids::OrgId,
+    actor: audit::Actor<'_>,
+    targets: &[AutoCancel],
+) -> Result<usize, AutoCancelError> {
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<uuid::Uuid> = targets
+        .iter()
+        .map(|target| target.assignment_id.automatic_cancel_id(target.cause))
+        .collect();
+    let applied = changes::recorded(pool, &ids).await?;
+    let now = Utc::now();
+    let traceparent = flow_common::telemetry::current_traceparent();
+    let mut commands: Vec<ChangeCommand> = Vec::new();
+    for (target, id) in targets.iter().zip(ids) {
+        if applied.contains(&id) || commands.iter().any(|command| command.change_id == id) {
+            continue;
+        }
+        commands.push(ChangeCommand {
+            change_id: id,
+            org_id,
+            assignment_id: target.assignment_id,
+            change: Change::Cancel {
+                reason: Some(target.reason.clone()),
+            },
+            requested_at: now,
+            bulk: true,
+            traceparent: traceparent.clone(),
+        });
+    }
+    let queued = commands.len();
+    for chunk in commands.chunks(MAX_BULK_CANCELS) {
+        let payload = ChangeBatch {
+            version: CHANGE_COMMAND_VERSION,
+            changes: chunk.to_vec(),
+        }
+        .encode()?;
+        crate::progress::publish_on(publisher, &payload, CHANGE_BATCH_KIND, "changes", None)
+            .await?;
+        let (targets, details): (Vec<String>, Vec<String>) = chunk
+            .iter()
+            .map(|command| {
+                let reason = match &command.change {
+                    Change::Cancel { reason } => reason.clone().unwrap_or_default(),
+                    Change::Update { .. } => String::new(),
+                };
+                (command.assignment_id.to_string(), reason)
+            })
+            .unzip();
+        audit::record_many(
+            pool,
+            org_id,
+            actor,
+            AuditAction::AssignmentCancelled,
+            &targets,
+            &details,
+        )
+        .await?;
+    }
+    if queued > 0 {
+        tracing::info!(org_id = %org_id, cancellations = queued, "automatic cancellations queued");
+    }
+    Ok(queued)
+}
+
+/// Cancels the open assignments of the user `user_id`, just deactivated (or found deactivated by
+/// a retry of the request that deactivated them), when the organization cancels on deactivation
+/// (`cancelOnDeactivate`); answers how many were queued. Reactivating them restores nothing.
+pub async fn cancel_for_deactivation(
+    ctx: &Context,
+    acting: Acting<'_>,
+    user_id: flow_domain::ids::UserId,
+) -> Result<usize, ServiceError> {
+    let on = flow_common::db::orgs::settings(&ctx.db, acting.org_id())
+        .await?
+        .is_some_and(|settings| settings.cancel_on_deactivate);
+    if !on {
+        return Ok(0);
+    }
+    let targets: Vec<AutoCancel> = changes::open_of_user(&ctx.db, acting.org_id(), user_id)
+        .await?
+        .into_iter()
+        .map(|assignment_id| AutoCancel {
+            assignment_id,
+            cause: AutomaticCancel::Deactivated,
+            reason: DEACTIVATED_REASON.to_owned(),
+        })
+        .collect();
+    Ok(cancel_automatically(
+        &ctx.db,
+        &ctx.publisher,
+        acting.org_id(),
+        acting.actor,
+        &targets,
+    )
+    .await?)
 }

@@ -59,6 +59,9 @@ pub struct RuleInput {
     pub notes: Option<String>,
     /// Whether a user who stops matching and matches again is assigned again (default false).
     pub reassign: Option<bool>,
+    /// Whether the open assignments it made for a user are cancelled when the user no longer
+    /// matches (default false).
+    pub cancel_on_unmatch: Option<bool>,
 }
 
 /// Validates a surface's input; the flow is checked against the organization separately (its
@@ -115,6 +118,7 @@ pub fn parse(id: EnrollmentRuleId, input: RuleInput) -> Result<Rule, ServiceErro
         priority,
         notes,
         reassign: input.reassign.unwrap_or(false),
+        cancel_on_unmatch: input.cancel_on_unmatch.unwrap_or(false),
     })
 }
 
@@ -129,6 +133,7 @@ fn fields(rule: &Rule) -> RuleFields {
         priority: rule.priority.as_str().to_owned(),
         notes: rule.notes.clone(),
         reassign: rule.reassign,
+        cancel_on_unmatch: rule.cancel_on_unmatch,
     }
 }
 
@@ -139,6 +144,28 @@ async fn check_flow(ctx: &Context, acting: Acting<'_>, rule: &Rule) -> Result<()
         .await?
         .map(|_| ())
         .ok_or(ServiceError::NotFound("flow"))
+}
+
+/// Checks that the rule's flow is the organization's and takes new assignments: a rule saved
+/// (created or replaced) may not point at an archived flow (409).
+async fn check_live_flow(
+    ctx: &Context,
+    acting: Acting<'_>,
+    rule: &Rule,
+) -> Result<(), ServiceError> {
+    let flow = ctx
+        .caches
+        .flow(&ctx.db, acting.org_id(), rule.flow_id)
+        .await?
+        .ok_or(ServiceError::NotFound("flow"))?;
+    if flow.archived {
+        return Err(ServiceError::Conflict(format!(
+            "flow \"{}\" is archived and takes no new assignments, so an enrollment rule cannot \
+             assign it; unarchive it (PATCH /v1/flows/{{id}} {{\"archived\": false}}) first",
+            flow.name
+        )));
+    }
+    Ok(())
 }
 
 /// Tells every API replica, when the transaction commits, to drop its cached rules of the
@@ -185,7 +212,7 @@ pub async fn create(
     input: RuleInput,
 ) -> Result<RuleRecord, ServiceError> {
     let rule = parse(EnrollmentRuleId::new(), input)?;
-    check_flow(ctx, acting, &rule).await?;
+    check_live_flow(ctx, acting, &rule).await?;
     let org_id = acting.org_id();
     let mut transaction = ctx.db.begin().await?;
     // One creation at a time per organization, so the cap holds under concurrent requests.
@@ -224,7 +251,7 @@ pub async fn update(
     input: RuleInput,
 ) -> Result<RuleRecord, ServiceError> {
     let rule = parse(id, input)?;
-    check_flow(ctx, acting, &rule).await?;
+    check_live_flow(ctx, acting, &rule).await?;
     let org_id = acting.org_id();
     let mut transaction = ctx.db.begin().await?;
     if !db::update(&mut transaction, org_id, id, &fields(&rule)).await? {

@@ -51,6 +51,7 @@ pub mod groups;
 pub mod keys;
 pub mod lookup;
 pub mod operations;
+pub mod org_settings;
 pub mod orgs;
 pub mod outbox;
 pub mod progress;

@@ -4,7 +4,7 @@
 //! before it was assigned), and the command on the progress queue, applied by the assign-worker.
 
 use chrono::{DateTime, Utc};
-use flow_common::amqp::{Outgoing, QueueKind};
+use flow_common::amqp::{Outgoing, PublishError, Publisher, QueueKind};
 use flow_common::db::assignments::{self, AssignmentRecord};
 use flow_common::db::changes::{self, ChangeOutcome};
 use flow_common::db::dead_letters::{self, AssignmentFailure};
@@ -194,9 +194,20 @@ pub(crate) async fn publish(
     name: &str,
     request_id: Option<&str>,
 ) -> Result<(), ServiceError> {
-    let exchange = ctx.topology().commands_exchange();
+    Ok(publish_on(&ctx.publisher, payload, kind, name, request_id).await?)
+}
+
+/// [`publish`] with `publisher` (a caller without a [`Context`]: the scheduler).
+pub(crate) async fn publish_on(
+    publisher: &Publisher,
+    payload: &[u8],
+    kind: &str,
+    name: &str,
+    request_id: Option<&str>,
+) -> Result<(), PublishError> {
+    let exchange = publisher.topology().commands_exchange();
     let message_id = format!("{name}-{}", uuid::Uuid::now_v7().simple());
-    ctx.publisher
+    publisher
         .publish(Outgoing {
             exchange: &exchange,
             routing_key: &QueueKind::Progress.suffix(),
@@ -206,8 +217,7 @@ pub(crate) async fn publish(
             request_id,
             headers: &[],
         })
-        .await?;
-    Ok(())
+        .await
 }
 
 /// One command of the progress queue: module activity, or a change of an assignment

@@ -77,6 +77,14 @@ pub async fn create(
         None => None,
     }
     .ok_or(ServiceError::NotFound("flow"))?;
+    // An archived flow takes no new assignments: a schedule of it would assign nothing.
+    if flow.archived {
+        return Err(ServiceError::Conflict(format!(
+            "flow \"{}\" is archived and takes no new assignments, so it cannot be scheduled; \
+             unarchive it (PATCH /v1/flows/{{id}} {{\"archived\": false}}) first",
+            flow.name
+        )));
+    }
     let email = fields.email;
     let user = users::find_by_email(&ctx.db, org_id, &email)
         .await?

@@ -247,7 +247,10 @@ async fn locked(
 /// Changes a user's profile: `edit` gets the stored user (to check a precondition such as an
 /// ETag, and to apply a PUT or PATCH) and returns the new profile, or its own error. Nothing is
 /// written when nothing changes. A deactivation (`active` turned false) stops new assigns to
-/// the user; audited as `user.deactivated`, `user.reactivated` or `user.updated`.
+/// the user; audited as `user.deactivated`, `user.reactivated` or `user.updated`. When the
+/// organization cancels on deactivation, every write that leaves the user inactive (the
+/// deactivation, and its retries) cancels their open assignments, each once
+/// ([`crate::changes::cancel_for_deactivation`]).
 pub async fn edit<E: From<ServiceError>>(
     ctx: &Context,
     acting: Acting<'_>,
@@ -260,6 +263,11 @@ pub async fn edit<E: From<ServiceError>>(
             stored_profile,
             edit,
             async |current| {
+                // A retry of a deactivation finds the user inactive already: the cancellations
+                // its first try may not have queued are queued now (the same change ids).
+                if !current.active {
+                    crate::changes::cancel_for_deactivation(ctx, acting, id).await?;
+                }
                 Changed::of(current, None)
                     .with_rules(ctx, acting, Some(id))
                     .await
@@ -307,6 +315,9 @@ async fn write_profile(
     if before.active != after.active {
         tracing::info!(user_id = %id, active = after.active, "user (de)activated");
     }
+    if !after.active {
+        crate::changes::cancel_for_deactivation(ctx, acting, id).await?;
+    }
     Changed::of(row, Some(id))
         .with_rules(ctx, acting, None)
         .await
@@ -343,6 +354,7 @@ pub async fn delete<E: From<ServiceError>>(
     .await
     .map_err(ServiceError::from)?;
     tracing::info!(user_id = %id, "user deleted through SCIM (kept, deactivated)");
+    crate::changes::cancel_for_deactivation(ctx, acting, id).await?;
     Ok(Changed::of((), Some(id)))
 }
 

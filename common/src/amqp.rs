@@ -785,6 +785,11 @@ impl BatchPublisher {
         }
     }
 
+    /// The publisher it sends its messages with (for a message of another kind beside them).
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
     /// Publishes one item (its trace is the caller's span, which the item names itself when it
     /// goes out in a batch) and waits for its batch's confirm.
     pub async fn publish(&self, submission: Submission) -> Result<(), PublishError> {

@@ -24,6 +24,7 @@ mod flow_edits;
 mod flowctl;
 mod lanes;
 mod lifecycle;
+mod lifecycle_settings;
 mod log_secrets;
 mod ops;
 mod outbox;

@@ -19,6 +19,7 @@ pub mod csv_upload;
 pub mod flows;
 pub mod keys;
 pub mod operations;
+pub mod org_settings;
 pub mod rules;
 pub mod schedules;
 pub mod session;
@@ -85,6 +86,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(team::router())
         .merge(audit::router())
         .merge(operations::router())
+        .merge(org_settings::router())
         .merge(webhooks::router())
         .merge(flows::router())
         .merge(assign::router())

@@ -146,6 +146,8 @@ pub struct RuleForm {
     pub notes: String,
     /// `on` when ticked.
     pub reassign: Option<String>,
+    /// `on` when ticked.
+    pub cancel_on_unmatch: Option<String>,
     /// `preview` to preview instead of saving.
     pub intent: Option<String>,
 }
@@ -249,6 +251,7 @@ async fn edit(
         priority: record.priority.clone(),
         notes: record.notes.clone().unwrap_or_default(),
         reassign: record.reassign.then(|| "on".to_owned()),
+        cancel_on_unmatch: record.cancel_on_unmatch.then(|| "on".to_owned()),
         intent: None,
     };
     form_page(&state, &account, Some(id.to_string()), form, None, None).await
@@ -275,6 +278,7 @@ fn input(form: &RuleForm) -> Result<RuleInput, String> {
         priority: optional(&form.priority),
         notes: optional(&form.notes),
         reassign: Some(form.reassign.is_some()),
+        cancel_on_unmatch: Some(form.cancel_on_unmatch.is_some()),
     })
 }
 

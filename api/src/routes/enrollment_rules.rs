@@ -60,6 +60,11 @@ pub struct RuleRequest {
     /// Whether a user who stops matching and later matches again is assigned again (default
     /// false: once per user).
     pub reassign_on_rematch: Option<bool>,
+    /// Whether the open assignments (pending, in progress, overdue) this rule made for a user
+    /// are cancelled when the user no longer matches it (default false): each once, with a
+    /// `flow.cancelled` whose reason names the rule. Assignments made by hand or by another
+    /// rule are never touched.
+    pub cancel_on_unmatch: Option<bool>,
 }
 
 /// A due date relative to the user's start date or to the match.
@@ -95,6 +100,7 @@ impl From<RuleRequest> for RuleInput {
             priority: request.priority,
             notes: request.notes,
             reassign: request.reassign_on_rematch,
+            cancel_on_unmatch: request.cancel_on_unmatch,
         }
     }
 }
@@ -132,6 +138,8 @@ pub struct RuleView {
     pub notes: Option<String>,
     /// Whether a re-match assigns again.
     pub reassign_on_rematch: bool,
+    /// Whether the rule cancels its open assignments of a user who no longer matches.
+    pub cancel_on_unmatch: bool,
     /// Creation time.
     #[serde(serialize_with = "flow_domain::timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
@@ -157,6 +165,7 @@ impl From<RuleRecord> for RuleView {
             priority: record.priority,
             notes: record.notes,
             reassign_on_rematch: record.reassign,
+            cancel_on_unmatch: record.cancel_on_unmatch,
             created_at: record.created_at,
             updated_at: record.updated_at,
         }
@@ -284,7 +293,7 @@ pub async fn list_rules(
         (status = 201, description = "Created", body = RuleView),
         (status = 400, description = "Invalid request (the message names the field)", body = ErrorBody),
         (status = 404, description = "Flow not found", body = ErrorBody),
-        (status = 409, description = "The organization has 100 rules already", body = ErrorBody),
+        (status = 409, description = "The organization has 100 rules already, or the flow is archived", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
@@ -367,6 +376,7 @@ pub async fn get_rule(
         (status = 200, description = "Replaced", body = RuleView),
         (status = 400, description = "Invalid request (the message names the field)", body = ErrorBody),
         (status = 404, description = "No such rule, or flow not found", body = ErrorBody),
+        (status = 409, description = "The flow is archived (it takes no new assignments)", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]

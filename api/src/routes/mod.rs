@@ -10,6 +10,7 @@ pub mod health;
 pub mod pagination;
 pub mod report;
 pub mod schedules;
+pub mod settings;
 pub mod user_erasure;
 pub mod users;
 pub mod webhooks;
@@ -47,6 +48,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(report::router())
         .merge(exports::router())
         .merge(schedules::router())
+        .merge(settings::router())
         .merge(enrollment_rules::router())
         .merge(user_erasure::router())
         .merge(webhooks::router())

@@ -126,6 +126,7 @@ impl From<schedules::ScheduleRecord> for ScheduleView {
         (status = 201, description = "Scheduled", body = ScheduleView),
         (status = 400, description = "Invalid request", body = ErrorBody),
         (status = 404, description = "Flow or user not found", body = ErrorBody),
+        (status = 409, description = "The flow is archived, or the user deactivated", body = ErrorBody),
         (status = 429, description = "Rate limit exceeded", body = ErrorBody),
     )
 )]

@@ -26,18 +26,23 @@ use chrono::{DateTime, Utc};
 use flow_domain::Priority;
 use flow_domain::audit::AuditAction;
 use flow_domain::enrollment::{Applied, Condition, Due, DueFrom, Profile, Rule};
-use flow_domain::ids::{AssignmentId, BackfillId, EnrollmentRuleId, OrgId, UserId};
+use flow_domain::ids::{
+    AssignmentId, AutomaticCancel, BackfillId, EnrollmentRuleId, FlowId, OrgId, UserId,
+};
 use flow_domain::messages::{ASSIGN_COMMAND_VERSION, AssignCommand};
 use sqlx::PgPool;
 
 use flow_common::amqp::{BatchPublisher, Lane, PublishError, QueueKind, Submission};
 use flow_common::db::audit::{self, Actor};
+use flow_common::db::changes;
 use flow_common::db::enrollment_backfills::{self as backfills, Claimed};
 use flow_common::db::enrollment_rules::{
     self as db, Evaluated, LedgerEntry, Match, Pending, RuleRecord,
 };
 use flow_common::db::orgs::{self, Organization};
 use flow_common::db::rate_limits;
+
+use crate::changes::{AutoCancel, AutoCancelError, cancel_automatically, unmatched_reason};
 
 /// Most rules an organization may have.
 pub const MAX_RULES: i64 = 100;
@@ -122,6 +127,7 @@ pub fn rule(record: &RuleRecord) -> Result<Rule, EnrollmentError> {
             .map_err(|_| corrupt("priority"))?,
         notes: record.notes.clone(),
         reassign: record.reassign,
+        cancel_on_unmatch: record.cancel_on_unmatch,
     })
 }
 
@@ -219,6 +225,32 @@ impl Assigner<'_> {
         profiles: &[Profile],
         now: DateTime<Utc>,
     ) -> Result<(Applied, Deferred), EnrollmentError> {
+        self.cancel_unmatched(rules, profiles).await?;
+        // A rule whose flow is archived assigns nothing (its matches are not recorded either:
+        // once the flow is brought back, the users' next change or a backfill assigns them).
+        let flows: Vec<FlowId> = rules.iter().map(|rule| rule.flow_id).collect();
+        let archived = db::archived_flows(self.pool, self.org.id, &flows).await?;
+        let live: Vec<Rule>;
+        let rules = if archived.is_empty() {
+            rules
+        } else {
+            tracing::info!(
+                org_id = %self.org.id,
+                rules = ?rules
+                    .iter()
+                    .filter(|rule| archived.contains(&rule.flow_id))
+                    .map(|rule| rule.id)
+                    .collect::<Vec<_>>(),
+                "enrollment rules of archived flows skipped: an archived flow takes no new \
+                 assignments"
+            );
+            live = rules
+                .iter()
+                .filter(|rule| !archived.contains(&rule.flow_id))
+                .cloned()
+                .collect();
+            &live[..]
+        };
         let mut evaluated: Vec<Evaluated> = Vec::new();
         for rule in rules {
             for profile in profiles.iter().filter(|profile| profile.active) {
@@ -335,6 +367,62 @@ impl Assigner<'_> {
             },
             deferred,
         ))
+    }
+
+    /// Cancels, for each rule that cancels on unmatch, the open assignments it made for the
+    /// (active) users of `profiles` it does not match now, through the change queue: each with
+    /// a change id derived from the rule and the assignment, so however often the user is
+    /// evaluated it applies once, with one `flow.cancelled` naming the rule. Assignments made by
+    /// hand or by another rule are not touched.
+    async fn cancel_unmatched(
+        &self,
+        rules: &[Rule],
+        profiles: &[Profile],
+    ) -> Result<(), EnrollmentError> {
+        let mut pairs: (Vec<EnrollmentRuleId>, Vec<UserId>) = (Vec::new(), Vec::new());
+        for rule in rules.iter().filter(|rule| rule.cancel_on_unmatch) {
+            for profile in profiles
+                .iter()
+                .filter(|profile| profile.active && !rule.condition.matches(profile))
+            {
+                pairs.0.push(rule.id);
+                pairs.1.push(profile.id);
+            }
+        }
+        if pairs.0.is_empty() {
+            return Ok(());
+        }
+        let open = changes::open_made_by_rules(self.pool, self.org.id, &pairs.0, &pairs.1).await?;
+        if open.is_empty() {
+            return Ok(());
+        }
+        let names: HashMap<EnrollmentRuleId, &str> = rules
+            .iter()
+            .map(|rule| (rule.id, rule.name.as_str()))
+            .collect();
+        let targets: Vec<AutoCancel> = open
+            .into_iter()
+            .map(|(rule_id, assignment_id)| AutoCancel {
+                assignment_id,
+                cause: AutomaticCancel::Unmatched(rule_id),
+                reason: unmatched_reason(names.get(&rule_id).copied().unwrap_or("")),
+            })
+            .collect();
+        let failed = targets.len();
+        cancel_automatically(
+            self.pool,
+            self.publisher.publisher(),
+            self.org.id,
+            self.actor,
+            &targets,
+        )
+        .await
+        .map_err(|error| match error {
+            AutoCancelError::Database(error) => EnrollmentError::Database(error),
+            AutoCancelError::Unavailable(error) => EnrollmentError::Unavailable { failed, error },
+            AutoCancelError::Encode(error) => EnrollmentError::Encode(error),
+        })?;
+        Ok(())
     }
 
     /// Charges up to `wanted` assignments to the organization's assign budget; answers how many

@@ -70,6 +70,9 @@ string_enum!(
         AssignmentCancelled => "assignment.cancelled",
         /// A flow's name, description or archived state was changed.
         FlowUpdated => "flow.updated",
+        /// The organization's settings (cancel on deactivation, default reminder policy) were
+        /// changed.
+        SettingsUpdated => "settings.updated",
     }
 );
 
@@ -109,6 +112,7 @@ impl AuditAction {
             Self::AssignmentUpdated => "Changed an assignment",
             Self::AssignmentCancelled => "Cancelled an assignment",
             Self::FlowUpdated => "Changed a flow",
+            Self::SettingsUpdated => "Changed the organization's settings",
         }
     }
 }
@@ -175,6 +179,7 @@ mod tests {
                 "assignment.updated",
                 "assignment.cancelled",
                 "flow.updated",
+                "settings.updated",
             ]
         );
     }

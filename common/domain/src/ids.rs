@@ -210,6 +210,32 @@ impl AssignmentId {
     }
 }
 
+/// Why the service itself cancels an assignment (issue 37): the id of that cancellation's change
+/// is derived from the cause and the assignment ([`AssignmentId::automatic_cancel_id`]), so a
+/// retried request or a second evaluation queues the same change, which applies once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AutomaticCancel {
+    /// The assignee was deactivated, and the organization cancels on deactivation.
+    Deactivated,
+    /// The assignee no longer matches the enrollment rule that made the assignment.
+    Unmatched(EnrollmentRuleId),
+}
+
+impl AssignmentId {
+    /// The id of the change that cancels this assignment for `cause`: the same every time.
+    pub fn automatic_cancel_id(self, cause: AutomaticCancel) -> Uuid {
+        match cause {
+            AutomaticCancel::Deactivated => {
+                derived_uuid(b"flow.cancel.deactivated", &[self.0.as_bytes()])
+            }
+            AutomaticCancel::Unmatched(rule) => derived_uuid(
+                b"flow.cancel.unmatched",
+                &[rule.0.as_bytes(), self.0.as_bytes()],
+            ),
+        }
+    }
+}
+
 impl EventId {
     /// The id of the event of type `event_type` about an assignment assigned at `assigned_at`.
     /// Each transition happens at most once per assignment, so deriving the id from both makes a

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use flow_domain::events::{EventType, NewEvent, Transition};
-use flow_domain::ids::{AssignmentId, FlowId, OrgId};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, OrgId, UserId};
 use flow_domain::lane::Lane;
 use flow_domain::messages::{Change, ChangeCommand, SetTo};
 use flow_domain::{AssignmentStatus, Priority, format_timestamp};
@@ -296,5 +296,57 @@ pub async fn by_flow_and_email<'e>(
     .bind(flow_id)
     .bind(email_normalized)
     .fetch_optional(executor)
+    .await
+}
+
+/// Which of the change ids `ids` were applied (or are being applied) already: a change queued
+/// again with a derived id is left out when its first queueing was applied.
+pub async fn recorded<'e>(
+    executor: impl PgExecutor<'e>,
+    ids: &[uuid::Uuid],
+) -> Result<Vec<uuid::Uuid>, sqlx::Error> {
+    sqlx::query_scalar("SELECT id FROM assignment_changes WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(executor)
+        .await
+}
+
+/// The open assignments (pending, in progress, overdue) of the user, in id order.
+pub async fn open_of_user<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    user_id: UserId,
+) -> Result<Vec<AssignmentId>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM assignments
+         WHERE org_id = $1 AND user_id = $2 AND status IN ('pending', 'in_progress', 'overdue')
+         ORDER BY id",
+    )
+    .bind(org_id)
+    .bind(user_id)
+    .fetch_all(executor)
+    .await
+}
+
+/// The open assignments each (rule, user) pair's rule made for that user: (rule, assignment),
+/// in id order. An assignment made by hand or by another rule is not one of them.
+pub async fn open_made_by_rules<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    rules: &[EnrollmentRuleId],
+    users: &[UserId],
+) -> Result<Vec<(EnrollmentRuleId, AssignmentId)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT a.enrollment_rule_id, a.id
+         FROM UNNEST($2::uuid[], $3::uuid[]) AS p(rule_id, user_id)
+         JOIN assignments a ON a.enrollment_rule_id = p.rule_id AND a.user_id = p.user_id
+         WHERE a.org_id = $1 AND a.enrollment_rule_id IS NOT NULL
+           AND a.status IN ('pending', 'in_progress', 'overdue')
+         ORDER BY a.id",
+    )
+    .bind(org_id)
+    .bind(rules)
+    .bind(users)
+    .fetch_all(executor)
     .await
 }

@@ -32,6 +32,8 @@ pub struct RuleRecord {
     pub notes: Option<String>,
     /// Whether a user who stops matching and matches again is assigned again.
     pub reassign: bool,
+    /// Whether the open assignments it made for a user are cancelled when they stop matching.
+    pub cancel_on_unmatch: bool,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change.
@@ -57,10 +59,13 @@ pub struct RuleFields {
     pub notes: Option<String>,
     /// Re-assign on a re-match.
     pub reassign: bool,
+    /// Cancel its open assignments of a user who stops matching.
+    pub cancel_on_unmatch: bool,
 }
 
 const RULE_COLUMNS: &str = "r.id, r.org_id, r.name, r.condition, r.flow_id, f.name AS flow_name,
-    r.due_days, r.due_from, r.priority, r.notes, r.reassign, r.created_at, r.updated_at";
+    r.due_days, r.due_from, r.priority, r.notes, r.reassign, r.cancel_on_unmatch, r.created_at,
+    r.updated_at";
 
 /// Creates a rule.
 pub async fn create(
@@ -71,8 +76,8 @@ pub async fn create(
     let id = EnrollmentRuleId::new();
     let insert = sqlx::query(
         "INSERT INTO enrollment_rules (id, org_id, name, condition, flow_id, due_days, due_from,
-                                       priority, notes, reassign)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                                       priority, notes, reassign, cancel_on_unmatch)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
     .bind(id)
     .bind(org_id);
@@ -87,8 +92,8 @@ pub async fn create(
 /// A statement of the rules table, its ids bound as `$1` and `$2`.
 type FieldsQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
-/// Binds a rule's fields as parameters $3 to $10, in this order: name, condition, flow_id,
-/// due_days, due_from, priority, notes, reassign. One binding for the insert and the update, so
+/// Binds a rule's fields as parameters $3 to $11, in this order: name, condition, flow_id,
+/// due_days, due_from, priority, notes, reassign, cancel_on_unmatch. One binding for the insert and the update, so
 /// they cannot drift apart.
 fn bind_fields<'q>(query: FieldsQuery<'q>, fields: &'q RuleFields) -> FieldsQuery<'q> {
     query
@@ -100,6 +105,7 @@ fn bind_fields<'q>(query: FieldsQuery<'q>, fields: &'q RuleFields) -> FieldsQuer
         .bind(&fields.priority)
         .bind(fields.notes.as_deref())
         .bind(fields.reassign)
+        .bind(fields.cancel_on_unmatch)
 }
 
 /// Replaces a rule's fields; false when the organization has no such rule.
@@ -111,7 +117,8 @@ pub async fn update(
 ) -> Result<bool, sqlx::Error> {
     let update = sqlx::query(
         "UPDATE enrollment_rules SET name = $3, condition = $4, flow_id = $5, due_days = $6,
-                due_from = $7, priority = $8, notes = $9, reassign = $10, updated_at = now()
+                due_from = $7, priority = $8, notes = $9, reassign = $10, cancel_on_unmatch = $11,
+                updated_at = now()
          WHERE org_id = $1 AND id = $2",
     )
     .bind(org_id)
@@ -521,4 +528,19 @@ pub async fn pending_count<'e>(executor: impl PgExecutor<'e>) -> Result<i64, sql
 /// A duration in milliseconds, for `$n * interval '1 millisecond'`.
 pub(crate) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Which of the flows `flow_ids` of the organization are archived (their rules assign nothing).
+pub async fn archived_flows<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    flow_ids: &[FlowId],
+) -> Result<Vec<FlowId>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM flows WHERE org_id = $1 AND id = ANY($2) AND archived_at IS NOT NULL",
+    )
+    .bind(org_id)
+    .bind(flow_ids)
+    .fetch_all(executor)
+    .await
 }

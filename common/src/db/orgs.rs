@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 use flow_domain::ids::OrgId;
 use flow_domain::lane::BULK_SHARDS;
+use flow_domain::reminders::ReminderPolicy;
 use sqlx::{FromRow, PgExecutor};
 
 pub use flow_domain::Tier;
@@ -190,4 +191,46 @@ pub async fn bulk_lanes<'e>(
             .fetch_all(executor)
             .await?;
     Ok(rows.into_iter().collect())
+}
+
+/// An organization's lifecycle settings (migration 0244), as its admins edit them.
+#[derive(Debug, Clone, FromRow)]
+pub struct OrgSettings {
+    /// Whether deactivating a user cancels their open assignments.
+    pub cancel_on_deactivate: bool,
+    /// The default reminder policy of flows without one of their own; none when `None`.
+    pub reminders: Option<sqlx::types::Json<ReminderPolicy>>,
+}
+
+/// The settings of the organization `id`.
+pub async fn settings<'e>(
+    executor: impl PgExecutor<'e>,
+    id: OrgId,
+) -> Result<Option<OrgSettings>, sqlx::Error> {
+    sqlx::query_as("SELECT cancel_on_deactivate, reminders FROM organizations WHERE id = $1")
+        .bind(id)
+        .fetch_optional(executor)
+        .await
+}
+
+/// Changes the organization's settings: each `None` keeps its value; `reminders` of
+/// `Some(None)` clears the default policy. Answers the settings as they are then.
+pub async fn update_settings<'e>(
+    executor: impl PgExecutor<'e>,
+    id: OrgId,
+    cancel_on_deactivate: Option<bool>,
+    reminders: Option<Option<&ReminderPolicy>>,
+) -> Result<Option<OrgSettings>, sqlx::Error> {
+    sqlx::query_as(
+        "UPDATE organizations SET
+            cancel_on_deactivate = COALESCE($2, cancel_on_deactivate),
+            reminders = CASE WHEN $3 THEN $4 ELSE reminders END
+         WHERE id = $1 RETURNING cancel_on_deactivate, reminders",
+    )
+    .bind(id)
+    .bind(cancel_on_deactivate)
+    .bind(reminders.is_some())
+    .bind(reminders.flatten().map(sqlx::types::Json))
+    .fetch_optional(executor)
+    .await
 }

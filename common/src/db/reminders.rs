@@ -1,6 +1,8 @@
 //! Sending reminders (design §16): the scheduler's scan for reminders whose time has come, by
-//! each flow's policy, computed in the organization's time zone (a day before a due date is the
-//! same local time the local day before, across clock changes). Each reminder is claimed by
+//! each flow's policy (or, for a flow without one, its organization's default policy: a flow's
+//! own policy wins, even one with empty lists, which says "no reminders"), computed in the
+//! organization's time zone (a day before a due date is the same local time the local day
+//! before, across clock changes). Each reminder is claimed by
 //! inserting its row in `assignment_reminders` in the transaction that writes its event, so it is
 //! sent once per (assignment, due date, kind, offset) whatever the number of schedulers.
 
@@ -38,15 +40,25 @@ pub async fn send_due(
     limit: i64,
 ) -> Result<usize, sqlx::Error> {
     let claimed: Vec<Claimed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "WITH candidates AS (
-            SELECT a.id, a.assigned_at, a.due_at, f.reminders, o.timezone AS zone
-            FROM flows f
-            JOIN assignments a ON a.flow_id = f.id
+        "WITH policies AS (
+            -- The flows with a policy of their own (flows_with_reminders_idx), and the flows
+            -- without one of the organizations with a default (organizations_with_reminders_idx,
+            -- then flows_org_id_idx): COALESCE(flow policy, organization default), read per
+            -- flow, so the scan only reads the open assignments of flows with a policy.
+            SELECT f.id AS flow_id, f.reminders, o.timezone AS zone
+            FROM flows f JOIN organizations o ON o.id = f.org_id
+            WHERE f.reminders IS NOT NULL
+            UNION ALL
+            SELECT f.id, o.reminders, o.timezone
+            FROM organizations o JOIN flows f ON f.org_id = o.id AND f.reminders IS NULL
+            WHERE o.reminders IS NOT NULL
+         ), candidates AS (
+            SELECT a.id, a.assigned_at, a.due_at, p.reminders, p.zone
+            FROM policies p
+            JOIN assignments a ON a.flow_id = p.flow_id
                 AND a.status IN ('pending', 'in_progress', 'overdue') AND a.due_at IS NOT NULL
                 AND a.due_at > $1 - interval '400 days' AND a.due_at < $1 + interval '400 days'
             JOIN users u ON u.id = a.user_id AND u.active
-            JOIN organizations o ON o.id = a.org_id
-            WHERE f.reminders IS NOT NULL
          ), offsets AS (
             SELECT c.id, c.assigned_at, c.due_at, 'due_soon' AS kind, d.days,
                    ((c.due_at AT TIME ZONE c.zone) - make_interval(days => d.days))

@@ -161,6 +161,8 @@ pub struct DueSchedule {
     pub notes: Option<String>,
     /// The organization's place in the bulk lane (its occurrences are bulk work).
     pub bulk_lane: i64,
+    /// Whether the flow is archived: the occurrence is skipped, not assigned.
+    pub flow_archived: bool,
 }
 
 /// Locks up to `limit` schedules due at `now`, skipping those another scheduler holds and those
@@ -173,7 +175,8 @@ pub async fn claim_due(
     sqlx::query_as(
         "SELECT s.id, s.org_id, o.timezone, s.flow_id, f.name AS flow_name, s.user_id,
                 u.email AS assignee_email, s.anchor_at, s.scheduled_at, s.occurrence, s.recurrence,
-                s.due_in_days, s.priority, s.notes, o.bulk_lane
+                s.due_in_days, s.priority, s.notes, o.bulk_lane,
+                f.archived_at IS NOT NULL AS flow_archived
          FROM schedules s
          JOIN organizations o ON o.id = s.org_id
          JOIN flows f ON f.id = s.flow_id

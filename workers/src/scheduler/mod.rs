@@ -298,7 +298,30 @@ pub async fn run_schedules(
     let mut total = 0;
     loop {
         let now = Utc::now();
-        let (mut claimed, due) = claim_due(pool, now, batch_size).await?;
+        let (mut claimed, mut due) = claim_due(pool, now, batch_size).await?;
+        let claimed_count = due.len();
+        // An archived flow takes no new assignments: its occurrences are skipped (the series
+        // moves on to its next occurrence; a one-off schedule ends), each logged.
+        let (archived, live): (Vec<DueSchedule>, Vec<DueSchedule>) =
+            due.drain(..).partition(|schedule| schedule.flow_archived);
+        let due = live;
+        for schedule in &archived {
+            let (next_index, next_at) = next_occurrence(schedule, now);
+            claimed.advance(schedule.id, next_index, next_at).await?;
+            tracing::warn!(
+                role = ROLE,
+                schedule_id = %schedule.id,
+                org_id = %schedule.org_id,
+                flow_id = %schedule.flow_id,
+                occurrence = schedule.occurrence,
+                next = ?next_at,
+                "schedule occurrence skipped: the flow is archived and takes no new assignments"
+            );
+        }
+        if !archived.is_empty() {
+            metrics::counter!("flow_worker_messages_total", "worker" => ROLE, "outcome" => "schedule_skipped_archived")
+                .increment(archived.len() as u64);
+        }
         // The occurrences of one round share a trace of their own, continued by their commands,
         // their `flow.assigned` events and those events' webhook deliveries (a span only when
         // something is due, so idle rounds leave no traces).
@@ -349,7 +372,7 @@ pub async fn run_schedules(
                 due.len()
             )));
         }
-        if (due.len() as i64) < batch_size {
+        if (claimed_count as i64) < batch_size {
             return Ok(total);
         }
     }

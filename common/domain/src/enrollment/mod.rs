@@ -97,6 +97,8 @@ pub struct Rule {
     pub notes: Option<String>,
     /// Re-assign on a re-match.
     pub reassign: bool,
+    /// Cancel the open assignments it made for a user who stops matching.
+    pub cancel_on_unmatch: bool,
 }
 
 impl Rule {
