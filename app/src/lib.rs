@@ -27,6 +27,7 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod attention;
 pub mod audit;
 pub mod backlogs;
 pub mod caches;

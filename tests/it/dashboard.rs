@@ -73,10 +73,11 @@ async fn a_sign_in_link_sets_the_password_once_and_signs_in() {
         .post_form(path, &[("password", PASSWORD), ("confirm", PASSWORD)])
         .await;
     assert_eq!(set.status, 303);
-    assert_eq!(set.location(), Some("/dashboard/flows"));
-    let flows = client.page("/dashboard/flows").await;
-    assert!(flows.contains("Welcome!"), "a welcome notice: {flows}");
-    assert!(flows.contains("Pat@Example.com"));
+    assert_eq!(set.location(), Some("/dashboard"));
+    let home = client.page("/dashboard").await;
+    assert!(home.contains("Welcome!"), "a welcome notice: {home}");
+    assert!(home.contains("Pat@Example.com"));
+    assert!(home.contains("What needs attention"), "{home}");
 
     let hash: String = sqlx::query_scalar("SELECT password_hash FROM dashboard_accounts")
         .fetch_one(&app.db)
@@ -384,6 +385,7 @@ async fn viewers_see_everything_but_cannot_change_anything() {
     let viewer = DashboardClient::signed_in(&app, org.id, "vic@example.com", role("viewer")).await;
 
     for path in [
+        "/dashboard".to_owned(),
         "/dashboard/flows".to_owned(),
         format!("/dashboard/flows/{flow}"),
         "/dashboard/assign".to_owned(),
@@ -676,6 +678,7 @@ async fn pages_allow_no_inline_script_or_style() {
     let flow = app.create_flow(&org, "Onboarding", &[10, 20]).await;
     for path in [
         "/dashboard/sign-in".to_owned(),
+        "/dashboard".to_owned(),
         "/dashboard/flows".to_owned(),
         format!("/dashboard/flows/{flow}"),
         "/dashboard/assign".to_owned(),

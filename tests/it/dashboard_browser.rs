@@ -316,7 +316,7 @@ async fn an_admin_goes_through_the_dashboard_in_a_real_browser() {
         }
     };
 
-    // The one-time link: set a password, land on the flows.
+    // The one-time link: set a password, land on the home page (what needs attention).
     browser.client.goto(&link).await.expect("opens the link");
     browser.find("#set-password").await;
     browser.screenshot("welcome").await;
@@ -328,8 +328,13 @@ async fn an_admin_goes_through_the_dashboard_in_a_real_browser() {
         .await;
     browser.click("#set-password button[type=submit]").await;
     browser.find("#notice").await;
-    assert_eq!(browser.path().await, "/dashboard/flows");
+    assert_eq!(browser.path().await, "/dashboard");
     assert!(browser.html().await.contains("Welcome!"));
+    browser.find("#attention-counts").await;
+    browser.screenshot("home").await;
+    browser.link("Flows").await;
+    browser.find("#flows").await;
+    assert_eq!(browser.path().await, "/dashboard/flows");
     browser.screenshot("flows").await;
 
     // Settings → API Keys → Generate New Key; the key works, then is revoked.

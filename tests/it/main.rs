@@ -5,6 +5,7 @@
 mod accounts;
 mod api_docs;
 mod assign;
+mod attention;
 mod bad_input;
 mod changes;
 mod cluster;

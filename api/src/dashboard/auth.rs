@@ -261,7 +261,7 @@ fn safe_next(next: Option<&str>) -> String {
         {
             next.to_owned()
         }
-        _ => "/dashboard/flows".to_owned(),
+        _ => "/dashboard".to_owned(),
     }
 }
 
@@ -487,7 +487,7 @@ async fn set_password(
         ),
     )
     .await;
-    Ok(Redirect::to("/dashboard/flows").into_response())
+    Ok(Redirect::to("/dashboard").into_response())
 }
 
 #[cfg(test)]

@@ -160,6 +160,10 @@ pub struct AssignmentRow {
     pub id: String,
     /// Assignee.
     pub email: String,
+    /// The assignee's page.
+    pub user_id: String,
+    /// Whether it can be changed or cancelled (pending, in progress or overdue).
+    pub open: bool,
     pub status: String,
     /// Status in words.
     pub status_text: String,
@@ -218,6 +222,8 @@ struct FlowPage {
     next_url: Option<String>,
     first_url: Option<String>,
     filtered: bool,
+    /// This page's address, where the row actions come back to.
+    back: String,
 }
 
 /// The report on a flow of the signed-in organization: with `format`, its export (of the rows
@@ -385,6 +391,13 @@ async fn show(
                 AssignmentRow {
                     id: row.id.to_string(),
                     email: row.assignee_email.clone(),
+                    user_id: row.user_id.to_string(),
+                    open: matches!(
+                        status,
+                        AssignmentStatus::Pending
+                            | AssignmentStatus::InProgress
+                            | AssignmentStatus::Overdue
+                    ),
                     status: status.as_str().to_owned(),
                     status_text: label(status.as_str()),
                     progress: format!("{} / {}", row.completed_modules, row.total_modules),
@@ -403,6 +416,13 @@ async fn show(
         next_url,
         first_url: after.map(|_| flow_url(flow.id, &filters)),
         filtered: status.is_some() || email.is_some(),
+        back: flow_url(
+            flow.id,
+            &FlowQuery {
+                after: query.after.clone().filter(|_| after.is_some()),
+                ..filters.clone()
+            },
+        ),
         layout,
     };
     let code = if page.email_error.is_some() {

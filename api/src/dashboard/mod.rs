@@ -1,6 +1,7 @@
-//! The dashboard: server-rendered pages under `/dashboard` for an organization's accounts (API
-//! keys, webhooks and their delivery log, flows with reports and exports, assign, users,
-//! schedules, team, audit trail, and for admins the operations view of the lanes).
+//! The dashboard: server-rendered pages under `/dashboard` for an organization's accounts (the
+//! home page of what needs attention, API keys, webhooks and their delivery log, flows with
+//! reports and exports, assign, users and a page per person, changing and cancelling
+//! assignments, schedules, team, audit trail, and for admins the operations view of the lanes).
 //!
 //! Pages are askama templates checked at compile time; every value is HTML-escaped by them.
 //! Forms are plain HTML and work without JavaScript; htmx (vendored, served from the binary) only
@@ -10,6 +11,7 @@
 //! scoped to the signed-in account's organization, and goes through the same functions as the
 //! API (assign, reports, exports, webhook endpoints).
 
+pub mod actions;
 mod assets;
 pub mod assign;
 pub mod audit;
@@ -17,6 +19,7 @@ pub mod auth;
 mod chart;
 pub mod csv_upload;
 pub mod flows;
+pub mod home;
 pub mod keys;
 pub mod operations;
 pub mod org_settings;
@@ -36,8 +39,7 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
@@ -80,7 +82,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         },
     );
     let pages = Router::new()
-        .route("/", get(|| async { Redirect::to("/dashboard/flows") }))
+        .merge(home::router())
         .merge(auth::router())
         .merge(keys::router())
         .merge(team::router())
@@ -93,6 +95,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(users::router())
         .merge(schedules::router())
         .merge(rules::router())
+        .merge(actions::router())
         .fallback(|| async { PageError::not_found() })
         .layer(sessions);
     Router::new()

@@ -9,6 +9,8 @@ use chrono_tz::Tz;
 /// A sidebar section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
+    /// The home page: what needs attention.
+    Home,
     /// Flows and their reports.
     Flows,
     /// Assign form and upload.
@@ -27,6 +29,7 @@ impl Section {
     /// The name the navigation uses.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Home => "home",
             Self::Flows => "flows",
             Self::Assign => "assign",
             Self::Users => "users",

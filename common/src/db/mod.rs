@@ -2,6 +2,7 @@
 
 pub mod accounts;
 pub mod assignments;
+pub mod attention;
 pub mod audit;
 pub mod changes;
 pub mod dashboard;
