@@ -1,13 +1,15 @@
 //! What needs attention in an organization (design §16, the dashboard's home page): its open
 //! assignments overdue (with the days they are overdue) and due within [`DUE_SOON_DAYS`] days
-//! across every flow, counted exactly; its failing webhook endpoints; its rules whose latest
+//! across every flow, counted exactly; its completions expiring within as many days; its failing
+//! webhook endpoints; its rules whose latest
 //! backfill failed; and its assignments that could not be persisted (a bulk or CSV assign whose
 //! command was dead-lettered). The due figures and lists are read in one snapshot on a fresh
 //! replica, else the primary, as the dashboard's other figures are.
 
 use chrono::{DateTime, Duration, Utc};
 use flow_common::db::attention::{
-    self as queries, DueAssignment, DueCounts, FailedAssign, FailedBackfill, FailingEndpoint,
+    self as queries, DueAssignment, DueCounts, ExpiringCompletion, FailedAssign, FailedBackfill,
+    FailingEndpoint,
 };
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
@@ -45,9 +47,9 @@ pub struct Attention {
     pub overdue: Vec<DueItem>,
     /// The soonest due, at most [`LISTED`].
     pub due_soon: Vec<DueItem>,
-    // EXPIRING (to be wired by the lead once completions have `expires_at`, on another branch):
-    // completions expiring within DUE_SOON_DAYS days go here as a count and a list, read in the
-    // same snapshot as the due figures; the home page has the matching `expiring` spot.
+    /// Completions (of active users, their renewal not completed) whose validity ends within
+    /// [`DUE_SOON_DAYS`] days: how many, and the soonest [`LISTED`] with the calendar days left.
+    pub expiring: (i64, Vec<(ExpiringCompletion, i64)>),
     /// Endpoints in a run of failures, or disabled by the service.
     pub failing_endpoints: Vec<FailingEndpoint>,
     /// Rules whose latest backfill failed.
@@ -76,6 +78,9 @@ pub async fn read(ctx: &Context, acting: Acting<'_>) -> Result<Attention, Servic
             let overdue = queries::due_between(&mut *connection, org_id, None, now, LISTED).await?;
             let due_soon =
                 queries::due_between(&mut *connection, org_id, Some(now), until, LISTED).await?;
+            let expiring_count =
+                queries::expiring_count(&mut *connection, org_id, now, until).await?;
+            let expiring = queries::expiring(&mut *connection, org_id, now, until, LISTED).await?;
             let failing_endpoints = queries::failing_endpoints(&mut *connection, org_id).await?;
             let failed_backfills = queries::failed_backfills(&mut *connection, org_id).await?;
             let failed_assigns = queries::failed_assigns(connection, org_id, LISTED).await?;
@@ -83,6 +88,7 @@ pub async fn read(ctx: &Context, acting: Acting<'_>) -> Result<Attention, Servic
                 counts,
                 overdue,
                 due_soon,
+                (expiring_count, expiring),
                 failing_endpoints,
                 failed_backfills,
                 failed_assigns,
@@ -94,8 +100,18 @@ pub async fn read(ctx: &Context, acting: Acting<'_>) -> Result<Attention, Servic
             break served.value;
         }
     };
-    let (read_at, (counts, overdue, due_soon, failing_endpoints, failed_backfills, failed_assigns)) =
-        served;
+    let (
+        read_at,
+        (
+            counts,
+            overdue,
+            due_soon,
+            (expiring_count, expiring),
+            failing_endpoints,
+            failed_backfills,
+            failed_assigns,
+        ),
+    ) = served;
     let item = |overdue: bool| {
         move |assignment: DueAssignment| {
             let days = if overdue {
@@ -117,6 +133,16 @@ pub async fn read(ctx: &Context, acting: Acting<'_>) -> Result<Attention, Servic
         counts,
         overdue: overdue.into_iter().map(item(true)).collect(),
         due_soon: due_soon.into_iter().map(item(false)).collect(),
+        expiring: (
+            expiring_count,
+            expiring
+                .into_iter()
+                .map(|completion| {
+                    let days = calendar_days(zone, read_at, completion.expires_at);
+                    (completion, days)
+                })
+                .collect(),
+        ),
         failing_endpoints,
         failed_backfills,
         failed_assigns,

@@ -641,3 +641,70 @@ async fn a_due_date_change_from_the_dashboard_returns_an_overdue_assignment_to_p
     let home = client.page("/dashboard").await;
     assert_eq!(text_after(&home, "id=\"count-overdue\""), "0");
 }
+
+#[tokio::test]
+async fn the_home_page_lists_completions_expiring_within_seven_days() {
+    let app = TestApp::spawn().await;
+    let (org, client) = org_with_admin(&app).await;
+    app.create_users(
+        &org,
+        &["ann@example.com", "bob@example.com", "cy@example.com"],
+    )
+    .await;
+    let short = app.create_flow(&org, "Fire safety", &[10]).await;
+    let long = app.create_flow(&org, "Privacy", &[10]).await;
+    for (flow, days) in [(&short, 5), (&long, 30)] {
+        let edited = app
+            .request(
+                reqwest::Method::PATCH,
+                &format!("/v1/flows/{flow}"),
+                Some(&org.key),
+                Some(&json!({ "validFor": { "days": days } })),
+                &[],
+            )
+            .await;
+        assert_eq!(edited.status, 200, "{:?}", edited.body);
+    }
+    let complete = |flow: String, email: &'static str| {
+        let (app, org) = (&app, &org);
+        async move {
+            let id = app.assign_persisted(org, &flow, email, json!({})).await;
+            let module = app.module_ids(org, &flow).await.remove(0);
+            let done = app
+                .post(
+                    org,
+                    &format!("/v1/assignments/{id}/progress"),
+                    &json!({ "moduleId": module, "status": "completed" }),
+                )
+                .await;
+            assert_eq!(done.status, 202, "{:?}", done.body);
+            app.wait_for_status(org, &id, "completed").await;
+            id
+        }
+    };
+    let expiring = complete(short.clone(), "ann@example.com").await;
+    let later = complete(long.clone(), "bob@example.com").await;
+    let settled = complete(short.clone(), "cy@example.com").await;
+    // A completion the scheduler has settled already (expired, or renewed in time) is not listed.
+    sqlx::query("UPDATE assignments SET expiry_settled_at = now() WHERE id = $1")
+        .bind(AssignmentId::parse(&settled).expect("id"))
+        .execute(&app.db)
+        .await
+        .expect("settled");
+
+    let home = client.page("/dashboard").await;
+    assert!(!home.contains("id=\"all-clear\""), "{home}");
+    assert_eq!(text_after(&home, "id=\"count-expiring\""), "1", "{home}");
+    let listed = section(&home, "id=\"expiring\"");
+    assert!(
+        listed.contains(&format!("data-assignment=\"{expiring}\"")),
+        "{listed}"
+    );
+    assert!(listed.contains("expires in 5 days"), "{listed}");
+    let ann = user_id(&app, &org, "ann@example.com").await;
+    assert!(listed.contains(&format!("href=\"/dashboard/users/{ann}\"")));
+    assert!(listed.contains(&format!("href=\"/dashboard/flows/{short}\"")));
+    for absent in [&later, &settled] {
+        assert!(!listed.contains(absent.as_str()), "{absent} listed");
+    }
+}

@@ -1,6 +1,6 @@
 //! The home page, where a signed-in account lands: what needs attention in the organization
 //! (design §16) — open assignments overdue (with the days overdue) and due within 7 days across
-//! every flow, counted exactly; failing webhook endpoints; rules whose latest backfill failed;
+//! every flow, counted exactly; completions expiring within as many days; failing webhook endpoints; rules whose latest backfill failed;
 //! assignments that could not be persisted. Each item links to the page where it is fixed: the
 //! person's page, the flow's page, the endpoint's page, the rule's page. The figures come from
 //! [`flow_app::attention`].
@@ -42,6 +42,24 @@ pub struct DueRow {
     pub status: String,
     /// Status in words.
     pub status_text: String,
+}
+
+/// A completion expiring soon.
+pub struct ExpiringRow {
+    /// The completed assignment.
+    pub id: String,
+    pub user_id: String,
+    /// The assignee: name, else e-mail.
+    pub who: String,
+    pub email: String,
+    pub flow_id: String,
+    pub flow_name: String,
+    /// When the completion expires.
+    pub expires: String,
+    /// `expires today`, `expires in 3 days`.
+    pub when: String,
+    /// Whether its renewal is assigned already.
+    pub renewal_assigned: bool,
 }
 
 /// A failing endpoint.
@@ -88,6 +106,10 @@ struct HomePage {
     due_soon_more: bool,
     overdue: Vec<DueRow>,
     due_soon: Vec<DueRow>,
+    expiring_count: String,
+    /// Whether more expire soon than listed.
+    expiring_more: bool,
+    expiring: Vec<ExpiringRow>,
     endpoints: Vec<EndpointRow>,
     backfills: Vec<BackfillRow>,
     failed_assigns_count: String,
@@ -138,6 +160,29 @@ async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<Ho
     };
     let overdue: Vec<DueRow> = found.overdue.iter().map(|item| row(item, true)).collect();
     let due_soon: Vec<DueRow> = found.due_soon.iter().map(|item| row(item, false)).collect();
+    let (expiring_total, expiring) = &found.expiring;
+    let expiring: Vec<ExpiringRow> = expiring
+        .iter()
+        .map(|(completion, days)| ExpiringRow {
+            id: completion.id.to_string(),
+            user_id: completion.user_id.to_string(),
+            who: completion
+                .name
+                .clone()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| completion.email.clone()),
+            email: completion.email.clone(),
+            flow_id: completion.flow_id.to_string(),
+            flow_name: completion.flow_name.clone(),
+            expires: layout.time(&completion.expires_at),
+            when: if *days <= 0 {
+                "expires today".to_owned()
+            } else {
+                format!("expires in {}", plural(*days, "day"))
+            },
+            renewal_assigned: completion.renewal_id.is_some(),
+        })
+        .collect();
     let endpoints: Vec<EndpointRow> = found
         .failing_endpoints
         .iter()
@@ -185,11 +230,15 @@ async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<Ho
         due_soon_more: counts.due_soon > i64::try_from(due_soon.len()).unwrap_or(i64::MAX),
         all_clear: counts.overdue == 0
             && counts.due_soon == 0
+            && *expiring_total == 0
             && endpoints.is_empty()
             && backfills.is_empty()
             && *failed_total == 0,
         overdue,
         due_soon,
+        expiring_count: count(*expiring_total),
+        expiring_more: *expiring_total > i64::try_from(expiring.len()).unwrap_or(i64::MAX),
+        expiring,
         endpoints,
         backfills,
         failed_assigns_count: count(*failed_total),

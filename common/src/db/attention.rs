@@ -2,7 +2,7 @@
 //! assignments overdue or due soon (counted exactly, and the most urgent listed), its webhook
 //! endpoints that fail or were disabled, its enrollment backfills whose latest run failed, and
 //! its assignments that could not be persisted (a bulk or CSV assign whose command was
-//! dead-lettered).
+//! dead-lettered), and its completions whose validity ends soon (expiring).
 //!
 //! The due reads stay on the partial index `assignments_open_due_by_org_idx` (migration 0245):
 //! one range of `(org_id, due_at, id)` per count or list, whatever the organization's number of
@@ -92,6 +92,76 @@ pub async fn due_between<'e>(
     )))
     .bind(org_id)
     .bind(after)
+    .bind(until)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// Completions of the organization whose validity has not lapsed yet (not settled by the
+/// scheduler) and whose renewal is not completed, of active users: what "expiring" counts.
+/// Stays on the partial index `assignments_expiring_by_org_idx` (migration 0246).
+const EXPIRING: &str = "a.status = 'completed' AND a.expires_at IS NOT NULL
+    AND a.expiry_settled_at IS NULL
+    AND NOT EXISTS (SELECT 1 FROM assignments r
+                    WHERE r.id = a.renewal_id AND r.status = 'completed')
+    AND EXISTS (SELECT 1 FROM users u WHERE u.id = a.user_id AND u.active)";
+
+/// How many of the organization's completions expire after `now` and at or before `until`
+/// (their renewal not completed yet).
+pub async fn expiring_count<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM assignments a
+         WHERE a.org_id = $1 AND {EXPIRING} AND a.expires_at > $2 AND a.expires_at <= $3"
+    )))
+    .bind(org_id)
+    .bind(now)
+    .bind(until)
+    .fetch_one(executor)
+    .await
+}
+
+/// A completion whose validity ends soon.
+#[derive(Debug, Clone, FromRow)]
+pub struct ExpiringCompletion {
+    pub id: AssignmentId,
+    pub flow_id: FlowId,
+    /// The flow's name.
+    pub flow_name: String,
+    pub user_id: UserId,
+    /// The assignee's e-mail.
+    pub email: String,
+    /// The assignee's name.
+    pub name: Option<String>,
+    pub expires_at: DateTime<Utc>,
+    /// The renewal assignment, once the renewal window opened.
+    pub renewal_id: Option<AssignmentId>,
+}
+
+/// Up to `limit` of the organization's completions expiring after `now` and at or before
+/// `until`, the soonest first.
+pub async fn expiring<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    now: DateTime<Utc>,
+    until: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<ExpiringCompletion>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT a.id, a.flow_id, f.name AS flow_name, a.user_id, u.email, u.name, a.expires_at,
+                a.renewal_id
+         FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
+         WHERE a.org_id = $1 AND {EXPIRING} AND a.expires_at > $2 AND a.expires_at <= $3
+         ORDER BY a.expires_at, a.id
+         LIMIT $4"
+    )))
+    .bind(org_id)
+    .bind(now)
     .bind(until)
     .bind(limit)
     .fetch_all(executor)
