@@ -442,8 +442,8 @@ async fn a_renewal_completed_in_time_keeps_the_completion_from_expiring() {
     .await;
     assert_eq!(set.status, 200, "{:?}", set.body);
     // Times in the past (progress is never in the future): completions 20 days ago expired 10
-    // days ago; their renewal window opened 15 days ago.
-    let now = Utc::now();
+    // days ago; their renewal window opened 15 days ago. Whole seconds, as the API shows them.
+    let now = chrono::SubsecRound::trunc_subsecs(Utc::now(), 0);
     let days_ago = |days: i64| (now - chrono::Duration::days(days)).to_rfc3339();
     let first = publisher(&app).await;
     let mut ids = Vec::new();
