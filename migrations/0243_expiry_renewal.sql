@@ -18,14 +18,18 @@ ALTER TABLE flows
 
 ALTER TABLE assignments
     ADD COLUMN expires_at        TIMESTAMPTZ,
+    -- When the renewal window opens: `expires_at` minus the flow's `renew_before_days` local
+    -- days (or `expires_at`), set with it at completion and again when the flow's window changes,
+    -- so the renewal scan reads only the completions whose window is open.
+    ADD COLUMN renew_at          TIMESTAMPTZ,
     ADD COLUMN renewal_id        UUID,
     ADD COLUMN expiry_settled_at TIMESTAMPTZ,
     ADD COLUMN expired_at        TIMESTAMPTZ;
 
--- The renewal scan reads the completions not renewed yet, by expiry; the expiry scan those not
+-- The renewal scan reads the completions not renewed yet whose window is open, by `renew_at`; the expiry scan those not
 -- settled yet. Each step leaves its index once done.
-CREATE INDEX assignments_renewal_scan_idx ON assignments (expires_at)
-    WHERE expires_at IS NOT NULL AND renewal_id IS NULL AND expiry_settled_at IS NULL;
+CREATE INDEX assignments_renewal_scan_idx ON assignments (renew_at)
+    WHERE renew_at IS NOT NULL AND renewal_id IS NULL AND expiry_settled_at IS NULL;
 CREATE INDEX assignments_expiry_scan_idx ON assignments (expires_at)
     WHERE expires_at IS NOT NULL AND expiry_settled_at IS NULL;
 -- `renewalOf` of a renewal assignment.

@@ -254,6 +254,22 @@ pub async fn edit(
     .bind(edit.renew_before_days.flatten())
     .fetch_optional(&mut *connection)
     .await?;
+    if flow.is_some() && (edit.valid_for.is_some() || edit.renew_before_days.is_some()) {
+        // The renewal window of completions not renewed yet follows the flow's (their expiry
+        // stays as fixed at completion).
+        sqlx::query(
+            "UPDATE assignments a
+             SET renew_at = ((a.expires_at AT TIME ZONE o.timezone)
+                                - make_interval(days => COALESCE(f.renew_before_days, 0)))
+                                AT TIME ZONE o.timezone
+             FROM flows f JOIN organizations o ON o.id = f.org_id
+             WHERE f.id = $1 AND a.flow_id = f.id AND a.expires_at IS NOT NULL
+               AND a.renewal_id IS NULL AND a.expiry_settled_at IS NULL",
+        )
+        .bind(id)
+        .execute(&mut *connection)
+        .await?;
+    }
     if flow.is_some() {
         super::notify(&mut *connection, super::INVALIDATE_CHANNEL, "flows").await?;
     }

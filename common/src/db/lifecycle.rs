@@ -110,16 +110,24 @@ impl From<&AssignmentSnapshot> for EventData {
     }
 }
 
-/// When a completion at `$2` of the assignment `a` expires: `$2` plus its flow's validity on the
-/// organization's calendar (same local time; a month end clamps, as Postgres adds months), or
-/// NULL for a flow without one. Fixed at completion: a later change of the validity leaves it.
-const EXPIRES_AT: &str = "(SELECT (($2::timestamptz AT TIME ZONE o.timezone)
-                  + make_interval(months => COALESCE(f.valid_for_months, 0),
-                                  days => COALESCE(f.valid_for_days, 0)))
-                  AT TIME ZONE o.timezone
-              FROM flows f JOIN organizations o ON o.id = f.org_id
-              WHERE f.id = a.flow_id
-                AND (f.valid_for_months IS NOT NULL OR f.valid_for_days IS NOT NULL))";
+/// When a completion at `$2` of the assignment `a` expires, and when its renewal window opens:
+/// `$2` plus its flow's validity on the organization's calendar (same local time; a month end
+/// clamps, as Postgres adds months), and that minus the flow's `renew_before_days` local days (or
+/// the expiry itself without a window); both NULL for a flow without a validity. The expiry is
+/// fixed at completion (a later change of the validity leaves it); the window follows the flow's
+/// (see [`super::flows::edit`]).
+const EXPIRY_AND_RENEWAL: &str = "(SELECT e.expires_at,
+                   ((e.expires_at AT TIME ZONE e.zone)
+                       - make_interval(days => COALESCE(e.renew_before_days, 0)))
+                       AT TIME ZONE e.zone
+              FROM (SELECT (($2::timestamptz AT TIME ZONE o.timezone)
+                               + make_interval(months => COALESCE(f.valid_for_months, 0),
+                                               days => COALESCE(f.valid_for_days, 0)))
+                               AT TIME ZONE o.timezone AS expires_at,
+                           o.timezone AS zone, f.renew_before_days
+                    FROM flows f JOIN organizations o ON o.id = f.org_id
+                    WHERE f.id = a.flow_id
+                      AND (f.valid_for_months IS NOT NULL OR f.valid_for_days IS NOT NULL)) e)";
 
 /// What one progress command did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +197,8 @@ pub async fn apply_progress(
         snapshot = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "WITH changed AS (
                 UPDATE assignments a SET status = 'completed', completed_at = $2,
-                       updated_at = now(), expires_at = {EXPIRES_AT}
+                       updated_at = now(),
+                       (expires_at, renew_at) = {EXPIRY_AND_RENEWAL}
                 WHERE id = $1 RETURNING *)
              SELECT {SNAPSHOT_COLUMNS} FROM changed a
              JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id"

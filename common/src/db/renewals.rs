@@ -30,10 +30,6 @@ use sqlx::PgConnection;
 
 use super::lifecycle::{AssignmentSnapshot, SNAPSHOT_COLUMNS};
 
-/// The longest renewal window a scan looks ahead for (the largest `renewBeforeDays`, 365, and a
-/// day of clock changes).
-const LOOKAHEAD: &str = "366 days";
-
 /// A renewal assignment to publish: its command and the organization's place in the bulk lane.
 #[derive(Debug, Clone)]
 pub struct RenewalCommand {
@@ -91,15 +87,11 @@ pub async fn claim_renewals(
          JOIN flows f ON f.id = a.flow_id
          JOIN organizations o ON o.id = a.org_id
          JOIN users u ON u.id = a.user_id
-         WHERE a.expires_at IS NOT NULL AND a.renewal_id IS NULL AND a.expiry_settled_at IS NULL
-           AND a.expires_at <= $1 + interval '{LOOKAHEAD}'
+         WHERE a.renew_at <= $1 AND a.renewal_id IS NULL AND a.expiry_settled_at IS NULL
            AND a.status = 'completed'
            -- Nothing for deactivated users: their completions wait.
            AND u.active
-           AND ((a.expires_at AT TIME ZONE o.timezone)
-                   - make_interval(days => COALESCE(f.renew_before_days, 0)))
-               AT TIME ZONE o.timezone <= $1
-         ORDER BY a.expires_at
+         ORDER BY a.renew_at
          LIMIT $2
          FOR UPDATE OF a SKIP LOCKED"
     )))
