@@ -332,10 +332,7 @@ async fn cancel_on_unmatch_cancels_only_the_rules_own_assignments_when_the_depar
         assert_eq!(status_of(&app, &org, id).await, json!("pending"), "{id}");
         assert_eq!(change_rows(&app, id).await, 0, "{id}");
     }
-    assert_eq!(
-        audited_cancels(&app, &org).await,
-        [danas_onboarding.clone()]
-    );
+    assert_eq!(audited_cancels(&app, &org).await, [danas_onboarding]);
 }
 
 fn at(text: &str) -> DateTime<Utc> {
