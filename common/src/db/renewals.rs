@@ -72,7 +72,7 @@ pub async fn claim_renewals(
     now: DateTime<Utc>,
     limit: i64,
 ) -> Result<(usize, Vec<RenewalCommand>), sqlx::Error> {
-    let due: Vec<Due> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+    let due: Vec<Due> = sqlx::query_as(
         "SELECT a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
                 u.email AS assignee_email, a.priority, a.expires_at, o.bulk_lane,
                 (SELECT b.id FROM assignments b
@@ -93,8 +93,8 @@ pub async fn claim_renewals(
            AND u.active
          ORDER BY a.renew_at
          LIMIT $2
-         FOR UPDATE OF a SKIP LOCKED"
-    )))
+         FOR UPDATE OF a SKIP LOCKED",
+    )
     .bind(now)
     .bind(limit)
     .fetch_all(&mut *connection)
