@@ -1,6 +1,6 @@
 //! Reminders (design §16): a flow's policy sends `flow.reminder` events before and after each
 //! open assignment's due date and escalates to the manager, once per (assignment, due date, kind,
-//! offset) with two schedulers scanning at once, computed in the organization's time zone across
+//! offset) with two schedulers scanning at once or one killed mid-run, computed in the organization's time zone across
 //! clock changes, and never for cancelled, completed or deactivated people's assignments.
 
 use chrono::{DateTime, Utc};
@@ -116,6 +116,17 @@ async fn reminders_come_once_each_at_local_times_across_a_clock_change_and_escal
     );
     assert_eq!(first + second, 1);
     assert_eq!(scan(&app, "2027-03-23T10:00:00Z").await, 0);
+    // A scheduler killed mid-run: it claimed the reminder and wrote its event, and its
+    // transaction never committed. The next scan sends it, once.
+    {
+        let mut killed = app.db.begin().await.expect("transaction");
+        let claimed =
+            flow_common::db::reminders::send_due(&mut killed, at("2027-03-28T21:59:59Z"), 100)
+                .await
+                .expect("claim");
+        assert_eq!(claimed, 1);
+        drop(killed);
+    }
     assert_eq!(scan(&app, "2027-03-28T21:59:59Z").await, 1);
     assert_eq!(scan(&app, "2027-03-30T21:59:59Z").await, 1);
     assert_eq!(scan(&app, "2027-03-31T21:59:59Z").await, 1);

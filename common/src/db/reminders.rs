@@ -52,43 +52,49 @@ pub async fn send_due(
             SELECT f.id, o.reminders, o.timezone
             FROM organizations o JOIN flows f ON f.org_id = o.id AND f.reminders IS NULL
             WHERE o.reminders IS NOT NULL
-         ), candidates AS (
-            SELECT a.id, a.assigned_at, a.due_at, p.reminders, p.zone
-            FROM policies p
-            JOIN assignments a ON a.flow_id = p.flow_id
-                AND a.status IN ('pending', 'in_progress', 'overdue') AND a.due_at IS NOT NULL
-                AND a.due_at > $1 - interval '400 days' AND a.due_at < $1 + interval '400 days'
-            JOIN users u ON u.id = a.user_id AND u.active
          ), offsets AS (
-            SELECT c.id, c.assigned_at, c.due_at, 'due_soon' AS kind, d.days,
-                   ((c.due_at AT TIME ZONE c.zone) - make_interval(days => d.days))
-                       AT TIME ZONE c.zone AS remind_at
-            FROM candidates c
+            -- Every (flow, kind, offset) of every policy: a few rows per flow. `sign` says on
+            -- which side of the due date the reminder falls.
+            SELECT p.flow_id, p.zone, 'due_soon' AS kind, d.days, -1 AS sign
+            FROM policies p
             CROSS JOIN LATERAL (SELECT value::int AS days
-                                FROM jsonb_array_elements_text(c.reminders -> 'beforeDueDays')) d
+                                FROM jsonb_array_elements_text(p.reminders -> 'beforeDueDays')) d
             UNION ALL
-            SELECT c.id, c.assigned_at, c.due_at, 'overdue', d.days,
-                   ((c.due_at AT TIME ZONE c.zone) + make_interval(days => d.days))
-                       AT TIME ZONE c.zone
-            FROM candidates c
+            SELECT p.flow_id, p.zone, 'overdue', d.days, 1
+            FROM policies p
             CROSS JOIN LATERAL (SELECT value::int AS days
-                                FROM jsonb_array_elements_text(c.reminders -> 'afterDueDays')) d
+                                FROM jsonb_array_elements_text(p.reminders -> 'afterDueDays')) d
             UNION ALL
-            SELECT c.id, c.assigned_at, c.due_at, 'escalation',
-                   (c.reminders ->> 'escalateAfterDays')::int,
-                   ((c.due_at AT TIME ZONE c.zone)
-                       + make_interval(days => (c.reminders ->> 'escalateAfterDays')::int))
-                       AT TIME ZONE c.zone
-            FROM candidates c
-            WHERE jsonb_typeof(c.reminders -> 'escalateAfterDays') = 'number'
+            SELECT p.flow_id, p.zone, 'escalation', (p.reminders ->> 'escalateAfterDays')::int, 1
+            FROM policies p
+            WHERE jsonb_typeof(p.reminders -> 'escalateAfterDays') = 'number'
+         ), candidates AS (
+            -- For each offset, only the open assignments whose due date puts its reminder in
+            -- (now - CATCH_UP, now]: a range of assignments_open_due_by_flow_idx. The range is in
+            -- whole days of 24 hours with a day's margin on each side (a clock change moves a
+            -- local day by an hour or two); the exact local instant is checked below.
+            SELECT a.id, a.assigned_at, a.due_at, o.kind, o.days,
+                   ((a.due_at AT TIME ZONE o.zone) + make_interval(days => o.sign * o.days))
+                       AT TIME ZONE o.zone AS remind_at
+            FROM offsets o
+            CROSS JOIN LATERAL (
+                SELECT a.id, a.user_id, a.assigned_at, a.due_at
+                FROM assignments a
+                WHERE a.flow_id = o.flow_id
+                  AND a.status IN ('pending', 'in_progress', 'overdue') AND a.due_at IS NOT NULL
+                  AND a.due_at > $1 - interval '{CATCH_UP}'
+                                    - make_interval(hours => 24 * (o.sign * o.days + 1))
+                  AND a.due_at <= $1 - make_interval(hours => 24 * (o.sign * o.days - 1))
+            ) a
+            JOIN users u ON u.id = a.user_id AND u.active
          ), due AS (
-            SELECT o.* FROM offsets o
-            WHERE o.remind_at <= $1 AND o.remind_at > $1 - interval '{CATCH_UP}'
-              AND o.remind_at >= o.assigned_at
+            SELECT c.* FROM candidates c
+            WHERE c.remind_at <= $1 AND c.remind_at > $1 - interval '{CATCH_UP}'
+              AND c.remind_at >= c.assigned_at
               AND NOT EXISTS (SELECT 1 FROM assignment_reminders r
-                              WHERE r.assignment_id = o.id AND r.due_at = o.due_at
-                                AND r.kind = o.kind AND r.offset_days = o.days)
-            ORDER BY o.remind_at
+                              WHERE r.assignment_id = c.id AND r.due_at = c.due_at
+                                AND r.kind = c.kind AND r.offset_days = c.days)
+            ORDER BY c.remind_at
             LIMIT $2
          ), claimed AS (
             INSERT INTO assignment_reminders (assignment_id, due_at, kind, offset_days, remind_at)
