@@ -389,21 +389,22 @@ pub async fn cancel_many(
     let at = commands
         .first()
         .map_or_else(Utc::now, |command| command.requested_at);
-    let cancelled_ids: Vec<String> = commands
+    let (change_ids, cancelled_ids): (Vec<uuid::Uuid>, Vec<String>) = commands
         .iter()
-        .map(|command| command.assignment_id.to_string())
-        .collect();
+        .map(|command| (command.change_id, command.assignment_id.to_string()))
+        .unzip();
     let published = if commands.is_empty() {
         Ok(())
     } else {
         match publish(ctx, commands, request_id).await {
             Ok(()) => {
                 let details = vec![reason.clone().unwrap_or_default(); cancelled_ids.len()];
-                audit::record_many(
+                audit::record_changes(
                     &ctx.db,
                     acting.org_id(),
                     acting.actor,
                     AuditAction::AssignmentCancelled,
+                    &change_ids,
                     &cancelled_ids,
                     &details,
                 )
@@ -522,6 +523,7 @@ pub async fn cancel_automatically(
         .encode()?;
         crate::progress::publish_on(publisher, &payload, CHANGE_BATCH_KIND, "changes", None)
             .await?;
+        let change_ids: Vec<uuid::Uuid> = chunk.iter().map(|command| command.change_id).collect();
         let (targets, details): (Vec<String>, Vec<String>) = chunk
             .iter()
             .map(|command| {
@@ -532,11 +534,12 @@ pub async fn cancel_automatically(
                 (command.assignment_id.to_string(), reason)
             })
             .unzip();
-        audit::record_many(
+        audit::record_changes(
             pool,
             org_id,
             actor,
             AuditAction::AssignmentCancelled,
+            &change_ids,
             &targets,
             &details,
         )

@@ -125,6 +125,37 @@ pub async fn record_many<'e>(
     .map(|_| ())
 }
 
+/// Records the queued changes `change_ids` (`action` on each of `targets`, with its detail), one
+/// row per change id however often it is recorded: a retried request that queues the same changes
+/// again (their ids derived from the request or the assignment) adds no second row.
+pub async fn record_changes<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    actor: Actor<'_>,
+    action: AuditAction,
+    change_ids: &[uuid::Uuid],
+    targets: &[String],
+    details: &[String],
+) -> Result<(), sqlx::Error> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO audit_events (org_id, actor_kind, actor, action, change_id, target, detail)
+         SELECT $1, $2, {ACTOR_SQL}, $5, t.change_id, t.target, t.detail
+         FROM UNNEST($6::uuid[], $7::text[], $8::text[]) AS t(change_id, target, detail)
+         ON CONFLICT (change_id) WHERE change_id IS NOT NULL DO NOTHING"
+    )))
+    .bind(org_id)
+    .bind(actor.kind())
+    .bind(actor.account())
+    .bind(actor.key())
+    .bind(action)
+    .bind(change_ids)
+    .bind(targets)
+    .bind(details)
+    .execute(executor)
+    .await
+    .map(|_| ())
+}
+
 /// Records a change of the API key `key_id` in its own organization (for callers that know the
 /// key but not its organization, such as `flowctl key revoke`). The detail is the key's name.
 pub async fn record_for_key<'e>(
