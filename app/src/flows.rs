@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::audit;
 use flow_common::db::dashboard::{self, FlowCounts};
-use flow_common::db::flows::{self, Flow, FlowEdit, FlowSummary, Module, NewModule};
+use flow_common::db::flows::{self, Flow, FlowEdit, FlowSettings, FlowSummary, Module, NewModule};
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::audit::AuditAction;
@@ -37,6 +37,12 @@ pub struct FlowFields {
     pub description: Option<String>,
     /// Modules in order (1 to [`MAX_MODULES`]).
     pub modules: Vec<ModuleFields>,
+    /// Its reminder policy.
+    pub reminders: Option<ReminderPolicy>,
+    /// How long a completion stays valid.
+    pub valid_for: Option<Validity>,
+    /// Days before expiry the renewal is assigned (needs `valid_for`).
+    pub renew_before_days: Option<i32>,
 }
 
 /// A module as a surface received it.
@@ -57,6 +63,8 @@ pub struct NewFlow {
     pub description: Option<String>,
     /// Modules in order.
     pub modules: Vec<NewModule>,
+    /// Reminder policy, validity and renewal window, checked.
+    pub settings: FlowSettings,
 }
 
 /// Checks a flow's fields; the error names the field as the API spells it
@@ -98,10 +106,22 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let reminders = fields.reminders.map(ReminderPolicy::checked).transpose()?;
+    let valid_for = fields.valid_for.map(Validity::checked).transpose()?;
+    let renew_before_days = fields
+        .renew_before_days
+        .map(expiry::check_renew_before)
+        .transpose()?;
+    expiry::check_window(valid_for, renew_before_days)?;
     Ok(NewFlow {
         name,
         description,
         modules,
+        settings: FlowSettings {
+            reminders,
+            valid_for,
+            renew_before_days,
+        },
     })
 }
 
@@ -111,12 +131,13 @@ pub async fn create(
     acting: Acting<'_>,
     flow: &NewFlow,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
-    let created = flows::create(
+    let created = flows::create_with(
         &ctx.db,
         acting.org_id(),
         &flow.name,
         flow.description.as_deref(),
         &flow.modules,
+        &flow.settings,
     )
     .await?;
     tracing::info!(flow_id = %created.0.id, modules = created.1.len(), "flow created");

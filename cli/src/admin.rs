@@ -504,6 +504,15 @@ pub struct FlowFile {
     pub description: Option<String>,
     /// Modules in order.
     pub modules: Vec<ModuleFile>,
+    /// Reminder policy, as the API takes it.
+    #[serde(default)]
+    pub reminders: Option<flow_domain::reminders::ReminderPolicy>,
+    /// Validity of a completion (`{"months": n}` or `{"days": n}`).
+    #[serde(default)]
+    pub valid_for: Option<flow_domain::expiry::Validity>,
+    /// Days before expiry the renewal is assigned.
+    #[serde(default)]
+    pub renew_before_days: Option<i32>,
 }
 
 /// A module in a flow file.
@@ -530,6 +539,9 @@ impl FlowFile {
                     estimated_minutes: module.estimated_minutes,
                 })
                 .collect(),
+            reminders: self.reminders,
+            valid_for: self.valid_for,
+            renew_before_days: self.renew_before_days,
         }
     }
 }

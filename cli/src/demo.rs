@@ -105,6 +105,7 @@ pub async fn create(
                     estimated_minutes: *minutes,
                 })
                 .collect(),
+            settings: Default::default(),
         };
         let (flow, _) = flow_app::flows::create(context, acting, &flow).await?;
         flows.push((flow.id, flow.name));

@@ -128,3 +128,72 @@ async fn a_new_flow_reusing_a_name_is_created_with_a_warning() {
     let warning = again.body["warnings"][0].as_str().expect("a warning");
     assert!(warning.contains("already named"), "{warning}");
 }
+
+#[tokio::test]
+async fn a_new_flow_can_carry_its_reminders_validity_and_renewal_window_from_the_start() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flows_of_org = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM flows WHERE org_id = $1")
+            .bind(org.id)
+            .fetch_one(&app.db)
+            .await
+            .expect("flows")
+    };
+    let module = json!([{ "name": "Phishing" }]);
+
+    // Bad lifecycle fields are refused by name, and no flow is written.
+    for (bad, names) in [
+        (json!({ "renewBeforeDays": 30 }), "renewBeforeDays"),
+        (
+            json!({ "validFor": { "days": 20 }, "renewBeforeDays": 30 }),
+            "renewBeforeDays",
+        ),
+        (json!({ "validFor": { "months": 0 } }), "validFor.months"),
+        (
+            json!({ "validFor": { "months": 12, "days": 3 } }),
+            "validFor",
+        ),
+        (
+            json!({ "reminders": { "beforeDueDays": [400] } }),
+            "reminders.beforeDueDays",
+        ),
+        (json!({ "reminders": { "everyDays": 2 } }), "everyDays"),
+    ] {
+        let mut body = bad.clone();
+        body["name"] = json!("Security Basics");
+        body["modules"] = module.clone();
+        let refused = app.post(&org, "/v1/flows", &body).await;
+        assert_eq!(refused.status, 400, "{bad}: {:?}", refused.body);
+        let message = refused.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(names), "{bad}: {message}");
+    }
+    assert_eq!(flows_of_org().await, 0);
+
+    let created = app
+        .post(
+            &org,
+            "/v1/flows",
+            &json!({
+                "name": "Security Basics",
+                "modules": module,
+                "reminders": { "beforeDueDays": [7, 1, 7], "afterDueDays": [3] },
+                "validFor": { "months": 12 },
+                "renewBeforeDays": 30,
+            }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["flowId"].as_str().expect("flow id").to_owned();
+    let read = app.get(&org, &format!("/v1/flows/{id}")).await;
+    assert_eq!(read.status, 200, "{:?}", read.body);
+    for body in [&created.body, &read.body] {
+        assert_eq!(
+            body["reminders"],
+            json!({ "beforeDueDays": [1, 7], "afterDueDays": [3] })
+        );
+        assert_eq!(body["validFor"], json!({ "months": 12 }));
+        assert_eq!(body["renewBeforeDays"], json!(30));
+    }
+    assert_eq!(flows_of_org().await, 1);
+}

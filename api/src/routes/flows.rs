@@ -41,6 +41,16 @@ pub struct CreateFlowRequest {
     /// Ordered modules (1 to 500).
     #[schema(required = true, value_type = Vec<ModuleInput>, min_items = 1, max_items = 500)]
     pub modules: Option<Vec<ModuleInput>>,
+    /// The reminder policy (as `PATCH /v1/flows/{id}` sets it): `flow.reminder` events before
+    /// and after each assignment's due date and an escalation to the manager.
+    pub reminders: Option<ReminderPolicy>,
+    /// How long a completion stays valid, `{"months": n}` (1 to 120) or `{"days": n}` (1 to
+    /// 3650): each completion then expires (`expiresAt`) and is renewed.
+    pub valid_for: Option<Validity>,
+    /// Days before expiry (1 to 365, less than the validity; needs `validFor`) to assign the
+    /// renewal and send `flow.expiring`; absent: at expiry.
+    #[schema(minimum = 1, maximum = 365)]
+    pub renew_before_days: Option<i32>,
 }
 
 /// A module to create.
@@ -193,6 +203,9 @@ pub async fn create_flow(
                 estimated_minutes: module.estimated_minutes,
             })
             .collect(),
+        reminders: request.reminders,
+        valid_for: request.valid_for,
+        renew_before_days: request.renew_before_days,
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);

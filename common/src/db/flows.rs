@@ -74,6 +74,17 @@ pub struct NewModule {
     pub estimated_minutes: i32,
 }
 
+/// What a flow may carry from its creation on besides its modules (each also set by [`edit`]).
+#[derive(Debug, Clone, Default)]
+pub struct FlowSettings {
+    /// Its reminder policy.
+    pub reminders: Option<ReminderPolicy>,
+    /// How long a completion stays valid.
+    pub valid_for: Option<Validity>,
+    /// Days before expiry the renewal is assigned.
+    pub renew_before_days: Option<i32>,
+}
+
 /// Creates a flow with its modules in one transaction.
 pub async fn create(
     pool: &PgPool,
@@ -82,9 +93,31 @@ pub async fn create(
     description: Option<&str>,
     modules: &[NewModule],
 ) -> Result<(Flow, Vec<Module>), sqlx::Error> {
+    create_with(
+        pool,
+        org_id,
+        name,
+        description,
+        modules,
+        &FlowSettings::default(),
+    )
+    .await
+}
+
+/// Creates a flow with its modules and `settings` in one transaction.
+pub async fn create_with(
+    pool: &PgPool,
+    org_id: OrgId,
+    name: &str,
+    description: Option<&str>,
+    modules: &[NewModule],
+    settings: &FlowSettings,
+) -> Result<(Flow, Vec<Module>), sqlx::Error> {
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
-        "INSERT INTO flows (id, org_id, name, description) VALUES ($1, $2, $3, $4)
+        "INSERT INTO flows (id, org_id, name, description, reminders, valid_for_months,
+                            valid_for_days, renew_before_days)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
                 valid_for_months, valid_for_days, renew_before_days",
     )
@@ -92,6 +125,10 @@ pub async fn create(
     .bind(org_id)
     .bind(name)
     .bind(description)
+    .bind(settings.reminders.clone().map(sqlx::types::Json))
+    .bind(settings.valid_for.and_then(|validity| validity.months))
+    .bind(settings.valid_for.and_then(|validity| validity.days))
+    .bind(settings.renew_before_days)
     .fetch_one(&mut *transaction)
     .await?;
     let ids: Vec<ModuleId> = modules.iter().map(|_| ModuleId::new()).collect();
