@@ -425,6 +425,11 @@ async fn renewal_and_expiry_come_once_with_two_schedulers_and_one_killed_mid_run
     assert_eq!(report.status, 200, "{:?}", report.body);
     assert_eq!(report.body["metrics"]["completedAssignments"], json!(1));
     assert_eq!(report.body["metrics"]["totalAssignments"], json!(1));
+    // Its row says when it expired (and stays `completed`); the renewal, open, has no expiry.
+    let rows = report.body["assignments"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["status"], json!("completed"));
+    assert_eq!(rows[0]["expiresAt"], json!("2027-01-15T10:00:00.000Z"));
     app.assert_rollups_exact().await;
 }
 

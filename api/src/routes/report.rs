@@ -357,6 +357,14 @@ pub struct ReportAssignment {
     #[serde(serialize_with = "timestamp::option::serialize")]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub completed_at: Option<DateTime<Utc>>,
+    /// When the completion expires, for a flow with a validity (`validFor`); absent otherwise.
+    /// An expired completion keeps `status` `completed`: the report of its cycle stays as it was.
+    #[serde(
+        serialize_with = "timestamp::option::serialize",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<DateTime<Utc>>,
     /// low, medium or high.
     pub priority: String,
     /// Modules started or completed, in flow order (when `detailed`).
@@ -381,6 +389,7 @@ impl ReportAssignment {
             due_date: row.due_at,
             started_at: row.started_at,
             completed_at: row.completed_at,
+            expires_at: row.expires_at,
             priority: row.priority.as_str().to_owned(),
             module_progress,
         }

@@ -186,6 +186,8 @@ pub struct ReportRow {
     pub started_at: Option<DateTime<Utc>>,
     /// Completion.
     pub completed_at: Option<DateTime<Utc>>,
+    /// When the completion expires (flows with a validity).
+    pub expires_at: Option<DateTime<Utc>>,
     /// Modules completed.
     pub completed_modules: i64,
 }
@@ -201,7 +203,7 @@ impl ReportRow {
 }
 
 const ROW_COLUMNS: &str = "a.id, u.email AS assignee_email, u.active AS user_active, a.assigned_at, \
-     {status} AS status, a.priority, a.due_at, a.started_at, a.completed_at";
+     {status} AS status, a.priority, a.due_at, a.started_at, a.completed_at, a.expires_at";
 
 fn row_columns() -> String {
     ROW_COLUMNS.replace("{status}", EFFECTIVE_STATUS)
