@@ -11,6 +11,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use flow_app::attention::{self, DUE_SOON_DAYS, DueItem};
+use flow_common::db::attention::ListedAssignment;
 
 use super::PageResult;
 use super::auth::SignedIn;
@@ -22,8 +23,9 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/", get(show))
 }
 
-/// An overdue or due-soon assignment as the home page lists it.
-pub struct DueRow {
+/// Whose assignment of which flow a listed row is, with links to both (the cells
+/// `assignee_flow_cells.html` draws).
+pub struct Listed {
     /// Assignment id.
     pub id: String,
     /// The assignee's page.
@@ -33,6 +35,28 @@ pub struct DueRow {
     pub email: String,
     pub flow_id: String,
     pub flow_name: String,
+}
+
+impl Listed {
+    fn of(listed: &ListedAssignment) -> Self {
+        Self {
+            id: listed.id.to_string(),
+            user_id: listed.user_id.to_string(),
+            who: listed
+                .name
+                .clone()
+                .filter(|name| !name.is_empty())
+                .unwrap_or_else(|| listed.email.clone()),
+            email: listed.email.clone(),
+            flow_id: listed.flow_id.to_string(),
+            flow_name: listed.flow_name.clone(),
+        }
+    }
+}
+
+/// An overdue or due-soon assignment as the home page lists it.
+pub struct DueRow {
+    pub listed: Listed,
     /// Due date.
     pub due: String,
     /// `3 days overdue`, `due today`, `due in 2 days`.
@@ -46,14 +70,7 @@ pub struct DueRow {
 
 /// A completion expiring soon.
 pub struct ExpiringRow {
-    /// The completed assignment.
-    pub id: String,
-    pub user_id: String,
-    /// The assignee: name, else e-mail.
-    pub who: String,
-    pub email: String,
-    pub flow_id: String,
-    pub flow_name: String,
+    pub listed: Listed,
     /// When the completion expires.
     pub expires: String,
     /// `expires today`, `expires in 3 days`.
@@ -138,16 +155,7 @@ async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<Ho
             (false, days) => format!("due in {}", plural(days, "day")),
         };
         DueRow {
-            id: assignment.id.to_string(),
-            user_id: assignment.user_id.to_string(),
-            who: assignment
-                .name
-                .clone()
-                .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| assignment.email.clone()),
-            email: assignment.email.clone(),
-            flow_id: assignment.flow_id.to_string(),
-            flow_name: assignment.flow_name.clone(),
+            listed: Listed::of(&assignment.listed),
             due: layout.time(&assignment.due_at),
             when,
             progress: format!(
@@ -164,16 +172,7 @@ async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<Ho
     let expiring: Vec<ExpiringRow> = expiring
         .iter()
         .map(|(completion, days)| ExpiringRow {
-            id: completion.id.to_string(),
-            user_id: completion.user_id.to_string(),
-            who: completion
-                .name
-                .clone()
-                .filter(|name| !name.is_empty())
-                .unwrap_or_else(|| completion.email.clone()),
-            email: completion.email.clone(),
-            flow_id: completion.flow_id.to_string(),
-            flow_name: completion.flow_name.clone(),
+            listed: Listed::of(&completion.listed),
             expires: layout.time(&completion.expires_at),
             when: if *days <= 0 {
                 "expires today".to_owned()

@@ -48,9 +48,9 @@ pub async fn due_counts<'e>(
     .await
 }
 
-/// An open assignment with its due date, and who and what it is.
+/// An assignment listed on the home page: which one, whose, of which flow.
 #[derive(Debug, Clone, FromRow)]
-pub struct DueAssignment {
+pub struct ListedAssignment {
     pub id: AssignmentId,
     pub flow_id: FlowId,
     /// The flow's name.
@@ -60,6 +60,16 @@ pub struct DueAssignment {
     pub email: String,
     /// The assignee's name.
     pub name: Option<String>,
+}
+
+/// The columns of a [`ListedAssignment`], of `assignments a`, `flows f` and `users u`.
+const LISTED_COLUMNS: &str = "a.id, a.flow_id, f.name AS flow_name, a.user_id, u.email, u.name";
+
+/// An open assignment with its due date, and who and what it is.
+#[derive(Debug, Clone, FromRow)]
+pub struct DueAssignment {
+    #[sqlx(flatten)]
+    pub listed: ListedAssignment,
     /// As stored (`overdue` once the scheduler marked it).
     pub status: AssignmentStatus,
     pub due_at: DateTime<Utc>,
@@ -79,8 +89,7 @@ pub async fn due_between<'e>(
     limit: i64,
 ) -> Result<Vec<DueAssignment>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT a.id, a.flow_id, f.name AS flow_name, a.user_id, u.email, u.name, a.status,
-                a.due_at,
+        "SELECT {LISTED_COLUMNS}, a.status, a.due_at,
                 (SELECT count(*) FROM module_progress p
                  WHERE p.assignment_id = a.id AND p.status = 'completed') AS completed_modules,
                 (SELECT count(*) FROM modules m WHERE m.flow_id = a.flow_id) AS total_modules
@@ -129,15 +138,8 @@ pub async fn expiring_count<'e>(
 /// A completion whose validity ends soon.
 #[derive(Debug, Clone, FromRow)]
 pub struct ExpiringCompletion {
-    pub id: AssignmentId,
-    pub flow_id: FlowId,
-    /// The flow's name.
-    pub flow_name: String,
-    pub user_id: UserId,
-    /// The assignee's e-mail.
-    pub email: String,
-    /// The assignee's name.
-    pub name: Option<String>,
+    #[sqlx(flatten)]
+    pub listed: ListedAssignment,
     pub expires_at: DateTime<Utc>,
     /// The renewal assignment, once the renewal window opened.
     pub renewal_id: Option<AssignmentId>,
@@ -153,8 +155,7 @@ pub async fn expiring<'e>(
     limit: i64,
 ) -> Result<Vec<ExpiringCompletion>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT a.id, a.flow_id, f.name AS flow_name, a.user_id, u.email, u.name, a.expires_at,
-                a.renewal_id
+        "SELECT {LISTED_COLUMNS}, a.expires_at, a.renewal_id
          FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
          WHERE a.org_id = $1 AND {EXPIRING} AND a.expires_at > $2 AND a.expires_at <= $3
          ORDER BY a.expires_at, a.id
