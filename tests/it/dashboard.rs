@@ -982,7 +982,7 @@ async fn the_audit_log_fails_on_an_action_this_build_does_not_know() {
     .execute(&app.db)
     .await
     .unwrap();
-    let error = flow_common::db::audit::list(&app.db, org.id, None, 10)
+    let error = flow_common::db::audit::list(&app.db, org.id, Default::default(), None, 10)
         .await
         .unwrap_err();
     assert!(

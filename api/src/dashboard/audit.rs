@@ -63,8 +63,14 @@ async fn list(
     HtmlQuery(query): HtmlQuery<AuditQuery>,
 ) -> PageResult<AuditPage> {
     let layout = Layout::new(&account, Section::Settings).await;
-    let mut rows =
-        flow_app::audit::list(&state, account.acting(), query.before, PAGE_SIZE + 1).await?;
+    let mut rows = flow_app::audit::list(
+        &state,
+        account.acting(),
+        Default::default(),
+        query.before,
+        PAGE_SIZE + 1,
+    )
+    .await?;
     let next = if rows.len() > usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX) {
         rows.truncate(usize::try_from(PAGE_SIZE).unwrap_or(usize::MAX));
         rows.last().map(|row| row.id)

@@ -2,6 +2,7 @@
 
 pub mod assign;
 pub mod assignments;
+pub mod audit_events;
 pub mod bulk;
 pub mod enrollment_rules;
 pub mod exports;
@@ -49,6 +50,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(exports::router())
         .merge(schedules::router())
         .merge(settings::router())
+        .merge(audit_events::router())
         .merge(enrollment_rules::router())
         .merge(user_erasure::router())
         .merge(webhooks::router())
