@@ -1,11 +1,13 @@
 //! Reading assignments, for every surface: one by id with its modules' progress (or what the id
-//! stands for when it is not persisted: [`get`]), and a page of the organization's ([`list`]).
+//! stands for when it is not persisted: [`get`]), a page of the organization's ([`list`]), and
+//! its change feed ([`changes`]).
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
+pub use flow_common::db::assignments::{ChangePosition, ChangeStart, ChangedAssignment};
 use flow_common::db::dead_letters::AssignmentFailure;
-use flow_domain::ids::AssignmentId;
+use flow_domain::ids::{AssignmentId, FlowId};
 use flow_domain::messages::AssignCommand;
 
 use crate::progress::{Resolution, resolve};
@@ -78,4 +80,26 @@ pub async fn list(
     now: DateTime<Utc>,
 ) -> Result<Vec<AssignmentRecord>, ServiceError> {
     Ok(assignments::list(&ctx.db, acting.org_id(), filter, after, limit, now).await?)
+}
+
+/// Up to `limit` of the organization's assignments in the order of their last change from
+/// `start` (the change feed of `GET /v1/assignments?updatedSince=`): read on the primary, whose
+/// running transactions bound what the feed may show yet.
+pub async fn changes(
+    ctx: &Context,
+    acting: Acting<'_>,
+    flow_id: Option<FlowId>,
+    email_normalized: Option<&str>,
+    start: ChangeStart,
+    limit: i64,
+) -> Result<Vec<ChangedAssignment>, ServiceError> {
+    Ok(assignments::changes(
+        &ctx.db,
+        acting.org_id(),
+        flow_id,
+        email_normalized,
+        start,
+        limit,
+    )
+    .await?)
 }

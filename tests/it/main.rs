@@ -8,6 +8,7 @@ mod assign;
 mod attention;
 mod audit_events;
 mod bad_input;
+mod change_feed;
 mod changes;
 mod cluster;
 mod compose;

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
-use flow_app::assignments::{self as service, Found};
+use flow_app::assignments::{self as service, ChangePosition, ChangeStart, Found};
 use flow_app::changes::{self, ChangeFields, ChangeInput, MAX_BULK_CANCELS, Target};
 use flow_app::progress::{self, ProgressFields, ProgressInput};
 use flow_app::ratelimit::{Operation, page_cost};
@@ -19,7 +19,7 @@ use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId, ScheduleId, UserId};
 use flow_domain::messages::AssignCommand;
 use flow_domain::report::PageCursor;
-use flow_domain::{AssignmentStatus, Email, ModuleStatus};
+use flow_domain::{AssignmentStatus, DayBound, Email, ModuleStatus, parse_date_input};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -111,6 +111,14 @@ pub struct AssignmentView {
     /// The completion this assignment renews.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub renewal_of: Option<AssignmentId>,
+    /// Its last change (made, progressed, changed, cancelled, renewed, expired); absent for a
+    /// `failed` id. The change feed (`updatedSince`) lists assignments in the order of it.
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "flow_domain::timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub updated_at: Option<DateTime<Utc>>,
     /// Modules completed.
     pub completed_modules: i64,
     /// Modules in the flow.
@@ -170,6 +178,7 @@ impl AssignmentView {
             expired_at: record.expired_at,
             renewed_by: record.renewed_by,
             renewal_of: record.renewal_of,
+            updated_at: Some(record.updated_at),
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
@@ -348,6 +357,7 @@ impl AssignmentView {
             expired_at: None,
             renewed_by: None,
             renewal_of: None,
+            updated_at: None,
             completed_modules: 0,
             total_modules,
             schedule_id: command.schedule_id,
@@ -374,6 +384,11 @@ pub struct AssignmentFilter {
     /// List cancelled assignments too when no status is given (default false: cancelled ones are
     /// left out unless asked for).
     pub include_cancelled: Option<bool>,
+    /// The change feed: every assignment (cancelled ones too) changed at or after this instant
+    /// (RFC 3339, or `YYYY-MM-DD` from the start of that day in the organization's time zone),
+    /// in the order of its last change; follow `nextCursor`, and keep the last one to read only
+    /// what changed since. With `flowId` and `userEmail`, not with `status`.
+    pub updated_since: Option<String>,
 }
 
 /// List assignments.
@@ -397,6 +412,14 @@ pub async fn list_assignments(
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<AssignmentFilter>,
 ) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
+    if filter.updated_since.is_some()
+        || page
+            .cursor
+            .as_deref()
+            .is_some_and(|cursor| cursor.starts_with(CHANGE_CURSOR))
+    {
+        return list_changes(&state, &auth, &page, &filter).await;
+    }
     let (limit, rate, after, status) =
         list_start(&state, &auth, &page, filter.status.as_deref()).await?;
     let email = filter
@@ -428,6 +451,108 @@ pub async fn list_assignments(
     };
     let page = list_page(&state, &auth, &filter, after, limit).await?;
     Ok((RateHeaders(rate), Json(page)))
+}
+
+/// What starts a change cursor (`chg_{transaction}_{assignment id}`).
+const CHANGE_CURSOR: &str = "chg_";
+
+fn encode_change(position: ChangePosition) -> String {
+    format!("{CHANGE_CURSOR}{}_{}", position.seq, position.id)
+}
+
+fn decode_change(text: &str) -> Option<ChangePosition> {
+    let (seq, id) = text.strip_prefix(CHANGE_CURSOR)?.split_once('_')?;
+    Some(ChangePosition {
+        seq: seq.parse().ok().filter(|seq: &i64| *seq >= 0)?,
+        id: AssignmentId::parse(id)?,
+    })
+}
+
+/// A page of the change feed (`updatedSince`, or a change cursor): the organization's
+/// assignments in the order of their last change, each change once.
+async fn list_changes(
+    state: &AppState,
+    auth: &Auth,
+    page: &PageQuery,
+    filter: &AssignmentFilter,
+) -> Result<(RateHeaders, Json<Page<AssignmentView>>), ApiError> {
+    if filter.status.is_some() || filter.include_cancelled.is_some() {
+        return Err(ApiError::InvalidRequest(
+            "updatedSince lists every change, cancelled assignments too: it takes flowId and \
+             userEmail, not status or includeCancelled"
+                .into(),
+        ));
+    }
+    let limit = page.limit()?;
+    let after = page.cursor(decode_change)?;
+    let since = filter
+        .updated_since
+        .as_deref()
+        .map(|text| parse_date_input("updatedSince", text, auth.zone, DayBound::Start))
+        .transpose()?;
+    let start = match (after, since) {
+        (Some(position), _) => ChangeStart::After(position),
+        (None, Some(since)) => ChangeStart::Since(since),
+        (None, None) => {
+            return Err(ApiError::InvalidRequest(
+                "cursor is not valid: a change cursor comes from a page of updatedSince".into(),
+            ));
+        }
+    };
+    let email = filter
+        .user_email
+        .as_deref()
+        .map(|text| Email::parse("userEmail", text))
+        .transpose()?
+        .map(|email| email.normalized());
+    let rate = state
+        .limiter
+        .check(auth, Operation::Read, page_cost(limit))
+        .await?;
+    let flow_id = match filter.flow_id.as_deref() {
+        None => None,
+        Some(text) => match FlowId::parse(text.trim()) {
+            Some(id) => Some(id),
+            // Not a flow id: no flow's changes.
+            None => {
+                return Ok((
+                    RateHeaders(rate),
+                    Json(Page {
+                        data: Vec::new(),
+                        next_cursor: None,
+                    }),
+                ));
+            }
+        },
+    };
+    let now = Utc::now();
+    let rows = flow_app::assignments::changes(
+        state,
+        auth.acting(),
+        flow_id,
+        email.as_deref(),
+        start,
+        limit,
+    )
+    .await?;
+    // Every page but an empty one hands out the position after its last change: a sync job
+    // keeps the last cursor it got and starts there next time.
+    let next_cursor = rows.last().map(|row| {
+        encode_change(ChangePosition {
+            seq: row.change_seq,
+            id: row.record.id,
+        })
+    });
+    Ok((
+        RateHeaders(rate),
+        Json(Page {
+            data: rows
+                .into_iter()
+                .map(|row| AssignmentView::new(row.record, None, now))
+                .collect(),
+            next_cursor,
+        }),
+    ))
 }
 
 /// What every assignment list starts with: its page size (charged as reads), its cursor and its

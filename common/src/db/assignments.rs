@@ -654,6 +654,8 @@ pub struct AssignmentRecord {
     pub expires_at: Option<DateTime<Utc>>,
     /// When it expired (recorded by the scheduler; the status stays `completed`).
     pub expired_at: Option<DateTime<Utc>>,
+    /// Its last change (made, progressed, changed, cancelled, renewed, expired).
+    pub updated_at: DateTime<Utc>,
     /// The renewal assignment of this completion (an alias resolved to its assignment).
     pub renewed_by: Option<AssignmentId>,
     /// The completion this assignment renews.
@@ -675,7 +677,7 @@ impl AssignmentRecord {
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
     a.started_at, a.completed_at, a.overdue_at, a.cancelled_at, a.cancel_reason, a.schedule_id,
-    a.enrollment_rule_id, a.expires_at, a.expired_at,
+    a.enrollment_rule_id, a.expires_at, a.expired_at, a.updated_at,
     COALESCE((SELECT x.assignment_id FROM assignment_aliases x WHERE x.alias_id = a.renewal_id),
              a.renewal_id) AS renewed_by,
     COALESCE((SELECT r.id FROM assignments r WHERE r.renewal_id = a.id LIMIT 1),
@@ -823,6 +825,75 @@ pub(crate) async fn list_where<'e>(
     .bind(after.map(|(_, id)| id))
     .bind(limit)
     .bind(query.include_cancelled)
+    .fetch_all(executor)
+    .await
+}
+
+/// Where a reader of the change feed is: after the change of transaction `seq` to `id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChangePosition {
+    /// The transaction of the change (`change_xid`).
+    pub seq: i64,
+    pub id: AssignmentId,
+}
+
+/// An assignment as the change feed lists it, with its position.
+#[derive(Debug, Clone, FromRow)]
+pub struct ChangedAssignment {
+    #[sqlx(flatten)]
+    pub record: AssignmentRecord,
+    /// The transaction of its last change.
+    pub change_seq: i64,
+}
+
+/// Where the change feed starts.
+#[derive(Debug, Clone, Copy)]
+pub enum ChangeStart {
+    /// At the first change made at or after this instant (by `updated_at`; reads the
+    /// organization's assignments once to find it).
+    Since(DateTime<Utc>),
+    /// After this position (a cursor handed out before).
+    After(ChangePosition),
+}
+
+/// Up to `limit` of the organization's assignments (cancelled ones too) in the order of their
+/// last change from `start`, narrowed to a flow and an assignee when given: only changes of
+/// transactions older than every transaction still running, so a change committed later always
+/// lands after every position handed out (migration 0248).
+pub async fn changes<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    flow_id: Option<FlowId>,
+    email_normalized: Option<&str>,
+    start: ChangeStart,
+    limit: i64,
+) -> Result<Vec<ChangedAssignment>, sqlx::Error> {
+    let (since, after) = match start {
+        ChangeStart::Since(at) => (Some(at), None),
+        ChangeStart::After(position) => (None, Some(position)),
+    };
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin),
+         first AS (SELECT min(s.change_xid) AS xid FROM assignments s
+                   WHERE $4::timestamptz IS NOT NULL AND s.org_id = $1 AND s.updated_at >= $4)
+         SELECT {RECORD_COLUMNS}, a.change_xid::text::bigint AS change_seq
+         FROM assignments a JOIN flows f ON f.id = a.flow_id JOIN users u ON u.id = a.user_id
+         WHERE a.org_id = $1
+           AND a.change_xid < (SELECT xmin FROM horizon)
+           AND ($2::uuid IS NULL OR a.flow_id = $2)
+           AND ($3::text IS NULL OR u.email_normalized = $3)
+           AND ($4::timestamptz IS NULL OR a.change_xid >= (SELECT xid FROM first))
+           AND ($5::bigint IS NULL OR (a.change_xid, a.id) > ($5::text::xid8, $6))
+         ORDER BY a.change_xid, a.id
+         LIMIT $7"
+    )))
+    .bind(org_id)
+    .bind(flow_id)
+    .bind(email_normalized)
+    .bind(since)
+    .bind(after.map(|position| position.seq))
+    .bind(after.map(|position| position.id))
+    .bind(limit)
     .fetch_all(executor)
     .await
 }

@@ -209,6 +209,14 @@ pub async fn apply_progress(
         .await?;
         events.push(snapshot.event(EventType::Completed, Utc::now(), traceparent));
     }
+    if events.is_empty() {
+        // A module's progress that neither starts nor completes the assignment is still a change
+        // of it (the change feed, migration 0248, lists it again).
+        sqlx::query("UPDATE assignments SET updated_at = now() WHERE id = $1")
+            .bind(snapshot.id)
+            .execute(&mut *connection)
+            .await?;
+    }
     // Module activity is one person's work: the interactive lane.
     super::outbox::insert(connection, Lane::Interactive, &events).await?;
     Ok((
