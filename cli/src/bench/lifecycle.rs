@@ -210,6 +210,16 @@ struct Seeded {
     start: DateTime<Utc>,
 }
 
+/// A completion's renewal window, read back after its expiry was set.
+#[derive(sqlx::FromRow)]
+struct Window {
+    id: AssignmentId,
+    flow_id: FlowId,
+    user_id: UserId,
+    expires_at: DateTime<Utc>,
+    renew_at: DateTime<Utc>,
+}
+
 /// Seeds the organization, its users and flows, and the assignments (see the module's doc).
 async fn seed(
     pool: &PgPool,
@@ -389,15 +399,14 @@ async fn seed(
     .await?;
 
     // Completions whose window opened before the start: renewed then.
-    let renewed: Vec<(AssignmentId, FlowId, UserId, DateTime<Utc>, DateTime<Utc>)> =
-        sqlx::query_as(
-            "SELECT id, flow_id, user_id, expires_at, renew_at FROM assignments
-             WHERE org_id = $1 AND status = 'completed' AND renew_at < $2",
-        )
-        .bind(org.id)
-        .bind(start)
-        .fetch_all(pool)
-        .await?;
+    let renewed: Vec<Window> = sqlx::query_as(
+        "SELECT id, flow_id, user_id, expires_at, renew_at FROM assignments
+         WHERE org_id = $1 AND status = 'completed' AND renew_at < $2",
+    )
+    .bind(org.id)
+    .bind(start)
+    .fetch_all(pool)
+    .await?;
     let mut renewals = pool
         .copy_in_raw(
             "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
@@ -405,23 +414,23 @@ async fn seed(
         )
         .await?;
     let mut rows = String::new();
-    for (id, flow_id, user_id, expires_at, renew_at) in &renewed {
+    for window in &renewed {
         let _ = write!(
             rows,
             "{}\t{}\t{}\t{}\tpending\tmedium\t",
-            AssignmentId::for_renewal(*id).0,
+            AssignmentId::for_renewal(window.id).0,
             org.id.0,
-            flow_id.0,
-            user_id.0
+            window.flow_id.0,
+            window.user_id.0
         );
-        copy_time(&mut rows, *expires_at);
+        copy_time(&mut rows, window.expires_at);
         rows.push('\t');
-        copy_time(&mut rows, *renew_at);
+        copy_time(&mut rows, window.renew_at);
         rows.push('\n');
     }
     renewals.send(rows.into_bytes()).await?;
     renewals.finish().await?;
-    let ids: Vec<AssignmentId> = renewed.iter().map(|row| row.0).collect();
+    let ids: Vec<AssignmentId> = renewed.iter().map(|window| window.id).collect();
     let renewal_ids: Vec<AssignmentId> = ids
         .iter()
         .map(|id| AssignmentId::for_renewal(*id))
