@@ -12,6 +12,7 @@ pub mod broker;
 pub mod csv_import;
 pub mod detailed;
 pub mod fairness;
+pub mod lifecycle;
 pub mod plain;
 pub mod report;
 pub mod scim;
@@ -39,6 +40,10 @@ pub enum BenchCommand {
     /// The whole system under sustained single assigns for N minutes: each process's memory slope,
     /// nothing lost.
     Soak(soak::SoakBenchArgs),
+    /// The scheduler's lifecycle work over simulated days (a million assignments with due dates
+    /// over a year, reminders, validity): reminders, renewals and expiries per second, Postgres
+    /// time per event against a plain indexed scan, nothing lost or twice; the attention page.
+    Lifecycle(lifecycle::LifecycleBenchArgs),
     /// Report, weekly aggregate and exports of a flow with a million assignments.
     Report(report::ReportBenchArgs),
     /// An identity provider pushing users one SCIM request each, an enrollment rule assigning
@@ -59,6 +64,7 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Csv(args) => csv_import::run(args),
         BenchCommand::Detailed(args) => detailed::run(core, args).await,
         BenchCommand::Fairness(args) => fairness::run(core, args).await,
+        BenchCommand::Lifecycle(args) => lifecycle::run(core, args).await,
         BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
         BenchCommand::Scim(args) => scim::run(core, args).await,

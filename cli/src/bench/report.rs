@@ -82,7 +82,7 @@ pub async fn run(core: &CoreConfig, args: ReportBenchArgs) -> anyhow::Result<()>
     result
 }
 
-fn database_url(base: &str, database: &str) -> String {
+pub(super) fn database_url(base: &str, database: &str) -> String {
     let (address, query) = match base.split_once('?') {
         Some((address, query)) => (address, format!("?{query}")),
         None => (base, String::new()),
@@ -116,22 +116,22 @@ struct Seeded {
 }
 
 /// A small deterministic generator (xorshift), so every run seeds the same data.
-struct Random(u64);
+pub(super) struct Random(pub(super) u64);
 
 impl Random {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
 
-    fn below(&mut self, bound: u64) -> u64 {
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound.max(1)
     }
 }
 
-fn copy_time(out: &mut String, at: DateTime<Utc>) {
+pub(super) fn copy_time(out: &mut String, at: DateTime<Utc>) {
     let _ = write!(out, "{}", at.format("%Y-%m-%d %H:%M:%S%.6f+00"));
 }
 
@@ -398,7 +398,7 @@ fn reset_peak_memory() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-fn summary(label: &str, samples: &mut [Duration]) -> Duration {
+pub(super) fn summary(label: &str, samples: &mut [Duration]) -> Duration {
     samples.sort();
     let ms = |duration: Duration| duration.as_secs_f64() * 1000.0;
     let percentile = |p: f64| {

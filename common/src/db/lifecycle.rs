@@ -115,8 +115,9 @@ impl From<&AssignmentSnapshot> for EventData {
 /// clamps, as Postgres adds months), and that minus the flow's `renew_before_days` local days (or
 /// the expiry itself without a window); both NULL for a flow without a validity. The expiry is
 /// fixed at completion (a later change of the validity leaves it); the window follows the flow's
-/// (see [`super::flows::edit`]).
-const EXPIRY_AND_RENEWAL: &str = "(SELECT e.expires_at,
+/// (see [`super::flows::edit`]). Public for `flowctl bench lifecycle`, which seeds completions
+/// with it (`$2::timestamptz` replaced by their `completed_at`).
+pub const EXPIRY_AND_RENEWAL: &str = "(SELECT e.expires_at,
                    ((e.expires_at AT TIME ZONE e.zone)
                        - make_interval(days => COALESCE(e.renew_before_days, 0)))
                        AT TIME ZONE e.zone
