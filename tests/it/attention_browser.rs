@@ -283,6 +283,10 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
         .await;
     let notice = text(&browser, "#notice").await;
     assert_eq!(notice, "1 assignment given the new due date.");
+    assert!(
+        in_view(&browser, "#notice").await,
+        "the notice is in sight at the table"
+    );
     assert_eq!(browser.path().await, person);
     let changed = app
         .eventually(
@@ -330,6 +334,10 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
     browser.click("#bulk-cancel").await;
     let notice = text(&browser, "#notice").await;
     assert_eq!(notice, "2 assignments cancelled.");
+    assert!(
+        in_view(&browser, "#notice").await,
+        "the notice is in sight at the table"
+    );
     for id in [&di, &eve] {
         let body = app.wait_for_status(&org, id, "cancelled").await;
         assert_eq!(body["status"], "cancelled", "{body}");
@@ -460,4 +468,21 @@ async fn audit_rows(browser: &Browser) -> Vec<String> {
         rows.push(row.text().await.expect("text"));
     }
     rows
+}
+
+/// Whether the element `css` selects is within the window, where the person sees it.
+async fn in_view(browser: &Browser, css: &str) -> bool {
+    let element = browser.find(css).await;
+    browser
+        .client
+        .execute(
+            "const box = arguments[0].getBoundingClientRect();
+             return box.top >= 0 && box.bottom <= window.innerHeight
+                 && box.left >= 0 && box.right <= window.innerWidth;",
+            vec![serde_json::to_value(&element).expect("element")],
+        )
+        .await
+        .expect("runs")
+        .as_bool()
+        .expect("a boolean")
 }
