@@ -274,7 +274,15 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
 
     // The row's action: a new due date, a month from now.
     let new_due = Utc::now().date_naive() + chrono::Duration::days(30);
+    assert!(
+        fits(&browser, "#assignments .table-wrap").await,
+        "the table fits, its row actions in sight"
+    );
     browser.click(&format!("{pat_row} summary")).await;
+    // Open, the actions lie over the table in sight, without widening it.
+    assert!(fits(&browser, "#assignments .table-wrap").await);
+    assert!(in_view(&browser, &format!("{pat_row} .due-date-form button")).await);
+    assert!(in_view(&browser, &format!("{pat_row} .cancel-form button")).await);
     let field = format!("{pat_row} .due-date-form input[name=due_date]");
     type_date(&browser, &field, new_due).await;
     browser.screenshot("attention-person-due-date").await;
@@ -322,6 +330,10 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
     // A flow's table: two rows selected and cancelled together.
     browser.open(&format!("/dashboard/flows/{security}")).await;
     browser.find("#assignment-table").await;
+    assert!(
+        fits(&browser, "#assignments .table-wrap").await,
+        "the table fits, its row actions in sight"
+    );
     for id in [&di, &eve] {
         browser
             .click(&format!("#assignment-table input[name=ids][value='{id}']"))
@@ -479,6 +491,21 @@ async fn in_view(browser: &Browser, css: &str) -> bool {
             "const box = arguments[0].getBoundingClientRect();
              return box.top >= 0 && box.bottom <= window.innerHeight
                  && box.left >= 0 && box.right <= window.innerWidth;",
+            vec![serde_json::to_value(&element).expect("element")],
+        )
+        .await
+        .expect("runs")
+        .as_bool()
+        .expect("a boolean")
+}
+
+/// Whether the element `css` selects shows all of its content without scrolling sideways.
+async fn fits(browser: &Browser, css: &str) -> bool {
+    let element = browser.find(css).await;
+    browser
+        .client
+        .execute(
+            "return arguments[0].scrollWidth <= arguments[0].clientWidth;",
             vec![serde_json::to_value(&element).expect("element")],
         )
         .await
