@@ -379,6 +379,8 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
         .await;
         assert!(row.contains("Cancelled"), "{row}");
     }
+    // Nothing here can be selected, so there is nothing to do with the selected.
+    assert!(!browser.html().await.contains("id=\"bulk\""));
     browser.screenshot("attention-flow-cancelled").await;
 
     // The audit log names both actions and the admin who took them.

@@ -226,6 +226,14 @@ struct FlowPage {
     back: String,
 }
 
+impl FlowPage {
+    /// Whether a row can be selected (an open one): the form of the rows selected is shown only
+    /// then.
+    fn selectable(&self) -> bool {
+        self.assignments.iter().any(|row| row.open)
+    }
+}
+
 /// The report on a flow of the signed-in organization: with `format`, its export (of the rows
 /// with `status`); without, its figures by week.
 async fn report_on(
