@@ -387,6 +387,7 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
     browser.link("Settings").await;
     browser.link("Audit log").await;
     browser.find("#audit").await;
+    assert!(text(&browser, ".lead").await.contains("assignments"));
     let rows = audit_rows(&browser).await;
     for (action, target) in [
         ("Changed an assignment", &overdue),
