@@ -344,6 +344,21 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
         .await;
     browser.screenshot("attention-flow-selected").await;
     browser.click("#bulk-cancel").await;
+    // Cancelling is final: asked first, as for one row.
+    let question = browser
+        .client
+        .get_alert_text()
+        .await
+        .expect("a confirmation");
+    assert!(
+        question.starts_with("Cancel the selected assignments?"),
+        "{question}"
+    );
+    browser
+        .client
+        .accept_alert()
+        .await
+        .expect("confirms the cancellation");
     let notice = text(&browser, "#notice").await;
     assert_eq!(notice, "2 assignments cancelled.");
     assert!(
