@@ -284,7 +284,7 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
     assert!(in_view(&browser, &format!("{pat_row} .due-date-form button")).await);
     assert!(in_view(&browser, &format!("{pat_row} .cancel-form button")).await);
     let field = format!("{pat_row} .due-date-form input[name=due_date]");
-    type_date(&browser, &field, new_due).await;
+    browser.type_date(&field, new_due).await;
     browser.screenshot("attention-person-due-date").await;
     browser
         .click(&format!("{pat_row} .due-date-form button[type=submit]"))
@@ -473,17 +473,6 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
         "{rows:#?}"
     );
     browser.close().await;
-}
-
-/// Types `date` into the date field `css` as a person does, in the browser's (en-US) order.
-async fn type_date(browser: &Browser, css: &str, date: NaiveDate) {
-    let field = browser.find(css).await;
-    field
-        .send_keys(&date.format("%m%d%Y").to_string())
-        .await
-        .expect("types");
-    let value = field.prop("value").await.expect("value");
-    assert_eq!(value.as_deref(), Some(date.to_string().as_str()));
 }
 
 /// The text of each row of the audit log.

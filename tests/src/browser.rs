@@ -49,6 +49,9 @@ impl Browser {
         let driver = tokio::process::Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
             .arg("--allowed-ips=127.0.0.1")
+            // Chromium on Linux takes its locale from the environment: en-US whatever the
+            // machine's, so that date fields read month/day/year (see `Browser::type_date`).
+            .env("LANGUAGE", "en_US")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
@@ -91,6 +94,7 @@ impl Browser {
                     "--disable-sync",
                     "--disable-dev-shm-usage",
                     "--window-size=1280,900",
+                    "--lang=en-US",
                     format!("--user-data-dir={}", profile.display()),
                 ],
                 "prefs": {
@@ -191,6 +195,22 @@ impl Browser {
             tokio::time::sleep(Duration::from_millis(300)).await;
             self.client.refresh().await.expect("reloads");
         }
+    }
+
+    /// Types `date` into the date field `css` as a person does (month, day, year: the browser
+    /// runs in en-US), and checks the field took it.
+    pub async fn type_date(&self, css: &str, date: chrono::NaiveDate) {
+        let field = self.find(css).await;
+        field
+            .send_keys(&date.format("%m%d%Y").to_string())
+            .await
+            .expect("types");
+        let value = field.prop("value").await.expect("value");
+        assert_eq!(
+            value.as_deref(),
+            Some(date.to_string().as_str()),
+            "the date field took {date}"
+        );
     }
 
     /// Saves a screenshot of the whole page as `name.png`.
