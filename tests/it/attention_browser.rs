@@ -393,6 +393,7 @@ async fn an_hr_admin_handles_what_needs_attention_in_a_real_browser() {
         )
         .await;
         assert!(row.contains("Cancelled"), "{row}");
+        assert!(row.contains("Left for another team"), "the reason: {row}");
     }
     // Nothing here can be selected, so there is nothing to do with the selected.
     assert!(!browser.html().await.contains("id=\"bulk\""));

@@ -178,6 +178,8 @@ pub struct AssignmentRow {
     pub due: String,
     /// Completion time.
     pub completed: String,
+    /// Why it was cancelled, for a cancelled one.
+    pub cancel_reason: String,
 }
 
 /// An export button.
@@ -418,6 +420,7 @@ async fn show(
                     assigned: layout.time(&row.assigned_at),
                     due: layout.time_or(&row.due_at, "–"),
                     completed: layout.time_or(&row.completed_at, "–"),
+                    cancel_reason: row.cancel_reason.clone().unwrap_or_default(),
                 }
             })
             .collect(),
