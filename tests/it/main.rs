@@ -6,6 +6,7 @@ mod accounts;
 mod api_docs;
 mod assign;
 mod attention;
+mod attention_browser;
 mod audit_events;
 mod bad_input;
 mod change_feed;

@@ -4,6 +4,7 @@
 //! `kill -9` would: its sockets close mid-flight, nothing is acked or committed.
 
 pub mod audit;
+pub mod browser;
 pub mod cluster;
 pub mod dashboard;
 pub mod enrollment;

@@ -45,7 +45,9 @@
 
   document.addEventListener("submit", function (event) {
     var form = event.target;
-    var question = form.getAttribute("data-confirm");
+    // The button pressed may ask its own question (one form, several actions).
+    var question = (event.submitter && event.submitter.getAttribute("data-confirm"))
+      || form.getAttribute("data-confirm");
     if (question && !window.confirm(question)) {
       event.preventDefault();
     }

@@ -178,6 +178,8 @@ pub struct AssignmentRow {
     pub due: String,
     /// Completion time.
     pub completed: String,
+    /// Why it was cancelled, for a cancelled one.
+    pub cancel_reason: String,
 }
 
 /// An export button.
@@ -224,6 +226,14 @@ struct FlowPage {
     filtered: bool,
     /// This page's address, where the row actions come back to.
     back: String,
+}
+
+impl FlowPage {
+    /// Whether a row can be selected (an open one): the form of the rows selected is shown only
+    /// then.
+    fn selectable(&self) -> bool {
+        self.assignments.iter().any(|row| row.open)
+    }
 }
 
 /// The report on a flow of the signed-in organization: with `format`, its export (of the rows
@@ -410,6 +420,7 @@ async fn show(
                     assigned: layout.time(&row.assigned_at),
                     due: layout.time_or(&row.due_at, "–"),
                     completed: layout.time_or(&row.completed_at, "–"),
+                    cancel_reason: row.cancel_reason.clone().unwrap_or_default(),
                 }
             })
             .collect(),

@@ -264,6 +264,14 @@ struct PersonPage {
     back: String,
 }
 
+impl PersonPage {
+    /// Whether a row can be selected (an open one): the form of the rows selected is shown only
+    /// then.
+    fn selectable(&self) -> bool {
+        self.assignments.iter().any(|row| row.open)
+    }
+}
+
 /// Query of a person's page.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct PersonQuery {
