@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use clap::Args;
 use clap::builder::PossibleValue;
@@ -131,6 +132,12 @@ pub async fn run_until(
     }
     // Only the demo may store endpoint secrets in plain text, when no key is set.
     api.webhook_secrets.plaintext_allowed = args.demo;
+    // The demo's webhook endpoint is a receiver in this process, on 127.0.0.1 over plain http,
+    // which the address policy refuses elsewhere (the webhook-worker of this process gets the
+    // same allowance: `flow_workers::webhook`).
+    if args.demo {
+        api.webhook_policy = demo_webhook_policy();
+    }
 
     // One ops address for the whole process, over every role's readiness checks; only when
     // METRICS_BIND is set, since the benchmarks run several `flowctl up --only …` on one host.
@@ -150,7 +157,7 @@ pub async fn run_until(
         .iter()
         .map(|role| (role, role.prepare(&shared, shutdown.clone())))
         .collect();
-    flow_common::ops::spawn_if(api.metrics_bind, health, shutdown.clone()).await?;
+    flow_common::ops::spawn_if(api.metrics_bind, health.clone(), shutdown.clone()).await?;
 
     let mut tasks = JoinSet::new();
     let base_url = api.public_base_url.clone();
@@ -166,24 +173,81 @@ pub async fn run_until(
             tasks.spawn(work);
         }
     }
+    // Startup logs first; what a person needs from this run comes last, apart from them.
+    wait_until_ready(&health).await;
 
+    // The demo's receiver lives as long as this process serves.
+    let mut receiver = None;
     if args.demo {
-        let tool = crate::context::Tool::open(&core, &base_url).await?;
-        let created = async {
-            let demo = crate::demo::create(&tool, 1_000, "Demo Org", None).await?;
-            let admin = crate::demo::create_admin(&tool, &demo).await?;
-            anyhow::Ok((demo, admin))
-        }
-        .await;
+        let started = crate::receiver::Receiver::start_with(crate::receiver::Options {
+            port: 0,
+            keep_requests: false,
+            default_behaviour: crate::receiver::Behaviour::Succeed,
+        })
+        .await?;
+        let url = started.url(crate::demo::RECEIVER_PATH);
+        tracing::warn!(
+            "demo: webhook endpoints may use plain http and loopback or private addresses \
+             (WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE are on); never serve real traffic \
+             like this"
+        );
+        tracing::info!("demo: seeding the demo organization (the workers persist it)");
+        let tool = crate::context::Tool::open_with(
+            &core,
+            &base_url,
+            &crate::demo::TOOL_SIZE,
+            |settings| {
+                settings.webhook_policy = demo_webhook_policy();
+                settings.webhook_secrets.plaintext_allowed = true;
+            },
+        )
+        .await?;
+        let seeding_started = std::time::Instant::now();
+        let seeding = async {
+            let demo = match crate::demo::find(&tool, crate::demo::DEMO_ORG_NAME).await? {
+                Some(demo) => demo,
+                None => crate::demo::create(&tool, 1_000, crate::demo::DEMO_ORG_NAME, None).await?,
+            };
+            let admin = crate::demo::admin_access(&tool, &demo).await?;
+            let life = crate::demo::bring_to_life(&tool, &demo, Some(&url)).await?;
+            anyhow::Ok((demo, admin, life, seeding_started.elapsed()))
+        };
+        // Ctrl-C while seeding stops at once (what was seeded stays; the next run goes on).
+        let made = tokio::select! {
+            made = seeding => Some(made),
+            () = shutdown.cancelled() => None,
+        };
         tool.close().await;
-        let (demo, admin) = created?;
-        println!();
-        crate::demo::print(&demo, &base_url);
-        crate::demo::print_dashboard(&admin, &base_url);
-        println!();
-    }
-    if args.only.is_empty() {
-        println!("Flow is running at {base_url} (API and every worker). Ctrl-C stops it.");
+        receiver = Some(started);
+        match made {
+            Some(Ok((demo, admin, life, took))) => print_block(|| {
+                crate::demo::print(&demo, &base_url);
+                println!();
+                crate::demo::print_life(&demo, &life, took);
+                println!(
+                    "Demo mode: webhook endpoints may use plain http and loopback addresses \
+                     (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE); never serve real traffic like this."
+                );
+                println!();
+                crate::demo::print_dashboard(&admin, &base_url);
+                crate::demo::print_api_reference(&base_url);
+                println!();
+                print_running(&base_url);
+            }),
+            Some(Err(error)) => {
+                // Stop what runs, as a failing component would.
+                shutdown.cancel();
+                while tasks.join_next().await.is_some() {}
+                return Err(error.context("seeding the demo organization"));
+            }
+            None => {}
+        }
+    } else if args.only.is_empty() {
+        print_block(|| {
+            println!("Dashboard: {}/dashboard", base_url.trim_end_matches('/'));
+            crate::demo::print_api_reference(&base_url);
+            print_running(&base_url);
+        });
     } else {
         tracing::info!(components = ?args.only, "running");
     }
@@ -200,5 +264,47 @@ pub async fn run_until(
             shutdown.cancel();
         }
     }
+    if let Some(mut receiver) = receiver {
+        receiver.stop().await;
+    }
     failure.map_or(Ok(()), Err)
+}
+
+/// What the address policy allows in demo mode: plain http to loopback and private addresses
+/// (the local receiver).
+pub fn demo_webhook_policy() -> flow_common::webhook::address::AddressPolicy {
+    flow_common::webhook::address::AddressPolicy {
+        allow_private: true,
+        allow_http: true,
+    }
+}
+
+/// How long `up` waits for every component to be ready before it prints where things are.
+const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until every running component's readiness checks pass, for [`READY_WAIT`] at most
+/// (then goes on: what is not ready says so in its own logs).
+async fn wait_until_ready(health: &flow_common::ops::Health) {
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        if health.report().await.ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tracing::warn!("not every component was ready within {READY_WAIT:?}");
+}
+
+/// Prints `body` apart from the log lines around it: after a blank line, between two rules.
+fn print_block(body: impl FnOnce()) {
+    let rule = "=".repeat(78);
+    println!();
+    println!("{rule}");
+    body();
+    println!("{rule}");
+    println!();
+}
+
+fn print_running(base_url: &str) {
+    println!("Flow is running at {base_url} (API and every worker). Ctrl-C stops it.");
 }
