@@ -245,7 +245,7 @@ fn names(index: usize) -> (&'static str, &'static str) {
 /// Days since person `index` started: one in sixteen started within the last six weeks (the
 /// new hires), the others months or years ago.
 pub(super) fn days_employed(index: usize) -> u64 {
-    if index > 1 && index % 16 == 0 {
+    if index > 1 && index.is_multiple_of(16) {
         1 + mix(index, 13) % 42
     } else {
         120 + mix(index, 14) % 2_500
