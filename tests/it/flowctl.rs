@@ -417,6 +417,16 @@ async fn up_creates_the_database_runs_everything_and_seeds_a_living_demo_that_a_
         completion_weeks >= 4,
         "completed over past weeks: {completion_weeks}"
     );
+    // The scheduler starts after the seeding: what was completed on time was never overdue.
+    let completed_overdue: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM assignments WHERE org_id = $1 AND completed_at <= due_at
+           AND overdue_at IS NOT NULL",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(completed_overdue, 0);
     let expiring: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM assignments WHERE org_id = $1 AND status = 'completed'
            AND expires_at > now() AND expires_at <= now() + interval '7 days'",
