@@ -14,8 +14,10 @@ use tokio::task::JoinSet;
 /// Options of `flowctl up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
-    /// Also create a demo organization and print its API key, a curl command, the dashboard's
-    /// address and its admin's sign-in link.
+    /// Also seed the demo organization (or reuse it, found by its name) with people,
+    /// assignments in every state, a schedule, a rule and a webhook endpoint at a local receiver
+    /// (plain http to loopback allowed, with a warning), and print its API key, a curl command,
+    /// the dashboard's address and its admin's sign-in link.
     #[arg(long)]
     pub demo: bool,
     /// Listen here instead of `API_BIND`.

@@ -601,6 +601,63 @@ async fn up_creates_the_database_runs_everything_and_seeds_a_living_demo_that_a_
     );
 }
 
+#[tokio::test]
+async fn flowctl_demo_seeds_the_demo_organization_with_the_running_workers_and_reuses_it() {
+    // What `docker compose exec api flowctl demo` does beside the compose file's workers.
+    let app = TestApp::spawn().await;
+    for run in 1..=2 {
+        let limit = app.core.delivery_limit.to_string();
+        flowctl(
+            &app,
+            &["demo", "--users", "200", "--delivery-limit", &limit],
+        )
+        .await
+        .unwrap();
+        let orgs: Vec<flow_domain::ids::OrgId> =
+            sqlx::query_scalar("SELECT id FROM organizations WHERE name = $1")
+                .bind(flowctl::demo::DEMO_ORG_NAME)
+                .fetch_all(&app.db)
+                .await
+                .unwrap();
+        assert_eq!(orgs.len(), 1, "run {run} reuses the demo organization");
+        let states: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE completed_at IS NOT NULL),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at < now()),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at >= now()
+                                       AND started_at IS NOT NULL),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at >= now()
+                                       AND started_at IS NULL),
+                    count(*)
+             FROM assignments WHERE org_id = $1",
+        )
+        .bind(orgs[0])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        let (completed, overdue, in_progress, pending, total) = states;
+        assert!(
+            completed > 0 && overdue > 0 && in_progress > 0 && pending > 0,
+            "run {run}: {states:?}"
+        );
+        assert_eq!(total, completed + overdue + in_progress + pending);
+        let (users, keys, schedules, rules, endpoints): (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM users WHERE org_id = $1),
+                        (SELECT count(*) FROM api_keys WHERE org_id = $1),
+                        (SELECT count(*) FROM schedules WHERE org_id = $1),
+                        (SELECT count(*) FROM enrollment_rules WHERE org_id = $1),
+                        (SELECT count(*) FROM webhook_endpoints WHERE org_id = $1)",
+        )
+        .bind(orgs[0])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(users, 200);
+        assert_eq!(keys, run, "a new key each run");
+        assert_eq!((schedules, rules), (1, 1));
+        assert_eq!(endpoints, 0, "no local receiver without `up`");
+    }
+}
+
 /// Runs a `flowctl` command line as the binary would, connection flags given after the
 /// subcommand (they are global).
 async fn flowctl(app: &TestApp, args: &[&str]) -> anyhow::Result<flowctl::output::Outcome> {
