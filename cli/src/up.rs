@@ -184,7 +184,7 @@ pub async fn run_until(
         }
     }
     // Startup logs first; what a person needs from this run comes last, apart from them.
-    wait_until_ready(&health).await;
+    wait_until_ready(&health, &shutdown).await;
 
     // The demo's receiver lives as long as this process serves.
     let mut receiver = None;
@@ -232,22 +232,25 @@ pub async fn run_until(
         for work in deferred.drain(..) {
             tasks.spawn(work);
         }
-        wait_until_ready(&health).await;
         match made {
-            Some(Ok((demo, admin, life, took))) => print_block(|| {
-                crate::demo::print(&demo, &base_url);
-                println!();
-                crate::demo::print_life(&demo, &life, took);
-                println!(
-                    "Demo mode: webhook endpoints may use plain http and loopback addresses \
-                     (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE); never serve real traffic like this."
-                );
-                println!();
-                crate::demo::print_dashboard(&admin, &base_url);
-                crate::demo::print_api_reference(&base_url);
-                println!();
-                print_running(&base_url);
-            }),
+            Some(Ok((demo, admin, life, took))) => {
+                wait_until_ready(&health, &shutdown).await;
+                print_block(|| {
+                    crate::demo::print(&demo, &base_url);
+                    println!();
+                    crate::demo::print_life(&demo, &life, took);
+                    println!(
+                        "Demo mode: webhook endpoints may use plain http and loopback addresses \
+                         (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE); never serve real traffic \
+                         like this."
+                    );
+                    println!();
+                    crate::demo::print_dashboard(&admin, &base_url);
+                    crate::demo::print_api_reference(&base_url);
+                    println!();
+                    print_running(&base_url);
+                });
+            }
             Some(Err(error)) => {
                 // Stop what runs, as a failing component would.
                 shutdown.cancel();
@@ -300,16 +303,21 @@ pub fn demo_webhook_policy() -> flow_common::webhook::address::AddressPolicy {
 const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// Waits until every running component's readiness checks pass, for [`READY_WAIT`] at most
-/// (then goes on: what is not ready says so in its own logs).
-async fn wait_until_ready(health: &flow_common::ops::Health) {
+/// (then goes on: what is not ready says so in its own logs), or until `shutdown`.
+async fn wait_until_ready(
+    health: &flow_common::ops::Health,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
     let deadline = tokio::time::Instant::now() + READY_WAIT;
-    while tokio::time::Instant::now() < deadline {
+    while tokio::time::Instant::now() < deadline && !shutdown.is_cancelled() {
         if health.report().await.ready {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tracing::warn!("not every component was ready within {READY_WAIT:?}");
+    if !shutdown.is_cancelled() {
+        tracing::warn!("not every component was ready within {READY_WAIT:?}");
+    }
 }
 
 /// Prints `body` apart from the log lines around it: after a blank line, between two rules.

@@ -160,7 +160,7 @@ pub(super) fn pick(index: usize, salt: u64, bound: usize) -> usize {
 
 /// Where a person sits in the organization.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Rank {
+enum Rank {
     /// User 1: the chief executive.
     Chief,
     /// The first person of a department.
@@ -264,7 +264,7 @@ fn profile(index: usize, seat: Seat, today: NaiveDate) -> anyhow::Result<Profile
     let (given, family) = names(index);
     let name = format!("{given} {family}");
     let (department, title) = match (seat.department, seat.rank) {
-        (None, _) | (_, Rank::Chief) => (None, "Chief Executive Officer".to_owned()),
+        (None, _) | (_, Rank::Chief) => ("Executive", "Chief Executive Officer"),
         (Some(department), rank) => {
             let (department_name, head, lead, titles) = DEPARTMENTS[department];
             let title = match rank {
@@ -272,7 +272,7 @@ fn profile(index: usize, seat: Seat, today: NaiveDate) -> anyhow::Result<Profile
                 Rank::Lead => lead,
                 _ => titles[pick(index, 15, titles.len())],
             };
-            (Some(department_name.to_owned()), title.to_owned())
+            (department_name, title)
         }
     };
     let manager = seat.manager.map(|manager| {
@@ -287,8 +287,8 @@ fn profile(index: usize, seat: Seat, today: NaiveDate) -> anyhow::Result<Profile
         given_name: Some(given.to_owned()),
         family_name: Some(family.to_owned()),
         formatted_name: Some(name),
-        title: Some(title),
-        department: department.or_else(|| Some("Executive".to_owned())),
+        title: Some(title.to_owned()),
+        department: Some(department.to_owned()),
         employee_number: Some(employee_id(index)),
         manager_id: manager.as_ref().map(|(id, _)| id.clone()),
         manager_name: manager.map(|(_, name)| name),
@@ -323,7 +323,6 @@ pub(super) async fn provision(
     let profiles: Vec<(usize, Profile)> = (1..=users)
         .map(|index| Ok((index, profile(index, seats[index], today)?)))
         .collect::<anyhow::Result<_>>()?;
-    // Provisioned as an identity provider does, a few at a time.
     // The futures are made first and then run a few at a time: a closure making them inside
     // the stream would make this future not `Send` for every lifetime (rust-lang/rust#102211).
     let provisioning: Vec<_> = profiles
