@@ -41,6 +41,12 @@ pub fn router(state: AppState) -> Router {
     let dashboard = dashboard::router(&state);
     let request_timeout = state.config.request_timeout;
     api_routes
+        // `up` prints the bare address: it leads to the dashboard rather than to a 404 (the API
+        // reference is at /docs, its document at /v1/openapi.json).
+        .route(
+            "/",
+            axum::routing::get(|| async { axum::response::Redirect::to("/dashboard") }),
+        )
         .nest("/dashboard", dashboard)
         .nest("/scim/v2", scim::router())
         .merge(docs::router(operations))

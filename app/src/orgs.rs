@@ -20,6 +20,12 @@ pub async fn get(ctx: &Context, id: OrgId) -> Result<Option<Organization>, Servi
     Ok(orgs::get(&ctx.db, id).await?)
 }
 
+/// The oldest organization named exactly `name`, if there is one (`flowctl up --demo` finds
+/// its organization again by its name).
+pub async fn oldest_named(ctx: &Context, name: &str) -> Result<Option<Organization>, ServiceError> {
+    Ok(orgs::oldest_named(&ctx.db, name).await?)
+}
+
 /// Changes the organization's tier and limit overrides (`None` keeps the current value; a limit of
 /// `Some(0)` clears the override); `None` when there is no such organization.
 pub async fn update_limits(

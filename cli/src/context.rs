@@ -32,6 +32,25 @@ pub fn redact(url: &str) -> String {
 /// default).
 pub const DEFAULT_BASE_URL: &str = "http://localhost:8080";
 
+/// How big a [`Tool`]'s connections are.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    /// Postgres connections.
+    pub connections: u32,
+    /// Confirm-mode channels to publish commands on.
+    pub publish_channels: usize,
+}
+
+impl Default for Size {
+    /// What a one-shot command needs: a small pool, one channel.
+    fn default() -> Self {
+        Self {
+            connections: 4,
+            publish_channels: 1,
+        }
+    }
+}
+
 /// A context for one command.
 pub struct Tool {
     context: Context,
@@ -50,20 +69,35 @@ impl std::ops::Deref for Tool {
 impl Tool {
     /// Opens the context: `public_base_url` is where the links it makes point.
     pub async fn open(core: &CoreConfig, public_base_url: &str) -> anyhow::Result<Self> {
-        let db = pool(core).await?;
+        Self::open_with(core, public_base_url, &Size::default(), |_| {}).await
+    }
+
+    /// [`Tool::open`] of `size`, its settings (read from the environment) changed by `adjust`
+    /// first: the demo allows its local webhook receiver.
+    pub async fn open_with(
+        core: &CoreConfig,
+        public_base_url: &str,
+        size: &Size,
+        adjust: impl FnOnce(&mut Settings),
+    ) -> anyhow::Result<Self> {
+        let db = flow_common::db::connect(&core.database_url, size.connections)
+            .await
+            .with_context(|| format!("connecting to {}", redact(&core.database_url)))?;
         let shutdown = CancellationToken::new();
         let background = Supervisor::new(&shutdown);
+        let mut settings = Settings {
+            public_base_url: public_base_url.to_owned(),
+            webhook_policy: from_env(),
+            webhook_secrets: from_env(),
+        };
+        adjust(&mut settings);
         let context = Context::start(
             db,
             StartConfig {
                 core: core.clone(),
-                settings: Settings {
-                    public_base_url: public_base_url.to_owned(),
-                    webhook_policy: from_env(),
-                    webhook_secrets: from_env(),
-                },
+                settings,
                 connection_name: "flowctl",
-                publish_channels: 1,
+                publish_channels: size.publish_channels,
                 publish_confirm_timeout: Duration::from_secs(5),
                 batch_limits: BatchLimits {
                     max_batch: 128,

@@ -72,7 +72,8 @@ pub enum Command {
     /// Flows.
     #[command(subcommand)]
     Flows(admin::FlowsCommand),
-    /// Create a demo organization (1,000 users, three flows) and print an API key and a curl.
+    /// Create (or reuse) the demo organization: 1,000 people, three flows, assignments in every
+    /// state, a schedule and a rule (the workers must be running); print an API key and a curl.
     Demo(demo::DemoArgs),
     /// Run migrations, then the API and every worker in this one process (local use).
     Up(up::UpArgs),

@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use clap::Args;
 use clap::builder::PossibleValue;
@@ -13,8 +14,10 @@ use tokio::task::JoinSet;
 /// Options of `flowctl up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
-    /// Also create a demo organization and print its API key, a curl command, the dashboard's
-    /// address and its admin's sign-in link.
+    /// Also seed the demo organization (or reuse it, found by its name) with people,
+    /// assignments in every state, a schedule, a rule and a webhook endpoint at a local receiver
+    /// (plain http to loopback allowed, with a warning), and print its API key, a curl command,
+    /// the dashboard's address and its admin's sign-in link.
     #[arg(long)]
     pub demo: bool,
     /// Listen here instead of `API_BIND`.
@@ -131,6 +134,12 @@ pub async fn run_until(
     }
     // Only the demo may store endpoint secrets in plain text, when no key is set.
     api.webhook_secrets.plaintext_allowed = args.demo;
+    // The demo's webhook endpoint is a receiver in this process, on 127.0.0.1 over plain http,
+    // which the address policy refuses elsewhere (the webhook-worker of this process gets the
+    // same allowance: `flow_workers::webhook`).
+    if args.demo {
+        api.webhook_policy = demo_webhook_policy();
+    }
 
     // One ops address for the whole process, over every role's readiness checks; only when
     // METRICS_BIND is set, since the benchmarks run several `flowctl up --only …` on one host.
@@ -150,7 +159,7 @@ pub async fn run_until(
         .iter()
         .map(|role| (role, role.prepare(&shared, shutdown.clone())))
         .collect();
-    flow_common::ops::spawn_if(api.metrics_bind, health, shutdown.clone()).await?;
+    flow_common::ops::spawn_if(api.metrics_bind, health.clone(), shutdown.clone()).await?;
 
     let mut tasks = JoinSet::new();
     let base_url = api.public_base_url.clone();
@@ -161,29 +170,101 @@ pub async fn run_until(
         let state = flow_api::build_state(api, shutdown.clone()).await?;
         tasks.spawn(flow_api::serve(listener, state, shutdown.clone()));
     }
+    // Under the demo, the scheduler starts once the demo is seeded: its overdue scan would
+    // otherwise mark past-due assignments overdue between their persistence and the progress
+    // that completed them before their due date.
+    let mut deferred = Vec::new();
     for (role, work) in workers {
         if args.runs(Component::Worker(role)) {
+            if args.demo && role.name == STARTED_AFTER_SEEDING {
+                deferred.push(work);
+            } else {
+                tasks.spawn(work);
+            }
+        }
+    }
+    // Startup logs first; what a person needs from this run comes last, apart from them.
+    wait_until_ready(&health, &shutdown).await;
+
+    // The demo's receiver lives as long as this process serves.
+    let mut receiver = None;
+    if args.demo {
+        let started = crate::receiver::Receiver::start_with(crate::receiver::Options {
+            port: 0,
+            keep_requests: false,
+            default_behaviour: crate::receiver::Behaviour::Succeed,
+        })
+        .await?;
+        let url = started.url(crate::demo::RECEIVER_PATH);
+        tracing::warn!(
+            "demo: webhook endpoints may use plain http and loopback or private addresses \
+             (WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE are on); never serve real traffic \
+             like this"
+        );
+        tracing::info!("demo: seeding the demo organization (the workers persist it)");
+        let tool = crate::context::Tool::open_with(
+            &core,
+            &base_url,
+            &crate::demo::TOOL_SIZE,
+            |settings| {
+                settings.webhook_policy = demo_webhook_policy();
+                settings.webhook_secrets.plaintext_allowed = true;
+            },
+        )
+        .await?;
+        let seeding_started = std::time::Instant::now();
+        let seeding = async {
+            let demo = match crate::demo::find(&tool, crate::demo::DEMO_ORG_NAME).await? {
+                Some(demo) => demo,
+                None => crate::demo::create(&tool, 1_000, crate::demo::DEMO_ORG_NAME, None).await?,
+            };
+            let admin = crate::demo::admin_access(&tool, &demo).await?;
+            let life = crate::demo::bring_to_life(&tool, &demo, Some(&url)).await?;
+            anyhow::Ok((demo, admin, life, seeding_started.elapsed()))
+        };
+        // Ctrl-C while seeding stops at once (what was seeded stays; the next run goes on).
+        let made = tokio::select! {
+            made = seeding => Some(made),
+            () = shutdown.cancelled() => None,
+        };
+        tool.close().await;
+        receiver = Some(started);
+        for work in deferred.drain(..) {
             tasks.spawn(work);
         }
-    }
-
-    if args.demo {
-        let tool = crate::context::Tool::open(&core, &base_url).await?;
-        let created = async {
-            let demo = crate::demo::create(&tool, 1_000, "Demo Org", None).await?;
-            let admin = crate::demo::create_admin(&tool, &demo).await?;
-            anyhow::Ok((demo, admin))
+        match made {
+            Some(Ok((demo, admin, life, took))) => {
+                wait_until_ready(&health, &shutdown).await;
+                print_block(|| {
+                    crate::demo::print(&demo, &base_url);
+                    println!();
+                    crate::demo::print_life(&demo, &life, took);
+                    println!(
+                        "Demo mode: webhook endpoints may use plain http and loopback addresses \
+                         (WEBHOOK_ALLOW_HTTP, WEBHOOK_ALLOW_PRIVATE); never serve real traffic \
+                         like this."
+                    );
+                    println!();
+                    crate::demo::print_dashboard(&admin, &base_url);
+                    crate::demo::print_api_reference(&base_url);
+                    println!();
+                    print_running(&base_url);
+                });
+            }
+            Some(Err(error)) => {
+                // Stop what runs, as a failing component would.
+                shutdown.cancel();
+                while tasks.join_next().await.is_some() {}
+                return Err(error.context("seeding the demo organization"));
+            }
+            None => {}
         }
-        .await;
-        tool.close().await;
-        let (demo, admin) = created?;
-        println!();
-        crate::demo::print(&demo, &base_url);
-        crate::demo::print_dashboard(&admin, &base_url);
-        println!();
-    }
-    if args.only.is_empty() {
-        println!("Flow is running at {base_url} (API and every worker). Ctrl-C stops it.");
+    } else if args.only.is_empty() {
+        print_block(|| {
+            println!("Dashboard: {}/dashboard", base_url.trim_end_matches('/'));
+            crate::demo::print_api_reference(&base_url);
+            print_running(&base_url);
+        });
     } else {
         tracing::info!(components = ?args.only, "running");
     }
@@ -200,5 +281,55 @@ pub async fn run_until(
             shutdown.cancel();
         }
     }
+    if let Some(mut receiver) = receiver {
+        receiver.stop().await;
+    }
     failure.map_or(Ok(()), Err)
+}
+
+/// The worker role `up --demo` starts once the demo is seeded.
+const STARTED_AFTER_SEEDING: &str = "scheduler";
+
+/// What the address policy allows in demo mode: plain http to loopback and private addresses
+/// (the local receiver).
+pub fn demo_webhook_policy() -> flow_common::webhook::address::AddressPolicy {
+    flow_common::webhook::address::AddressPolicy {
+        allow_private: true,
+        allow_http: true,
+    }
+}
+
+/// How long `up` waits for every component to be ready before it prints where things are.
+const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until every running component's readiness checks pass, for [`READY_WAIT`] at most
+/// (then goes on: what is not ready says so in its own logs), or until `shutdown`.
+async fn wait_until_ready(
+    health: &flow_common::ops::Health,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    while tokio::time::Instant::now() < deadline && !shutdown.is_cancelled() {
+        if health.report().await.ready {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if !shutdown.is_cancelled() {
+        tracing::warn!("not every component was ready within {READY_WAIT:?}");
+    }
+}
+
+/// Prints `body` apart from the log lines around it: after a blank line, between two rules.
+fn print_block(body: impl FnOnce()) {
+    let rule = "=".repeat(78);
+    println!();
+    println!("{rule}");
+    body();
+    println!("{rule}");
+    println!();
+}
+
+fn print_running(base_url: &str) {
+    println!("Flow is running at {base_url} (API and every worker). Ctrl-C stops it.");
 }

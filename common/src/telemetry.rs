@@ -3,6 +3,7 @@
 //! Prometheus recorder.
 
 use std::collections::HashMap;
+use std::io::IsTerminal as _;
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use tracing_subscriber::filter::FilterFn;
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`); `LOG_FORMAT=json`
-/// switches to one JSON object per line. Spans carry W3C trace context (see [`continue_trace`]);
+/// switches to one JSON object per line. Text is coloured only when stdout is a terminal. Spans carry W3C trace context (see [`continue_trace`]);
 /// with `OTEL_EXPORTER_OTLP_ENDPOINT` set they are also exported over OTLP/HTTP (service name from
 /// `OTEL_SERVICE_NAME`). Libraries' events that would log a request's raw path are dropped
 /// ([`hide_raw_paths`]). Calling it twice is harmless (tests do).
@@ -38,7 +39,11 @@ pub fn init() {
             )
             .try_init()
     } else {
-        registry.with(fmt::layer()).try_init()
+        // Colours only for a person at a terminal: piped or redirected (a file, `docker logs`,
+        // a CI log) the lines stay plain text, with no escape codes between the words.
+        registry
+            .with(fmt::layer().with_ansi(std::io::stdout().is_terminal()))
+            .try_init()
     };
     // Already installed (several binaries in one process, or tests): keep the first.
     drop(result);

@@ -322,3 +322,31 @@ async fn the_docs_and_the_event_body_schema_name_every_event_type() {
         "docs/webhooks.md: endpoints subscribe to all {count} kinds by default"
     );
 }
+
+#[tokio::test]
+async fn the_bare_address_redirects_to_the_dashboard() {
+    let app = api_only().await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client
+        .get(format!("{}/", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 303);
+    assert_eq!(response.headers()["location"], "/dashboard");
+    // Followed, it lands on a dashboard page (the sign-in page, without a session), not the
+    // API's JSON 404.
+    let (status, content_type, _) = text(&app, "/").await;
+    assert_eq!(status, 200);
+    assert!(content_type.starts_with("text/html"), "{content_type}");
+    // Only GET is redirected: another method on `/` is still refused.
+    let post = client
+        .post(format!("{}/", app.base_url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405);
+}

@@ -220,8 +220,73 @@ async fn users_import_runs_the_enrollment_rules_and_flows_create_keeps_the_apis_
     assert_eq!(flows, 1, "only the rule's flow");
 }
 
+/// Polls `sql` (a count with the organization as `$1`) until `done` holds for it, for 120 s at
+/// most; returns the last count.
+async fn count_until(
+    pool: &sqlx::PgPool,
+    org_id: flow_domain::ids::OrgId,
+    sql: &str,
+    done: impl Fn(i64) -> bool,
+) -> i64 {
+    let mut count = 0;
+    for _ in 0..1_200 {
+        count = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+            .bind(org_id)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if done(count) {
+            return count;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    count
+}
+
+/// `flowctl up --demo` on `bind`, until the returned token is cancelled; waits until the API
+/// answers ready.
+async fn up_demo(
+    core: &CoreConfig,
+    bind: std::net::SocketAddr,
+) -> (
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio_util::sync::CancellationToken,
+) {
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stack = tokio::spawn(flowctl::up::run_until(
+        core.clone(),
+        flowctl::up::UpArgs {
+            demo: true,
+            bind: Some(bind),
+            only: vec![],
+        },
+        shutdown.clone(),
+    ));
+    let client = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..300 {
+        if client
+            .get(format!("http://{bind}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "the stack did not become ready");
+    (stack, shutdown)
+}
+
+/// The demo has seeded everything once its webhook endpoint (made last) exists.
+const DEMO_ENDPOINTS: &str = "SELECT count(*) FROM webhook_endpoints
+     WHERE org_id = $1 AND url LIKE 'http://127.0.0.1:%/hooks/demo'";
+
 #[tokio::test]
-async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
+async fn up_creates_the_database_runs_everything_and_seeds_a_living_demo_that_a_second_run_reuses()
+{
     let name = format!(
         "flow_test_{}_{}",
         chrono::Utc::now().timestamp(),
@@ -243,38 +308,15 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
         .unwrap()
         .port();
     let bind: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let stack = tokio::spawn(flowctl::up::run_until(
-        core.clone(),
-        flowctl::up::UpArgs {
-            demo: true,
-            bind: Some(bind),
-            only: vec![],
-        },
-        shutdown.clone(),
-    ));
+    let (stack, shutdown) = up_demo(&core, bind).await;
     let client = reqwest::Client::new();
     let base = format!("http://{bind}");
-    let mut ready = false;
-    for _ in 0..200 {
-        if client
-            .get(format!("{base}/readyz"))
-            .send()
-            .await
-            .is_ok_and(|r| r.status() == 200)
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the stack did not become ready");
 
     // The demo organization exists: use one of its flows and users with a fresh key.
     let pool = sqlx::PgPool::connect(&database_url).await.unwrap();
     let mut demo = None;
-    for _ in 0..200 {
-        // The demo is created once the components are up, its admin's sign-in link last.
+    for _ in 0..600 {
+        // The demo is created once the components are up, its admin's sign-in link next.
         demo = sqlx::query_as::<_, (flow_domain::ids::OrgId, flow_domain::ids::FlowId)>(
             "SELECT o.id, f.id FROM organizations o JOIN flows f ON f.org_id = o.id
              JOIN api_keys k ON k.org_id = o.id WHERE f.name = 'Security Basics'
@@ -291,12 +333,131 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let (org_id, flow_id) = demo.expect("the demo organization was created");
-    let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE org_id = $1")
+    // Then it comes to life: the webhook endpoint is made last, once the assignments and their
+    // progress are persisted.
+    let endpoints = count_until(&pool, org_id, DEMO_ENDPOINTS, |count| count == 1).await;
+    assert_eq!(endpoints, 1, "the demo's endpoint at the local receiver");
+
+    // People with profiles, as an identity provider provisions them.
+    let people: (i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(department), count(title), count(manager_id),
+                count(DISTINCT department)
+         FROM users WHERE org_id = $1",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(people.0, 1_000);
+    assert_eq!(people.1, 1_000, "everyone has a department");
+    assert_eq!(people.2, 1_000, "and a title");
+    assert_eq!(
+        people.3, 999,
+        "everyone but the chief executive has a manager"
+    );
+    assert!(people.4 >= 8, "{} departments", people.4);
+    // Every manager named is a user of the organization.
+    let dangling: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM users u WHERE u.org_id = $1 AND u.manager_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM users m WHERE m.org_id = u.org_id
+                           AND m.external_id = u.manager_id)",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(dangling, 0);
+    let groups: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT g.display_name, count(m.user_id) FROM user_groups g
+         LEFT JOIN user_group_members m ON m.group_id = g.id
+         WHERE g.org_id = $1 GROUP BY g.display_name ORDER BY g.display_name",
+    )
+    .bind(org_id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(groups.len(), 5, "{groups:?}");
+    assert!(groups.iter().all(|(_, members)| *members > 0), "{groups:?}");
+
+    // Assignments in every state, over past weeks, as reported now.
+    let states: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CASE WHEN completed_at IS NOT NULL THEN 'completed'
+                     WHEN due_at < now() THEN 'overdue'
+                     WHEN started_at IS NOT NULL THEN 'in_progress'
+                     ELSE 'pending' END AS state, count(*)
+         FROM assignments WHERE org_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(org_id)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let state = |name: &str| {
+        states
+            .iter()
+            .find(|(state, _)| state == name)
+            .map_or(0, |(_, count)| *count)
+    };
+    for name in ["completed", "in_progress", "pending", "overdue"] {
+        assert!(state(name) >= 10, "{name}: {states:?}");
+    }
+    let (earliest_days, completion_weeks): (f64, i64) = sqlx::query_as(
+        "SELECT (extract(epoch FROM now() - min(assigned_at)) / 86400)::float8,
+                count(DISTINCT date_trunc('week', completed_at))
+         FROM assignments WHERE org_id = $1 AND assigned_at > now() - interval '60 days'",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        earliest_days > 28.0,
+        "assigned over past weeks: {earliest_days}"
+    );
+    assert!(
+        completion_weeks >= 4,
+        "completed over past weeks: {completion_weeks}"
+    );
+    // The scheduler starts after the seeding: what was completed on time was never overdue.
+    let completed_overdue: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM assignments WHERE org_id = $1 AND completed_at <= due_at
+           AND overdue_at IS NOT NULL",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(completed_overdue, 0);
+    let expiring: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM assignments WHERE org_id = $1 AND status = 'completed'
+           AND expires_at > now() AND expires_at <= now() + interval '7 days'",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(expiring, 1, "one completion expiring soon");
+    for (table, what) in [
+        ("schedules", "a schedule"),
+        ("enrollment_rules", "an enrollment rule"),
+    ] {
+        let count: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM {table} WHERE org_id = $1"
+        )))
         .bind(org_id)
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert_eq!(users, 1_000);
+        assert_eq!(count, 1, "{what}");
+    }
+    // The receiver works locally: the test event sent to it is delivered.
+    let tests_delivered = "SELECT count(*) FROM webhook_deliveries
+         WHERE org_id = $1 AND event_type = 'webhook.test' AND status = 'succeeded'";
+    assert_eq!(
+        count_until(&pool, org_id, tests_delivered, |count| count == 1).await,
+        1,
+        "the test event reached the local receiver"
+    );
+
     // Beside the API key, `up --demo` prints a dashboard admin's one-time sign-in link.
     let live_links: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM dashboard_accounts a JOIN dashboard_sign_in_links l ON l.account_id = a.id
@@ -340,6 +501,80 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
         persisted,
         "the assign-worker of `up` persisted the assignment"
     );
+    // The bare address leads to the dashboard.
+    let root = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(root.headers()["location"], "/dashboard");
+
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), stack)
+        .await
+        .expect("up stops")
+        .unwrap()
+        .unwrap();
+    let assignments = "SELECT count(*) FROM assignments WHERE org_id = $1";
+    let before: i64 = count_until(&pool, org_id, assignments, |_| true).await;
+
+    // A second run finds the demo organization by its name and reuses it: a new key (the first
+    // cannot be shown again), its endpoint pointed at the new receiver and sent a test event,
+    // its admin a new link (no password was set); nothing is made twice.
+    let (stack, shutdown) = up_demo(&core, bind).await;
+    let tests_sent = "SELECT count(*) FROM webhook_deliveries
+         WHERE org_id = $1 AND event_type = 'webhook.test'";
+    assert_eq!(
+        count_until(&pool, org_id, tests_sent, |count| count == 2).await,
+        2
+    );
+    let orgs: i64 = sqlx::query_scalar("SELECT count(*) FROM organizations WHERE name = $1")
+        .bind(flowctl::demo::DEMO_ORG_NAME)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(orgs, 1, "the second run reuses the demo organization");
+    let demo_keys = "SELECT count(*) FROM api_keys WHERE org_id = $1 AND name = 'demo'";
+    assert_eq!(count_until(&pool, org_id, demo_keys, |_| true).await, 2);
+    assert_eq!(
+        count_until(&pool, org_id, assignments, |_| true).await,
+        before
+    );
+    assert_eq!(
+        count_until(&pool, org_id, DEMO_ENDPOINTS, |_| true).await,
+        1
+    );
+    for table in [
+        "schedules",
+        "enrollment_rules",
+        "user_groups",
+        "dashboard_accounts",
+    ] {
+        let sql = format!("SELECT count(*) FROM {table} WHERE org_id = $1");
+        let expected = if table == "user_groups" { 5 } else { 1 };
+        assert_eq!(
+            count_until(&pool, org_id, &sql, |_| true).await,
+            expected,
+            "{table}"
+        );
+    }
+    let live_links: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM dashboard_accounts a JOIN dashboard_sign_in_links l ON l.account_id = a.id
+         WHERE a.org_id = $1 AND l.used_at IS NULL AND l.expires_at > now() + interval '23 hours'",
+    )
+    .bind(org_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(live_links >= 1, "a new sign-in link for the same admin");
+    assert_eq!(
+        count_until(&pool, org_id, tests_delivered, |count| count == 2).await,
+        2,
+        "the endpoint follows the new receiver"
+    );
 
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), stack)
@@ -364,6 +599,63 @@ async fn up_creates_the_database_and_runs_the_api_and_workers_until_shutdown() {
             .delete(&channel)
             .await,
     );
+}
+
+#[tokio::test]
+async fn flowctl_demo_seeds_the_demo_organization_with_the_running_workers_and_reuses_it() {
+    // What `docker compose exec api flowctl demo` does beside the compose file's workers.
+    let app = TestApp::spawn().await;
+    for run in 1..=2 {
+        let limit = app.core.delivery_limit.to_string();
+        flowctl(
+            &app,
+            &["demo", "--users", "200", "--delivery-limit", &limit],
+        )
+        .await
+        .unwrap();
+        let orgs: Vec<flow_domain::ids::OrgId> =
+            sqlx::query_scalar("SELECT id FROM organizations WHERE name = $1")
+                .bind(flowctl::demo::DEMO_ORG_NAME)
+                .fetch_all(&app.db)
+                .await
+                .unwrap();
+        assert_eq!(orgs.len(), 1, "run {run} reuses the demo organization");
+        let states: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE completed_at IS NOT NULL),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at < now()),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at >= now()
+                                       AND started_at IS NOT NULL),
+                    count(*) FILTER (WHERE completed_at IS NULL AND due_at >= now()
+                                       AND started_at IS NULL),
+                    count(*)
+             FROM assignments WHERE org_id = $1",
+        )
+        .bind(orgs[0])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        let (completed, overdue, in_progress, pending, total) = states;
+        assert!(
+            completed > 0 && overdue > 0 && in_progress > 0 && pending > 0,
+            "run {run}: {states:?}"
+        );
+        assert_eq!(total, completed + overdue + in_progress + pending);
+        let (users, keys, schedules, rules, endpoints): (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM users WHERE org_id = $1),
+                        (SELECT count(*) FROM api_keys WHERE org_id = $1),
+                        (SELECT count(*) FROM schedules WHERE org_id = $1),
+                        (SELECT count(*) FROM enrollment_rules WHERE org_id = $1),
+                        (SELECT count(*) FROM webhook_endpoints WHERE org_id = $1)",
+        )
+        .bind(orgs[0])
+        .fetch_one(&app.db)
+        .await
+        .unwrap();
+        assert_eq!(users, 200);
+        assert_eq!(keys, run, "a new key each run");
+        assert_eq!((schedules, rules), (1, 1));
+        assert_eq!(endpoints, 0, "no local receiver without `up`");
+    }
 }
 
 /// Runs a `flowctl` command line as the binary would, connection flags given after the

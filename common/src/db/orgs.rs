@@ -107,6 +107,20 @@ pub async fn get<'e>(
     .await
 }
 
+/// The oldest organization named exactly `name`, if there is one (names are not unique: the
+/// demo finds its organization again by its name).
+pub async fn oldest_named<'e>(
+    executor: impl PgExecutor<'e>,
+    name: &str,
+) -> Result<Option<Organization>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM organizations WHERE name = $1 ORDER BY created_at, id LIMIT 1"
+    )))
+    .bind(name)
+    .fetch_optional(executor)
+    .await
+}
+
 /// Changes an organization's tier and limit overrides (`None` keeps the current value; a limit
 /// of `Some(0)` clears the override) and tells API replicas to drop cached copies.
 pub async fn update_limits(

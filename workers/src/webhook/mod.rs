@@ -164,13 +164,18 @@ role! {
     description: "The webhook-worker (signed deliveries with retries)",
     ops_address: "127.0.0.1:9105",
     work: work,
-    share: allow_demo_secrets,
+    share: demo_allowances,
 }
 
 /// Only the demo (`flowctl up --demo`) may store endpoint secrets in plain text, when no key is
-/// set; the API of the same process gets the same allowance.
-fn allow_demo_secrets(config: &mut WebhookWorkerConfig, shared: &crate::runtime::Shared) {
+/// set, and deliver to its local receiver (plain http to a loopback address, which the address
+/// policy refuses otherwise); the API of the same process gets the same allowances.
+fn demo_allowances(config: &mut WebhookWorkerConfig, shared: &crate::runtime::Shared) {
     config.secrets.plaintext_allowed = shared.demo;
+    if shared.demo {
+        config.policy.allow_private = true;
+        config.policy.allow_http = true;
+    }
 }
 
 /// The prefetch window of each queue of the bulk lane: `WEBHOOK_PREFETCH` shared among the
