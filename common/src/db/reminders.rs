@@ -95,12 +95,17 @@ pub async fn send_due(
             ) a
             JOIN users u ON u.id = a.user_id AND u.active
          ), due AS (
+            -- Whether it was sent: one probe of the primary key per candidate (a LATERAL with
+            -- LIMIT, which the planner keeps as a nested loop; as NOT EXISTS it may hash every
+            -- reminder ever sent, a table that only grows, on every round).
             SELECT c.* FROM candidates c
+            LEFT JOIN LATERAL (SELECT true AS sent FROM assignment_reminders r
+                               WHERE r.assignment_id = c.id AND r.due_at = c.due_at
+                                 AND r.kind = c.kind AND r.offset_days = c.days
+                               LIMIT 1) s ON true
             WHERE c.remind_at <= $1 AND c.remind_at > $1 - interval '{CATCH_UP}'
               AND c.remind_at >= c.assigned_at
-              AND NOT EXISTS (SELECT 1 FROM assignment_reminders r
-                              WHERE r.assignment_id = c.id AND r.due_at = c.due_at
-                                AND r.kind = c.kind AND r.offset_days = c.days)
+              AND s.sent IS NULL
             ORDER BY c.remind_at
             LIMIT $2
          ), claimed AS (
