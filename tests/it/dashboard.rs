@@ -1065,6 +1065,20 @@ async fn webhook_endpoints_are_managed_with_the_api_address_policy() {
         .unwrap()
         .to_owned();
     assert!(secret.starts_with("whsec_"));
+    // Beside the secret: how to verify a delivery with the stock libraries.
+    let snippet = between(
+        &created.body,
+        "<section class=\"card\" id=\"verify-snippet\">",
+        "</section>",
+    )
+    .expect("the verification snippet");
+    for needed in [
+        "pip install standardwebhooks",
+        "npm install standardwebhooks",
+        ".verify(",
+    ] {
+        assert!(snippet.contains(needed), "{needed}: {snippet}");
+    }
     let (id, events): (flow_domain::ids::WebhookEndpointId, Vec<String>) =
         sqlx::query_as("SELECT id, events FROM webhook_endpoints")
             .fetch_one(&app.db)

@@ -635,7 +635,7 @@ async fn endpoints_on_internal_addresses_are_refused_under_the_production_policy
         assert_eq!(response.status, 400, "{url}: {:?}", response.body);
         assert_eq!(
             response.body["message"],
-            json!("url must not point to a loopback, private, link-local or metadata address"),
+            json!(flow_common::webhook::address::REFUSED_ADDRESS),
             "{url}"
         );
     }
@@ -647,7 +647,13 @@ async fn endpoints_on_internal_addresses_are_refused_under_the_production_policy
         )
         .await;
     assert_eq!(plain.status, 400);
-    assert_eq!(plain.body["message"], json!("url must use https"));
+    let message = plain.body["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("url must use https") && message.contains("WEBHOOK_ALLOW_HTTP=true"),
+        "{message}"
+    );
+    let refused = flow_common::webhook::address::REFUSED_ADDRESS;
+    assert!(refused.contains("WEBHOOK_ALLOW_PRIVATE=true"), "{refused}");
     let public = app
         .post(
             &org,

@@ -110,7 +110,7 @@ pub fn parse_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url::Url,
     match url.scheme() {
         "https" => {}
         "http" if policy.allow_http => {}
-        "http" => return Err(Invalid::new("url must use https")),
+        "http" => return Err(Invalid::new(PLAIN_HTTP)),
         _ => return Err(not_http()),
     }
     if !url.username().is_empty() || url.password().is_some() {
@@ -130,9 +130,14 @@ pub fn parse_endpoint_url(text: &str, policy: AddressPolicy) -> Result<url::Url,
     Ok(url)
 }
 
-/// Why an endpoint address is refused.
-pub const REFUSED_ADDRESS: &str =
-    "url must not point to a loopback, private, link-local or metadata address";
+/// Why an endpoint address is refused, and the setting that allows it for local development.
+pub const REFUSED_ADDRESS: &str = "url must not point to a loopback, private, link-local or \
+     metadata address (for local development the service can allow them: set \
+     WEBHOOK_ALLOW_PRIVATE=true on the API and the webhook-worker and restart them)";
+
+/// Why a plain http endpoint is refused, and the setting that allows it for local development.
+pub const PLAIN_HTTP: &str = "url must use https (for local development the service can allow \
+     plain http: set WEBHOOK_ALLOW_HTTP=true on the API and the webhook-worker and restart them)";
 
 /// [`parse_endpoint_url`], then resolves the host: every address it resolves to must be
 /// permitted (checked again at each delivery, where only permitted addresses are connected to).
