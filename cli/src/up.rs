@@ -155,7 +155,7 @@ pub async fn run_until(
     };
     // Every role's settings are read now, whether it runs or not, so that a setting that does
     // not parse stops `flowctl up` before anything starts.
-    let workers: Vec<(&WorkerRole, flow_workers::roles::Work)> = flow_workers::roles::ALL
+    let workers: Vec<(&WorkerRole, flow_workers::roles::Prepared)> = flow_workers::roles::ALL
         .iter()
         .map(|role| (role, role.prepare(&shared, shutdown.clone())))
         .collect();
@@ -179,7 +179,7 @@ pub async fn run_until(
             if args.demo && role.name == STARTED_AFTER_SEEDING {
                 deferred.push(work);
             } else {
-                tasks.spawn(work);
+                tasks.spawn(work.start());
             }
         }
     }
@@ -230,7 +230,7 @@ pub async fn run_until(
         tool.close().await;
         receiver = Some(started);
         for work in deferred.drain(..) {
-            tasks.spawn(work);
+            tasks.spawn(work.start());
         }
         match made {
             Some(Ok((demo, admin, life, took))) => {

@@ -26,11 +26,22 @@ pub struct WorkerRole {
     pub description: &'static str,
     /// The binary's default ops address (`METRICS_BIND`).
     pub ops_address: &'static str,
-    prepare: fn(&Shared, CancellationToken) -> Work,
+    prepare: fn(&Shared, CancellationToken) -> Prepared,
 }
 
-/// A role's work with its settings read, started when first polled.
+/// A role's work, started when first polled.
 pub type Work = Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// A role with its settings read, not started: [`Prepared::start`] makes its work, which counts
+/// in the process's readiness from then on (not ready until it has connected).
+pub struct Prepared(Box<dyn FnOnce() -> Work + Send>);
+
+impl Prepared {
+    /// The role's work, to spawn now.
+    pub fn start(self) -> Work {
+        (self.0)()
+    }
+}
 
 impl WorkerRole {
     /// The entry of the role whose settings are `R`.
@@ -45,16 +56,16 @@ impl WorkerRole {
 
     /// Reads the role's settings from the environment now (a setting that does not parse ends
     /// the process here, as in the role's binary), with what `shared` gives; the work runs until
-    /// `shutdown` once polled.
-    pub fn prepare(&self, shared: &Shared, shutdown: CancellationToken) -> Work {
+    /// `shutdown` once started and polled.
+    pub fn prepare(&self, shared: &Shared, shutdown: CancellationToken) -> Prepared {
         (self.prepare)(shared, shutdown)
     }
 }
 
-fn prepare<R: Role>(shared: &Shared, shutdown: CancellationToken) -> Work {
+fn prepare<R: Role>(shared: &Shared, shutdown: CancellationToken) -> Prepared {
     let mut config: R = flow_common::config::from_env();
     config.share(shared);
-    Box::pin(runtime::run(config, shutdown))
+    Prepared(Box::new(move || Box::pin(runtime::run(config, shutdown))))
 }
 
 /// Every worker role, in the order `flowctl up` starts them.

@@ -112,7 +112,7 @@ macro_rules! role {
             fn work(
                 self,
                 runtime: $crate::runtime::Runtime,
-            ) -> impl std::future::Future<Output = anyhow::Result<()>> + Send {
+            ) -> impl Future<Output = anyhow::Result<()>> + Send {
                 $work(self, runtime)
             }
         }
@@ -122,15 +122,41 @@ pub(crate) use role;
 
 /// Runs `config`'s role until `shutdown`: connects to Postgres (retrying until it answers),
 /// runs the role's work, then stops its tasks and waits for them.
-pub async fn run<R: Role>(config: R, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let pool = db::connect_with_retry(
+///
+/// The role counts as not ready from the call on (not from the first poll), so that a process
+/// running several roles is not ready while one of them is still connecting. A stop asked for
+/// before Postgres answered is a clean stop, not a failure.
+pub fn run<R: Role>(
+    config: R,
+    shutdown: CancellationToken,
+) -> impl Future<Output = anyhow::Result<()>> + Send {
+    let connected = config
+        .health()
+        .add_loop(format!("{}.connected", R::NAME), None);
+    run_connected(config, shutdown, connected)
+}
+
+async fn run_connected<R: Role>(
+    config: R,
+    shutdown: CancellationToken,
+    connected: Liveness,
+) -> anyhow::Result<()> {
+    let pool = match db::connect_with_retry(
         &config.core().database_url,
         config.core().database_max_connections,
         &shutdown,
     )
     .await
-    .context("connecting to Postgres")?;
+    {
+        Ok(pool) => pool,
+        Err(_) if shutdown.is_cancelled() => {
+            tracing::info!(role = R::NAME, "stopped before Postgres answered");
+            return Ok(());
+        }
+        Err(error) => return Err(error).context("connecting to Postgres"),
+    };
     config.health().add_postgres(R::NAME, pool.clone());
+    connected.set_alive(true);
     let runtime = Runtime {
         role: R::NAME,
         core: config.core().clone(),
