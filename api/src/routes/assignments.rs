@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use flow_app::assignments::{self as service, ChangePosition, ChangeStart, Found};
 use flow_app::changes::{self, ChangeFields, ChangeInput, MAX_BULK_CANCELS, Target};
 use flow_app::progress::{self, ProgressFields, ProgressInput};
-use flow_app::ratelimit::{Operation, page_cost};
+use flow_app::ratelimit::{Operation, RateInfo, page_cost};
 use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId, ScheduleId, UserId};
@@ -427,21 +427,8 @@ pub async fn list_assignments(
         .as_deref()
         .map(|text| Email::parse("userEmail", text))
         .transpose()?;
-    let flow_id = match filter.flow_id.as_deref() {
-        None => None,
-        // An id that is not a flow id matches no flow: an empty list, like an unknown flow.
-        Some(text) => match FlowId::parse(text.trim()) {
-            Some(id) => Some(id),
-            None => {
-                return Ok((
-                    RateHeaders(rate),
-                    Json(Page {
-                        data: Vec::new(),
-                        next_cursor: None,
-                    }),
-                ));
-            }
-        },
+    let Some(flow_id) = flow_filter(filter.flow_id.as_deref()) else {
+        return Ok(empty_page(rate));
     };
     let filter = ListFilter {
         flow_id,
@@ -509,21 +496,8 @@ async fn list_changes(
         .limiter
         .check(auth, Operation::Read, page_cost(limit))
         .await?;
-    let flow_id = match filter.flow_id.as_deref() {
-        None => None,
-        Some(text) => match FlowId::parse(text.trim()) {
-            Some(id) => Some(id),
-            // Not a flow id: no flow's changes.
-            None => {
-                return Ok((
-                    RateHeaders(rate),
-                    Json(Page {
-                        data: Vec::new(),
-                        next_cursor: None,
-                    }),
-                ));
-            }
-        },
+    let Some(flow_id) = flow_filter(filter.flow_id.as_deref()) else {
+        return Ok(empty_page(rate));
     };
     let now = Utc::now();
     let rows = flow_app::assignments::changes(
@@ -553,6 +527,26 @@ async fn list_changes(
             next_cursor,
         }),
     ))
+}
+
+/// The `flowId` filter: `Some(None)` when absent, `Some(Some(id))` for a flow id, and `None` for
+/// a text that is not a flow id, which matches no flow (an empty list, like an unknown flow).
+fn flow_filter(text: Option<&str>) -> Option<Option<FlowId>> {
+    match text {
+        None => Some(None),
+        Some(text) => FlowId::parse(text.trim()).map(Some),
+    }
+}
+
+/// The page a filter that matches nothing answers.
+fn empty_page(rate: RateInfo) -> (RateHeaders, Json<Page<AssignmentView>>) {
+    (
+        RateHeaders(rate),
+        Json(Page {
+            data: Vec::new(),
+            next_cursor: None,
+        }),
+    )
 }
 
 /// What every assignment list starts with: its page size (charged as reads), its cursor and its
