@@ -28,6 +28,16 @@ pub async fn get(
         .ok_or(ServiceError::NotFound("export"))
 }
 
+/// Up to `limit` of the organization's exports before `before`, newest first.
+pub async fn list(
+    ctx: &Context,
+    acting: Acting<'_>,
+    before: Option<ExportId>,
+    limit: i64,
+) -> Result<Vec<ExportRecord>, ServiceError> {
+    Ok(exports::list(&ctx.db, acting.org_id(), before, limit).await?)
+}
+
 /// The state of an export at `now`: an export past its expiry is expired even before the
 /// report-worker has purged its file.
 pub fn status_at(export: &ExportRecord, now: DateTime<Utc>) -> ExportStatus {

@@ -29,6 +29,7 @@ mod flowctl;
 mod lanes;
 mod lifecycle;
 mod lifecycle_settings;
+mod listings;
 mod log_secrets;
 mod ops;
 mod outbox;

@@ -1,5 +1,5 @@
 //! `GET /v1/exports/{id}`: the state of an export while it is generated, then the file itself,
-//! streamed from the export store.
+//! streamed from the export store. `GET /v1/exports`: the organization's exports, newest first.
 
 use axum::Json;
 use axum::extract::State;
@@ -7,18 +7,20 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use flow_app::exports::{self as service, Opened};
-use flow_app::ratelimit::Operation;
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::exports::ExportRecord;
 use flow_domain::ids::ExportId;
-use flow_domain::report::ExportStatus;
+use flow_domain::ids::FlowId;
+use flow_domain::report::{ExportFormat, ExportStatus};
 use flow_domain::timestamp;
 use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiPath, Auth};
+use crate::extract::{ApiPath, ApiQuery, Auth};
 use crate::state::AppState;
 
 /// Seconds a caller is asked to wait before polling a pending export again.
@@ -26,7 +28,9 @@ const RETRY_AFTER_SECONDS: u32 = 2;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(get_export))
+    OpenApiRouter::new()
+        .routes(routes!(list_exports))
+        .routes(routes!(get_export))
 }
 
 /// An export that is not ready yet (202).
@@ -61,6 +65,86 @@ impl From<&ExportRecord> for ExportState {
             expires_at: export.expires_at,
         }
     }
+}
+
+/// An export as `GET /v1/exports` lists it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExportSummary {
+    /// Identifier.
+    pub export_id: ExportId,
+    /// Flow reported on.
+    pub flow_id: FlowId,
+    /// csv, excel or pdf.
+    #[schema(value_type = String, example = "csv")]
+    pub format: ExportFormat,
+    /// pending, running, ready, failed or expired (now).
+    #[schema(value_type = String, example = "ready")]
+    pub status: ExportStatus,
+    /// Rows written so far.
+    pub rows_written: i64,
+    /// Rows the file holds (or will), once known.
+    pub rows_total: Option<i64>,
+    /// Where the file is downloaded: `{base_url}/v1/exports/<export_id>`.
+    pub download_url: String,
+    /// Request time.
+    #[serde(serialize_with = "timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub created_at: DateTime<Utc>,
+    /// When the download address expires.
+    #[serde(serialize_with = "timestamp::serialize")]
+    #[schema(value_type = String, format = DateTime)]
+    pub expires_at: DateTime<Utc>,
+}
+
+/// List the organization's exports, newest first, in keyset pages (expired ones too, until they
+/// are purged).
+#[utoipa::path(
+    get,
+    path = "/v1/exports",
+    tag = "reports",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of exports", body = Page<ExportSummary>),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn list_exports(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> Result<(RateHeaders, Json<Page<ExportSummary>>), ApiError> {
+    let limit = page.limit()?;
+    let before = page.cursor(ExportId::parse)?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
+    let rows = service::list(&state, auth.acting(), before, limit + 1).await?;
+    let now = Utc::now();
+    let base_url = state
+        .config
+        .public_base_url
+        .trim_end_matches('/')
+        .to_owned();
+    let page = Page::from_rows(
+        rows,
+        limit,
+        |export| export.id.to_string(),
+        |export| ExportSummary {
+            export_id: export.id,
+            flow_id: export.flow_id,
+            format: export.format,
+            status: service::status_at(&export, now),
+            rows_written: export.rows_written,
+            rows_total: export.rows_total,
+            download_url: format!("{base_url}/v1/exports/{}", export.id),
+            created_at: export.created_at,
+            expires_at: export.expires_at,
+        },
+    );
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Download an export.

@@ -1,13 +1,13 @@
-//! Recurring training: `POST /v1/flows/schedule`, `GET /v1/schedules/{id}`,
-//! `DELETE /v1/schedules/{id}`. The scheduler assigns each occurrence through the normal assign
-//! path when it comes.
+//! Recurring training: `POST /v1/flows/schedule`, `GET /v1/schedules` (newest first),
+//! `GET /v1/schedules/{id}`, `DELETE /v1/schedules/{id}`. The scheduler assigns each occurrence
+//! through the normal assign path when it comes.
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use flow_app::assign::{AssignFields, AssignInput};
-use flow_app::ratelimit::Operation;
+use flow_app::ratelimit::{Operation, page_cost};
 use flow_app::schedules::{self as service, ScheduleFields};
 use flow_common::db::schedules;
 use flow_domain::ids::{AssignmentId, FlowId, ScheduleId};
@@ -16,14 +16,16 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::pagination::{Page, PageQuery};
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiJson, ApiPath, Auth};
+use crate::extract::{ApiJson, ApiPath, ApiQuery, Auth};
 use crate::state::AppState;
 
 /// Routes of this module.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_schedule))
+        .routes(routes!(list_schedules))
         .routes(routes!(get_schedule, delete_schedule))
 }
 
@@ -159,6 +161,40 @@ pub async fn create_schedule(
     };
     let record = service::create(&state, auth.acting(), fields).await?;
     Ok((StatusCode::CREATED, rate, Json(record.into())))
+}
+
+/// List the organization's schedules, newest first, in keyset pages: deleted ones are left out,
+/// one-off schedules that have run are listed with `active: false`.
+#[utoipa::path(
+    get,
+    path = "/v1/schedules",
+    tag = "schedules",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page of schedules", body = Page<ScheduleView>),
+        (status = 400, description = "Invalid limit or cursor", body = ErrorBody),
+        (status = 429, description = "Read limit exceeded", body = ErrorBody),
+    )
+)]
+pub async fn list_schedules(
+    State(state): State<AppState>,
+    auth: Auth,
+    ApiQuery(page): ApiQuery<PageQuery>,
+) -> Result<(RateHeaders, Json<Page<ScheduleView>>), ApiError> {
+    let limit = page.limit()?;
+    let before = page.cursor(ScheduleId::parse)?;
+    let rate = state
+        .limiter
+        .check(&auth, Operation::Read, page_cost(limit))
+        .await?;
+    let rows = service::list(&state, auth.acting(), before, limit + 1, Utc::now()).await?;
+    let page = Page::from_rows(
+        rows,
+        limit,
+        |schedule| schedule.id.to_string(),
+        ScheduleView::from,
+    );
+    Ok((RateHeaders(rate), Json(page)))
 }
 
 /// Get a schedule.

@@ -183,9 +183,16 @@ pub async fn upsert_users(
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct UserFilter {
-    /// Only the user with this e-mail (case-insensitive).
+    /// Only the user with this whole e-mail address (case-insensitive).
     pub email: Option<String>,
+    /// Only users whose e-mail or name contains this text (case-insensitive; 1 to 320
+    /// characters), as the dashboard's search matches.
+    #[param(min_length = 1, max_length = 320)]
+    pub q: Option<String>,
 }
+
+/// Longest `q` of the user list, in characters (the longest e-mail address).
+const MAX_SEARCH_CHARS: usize = 320;
 
 /// List the organization's users.
 #[utoipa::path(
@@ -205,6 +212,12 @@ pub async fn list_users(
     ApiQuery(page): ApiQuery<PageQuery>,
     ApiQuery(filter): ApiQuery<UserFilter>,
 ) -> Result<(RateHeaders, Json<Page<UserView>>), ApiError> {
+    if filter.email.is_some() && filter.q.is_some() {
+        return Err(ApiError::InvalidRequest(
+            "email finds one user by the whole address and q searches by part of it: give one"
+                .into(),
+        ));
+    }
     if let Some(email) = filter.email {
         let email = Email::parse("email", &email)?;
         let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
@@ -215,13 +228,27 @@ pub async fn list_users(
         };
         return Ok((rate, Json(page)));
     }
+    let search = match filter.q.as_deref().map(str::trim) {
+        None => None,
+        Some(text) if text.is_empty() || text.chars().count() > MAX_SEARCH_CHARS => {
+            return Err(ApiError::InvalidRequest(format!(
+                "q must be 1 to {MAX_SEARCH_CHARS} characters (not counting spaces around it)"
+            )));
+        }
+        Some(text) => Some(text),
+    };
     let limit = page.limit()?;
     let after = page.cursor(UserId::parse)?;
     let rate = state
         .limiter
         .check(&auth, Operation::Read, page_cost(limit))
         .await?;
-    let rows = service::list(&state, auth.acting(), after, limit + 1).await?;
+    let rows = match search {
+        Some(text) => {
+            service::list_matching(&state, auth.acting(), Some(text), after, limit + 1).await?
+        }
+        None => service::list(&state, auth.acting(), after, limit + 1).await?,
+    };
     let page = Page::from_rows(rows, limit, |user| user.id.to_string(), UserView::from);
     Ok((RateHeaders(rate), Json(page)))
 }

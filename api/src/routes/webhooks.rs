@@ -42,7 +42,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct CreateEndpointRequest {
     /// Where events are POSTed: https (http only where the service allows it), not a loopback,
     /// private, link-local or metadata address.
-    #[schema(required = true, value_type = String, example = "https://hr.example.com/flow-events")]
+    #[schema(required = true, value_type = String, example = "https://example.com/flow-events")]
     pub url: Option<String>,
     /// Event types to deliver (default: all).
     #[schema(value_type = Option<Vec<EventType>>)]
@@ -78,8 +78,10 @@ pub struct EndpointView {
     pub url: String,
     /// Free text.
     pub description: Option<String>,
-    /// Event types delivered; empty means all.
+    /// Event types delivered as chosen; empty means all.
     pub events: Vec<EventType>,
+    /// Whether every event type is delivered, those added to Flow later too (`events` empty).
+    pub all_events: bool,
     /// Whether deliveries go out.
     pub enabled: bool,
     /// Why it is disabled: `gone` (it answered 410), `failing` (days of failures), or by the
@@ -118,6 +120,7 @@ impl From<Endpoint> for EndpointView {
             webhook_id: endpoint.id,
             url: endpoint.url,
             description: endpoint.description,
+            all_events: endpoint.events.is_empty(),
             events: endpoint.events,
             enabled: endpoint.enabled,
             disabled_reason: endpoint.disabled_reason,

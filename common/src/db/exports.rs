@@ -307,6 +307,26 @@ pub async fn get<'e>(
     .await
 }
 
+/// Up to `limit` of an organization's exports before `before`, newest first (expired ones too,
+/// until the report-worker purges their rows).
+pub async fn list<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    before: Option<ExportId>,
+    limit: i64,
+) -> Result<Vec<ExportRecord>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM exports
+         WHERE org_id = $1 AND ($2::uuid IS NULL OR id < $2)
+         ORDER BY id DESC LIMIT $3"
+    )))
+    .bind(org_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
 /// Exports a worker may claim: waiting (and not backing off), or left by a worker whose lease
 /// lapsed, and not expired.
 const CLAIMABLE: &str = "((status = 'pending' AND available_at <= now())
