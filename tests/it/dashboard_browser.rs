@@ -233,7 +233,7 @@ async fn an_admin_goes_through_the_dashboard_in_a_real_browser() {
     browser
         .find("#flow")
         .await
-        .select_by_label("Security Basics")
+        .select_by_label("Security Basics (3 modules)")
         .await
         .expect("selects the flow");
     browser.fill("#email", "alice@example.com").await;

@@ -658,21 +658,9 @@ async fn flowctl_demo_seeds_the_demo_organization_with_the_running_workers_and_r
     }
 }
 
-/// Runs a `flowctl` command line as the binary would, connection flags given after the
-/// subcommand (they are global).
+/// Runs a `flowctl` command line against `app` ([`TestApp::flowctl`]).
 async fn flowctl(app: &TestApp, args: &[&str]) -> anyhow::Result<flowctl::output::Outcome> {
-    let mut line = vec!["flowctl"];
-    line.extend_from_slice(args);
-    line.extend_from_slice(&[
-        "--database-url",
-        &app.core.database_url,
-        "--amqp-url",
-        &app.core.amqp_url,
-        "--queue-prefix",
-        &app.core.queue_prefix,
-    ]);
-    let cli = <flowctl::Cli as clap::Parser>::try_parse_from(line)?;
-    flowctl::run(cli).await
+    app.flowctl(args).await
 }
 
 /// The API's healthcheck command line, exactly as docker-compose.yml has it.

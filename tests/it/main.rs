@@ -34,6 +34,7 @@ mod log_secrets;
 mod ops;
 mod outbox;
 mod people;
+mod phone_browser;
 mod publish_batches;
 mod read_write_limits;
 mod reliability;

@@ -213,8 +213,11 @@ impl Browser {
         );
     }
 
-    /// Saves a screenshot of the whole page as `name.png`.
+    /// Saves a screenshot of the whole page as `name.png`, at the window's present width.
     pub async fn screenshot(&self, name: &str) {
+        let (width, window_height) = self.client.get_window_size().await.expect("window size");
+        let width = u32::try_from(width).unwrap_or(1280);
+        let window_height = u32::try_from(window_height).unwrap_or(900);
         let height = self
             .client
             .execute("return document.documentElement.scrollHeight;", vec![])
@@ -224,14 +227,14 @@ impl Browser {
             .unwrap_or(900)
             .clamp(700, 2400);
         self.client
-            .set_window_size(1280, u32::try_from(height).unwrap_or(900) + 90)
+            .set_window_size(width, u32::try_from(height).unwrap_or(900) + 90)
             .await
             .expect("resizes");
         let png = self.client.screenshot().await.expect("screenshot");
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
         std::fs::write(self.screenshots.join(format!("{name}.png")), png).expect("saved");
         self.client
-            .set_window_size(1280, 900)
+            .set_window_size(width, window_height)
             .await
             .expect("resizes");
     }

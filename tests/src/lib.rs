@@ -656,6 +656,23 @@ impl TestApp {
     }
 
     /// Creates an organization with a key.
+    /// Runs a `flowctl` command line as the binary would against this app's Postgres and
+    /// broker, connection flags given after the subcommand (they are global).
+    pub async fn flowctl(&self, args: &[&str]) -> anyhow::Result<flowctl::output::Outcome> {
+        let mut line = vec!["flowctl"];
+        line.extend_from_slice(args);
+        line.extend_from_slice(&[
+            "--database-url",
+            &self.core.database_url,
+            "--amqp-url",
+            &self.core.amqp_url,
+            "--queue-prefix",
+            &self.core.queue_prefix,
+        ]);
+        let cli = <flowctl::Cli as clap::Parser>::try_parse_from(line)?;
+        flowctl::run(cli).await
+    }
+
     pub async fn create_org(&self, tier: Tier) -> TestOrg {
         self.create_org_with(tier, None).await
     }

@@ -21,6 +21,7 @@ use serde::Deserialize;
 
 use super::auth::SignedIn;
 use super::session::flash;
+use super::view::plural;
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
 
@@ -173,11 +174,10 @@ impl Outcomes {
     fn notice(&self, done: &str) -> (&'static str, String) {
         let mut text = format!(
             "{} {done}.",
-            if self.succeeded == 1 {
-                "1 assignment".to_owned()
-            } else {
-                format!("{} assignments", self.succeeded)
-            }
+            plural(
+                i64::try_from(self.succeeded).unwrap_or(i64::MAX),
+                "assignment"
+            )
         );
         for (reason, count) in &self.refused {
             text.push_str(&format!(" {count} not: {reason}."));

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::csv_upload::{Upload, parse_off_runtime, read_upload};
 use super::session::flash;
-use super::view::{Layout, Section};
+use super::view::{Layout, Section, plural};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -41,6 +41,7 @@ pub fn router() -> Router<AppState> {
 /// A flow to choose.
 pub struct FlowChoice {
     pub id: String,
+    /// Its name and module count: `Security Basics (3 modules)`.
     pub name: String,
     /// Whether it is selected.
     pub selected: bool,
@@ -123,7 +124,7 @@ async fn render(
             .iter()
             .map(|flow| FlowChoice {
                 id: flow.id.to_string(),
-                name: flow.name.clone(),
+                name: format!("{} ({})", flow.name, plural(flow.module_count, "module")),
                 selected: flow.id.to_string() == form.flow,
             })
             .collect(),

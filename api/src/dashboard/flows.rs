@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
 use super::chart::{self, Chart, Week};
-use super::view::{Layout, Section, count, label, percent};
+use super::view::{Layout, Section, count, label, percent, plural};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
 
@@ -550,8 +550,8 @@ async fn export_status(
         progress: percent(export.progress_percent()),
         progress_value: export.progress_percent().round() as i64,
         rows: match export.rows_total {
-            Some(total) => format!("{} of {} rows", count(export.rows_written), count(total)),
-            None => format!("{} rows", count(export.rows_written)),
+            Some(total) => format!("{} of {}", count(export.rows_written), plural(total, "row")),
+            None => plural(export.rows_written, "row"),
         },
         working: matches!(status, ExportStatus::Pending | ExportStatus::Running),
         error: export.error.clone().unwrap_or_default(),

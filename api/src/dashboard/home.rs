@@ -15,7 +15,7 @@ use flow_common::db::attention::ListedAssignment;
 
 use super::PageResult;
 use super::auth::SignedIn;
-use super::view::{Layout, Section, count, label};
+use super::view::{Layout, Section, count, label, plural};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -133,14 +133,6 @@ struct HomePage {
     failed_assigns: Vec<FailedAssignRow>,
     /// Whether nothing needs attention at all.
     all_clear: bool,
-}
-
-fn plural(n: i64, one: &str) -> String {
-    if n == 1 {
-        format!("1 {one}")
-    } else {
-        format!("{n} {one}s")
-    }
 }
 
 async fn show(State(state): State<AppState>, account: SignedIn) -> PageResult<HomePage> {

@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use super::auth::SignedIn;
 use super::session::flash;
-use super::view::{Layout, Section};
+use super::view::{Layout, Section, plural};
 use super::{HtmlForm, PageError, PageResult};
 use crate::state::AppState;
 
@@ -75,9 +75,15 @@ impl RuleRow {
 /// A backfill in a sentence.
 fn describe_backfill(backfill: &Backfill) -> String {
     let counts = |so_far: &str| {
+        let matching = plural(backfill.matching, "user");
+        let verb = if backfill.matching == 1 {
+            "matches"
+        } else {
+            "match"
+        };
         format!(
-            "{} users match{so_far}; {} assignments queued",
-            backfill.matching, backfill.queued
+            "{matching} {verb}{so_far}; {} queued",
+            plural(backfill.queued, "assignment")
         )
     };
     match backfill.status {
@@ -103,6 +109,7 @@ struct RulesPage {
 /// A flow the form offers.
 pub struct FlowChoice {
     pub id: String,
+    /// Its name and module count.
     pub name: String,
     pub selected: bool,
 }
@@ -199,7 +206,7 @@ async fn form_page(
         .map(|flow| FlowChoice {
             selected: flow.id.to_string() == form.flow_id,
             id: flow.id.to_string(),
-            name: flow.name,
+            name: format!("{} ({})", flow.name, plural(flow.module_count, "module")),
         })
         .collect();
     let priorities = ["low", "medium", "high"]

@@ -75,13 +75,15 @@ impl Layout {
         }
     }
 
+    /// Whether `name` is the section of the page shown (its nav link says so with
+    /// `aria-current`).
+    pub fn is_current(&self, name: &str) -> bool {
+        self.section.name() == name
+    }
+
     /// `current` for the navigation link of the current section, else nothing.
     pub fn nav(&self, name: &str) -> &'static str {
-        if self.section.name() == name {
-            "current"
-        } else {
-            ""
-        }
+        if self.is_current(name) { "current" } else { "" }
     }
 
     /// A time in the organization's zone, to the minute.
@@ -109,6 +111,15 @@ pub fn time_in(zone: Tz, at: DateTime<Utc>) -> String {
 pub fn percent(value: f64) -> String {
     let text = format!("{value:.1}");
     format!("{}%", text.strip_suffix(".0").unwrap_or(&text))
+}
+
+/// `1 row`, `2 rows`, `1,200 rows`: a count with its noun (plural by an `s`).
+pub fn plural(n: i64, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{} {one}s", count(n))
+    }
 }
 
 /// A count with thousands separators: `12,345`.
@@ -153,5 +164,84 @@ mod tests {
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(-1_500), "-1,500");
         assert_eq!(label("in_progress"), "In progress");
+    }
+}
+
+/// A delivery's transport error as people read it: a short kind on the row, the whole text (a
+/// TLS library's message runs to hundreds of characters) behind it on demand.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorText {
+    /// `TLS error`, `Connection refused`, `Timed out`, ...
+    pub kind: &'static str,
+    /// The error as the worker recorded it.
+    pub detail: String,
+}
+
+impl ErrorText {
+    /// The kind of `detail`, read from the words transport errors use.
+    pub fn new(detail: &str) -> Self {
+        let lower = detail.to_ascii_lowercase();
+        let has = |words: &[&str]| words.iter().any(|word| lower.contains(word));
+        let kind = if lower.starts_with("timed out") || has(&["timed out", "deadline"]) {
+            "Timed out"
+        } else if has(&["certificate", "tls", "ssl", "handshake"]) {
+            "TLS error"
+        } else if has(&["resolves only to"]) {
+            "Address not allowed"
+        } else if has(&["dns error", "failed to lookup", "name or service not known"]) {
+            "Host not found"
+        } else if has(&["connection refused"]) {
+            "Connection refused"
+        } else if has(&["connection reset", "connection closed", "broken pipe"]) {
+            "Connection dropped"
+        } else if lower.starts_with("could not connect") {
+            "Could not connect"
+        } else {
+            "Request failed"
+        };
+        Self {
+            kind,
+            detail: detail.to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod error_text_tests {
+    use super::ErrorText;
+
+    #[test]
+    fn transport_errors_read_as_their_kind() {
+        for (detail, kind) in [
+            ("timed out: operation timed out", "Timed out"),
+            (
+                "could not connect: client error (Connect): invalid peer certificate: \
+                 UnknownIssuer",
+                "TLS error",
+            ),
+            (
+                "could not connect: client error (Connect): dns error: failed to lookup address \
+                 information: Name or service not known",
+                "Host not found",
+            ),
+            (
+                "could not connect: hr.local resolves only to loopback, private, link-local or \
+                 metadata addresses",
+                "Address not allowed",
+            ),
+            (
+                "could not connect: client error (Connect): tcp connect error: Connection \
+                 refused (os error 111)",
+                "Connection refused",
+            ),
+            (
+                "request failed: connection closed before message completed",
+                "Connection dropped",
+            ),
+            ("could not connect: something else", "Could not connect"),
+            ("request failed: body write aborted", "Request failed"),
+        ] {
+            assert_eq!(ErrorText::new(detail).kind, kind, "{detail}");
+        }
     }
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
 use super::session::flash;
-use super::view::{Layout, Section, label, percent};
+use super::view::{ErrorText, Layout, Section, label, percent, plural};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
 
@@ -89,8 +89,12 @@ pub struct EndpointRow {
     pub rate_class: &'static str,
     /// Attempts over 24 hours.
     pub attempts: i64,
-    /// The latest failure in 24 hours, in words.
+    /// The same, in words (`1 attempt`).
+    pub attempts_text: String,
+    /// The latest failure in 24 hours: when and its answer, in words.
     pub last_failure: String,
+    /// The latest failure's transport error, when it was one.
+    pub last_failure_error: Option<ErrorText>,
     /// Creation time.
     pub created: String,
 }
@@ -114,18 +118,22 @@ impl EndpointRow {
             Some(rate) if rate >= 90.0 => "warning",
             Some(_) => "danger",
         };
-        let last_failure =
-            match health.and_then(|health| health.last_failure_at.map(|at| (health, at))) {
-                None => "None".to_owned(),
-                Some((health, at)) => {
-                    let what = match (health.last_failure_status, &health.last_failure_error) {
-                        (Some(code), _) => format!("HTTP {code}"),
-                        (None, Some(error)) => error.clone(),
-                        (None, None) => "no answer".to_owned(),
-                    };
-                    format!("{} · {what}", layout.time(&at))
-                }
-            };
+        let (last_failure, last_failure_error) = match health
+            .and_then(|health| health.last_failure_at.map(|at| (health, at)))
+        {
+            None => ("None".to_owned(), None),
+            Some((health, at)) => {
+                let (what, error) = match (health.last_failure_status, &health.last_failure_error) {
+                    (Some(code), _) => (format!("HTTP {code}"), None),
+                    (None, Some(error)) => {
+                        let error = ErrorText::new(error);
+                        (error.kind.to_owned(), Some(error))
+                    }
+                    (None, None) => ("no answer".to_owned(), None),
+                };
+                (format!("{} · {what}", layout.time(&at)), error)
+            }
+        };
         Self {
             id: endpoint.id.to_string(),
             url: endpoint.url.clone(),
@@ -141,7 +149,9 @@ impl EndpointRow {
             success_rate: rate.map_or_else(|| "–".to_owned(), percent),
             rate_class,
             attempts: health.map_or(0, |health| health.attempts),
+            attempts_text: plural(health.map_or(0, |health| health.attempts), "attempt"),
             last_failure,
+            last_failure_error,
             created: layout.time(&endpoint.created_at),
         }
     }
@@ -518,8 +528,10 @@ pub struct DeliveryRow {
     pub status_text: String,
     /// Attempts made.
     pub attempts: i32,
-    /// Last answer: `HTTP 200`, an error, or a dash.
+    /// Last answer: `HTTP 200`, an error's kind, or a dash.
     pub last_result: String,
+    /// The last attempt's transport error, when it was one.
+    pub last_error: Option<ErrorText>,
     /// Creation time.
     pub created: String,
     /// Next attempt, while pending.
@@ -537,8 +549,12 @@ impl DeliveryRow {
             attempts: record.attempts,
             last_result: match (record.last_status_code, &record.last_error) {
                 (Some(code), _) => format!("HTTP {code}"),
-                (None, Some(error)) => error.clone(),
+                (None, Some(error)) => ErrorText::new(error).kind.to_owned(),
                 (None, None) => "–".to_owned(),
+            },
+            last_error: match (record.last_status_code, &record.last_error) {
+                (None, Some(error)) => Some(ErrorText::new(error)),
+                _ => None,
             },
             created: layout.time(&record.created_at),
             next_attempt: if record.status == DeliveryStatus::Pending {
@@ -740,7 +756,7 @@ pub struct AttemptRow {
     pub ok: bool,
     pub latency: String,
     /// Transport error.
-    pub error: String,
+    pub error: Option<ErrorText>,
     /// Start of the response body.
     pub response: String,
 }
@@ -786,7 +802,7 @@ async fn delivery(
                     .status_code
                     .is_some_and(|code| (200..300).contains(&code)),
                 latency: format!("{} ms", attempt.latency_ms),
-                error: attempt.error.clone().unwrap_or_default(),
+                error: attempt.error.as_deref().map(ErrorText::new),
                 response: attempt.response_excerpt.clone().unwrap_or_default(),
             })
             .collect(),
