@@ -12,10 +12,11 @@ const UNITS: [(u64, &str); 4] = [
 ];
 
 /// Formats a whole number of seconds with the largest two non-zero consecutive units.
-/// Zero is `"0 minutes"`.
+/// Zero is `"0 seconds"`: the unit of the smallest non-zero value (`"9 seconds"`), so that one
+/// quantity (a completion time) reads the same way at every size.
 pub fn humanize_seconds(seconds: u64) -> String {
     let Some(first) = UNITS.iter().position(|(size, _)| seconds >= *size) else {
-        return "0 minutes".to_owned();
+        return "0 seconds".to_owned();
     };
     let mut parts = Vec::with_capacity(2);
     let mut rest = seconds;
@@ -32,8 +33,12 @@ pub fn humanize_seconds(seconds: u64) -> String {
     parts.join(" ")
 }
 
-/// Formats a number of minutes (module estimates) the same way.
+/// Formats a number of minutes (module estimates) the same way; zero is `"0 minutes"`, the
+/// unit estimates are given in.
 pub fn humanize_minutes(minutes: u64) -> String {
+    if minutes == 0 {
+        return "0 minutes".to_owned();
+    }
     humanize_seconds(minutes.saturating_mul(60))
 }
 
@@ -88,6 +93,7 @@ mod tests {
         assert_eq!(humanize_minutes(0), "0 minutes");
         assert_eq!(humanize_seconds(61), "1 minute 1 second");
         assert_eq!(humanize_seconds(59), "59 seconds");
+        assert_eq!(humanize_seconds(0), "0 seconds");
     }
 
     #[test]
