@@ -13,7 +13,7 @@ use flow_common::db::groups;
 use flow_common::db::scim_filter::SqlFilter;
 use flow_common::db::users::{self, NewUser, Profile, ProfileRow, User};
 use flow_domain::audit::AuditAction;
-use flow_domain::ids::UserId;
+use flow_domain::ids::{GroupId, UserId};
 use flow_domain::{Email, Invalid, TextRule};
 
 use crate::Context;
@@ -387,4 +387,57 @@ pub async fn list_matching(
     limit: i64,
 ) -> Result<Vec<User>, ServiceError> {
     Ok(queries::search_users(&ctx.db, acting.org_id(), text, after, limit).await?)
+}
+
+/// A team to assign a flow to at once: a department or a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Team {
+    /// Active users whose department is this.
+    Department(String),
+    /// Active members of this group.
+    Group(GroupId),
+}
+
+impl Team {
+    /// `department:<name>` or `group:<id>`, as a form sends it.
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.split_once(':')? {
+            ("department", name) if !name.trim().is_empty() => {
+                Some(Self::Department(name.to_owned()))
+            }
+            ("group", id) => GroupId::parse(id).map(Self::Group),
+            _ => None,
+        }
+    }
+
+    /// The form's value of the team.
+    pub fn value(&self) -> String {
+        match self {
+            Self::Department(name) => format!("department:{name}"),
+            Self::Group(id) => format!("group:{id}"),
+        }
+    }
+}
+
+/// The organization's departments and groups with their active members, to pick a team from.
+pub async fn team_choices(
+    ctx: &Context,
+    acting: Acting<'_>,
+) -> Result<Vec<queries::TeamChoice>, ServiceError> {
+    Ok(queries::team_choices(&ctx.db, acting.org_id()).await?)
+}
+
+/// The e-mails of up to `limit` active members of `team`, by e-mail.
+pub async fn team_emails(
+    ctx: &Context,
+    acting: Acting<'_>,
+    team: &Team,
+    limit: i64,
+) -> Result<Vec<String>, ServiceError> {
+    Ok(match team {
+        Team::Department(name) => {
+            queries::department_emails(&ctx.db, acting.org_id(), name, limit).await?
+        }
+        Team::Group(id) => queries::group_emails(&ctx.db, acting.org_id(), *id, limit).await?,
+    })
 }

@@ -18,42 +18,11 @@ use flow_common::db::orgs::Tier;
 use flow_domain::ids::AssignmentId;
 use flow_tests::browser::Browser;
 use flow_tests::dashboard::{create_account, role};
+use flow_tests::people::provision;
 use flow_tests::{TestApp, TestOrg};
 use serde_json::{Value, json};
 
-const USER_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:User";
 const GROUP_SCHEMA: &str = "urn:ietf:params:scim:schemas:core:2.0:Group";
-const ENTERPRISE: &str = "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User";
-
-/// Provisions a person through SCIM as an identity provider does; returns their id.
-async fn provision(
-    app: &TestApp,
-    org: &TestOrg,
-    email: &str,
-    name: &str,
-    department: &str,
-    manager: Option<&str>,
-) -> String {
-    let mut enterprise = json!({ "department": department });
-    if let Some(manager) = manager {
-        enterprise["manager"] = json!({ "value": manager });
-    }
-    let body = json!({
-        "schemas": [USER_SCHEMA, ENTERPRISE],
-        "userName": email,
-        "externalId": format!("ext-{email}"),
-        "active": true,
-        "displayName": name,
-        "title": "Engineer",
-        "emails": [{ "primary": true, "value": email }],
-        ENTERPRISE: enterprise,
-    });
-    let created = app
-        .scim_request(&org.key, reqwest::Method::POST, "/Users", Some(&body), &[])
-        .await;
-    assert_eq!(created.status, 201, "{:?}", created.body);
-    created.body["id"].as_str().expect("id").to_owned()
-}
 
 /// The assignment as `GET /v1/assignments/{id}` shows it.
 async fn assignment(app: &TestApp, org: &TestOrg, id: &str) -> Value {

@@ -53,6 +53,7 @@ mod scim_limits;
 mod sessions;
 mod sign_in;
 mod status_rule;
+mod team_assign;
 mod trace_context;
 mod uploads;
 mod webhook_endpoint_rules;

@@ -8,6 +8,7 @@ pub mod browser;
 pub mod cluster;
 pub mod dashboard;
 pub mod enrollment;
+pub mod people;
 pub mod proxy;
 pub mod replicas;
 pub mod reports;

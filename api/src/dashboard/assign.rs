@@ -17,6 +17,7 @@ use flow_app::ServiceError;
 use flow_app::assign::{AssignFields, AssignInput, MAX_BULK_ITEMS, assign_many, assign_one};
 use flow_app::csv_lines::record_line;
 use flow_app::ratelimit::Operation;
+use flow_app::users::Team;
 use flow_common::amqp::Lane;
 use flow_common::db::flows::FlowSummary;
 use flow_domain::Invalid;
@@ -26,7 +27,7 @@ use serde::Deserialize;
 use super::auth::SignedIn;
 use super::csv_upload::{Upload, parse_off_runtime, read_upload};
 use super::session::flash;
-use super::view::{Layout, Section, plural};
+use super::view::{Layout, Section, count, plural};
 use super::{HtmlForm, PageError, PageResult};
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/assign", get(form_page).post(assign))
         .route("/assign/upload", post(upload))
+        .route("/assign/team", post(assign_team))
 }
 
 /// A flow to choose.
@@ -87,11 +89,40 @@ pub struct AssignForm {
     pub request_id: String,
 }
 
+/// A department or group to choose, with its active members.
+pub struct TeamOption {
+    /// `department:<name>` or `group:<id>`.
+    pub value: String,
+    /// `Sales (department, 12 people)`.
+    pub label: String,
+}
+
+/// The team form as sent.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct TeamForm {
+    /// Flow id.
+    #[serde(default)]
+    pub flow: String,
+    /// `department:<name>` or `group:<id>`.
+    #[serde(default)]
+    pub team: String,
+    /// `YYYY-MM-DD`, optional.
+    #[serde(default)]
+    pub due_date: String,
+    /// low, medium or high.
+    #[serde(default)]
+    pub priority: String,
+    /// Notes.
+    #[serde(default)]
+    pub notes: String,
+}
+
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard/assign.html")]
 struct AssignPage {
     layout: Layout,
     flows: Vec<FlowChoice>,
+    teams: Vec<TeamOption>,
     form: AssignForm,
     errors: AssignErrors,
     priorities: Vec<(&'static str, &'static str)>,
@@ -118,8 +149,26 @@ async fn render(
     if form.priority.is_empty() {
         form.priority = "medium".to_owned();
     }
+    let teams = flow_app::users::team_choices(state, account.acting())
+        .await?
+        .into_iter()
+        .map(|team| TeamOption {
+            value: format!("{}:{}", team.kind, team.key),
+            label: format!(
+                "{} ({}, {})",
+                team.label,
+                team.kind,
+                if team.members == 1 {
+                    "1 person".to_owned()
+                } else {
+                    format!("{} people", count(team.members))
+                }
+            ),
+        })
+        .collect();
     Ok(AssignPage {
         layout: Layout::new(account, Section::Assign).await,
+        teams,
         flows: flows
             .iter()
             .map(|flow| FlowChoice {
@@ -341,7 +390,97 @@ async fn upload(
         Ok(rows) => rows,
         Err(message) => return refuse(message).await,
     };
-    let flows = org_flows(&state, &account).await?;
+    let results = assign_rows(&state, &account, &rows, &default_flow).await?;
+    let succeeded = results.iter().filter(|row| row.ok).count();
+    Ok(ResultsPage {
+        layout: Layout::new(&account, Section::Assign).await,
+        file_name,
+        failed: results.len() - succeeded,
+        succeeded,
+        rows: results,
+    }
+    .into_response())
+}
+
+/// Assigns the chosen flow to every active member of a department or group (at most
+/// [`MAX_BULK_ITEMS`]; a bigger team is refused, pointing at enrollment rules) through the bulk
+/// lane, and shows each person's outcome as an upload's are shown.
+async fn assign_team(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlForm(form): HtmlForm<TeamForm>,
+) -> PageResult {
+    account.require_admin()?;
+    let refuse = |message: String| async {
+        let errors = AssignErrors {
+            general: Some(message),
+            ..AssignErrors::default()
+        };
+        render(&state, &account, AssignForm::default(), errors)
+            .await
+            .map(|page| (StatusCode::BAD_REQUEST, page).into_response())
+    };
+    if form.flow.trim().is_empty() {
+        return refuse("Choose the flow to assign to the team.".to_owned()).await;
+    }
+    let Some(team) = Team::parse(&form.team) else {
+        return refuse("Choose a department or group.".to_owned()).await;
+    };
+    let limit = i64::try_from(MAX_BULK_ITEMS).unwrap_or(i64::MAX);
+    let emails = flow_app::users::team_emails(&state, account.acting(), &team, limit + 1).await?;
+    if emails.is_empty() {
+        return refuse("That department or group has no active people.".to_owned()).await;
+    }
+    if emails.len() > MAX_BULK_ITEMS {
+        return refuse(format!(
+            "That department or group has more than {} active people: an enrollment rule (Rules) \
+             assigns a team of any size, and everyone who joins it later.",
+            count(limit)
+        ))
+        .await;
+    }
+    let rows: Vec<UploadRow> = emails
+        .into_iter()
+        .enumerate()
+        .map(|(index, email)| UploadRow {
+            line: index + 1,
+            email,
+            flow: form.flow.clone(),
+            due_date: form.due_date.clone(),
+            priority: form.priority.clone(),
+            notes: form.notes.clone(),
+        })
+        .collect();
+    let results = assign_rows(&state, &account, &rows, &form.flow).await?;
+    let succeeded = results.iter().filter(|row| row.ok).count();
+    let value = team.value();
+    let team_name = flow_app::users::team_choices(&state, account.acting())
+        .await?
+        .into_iter()
+        .find(|choice| format!("{}:{}", choice.kind, choice.key) == value)
+        .map_or_else(
+            || "the team".to_owned(),
+            |choice| format!("{} ({})", choice.label, choice.kind),
+        );
+    Ok(ResultsPage {
+        layout: Layout::new(&account, Section::Assign).await,
+        file_name: team_name,
+        failed: results.len() - succeeded,
+        succeeded,
+        rows: results,
+    }
+    .into_response())
+}
+
+/// Assigns each row (its flow by id or name, else `default_flow`) through the bulk lane, as far
+/// as the organization's assign limit allows, and answers each row's outcome in order.
+async fn assign_rows(
+    state: &AppState,
+    account: &SignedIn,
+    rows: &[UploadRow],
+    default_flow: &str,
+) -> Result<Vec<RowResult>, PageError> {
+    let flows = org_flows(state, account).await?;
     // Names are not unique: a name that several flows have names none of them.
     let mut by_name: HashMap<String, Vec<&FlowSummary>> = HashMap::new();
     for flow in &flows {
@@ -415,7 +554,7 @@ async fn upload(
         })
         .collect();
     // An upload is bulk work: it goes to the organization's bulk queue.
-    let outcomes = assign_many(&state, caller, Lane::Bulk, items, now).await;
+    let outcomes = assign_many(state, caller, Lane::Bulk, items, now).await;
     let results: Vec<RowResult> = rows
         .iter()
         .zip(flow_names)
@@ -445,15 +584,7 @@ async fn upload(
             }
         })
         .collect();
-    let succeeded = results.iter().filter(|row| row.ok).count();
-    Ok(ResultsPage {
-        layout: Layout::new(&account, Section::Assign).await,
-        file_name,
-        failed: results.len() - succeeded,
-        succeeded,
-        rows: results,
-    }
-    .into_response())
+    Ok(results)
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 use flow_domain::AssignmentStatus;
 use flow_domain::ids::{
-    AssignmentId, DeliveryId, FlowId, OrgId, ScheduleId, UserId, WebhookEndpointId,
+    AssignmentId, DeliveryId, FlowId, GroupId, OrgId, ScheduleId, UserId, WebhookEndpointId,
 };
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
@@ -251,6 +251,88 @@ pub async fn list_schedules<'e>(
     .bind(org_id)
     .bind(before)
     .bind(now)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// A team the assign form offers: a department (`kind` `department`, `key` its name) or a group
+/// (`group`, `key` its id, `grp_…`), with its active members.
+#[derive(Debug, Clone, FromRow)]
+pub struct TeamChoice {
+    pub kind: String,
+    pub key: String,
+    pub label: String,
+    pub members: i64,
+}
+
+/// Most teams the assign form lists.
+pub const MAX_TEAM_CHOICES: i64 = 500;
+
+/// The organization's departments (as identity providers set them on active users) and groups,
+/// each with its active members, departments first, by name; at most [`MAX_TEAM_CHOICES`].
+pub async fn team_choices<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+) -> Result<Vec<TeamChoice>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT kind, key, label, members FROM (
+             SELECT 'department' AS kind, department AS key, department AS label,
+                    count(*) AS members
+             FROM users
+             WHERE org_id = $1 AND active AND erased_at IS NULL AND department <> ''
+             GROUP BY department
+             UNION ALL
+             SELECT 'group', 'grp_' || replace(g.id::text, '-', ''), g.display_name, count(u.id)
+             FROM user_groups g
+             LEFT JOIN user_group_members m ON m.group_id = g.id
+             LEFT JOIN users u ON u.id = m.user_id AND u.active AND u.erased_at IS NULL
+             WHERE g.org_id = $1
+             GROUP BY g.id, g.display_name
+         ) teams
+         ORDER BY kind, lower(label), key
+         LIMIT $2",
+    )
+    .bind(org_id)
+    .bind(MAX_TEAM_CHOICES)
+    .fetch_all(executor)
+    .await
+}
+
+/// The e-mails of up to `limit` active members of a department, by e-mail.
+pub async fn department_emails<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    department: &str,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT email FROM users
+         WHERE org_id = $1 AND active AND erased_at IS NULL AND department = $2
+         ORDER BY email LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(department)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
+
+/// The e-mails of up to `limit` active members of a group of the organization, by e-mail.
+pub async fn group_emails<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    group: GroupId,
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT u.email FROM user_group_members m
+         JOIN users u ON u.id = m.user_id
+         WHERE m.org_id = $1 AND m.group_id = $2 AND u.active AND u.erased_at IS NULL
+         ORDER BY u.email LIMIT $3",
+    )
+    .bind(org_id)
+    .bind(group)
     .bind(limit)
     .fetch_all(executor)
     .await
