@@ -67,6 +67,7 @@ pub mod upkeep;
 pub mod user_import;
 pub mod users;
 pub mod webhooks;
+pub mod xapi;
 
 use flow_common::db::audit::Actor;
 use flow_domain::ids::OrgId;

@@ -537,11 +537,13 @@ impl FlowFile {
                 .map(|module| ModuleFields {
                     name: Some(module.name),
                     estimated_minutes: module.estimated_minutes,
+                    activity_id: None,
                 })
                 .collect(),
             reminders: self.reminders,
             valid_for: self.valid_for,
             renew_before_days: self.renew_before_days,
+            activity_id: None,
         }
     }
 }

@@ -51,6 +51,10 @@ pub struct CreateFlowRequest {
     /// renewal and send `flow.expiring`; absent: at expiry.
     #[schema(minimum = 1, maximum = 365)]
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI (at most 2,048 characters, unique in the organization):
+    /// a statement `satisfied` about it completes the learner's assignment (docs/xapi.md).
+    #[schema(example = "https://courses.example.com/security-basics")]
+    pub activity_id: Option<String>,
 }
 
 /// A module to create.
@@ -63,6 +67,10 @@ pub struct ModuleInput {
     /// Estimated time to complete, in minutes, 0 to 100,000 (default 0).
     #[schema(example = 30, minimum = 0, maximum = 100000)]
     pub estimated_minutes: Option<i32>,
+    /// The xAPI activity IRI learning content names the module by (`object.id` of its
+    /// statements; at most 2,048 characters, unique within the flow; docs/xapi.md).
+    #[schema(example = "https://courses.example.com/security-basics/phishing")]
+    pub activity_id: Option<String>,
 }
 
 /// A flow with its modules.
@@ -89,6 +97,10 @@ pub struct FlowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI (absent in lists and when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub activity_id: Option<String>,
     /// Number of modules.
     pub module_count: i64,
     /// Human-readable total estimate.
@@ -121,6 +133,10 @@ pub struct ModuleView {
     pub position: i32,
     /// Estimate in minutes.
     pub estimated_minutes: i32,
+    /// Its xAPI activity IRI, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub activity_id: Option<String>,
 }
 
 fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
@@ -137,6 +153,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         reminders: flow.reminders.map(|policy| policy.0),
         valid_for,
         renew_before_days: flow.renew_before_days,
+        activity_id: flow.activity_id,
         module_count: modules.len() as i64,
         estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
         modules: Some(
@@ -147,6 +164,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
                     name: module.name,
                     position: module.position,
                     estimated_minutes: module.estimated_minutes,
+                    activity_id: module.activity_id,
                 })
                 .collect(),
         ),
@@ -164,6 +182,7 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         reminders: None,
         valid_for: None,
         renew_before_days: None,
+        activity_id: None,
         module_count: flow.module_count,
         estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
         modules: None,
@@ -201,11 +220,13 @@ pub async fn create_flow(
             .map(|module| ModuleFields {
                 name: module.name,
                 estimated_minutes: module.estimated_minutes,
+                activity_id: module.activity_id,
             })
             .collect(),
         reminders: request.reminders,
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
+        activity_id: request.activity_id,
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);

@@ -9,6 +9,7 @@ pub mod exports;
 pub mod flows;
 pub mod health;
 pub mod pagination;
+pub mod progress;
 pub mod report;
 pub mod schedules;
 pub mod settings;
@@ -44,6 +45,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(assign::router())
         .merge(assignments::router())
+        .merge(progress::router())
         .merge(users::router())
         .merge(flows::router())
         .merge(report::router())

@@ -31,6 +31,7 @@ pub mod sessions;
 pub mod snapshot;
 pub mod users;
 pub mod webhooks;
+pub mod xapi;
 
 use std::time::Duration;
 
