@@ -43,6 +43,8 @@ pub struct FlowFields {
     pub valid_for: Option<Validity>,
     /// Days before expiry the renewal is assigned (needs `valid_for`).
     pub renew_before_days: Option<i32>,
+    /// Required of every person (default false): the compliance report covers it by default.
+    pub required: Option<bool>,
 }
 
 /// A module as a surface received it.
@@ -121,6 +123,7 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             reminders,
             valid_for,
             renew_before_days,
+            required: fields.required.unwrap_or(false),
         },
     })
 }
@@ -270,6 +273,8 @@ pub struct FlowEditFields {
     pub valid_for: Option<Option<Validity>>,
     /// Days before expiry the renewal is assigned (`Some(None)`: at expiry).
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark the flow required of every person, or not.
+    pub required: Option<bool>,
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -315,10 +320,11 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         && reminders.is_none()
         && valid_for.is_none()
         && renew_before_days.is_none()
+        && fields.required.is_none()
     {
         return Err(Invalid::new(
-            "nothing to change: give name, description, archived, reminders, validFor or \
-             renewBeforeDays (modules are not edited in place: create a new flow)",
+            "nothing to change: give name, description, archived, reminders, validFor, \
+             renewBeforeDays or required (modules are not edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
@@ -328,6 +334,7 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         reminders,
         valid_for,
         renew_before_days,
+        required: fields.required,
     })
 }
 
@@ -360,6 +367,8 @@ pub async fn edit(
         edit.reminders.as_ref().map(|_| "reminders"),
         edit.valid_for.as_ref().map(|_| "validFor"),
         edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
+        edit.required
+            .map(|required| if required { "required" } else { "not required" }),
     ]
     .into_iter()
     .flatten()

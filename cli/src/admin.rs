@@ -513,6 +513,9 @@ pub struct FlowFile {
     /// Days before expiry the renewal is assigned.
     #[serde(default)]
     pub renew_before_days: Option<i32>,
+    /// Required of every person (the compliance report's default set).
+    #[serde(default)]
+    pub required: Option<bool>,
 }
 
 /// A module in a flow file.
@@ -542,6 +545,7 @@ impl FlowFile {
             reminders: self.reminders,
             valid_for: self.valid_for,
             renew_before_days: self.renew_before_days,
+            required: self.required,
         }
     }
 }
