@@ -12,6 +12,7 @@ mod bad_input;
 mod change_feed;
 mod changes;
 mod cluster;
+mod compliance;
 mod compose;
 mod control_plane;
 mod dashboard;
