@@ -345,7 +345,7 @@ pub async fn compliance_report(
     )?;
     let answer = service::report(&state, auth.acting(), request).await?;
     let data_as_of = answer.data_as_of;
-    let rate = answer.rate.clone();
+    let rate = answer.rate;
     Ok((
         RateHeaders(rate),
         DataAsOf(data_as_of),
