@@ -45,6 +45,8 @@ pub struct FlowFields {
     pub renew_before_days: Option<i32>,
     /// The flow's own xAPI activity IRI.
     pub activity_id: Option<String>,
+    /// Required of every person (default false): the compliance report covers it by default.
+    pub required: Option<bool>,
 }
 
 /// Longest xAPI activity IRI of a module or a flow, in characters.
@@ -161,6 +163,7 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             valid_for,
             renew_before_days,
             activity_id: flow_activity,
+            required: fields.required.unwrap_or(false),
         },
     })
 }
@@ -317,6 +320,8 @@ pub struct FlowEditFields {
     pub valid_for: Option<Option<Validity>>,
     /// Days before expiry the renewal is assigned (`Some(None)`: at expiry).
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark the flow required of every person, or not.
+    pub required: Option<bool>,
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -362,10 +367,11 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         && reminders.is_none()
         && valid_for.is_none()
         && renew_before_days.is_none()
+        && fields.required.is_none()
     {
         return Err(Invalid::new(
-            "nothing to change: give name, description, archived, reminders, validFor or \
-             renewBeforeDays (modules are not edited in place: create a new flow)",
+            "nothing to change: give name, description, archived, reminders, validFor, \
+             renewBeforeDays or required (modules are not edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
@@ -375,6 +381,7 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         reminders,
         valid_for,
         renew_before_days,
+        required: fields.required,
     })
 }
 
@@ -407,6 +414,8 @@ pub async fn edit(
         edit.reminders.as_ref().map(|_| "reminders"),
         edit.valid_for.as_ref().map(|_| "validFor"),
         edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
+        edit.required
+            .map(|required| if required { "required" } else { "not required" }),
     ]
     .into_iter()
     .flatten()

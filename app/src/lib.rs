@@ -33,6 +33,7 @@ pub mod backlogs;
 pub mod caches;
 pub mod caller;
 pub mod changes;
+pub mod compliance;
 pub mod context;
 pub mod csv_lines;
 pub mod dead_letters;

@@ -513,6 +513,9 @@ pub struct FlowFile {
     /// Days before expiry the renewal is assigned.
     #[serde(default)]
     pub renew_before_days: Option<i32>,
+    /// Required of every person (the compliance report's default set).
+    #[serde(default)]
+    pub required: Option<bool>,
 }
 
 /// A module in a flow file.
@@ -544,6 +547,7 @@ impl FlowFile {
             valid_for: self.valid_for,
             renew_before_days: self.renew_before_days,
             activity_id: None,
+            required: self.required,
         }
     }
 }

@@ -13,6 +13,7 @@ mod bulk_progress;
 mod change_feed;
 mod changes;
 mod cluster;
+mod compliance;
 mod compose;
 mod control_plane;
 mod dashboard;

@@ -55,6 +55,9 @@ pub struct CreateFlowRequest {
     /// a statement `satisfied` about it completes the learner's assignment (docs/xapi.md).
     #[schema(example = "https://courses.example.com/security-basics")]
     pub activity_id: Option<String>,
+    /// Required of every person of the organization (default false): `POST
+    /// /v1/compliance/report` covers the required flows when it names none.
+    pub required: Option<bool>,
 }
 
 /// A module to create.
@@ -85,6 +88,8 @@ pub struct FlowView {
     pub description: Option<String>,
     /// Archived: it takes no new assignments (409) and keeps its assignments and reports.
     pub archived: bool,
+    /// Required of every person: the compliance report covers it when it names no flow.
+    pub required: bool,
     /// Its reminder policy (absent in lists and when it has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -150,6 +155,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         name: flow.name,
         description: flow.description,
         archived: flow.archived_at.is_some(),
+        required: flow.required,
         reminders: flow.reminders.map(|policy| policy.0),
         valid_for,
         renew_before_days: flow.renew_before_days,
@@ -179,6 +185,7 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         name: flow.name,
         description: None,
         archived: flow.archived,
+        required: flow.required,
         reminders: None,
         valid_for: None,
         renew_before_days: None,
@@ -227,6 +234,7 @@ pub async fn create_flow(
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
         activity_id: request.activity_id,
+        required: request.required,
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
@@ -322,11 +330,15 @@ pub struct UpdateFlowRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i32>)]
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark the flow required of every person (true) or not (false): the compliance report
+    /// covers the required flows when it names none.
+    pub required: Option<bool>,
 }
 
 /// Change a flow.
 ///
-/// Its name, description and archived state; modules are not edited in place (create a new
+/// Its name, description, archived state, reminder policy, validity and whether it is required;
+/// modules are not edited in place (create a new
 /// flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
 /// their progress and its reports. Takes effect on every replica at once. Counts against the
 /// organization's write limit; audited as `flow.updated`.
@@ -356,6 +368,7 @@ pub async fn update_flow(
         reminders: request.reminders,
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
+        required: request.required,
     })?;
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;

@@ -4,6 +4,7 @@ pub mod assign;
 pub mod assignments;
 pub mod audit_events;
 pub mod bulk;
+pub mod compliance;
 pub mod enrollment_rules;
 pub mod exports;
 pub mod flows;
@@ -49,6 +50,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(users::router())
         .merge(flows::router())
         .merge(report::router())
+        .merge(compliance::router())
         .merge(exports::router())
         .merge(schedules::router())
         .merge(settings::router())

@@ -5,6 +5,7 @@ pub mod assignments;
 pub mod attention;
 pub mod audit;
 pub mod changes;
+pub mod compliance;
 pub mod dashboard;
 pub mod dead_letters;
 pub mod enrollment_backfills;
