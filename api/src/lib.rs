@@ -19,6 +19,7 @@ pub mod middleware;
 pub mod routes;
 pub mod scim;
 pub mod state;
+pub mod xapi;
 
 use std::net::SocketAddr;
 
@@ -49,6 +50,7 @@ pub fn router(state: AppState) -> Router {
         )
         .nest("/dashboard", dashboard)
         .nest("/scim/v2", scim::router())
+        .nest("/xapi", xapi::router())
         .merge(docs::router(operations))
         .route_layer(axum::middleware::from_fn(middleware::record_metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })

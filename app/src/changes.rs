@@ -325,7 +325,7 @@ pub async fn cancel(
 }
 
 /// The assignment `target` means, persisted.
-async fn find(
+pub(crate) async fn find(
     ctx: &Context,
     acting: Acting<'_>,
     target: &Target,

@@ -43,6 +43,27 @@ pub struct FlowFields {
     pub valid_for: Option<Validity>,
     /// Days before expiry the renewal is assigned (needs `valid_for`).
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI.
+    pub activity_id: Option<String>,
+    /// Required of every person (default false): the compliance report covers it by default.
+    pub required: Option<bool>,
+}
+
+/// Longest xAPI activity IRI of a module or a flow, in characters.
+pub const MAX_ACTIVITY_ID_CHARS: usize = 2_048;
+
+/// Checks an activity IRI given as `field`: absolute, at most [`MAX_ACTIVITY_ID_CHARS`].
+fn activity_id(field: &str, text: Option<String>) -> Result<Option<String>, Invalid> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let text = text.trim().to_owned();
+    if text.chars().count() > MAX_ACTIVITY_ID_CHARS || !flow_domain::xapi::is_iri(&text) {
+        return Err(Invalid(format!(
+            "{field} must be an absolute IRI of at most {MAX_ACTIVITY_ID_CHARS} characters"
+        )));
+    }
+    Ok(Some(text))
 }
 
 /// A module as a surface received it.
@@ -52,6 +73,8 @@ pub struct ModuleFields {
     pub name: Option<String>,
     /// Estimated minutes, 0 to [`MAX_ESTIMATED_MINUTES`] (default 0).
     pub estimated_minutes: Option<i32>,
+    /// Its xAPI activity IRI, unique within the flow.
+    pub activity_id: Option<String>,
 }
 
 /// A flow that passed the rules.
@@ -103,9 +126,27 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             Ok(NewModule {
                 name,
                 estimated_minutes: minutes,
+                activity_id: activity_id(
+                    &format!("modules[{index}].activityId"),
+                    module.activity_id,
+                )?,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let flow_activity = activity_id("activityId", fields.activity_id)?;
+    for (index, module) in modules.iter().enumerate() {
+        let Some(activity) = &module.activity_id else {
+            continue;
+        };
+        let repeated = modules[..index]
+            .iter()
+            .any(|other| other.activity_id.as_ref() == Some(activity));
+        if repeated || flow_activity.as_ref() == Some(activity) {
+            return Err(Invalid(format!(
+                "modules[{index}].activityId repeats another activity id of the flow"
+            )));
+        }
+    }
     let reminders = fields.reminders.map(ReminderPolicy::checked).transpose()?;
     let valid_for = fields.valid_for.map(Validity::checked).transpose()?;
     let renew_before_days = fields
@@ -121,6 +162,8 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             reminders,
             valid_for,
             renew_before_days,
+            activity_id: flow_activity,
+            required: fields.required.unwrap_or(false),
         },
     })
 }
@@ -131,6 +174,13 @@ pub async fn create(
     acting: Acting<'_>,
     flow: &NewFlow,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
+    if let Some(activity) = &flow.settings.activity_id
+        && flows::activity_taken(&ctx.db, acting.org_id(), activity).await?
+    {
+        return Err(ServiceError::Conflict(
+            "activityId is already the activity id of another flow of the organization".into(),
+        ));
+    }
     let created = flows::create_with(
         &ctx.db,
         acting.org_id(),
@@ -270,6 +320,8 @@ pub struct FlowEditFields {
     pub valid_for: Option<Option<Validity>>,
     /// Days before expiry the renewal is assigned (`Some(None)`: at expiry).
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark the flow required of every person, or not.
+    pub required: Option<bool>,
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -315,10 +367,11 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         && reminders.is_none()
         && valid_for.is_none()
         && renew_before_days.is_none()
+        && fields.required.is_none()
     {
         return Err(Invalid::new(
-            "nothing to change: give name, description, archived, reminders, validFor or \
-             renewBeforeDays (modules are not edited in place: create a new flow)",
+            "nothing to change: give name, description, archived, reminders, validFor, \
+             renewBeforeDays or required (modules are not edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
@@ -328,6 +381,7 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         reminders,
         valid_for,
         renew_before_days,
+        required: fields.required,
     })
 }
 
@@ -360,6 +414,8 @@ pub async fn edit(
         edit.reminders.as_ref().map(|_| "reminders"),
         edit.valid_for.as_ref().map(|_| "validFor"),
         edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
+        edit.required
+            .map(|required| if required { "required" } else { "not required" }),
     ]
     .into_iter()
     .flatten()

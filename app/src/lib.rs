@@ -33,6 +33,7 @@ pub mod backlogs;
 pub mod caches;
 pub mod caller;
 pub mod changes;
+pub mod compliance;
 pub mod context;
 pub mod csv_lines;
 pub mod dead_letters;
@@ -67,6 +68,7 @@ pub mod upkeep;
 pub mod user_import;
 pub mod users;
 pub mod webhooks;
+pub mod xapi;
 
 use flow_common::db::audit::Actor;
 use flow_domain::ids::OrgId;

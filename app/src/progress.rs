@@ -12,7 +12,8 @@ use flow_common::db::lifecycle;
 use flow_domain::events::EventType;
 use flow_domain::ids::{AssignmentId, ModuleId, OrgId};
 use flow_domain::messages::{
-    ChangeCommand, PROGRESS_COMMAND_VERSION, PROGRESS_KIND, ProgressCommand,
+    ChangeCommand, ModuleResult, PROGRESS_BATCH_KIND, PROGRESS_COMMAND_VERSION, PROGRESS_KIND,
+    ProgressBatch, ProgressCommand,
 };
 use flow_domain::{AssignmentStatus, DayBound, Invalid, ModuleStatus, parse_date_input};
 
@@ -61,6 +62,45 @@ pub struct ProgressFields {
     pub status: Option<String>,
     /// When it happened (RFC 3339, or `YYYY-MM-DD` in the organization's time zone); default now.
     pub at: Option<String>,
+    /// Scaled score, -1..1 (as xAPI's `result.score.scaled`).
+    pub score: Option<f64>,
+    /// Passed or failed.
+    pub success: Option<bool>,
+    /// Time spent in the module, in seconds (at most [`MAX_DURATION_SECONDS`]).
+    pub duration_seconds: Option<i64>,
+}
+
+/// Longest time spent in one module a caller may report: a year (anything longer is a unit
+/// mistake: milliseconds sent as seconds).
+pub const MAX_DURATION_SECONDS: i64 = 366 * 24 * 3600;
+
+/// Checks the result fields: a finite score in -1..1 (one scale with xAPI's scaled score, so a
+/// percentage is refused rather than silently stored as 85 times too much), a duration in
+/// 0..=[`MAX_DURATION_SECONDS`].
+pub fn parse_result(
+    score: Option<f64>,
+    success: Option<bool>,
+    duration_seconds: Option<i64>,
+) -> Result<ModuleResult, Invalid> {
+    if let Some(score) = score
+        && !(score.is_finite() && (-1.0..=1.0).contains(&score))
+    {
+        return Err(Invalid(
+            "score must be a scaled score between -1 and 1 (0.85 for 85 %)".into(),
+        ));
+    }
+    if let Some(seconds) = duration_seconds
+        && !(0..=MAX_DURATION_SECONDS).contains(&seconds)
+    {
+        return Err(Invalid(format!(
+            "durationSeconds must be between 0 and {MAX_DURATION_SECONDS}"
+        )));
+    }
+    Ok(ModuleResult {
+        score,
+        success,
+        duration_seconds,
+    })
 }
 
 /// Module progress that keeps the rules of its fields.
@@ -72,6 +112,8 @@ pub struct ProgressInput {
     status: ModuleStatus,
     /// When it happened: not in the future.
     at: DateTime<Utc>,
+    /// The result reported with it (possibly nothing).
+    result: ModuleResult,
 }
 
 impl ProgressInput {
@@ -102,10 +144,12 @@ impl ProgressInput {
                 at
             }
         };
+        let result = parse_result(fields.score, fields.success, fields.duration_seconds)?;
         Ok(Self {
             module: module.trim().to_owned(),
             status,
             at,
+            result,
         })
     }
 }
@@ -121,6 +165,35 @@ pub struct Recorded {
     pub status: ModuleStatus,
     /// When it happened.
     pub at: DateTime<Utc>,
+}
+
+/// The module of `input` once it may be recorded on `record`: the module is in its flow, the
+/// assignment is neither completed nor cancelled, and the progress is not before it was assigned.
+async fn check(
+    ctx: &Context,
+    record: &AssignmentRecord,
+    input: &ProgressInput,
+) -> Result<ModuleId, ServiceError> {
+    let not_in_flow =
+        || ServiceError::NotFoundSaying("module not found in the assignment's flow".into());
+    let module_id = ModuleId::parse(&input.module).ok_or_else(not_in_flow)?;
+    if !lifecycle::module_in_flow(&ctx.db, record.id, module_id).await? {
+        return Err(not_in_flow());
+    }
+    if record.status == AssignmentStatus::Completed {
+        return Err(ServiceError::Conflict(
+            "the assignment is already completed; completed is final".into(),
+        ));
+    }
+    if record.status == AssignmentStatus::Cancelled {
+        return Err(ServiceError::Conflict(
+            "the assignment is cancelled; it takes no more progress".into(),
+        ));
+    }
+    if input.at < record.assigned_at {
+        return Err(Invalid("at must not be before the assignment's assignedAt".into()).into());
+    }
+    Ok(module_id)
 }
 
 /// Records `input` on the assignment `id` (as given): queued durably on the progress queue (with
@@ -145,25 +218,7 @@ pub async fn record(
         Resolution::Accepted => return Err(ServiceError::NotYet),
         Resolution::Unknown => return Err(ServiceError::NotFound("assignment")),
     };
-    let not_in_flow =
-        || ServiceError::NotFoundSaying("module not found in the assignment's flow".into());
-    let module_id = ModuleId::parse(&input.module).ok_or_else(not_in_flow)?;
-    if !lifecycle::module_in_flow(&ctx.db, record.id, module_id).await? {
-        return Err(not_in_flow());
-    }
-    if record.status == AssignmentStatus::Completed {
-        return Err(ServiceError::Conflict(
-            "the assignment is already completed; completed is final".into(),
-        ));
-    }
-    if record.status == AssignmentStatus::Cancelled {
-        return Err(ServiceError::Conflict(
-            "the assignment is cancelled; it takes no more progress".into(),
-        ));
-    }
-    if input.at < record.assigned_at {
-        return Err(Invalid("at must not be before the assignment's assignedAt".into()).into());
-    }
+    let module_id = check(ctx, &record, &input).await?;
     let command = ProgressCommand {
         version: PROGRESS_COMMAND_VERSION,
         org_id: acting.org_id(),
@@ -172,6 +227,8 @@ pub async fn record(
         status: input.status,
         at: input.at,
         request_id: Some(request_id.to_owned()),
+        result: input.result,
+        bulk: false,
     };
     let payload = command
         .encode()
@@ -183,6 +240,145 @@ pub async fn record(
         status: input.status,
         at: input.at,
     })
+}
+
+/// Most items in one bulk progress request (`POST /v1/progress/bulk`).
+pub const MAX_BULK_PROGRESS: usize = 1_000;
+
+/// What became of one item of [`record_many`] that is not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Queued durably; applied moments later.
+    Accepted,
+    /// The module already has this status and the item carries no result: nothing to do.
+    Unchanged,
+    /// An earlier item of the same request says the same: queued once.
+    Duplicate,
+}
+
+impl Disposition {
+    /// The name the surfaces answer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Accepted => "accepted",
+            Self::Unchanged => "unchanged",
+            Self::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// Whether a module at `current` needs the progress `status` with `result`: a result always
+/// counts; a status only when it moves the module forward.
+fn changes_anything(
+    current: Option<ModuleStatus>,
+    status: ModuleStatus,
+    result: &ModuleResult,
+) -> bool {
+    !result.is_empty()
+        || match current {
+            None => true,
+            Some(ModuleStatus::Completed) => false,
+            Some(ModuleStatus::InProgress) => status == ModuleStatus::Completed,
+        }
+}
+
+/// The command of one bulk item for `target` (a checked, persisted assignment), or its
+/// disposition when it needs none.
+async fn bulk_command(
+    ctx: &Context,
+    acting: Acting<'_>,
+    target: &crate::changes::Target,
+    input: &ProgressInput,
+    queued: &[ProgressCommand],
+) -> Result<(Recorded, Option<ProgressCommand>, Disposition), ServiceError> {
+    let record = crate::changes::find(ctx, acting, target).await?;
+    let module_id = check(ctx, &record, input).await?;
+    let recorded = Recorded {
+        assignment_id: record.id,
+        module_id,
+        status: input.status,
+        at: input.at,
+    };
+    let same = |command: &&ProgressCommand| {
+        command.assignment_id == record.id
+            && command.module_id == module_id
+            && command.status == input.status
+            && command.result == input.result
+    };
+    if queued.iter().any(|command| same(&command)) {
+        return Ok((recorded, None, Disposition::Duplicate));
+    }
+    let current = lifecycle::module_status(&ctx.db, record.id, module_id).await?;
+    if !changes_anything(current, input.status, &input.result) {
+        return Ok((recorded, None, Disposition::Unchanged));
+    }
+    let command = ProgressCommand {
+        version: PROGRESS_COMMAND_VERSION,
+        org_id: acting.org_id(),
+        assignment_id: record.id,
+        module_id,
+        status: input.status,
+        at: input.at,
+        request_id: None,
+        result: input.result,
+        bulk: true,
+    };
+    Ok((recorded, Some(command), Disposition::Accepted))
+}
+
+/// Records the progress of many items (each a target and its checked input, or why the item is
+/// neither), each checked as [`record`] checks one, all queued in one message whose events
+/// travel in the bulk lane; the outcomes are in order. Nothing is queued for an item that changes
+/// nothing or repeats an earlier one. When the broker does not confirm, every item that was to be
+/// queued fails with that error (nothing of it applies).
+pub async fn record_many(
+    ctx: &Context,
+    acting: Acting<'_>,
+    items: Vec<Result<(crate::changes::Target, ProgressInput), ServiceError>>,
+    request_id: Option<&str>,
+) -> Vec<Result<(Recorded, Disposition), ServiceError>> {
+    let mut outcomes = Vec::with_capacity(items.len());
+    let mut commands: Vec<ProgressCommand> = Vec::new();
+    for item in items {
+        let outcome = match item {
+            Err(error) => Err(error),
+            Ok((target, input)) => bulk_command(ctx, acting, &target, &input, &commands).await,
+        };
+        outcomes.push(outcome.map(|(recorded, command, disposition)| {
+            if let Some(mut command) = command {
+                command.request_id = request_id.map(str::to_owned);
+                commands.push(command);
+            }
+            (recorded, disposition)
+        }));
+    }
+    let published = if commands.is_empty() {
+        Ok(())
+    } else {
+        publish_commands(ctx, commands, request_id).await
+    };
+    outcomes
+        .into_iter()
+        .map(|outcome| match (outcome, &published) {
+            (Ok((_, Disposition::Accepted)), Err(error)) => Err(error.again()),
+            (outcome, _) => outcome,
+        })
+        .collect()
+}
+
+/// Publishes `commands` as one message on the progress queue and waits for the broker's confirm.
+pub(crate) async fn publish_commands(
+    ctx: &Context,
+    commands: Vec<ProgressCommand>,
+    request_id: Option<&str>,
+) -> Result<(), ServiceError> {
+    let payload = ProgressBatch {
+        version: PROGRESS_COMMAND_VERSION,
+        commands,
+    }
+    .encode()
+    .map_err(|error| ServiceError::Internal(anyhow::Error::new(error)))?;
+    publish(ctx, &payload, PROGRESS_BATCH_KIND, "progress", request_id).await
 }
 
 /// Publishes a message of AMQP type `kind` on the progress queue (module progress, and changes

@@ -513,6 +513,9 @@ pub struct FlowFile {
     /// Days before expiry the renewal is assigned.
     #[serde(default)]
     pub renew_before_days: Option<i32>,
+    /// Required of every person (the compliance report's default set).
+    #[serde(default)]
+    pub required: Option<bool>,
 }
 
 /// A module in a flow file.
@@ -537,11 +540,14 @@ impl FlowFile {
                 .map(|module| ModuleFields {
                     name: Some(module.name),
                     estimated_minutes: module.estimated_minutes,
+                    activity_id: None,
                 })
                 .collect(),
             reminders: self.reminders,
             valid_for: self.valid_for,
             renew_before_days: self.renew_before_days,
+            activity_id: None,
+            required: self.required,
         }
     }
 }

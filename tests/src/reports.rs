@@ -70,6 +70,7 @@ pub async fn create_flow(
         .map(|name| flow_common::db::flows::NewModule {
             name: (*name).to_owned(),
             estimated_minutes: 30,
+            activity_id: None,
         })
         .collect();
     let (flow, modules) = flow_common::db::flows::create(&app.db, org.id, name, None, &new_modules)

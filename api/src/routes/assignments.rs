@@ -247,6 +247,15 @@ pub struct ModuleProgressView {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub started_at: Option<DateTime<Utc>>,
+    /// Scaled score, -1..1 (as xAPI's `result.score.scaled`; 0.85 is 85 %), when reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Whether the learner passed the module, when reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
+    /// Time spent in the module, in seconds, when reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
 }
 
 impl From<ModuleProgressRecord> for ModuleProgressView {
@@ -262,6 +271,9 @@ impl From<ModuleProgressRecord> for ModuleProgressView {
             },
             started_at: record.started_at,
             status,
+            score: record.score,
+            success: record.success,
+            duration_seconds: record.duration_seconds,
         }
     }
 }
@@ -671,6 +683,12 @@ pub struct ProgressRequest {
     /// When it happened (RFC 3339, or `YYYY-MM-DD`); default now. Not in the future, not before
     /// the assignment.
     pub at: Option<String>,
+    /// Scaled score, -1..1 (as xAPI's `result.score.scaled`: 0.85 for 85 %).
+    pub score: Option<f64>,
+    /// Whether the learner passed the module.
+    pub success: Option<bool>,
+    /// Time spent in the module, in seconds (0..=31,622,400).
+    pub duration_seconds: Option<i64>,
 }
 
 /// Progress accepted for processing.
@@ -723,6 +741,9 @@ pub async fn record_progress(
             module_id: request.module_id,
             status: request.status,
             at: request.at,
+            score: request.score,
+            success: request.success,
+            duration_seconds: request.duration_seconds,
         },
         auth.zone,
         Utc::now(),

@@ -51,6 +51,13 @@ pub struct CreateFlowRequest {
     /// renewal and send `flow.expiring`; absent: at expiry.
     #[schema(minimum = 1, maximum = 365)]
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI (at most 2,048 characters, unique in the organization):
+    /// a statement `satisfied` about it completes the learner's assignment (docs/xapi.md).
+    #[schema(example = "https://courses.example.com/security-basics")]
+    pub activity_id: Option<String>,
+    /// Required of every person of the organization (default false): `POST
+    /// /v1/compliance/report` covers the required flows when it names none.
+    pub required: Option<bool>,
 }
 
 /// A module to create.
@@ -63,6 +70,10 @@ pub struct ModuleInput {
     /// Estimated time to complete, in minutes, 0 to 100,000 (default 0).
     #[schema(example = 30, minimum = 0, maximum = 100000)]
     pub estimated_minutes: Option<i32>,
+    /// The xAPI activity IRI learning content names the module by (`object.id` of its
+    /// statements; at most 2,048 characters, unique within the flow; docs/xapi.md).
+    #[schema(example = "https://courses.example.com/security-basics/phishing")]
+    pub activity_id: Option<String>,
 }
 
 /// A flow with its modules.
@@ -77,6 +88,8 @@ pub struct FlowView {
     pub description: Option<String>,
     /// Archived: it takes no new assignments (409) and keeps its assignments and reports.
     pub archived: bool,
+    /// Required of every person: the compliance report covers it when it names no flow.
+    pub required: bool,
     /// Its reminder policy (absent in lists and when it has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -89,6 +102,10 @@ pub struct FlowView {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI (absent in lists and when it has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub activity_id: Option<String>,
     /// Number of modules.
     pub module_count: i64,
     /// Human-readable total estimate.
@@ -121,6 +138,10 @@ pub struct ModuleView {
     pub position: i32,
     /// Estimate in minutes.
     pub estimated_minutes: i32,
+    /// Its xAPI activity IRI, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub activity_id: Option<String>,
 }
 
 fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
@@ -134,9 +155,11 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         name: flow.name,
         description: flow.description,
         archived: flow.archived_at.is_some(),
+        required: flow.required,
         reminders: flow.reminders.map(|policy| policy.0),
         valid_for,
         renew_before_days: flow.renew_before_days,
+        activity_id: flow.activity_id,
         module_count: modules.len() as i64,
         estimated_duration: humanize_minutes(u64::try_from(minutes).unwrap_or(0)),
         modules: Some(
@@ -147,6 +170,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
                     name: module.name,
                     position: module.position,
                     estimated_minutes: module.estimated_minutes,
+                    activity_id: module.activity_id,
                 })
                 .collect(),
         ),
@@ -161,9 +185,11 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         name: flow.name,
         description: None,
         archived: flow.archived,
+        required: flow.required,
         reminders: None,
         valid_for: None,
         renew_before_days: None,
+        activity_id: None,
         module_count: flow.module_count,
         estimated_duration: humanize_minutes(u64::try_from(flow.estimated_minutes).unwrap_or(0)),
         modules: None,
@@ -201,11 +227,14 @@ pub async fn create_flow(
             .map(|module| ModuleFields {
                 name: module.name,
                 estimated_minutes: module.estimated_minutes,
+                activity_id: module.activity_id,
             })
             .collect(),
         reminders: request.reminders,
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
+        activity_id: request.activity_id,
+        required: request.required,
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
@@ -301,11 +330,15 @@ pub struct UpdateFlowRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i32>)]
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark the flow required of every person (true) or not (false): the compliance report
+    /// covers the required flows when it names none.
+    pub required: Option<bool>,
 }
 
 /// Change a flow.
 ///
-/// Its name, description and archived state; modules are not edited in place (create a new
+/// Its name, description, archived state, reminder policy, validity and whether it is required;
+/// modules are not edited in place (create a new
 /// flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
 /// their progress and its reports. Takes effect on every replica at once. Counts against the
 /// organization's write limit; audited as `flow.updated`.
@@ -335,6 +368,7 @@ pub async fn update_flow(
         reminders: request.reminders,
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
+        required: request.required,
     })?;
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;

@@ -4,11 +4,13 @@ pub mod assign;
 pub mod assignments;
 pub mod audit_events;
 pub mod bulk;
+pub mod compliance;
 pub mod enrollment_rules;
 pub mod exports;
 pub mod flows;
 pub mod health;
 pub mod pagination;
+pub mod progress;
 pub mod report;
 pub mod schedules;
 pub mod settings;
@@ -44,9 +46,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(health::router())
         .merge(assign::router())
         .merge(assignments::router())
+        .merge(progress::router())
         .merge(users::router())
         .merge(flows::router())
         .merge(report::router())
+        .merge(compliance::router())
         .merge(exports::router())
         .merge(schedules::router())
         .merge(settings::router())

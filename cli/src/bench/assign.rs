@@ -147,10 +147,12 @@ pub(super) async fn tenant(
             NewModule {
                 name: "Introduction".into(),
                 estimated_minutes: 30,
+                activity_id: None,
             },
             NewModule {
                 name: "Practice".into(),
                 estimated_minutes: 90,
+                activity_id: None,
             },
         ];
         let (flow, _) =

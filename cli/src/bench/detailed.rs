@@ -56,6 +56,7 @@ pub async fn run(core: &CoreConfig, args: DetailedBenchArgs) -> anyhow::Result<(
         .map(|index| NewModule {
             name: format!("Module {index} of a long course"),
             estimated_minutes: 10,
+            activity_id: None,
         })
         .collect();
     let (flow, _) = db::flows::create(&pool, org.id, "Long course", None, &new_modules).await?;

@@ -243,6 +243,7 @@ async fn seed(
         .map(|name| NewModule {
             name: (*name).to_owned(),
             estimated_minutes: 30,
+            activity_id: None,
         })
         .collect();
     let policy = ReminderPolicy {

@@ -193,6 +193,7 @@ async fn create_flows(pool: &PgPool) -> anyhow::Result<(OrgId, FlowId)> {
         .map(|name| NewModule {
             name: (*name).to_owned(),
             estimated_minutes: 30,
+            activity_id: None,
         })
         .collect();
     let (flow, _) = db::flows::create(pool, org.id, "Bench flow", None, &modules).await?;

@@ -600,6 +600,7 @@ async fn progress_of(
                 module_id: Some(module.id.to_string()),
                 status: Some(status.as_str().to_owned()),
                 at: Some(format_timestamp(*at)),
+                ..Default::default()
             },
             acting.caller.zone,
             now,

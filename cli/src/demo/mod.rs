@@ -136,6 +136,7 @@ pub async fn create(
                 .map(|(module, minutes)| NewModule {
                     name: (*module).to_owned(),
                     estimated_minutes: *minutes,
+                    activity_id: None,
                 })
                 .collect(),
             // Data Privacy is a yearly refresher: each completion is valid for a year, then

@@ -28,6 +28,7 @@ pub mod recurrence;
 pub mod reminders;
 pub mod report;
 pub mod webhook;
+pub mod xapi;
 
 use std::fmt;
 

@@ -203,6 +203,68 @@ pub struct ProgressCommand {
     /// The caller's `X-Request-ID`, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
+    /// What the learner achieved in the module, if reported (absent in messages of earlier
+    /// versions: they read as no result).
+    #[serde(default, skip_serializing_if = "ModuleResult::is_empty")]
+    pub result: ModuleResult,
+    /// Whether it came in a bulk request (`POST /v1/progress/bulk`, xAPI batches): its events
+    /// travel in the bulk lane.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bulk: bool,
+}
+
+/// AMQP `type` of a message of the progress queue holding a [`ProgressBatch`].
+pub const PROGRESS_BATCH_KIND: &str = "progress.batch";
+
+/// The progress of one bulk request (up to 1,000 items) in one message: one publish and one
+/// confirm for the whole request, applied in one transaction by the assign-worker.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressBatch {
+    /// Message schema version ([`PROGRESS_COMMAND_VERSION`]).
+    pub version: u16,
+    /// The commands, applied in order per assignment.
+    pub commands: Vec<ProgressCommand>,
+}
+
+impl ProgressBatch {
+    /// The payload of a message of AMQP type [`PROGRESS_BATCH_KIND`].
+    pub fn encode(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
+    }
+
+    /// Decodes and checks the version (of the batch and of each command).
+    pub fn decode(payload: &[u8]) -> Result<Self, DecodeError> {
+        let batch: Self = serde_json::from_slice(payload)?;
+        check_version(batch.version, PROGRESS_COMMAND_VERSION)?;
+        for command in &batch.commands {
+            check_version(command.version, PROGRESS_COMMAND_VERSION)?;
+        }
+        Ok(batch)
+    }
+}
+
+/// A module's result as learning content reports it (xAPI `result`, or the REST fields `score`,
+/// `success`, `durationSeconds`); every field optional. Each field given replaces the stored one.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleResult {
+    /// Scaled score, -1..1 (xAPI `result.score.scaled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<f64>,
+    /// Passed (true) or failed (false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub success: Option<bool>,
+    /// Time spent, in whole seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_seconds: Option<i64>,
+}
+
+impl ModuleResult {
+    /// Whether it carries nothing.
+    pub fn is_empty(&self) -> bool {
+        self.score.is_none() && self.success.is_none() && self.duration_seconds.is_none()
+    }
 }
 
 impl ProgressCommand {
@@ -489,8 +551,22 @@ mod tests {
             status: ModuleStatus::Completed,
             at: Utc.with_ymd_and_hms(2026, 11, 25, 10, 0, 0).unwrap(),
             request_id: Some("req-2".to_owned()),
+            result: ModuleResult {
+                score: Some(0.85),
+                success: Some(true),
+                duration_seconds: Some(600),
+            },
+            bulk: true,
         };
         let payload = command.encode().unwrap();
         assert_eq!(ProgressCommand::decode(&payload).unwrap(), command);
+        let batch = ProgressBatch {
+            version: PROGRESS_COMMAND_VERSION,
+            commands: vec![command.clone(), command],
+        };
+        assert_eq!(
+            ProgressBatch::decode(&batch.encode().unwrap()).unwrap(),
+            batch
+        );
     }
 }

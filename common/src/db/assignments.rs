@@ -723,6 +723,12 @@ pub struct ModuleProgressRecord {
     pub started_at: Option<DateTime<Utc>>,
     /// When it was completed.
     pub completed_at: Option<DateTime<Utc>>,
+    /// Scaled score, -1..1, when reported.
+    pub score: Option<f64>,
+    /// Passed or failed, when reported.
+    pub success: Option<bool>,
+    /// Time spent in seconds, when reported.
+    pub duration_seconds: Option<i64>,
 }
 
 /// Module progress of several assignments, in flow order within each.
@@ -732,7 +738,7 @@ pub async fn module_progress<'e>(
 ) -> Result<Vec<ModuleProgressRecord>, sqlx::Error> {
     sqlx::query_as(
         "SELECT p.assignment_id, p.module_id, m.name AS module_name, m.position, p.status,
-                p.started_at, p.completed_at
+                p.started_at, p.completed_at, p.score, p.success, p.duration_seconds
          FROM module_progress p JOIN modules m ON m.id = p.module_id
          WHERE p.assignment_id = ANY($1)
          ORDER BY p.assignment_id, m.position",

@@ -26,6 +26,10 @@ pub struct Flow {
     pub valid_for_days: Option<i32>,
     /// Days before expiry the renewal is assigned (`None`: at expiry).
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI (`satisfied` about it completes the assignment).
+    pub activity_id: Option<String>,
+    /// Required of every person: the compliance report covers it by default.
+    pub required: bool,
 }
 
 impl Flow {
@@ -49,6 +53,8 @@ pub struct Module {
     pub name: String,
     /// Estimated time to complete, in minutes.
     pub estimated_minutes: i32,
+    /// The xAPI activity IRI learning content names it by.
+    pub activity_id: Option<String>,
 }
 
 /// What the assign path needs of a flow; cached by the API.
@@ -64,6 +70,8 @@ pub struct FlowSummary {
     pub module_count: i64,
     /// Sum of the modules' estimates, in minutes.
     pub estimated_minutes: i64,
+    /// Required of every person (the compliance report's default set).
+    pub required: bool,
 }
 
 /// A module to create.
@@ -72,6 +80,8 @@ pub struct NewModule {
     pub name: String,
     /// Estimate in minutes.
     pub estimated_minutes: i32,
+    /// Its xAPI activity IRI, unique within the flow.
+    pub activity_id: Option<String>,
 }
 
 /// What a flow may carry from its creation on besides its modules (each also set by [`edit`]).
@@ -83,6 +93,10 @@ pub struct FlowSettings {
     pub valid_for: Option<Validity>,
     /// Days before expiry the renewal is assigned.
     pub renew_before_days: Option<i32>,
+    /// The flow's own xAPI activity IRI, unique within the organization (set at creation).
+    pub activity_id: Option<String>,
+    /// Required of every person.
+    pub required: bool,
 }
 
 /// Creates a flow with its modules in one transaction.
@@ -116,10 +130,10 @@ pub async fn create_with(
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
         "INSERT INTO flows (id, org_id, name, description, reminders, valid_for_months,
-                            valid_for_days, renew_before_days)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                            valid_for_days, renew_before_days, activity_id, required)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days",
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required",
     )
     .bind(FlowId::new())
     .bind(org_id)
@@ -129,6 +143,8 @@ pub async fn create_with(
     .bind(settings.valid_for.and_then(|validity| validity.months))
     .bind(settings.valid_for.and_then(|validity| validity.days))
     .bind(settings.renew_before_days)
+    .bind(settings.activity_id.as_deref())
+    .bind(settings.required)
     .fetch_one(&mut *transaction)
     .await?;
     let ids: Vec<ModuleId> = modules.iter().map(|_| ModuleId::new()).collect();
@@ -137,22 +153,41 @@ pub async fn create_with(
         .iter()
         .map(|module| module.estimated_minutes)
         .collect();
+    let activities: Vec<Option<&str>> = modules
+        .iter()
+        .map(|module| module.activity_id.as_deref())
+        .collect();
     let inserted: Vec<Module> = sqlx::query_as(
-        "INSERT INTO modules (id, flow_id, position, name, estimated_minutes)
-         SELECT id, $1, (ord - 1)::int, name, minutes
-         FROM UNNEST($2::uuid[], $3::text[], $4::int[]) WITH ORDINALITY AS t(id, name, minutes, ord)
-         RETURNING id, flow_id, position, name, estimated_minutes",
+        "INSERT INTO modules (id, flow_id, position, name, estimated_minutes, activity_id)
+         SELECT id, $1, (ord - 1)::int, name, minutes, activity
+         FROM UNNEST($2::uuid[], $3::text[], $4::int[], $5::text[])
+              WITH ORDINALITY AS t(id, name, minutes, activity, ord)
+         RETURNING id, flow_id, position, name, estimated_minutes, activity_id",
     )
     .bind(flow.id)
     .bind(&ids)
     .bind(&names)
     .bind(&minutes)
+    .bind(&activities)
     .fetch_all(&mut *transaction)
     .await?;
     transaction.commit().await?;
     let mut inserted = inserted;
     inserted.sort_by_key(|module| module.position);
     Ok((flow, inserted))
+}
+
+/// Whether a flow of the organization has the xAPI activity IRI `activity`.
+pub async fn activity_taken<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    activity: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM flows WHERE org_id = $1 AND activity_id = $2)")
+        .bind(org_id)
+        .bind(activity)
+        .fetch_one(executor)
+        .await
 }
 
 /// One flow of an organization.
@@ -163,7 +198,7 @@ pub async fn get<'e>(
 ) -> Result<Option<Flow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days FROM flows
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required FROM flows
          WHERE id = $1 AND org_id = $2",
     )
     .bind(id)
@@ -178,7 +213,7 @@ pub async fn modules<'e>(
     flow_id: FlowId,
 ) -> Result<Vec<Module>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, flow_id, position, name, estimated_minutes FROM modules
+        "SELECT id, flow_id, position, name, estimated_minutes, activity_id FROM modules
          WHERE flow_id = $1 ORDER BY position",
     )
     .bind(flow_id)
@@ -194,7 +229,7 @@ pub async fn summary<'e>(
     sqlx::query_as(
         "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
                 count(m.id) AS module_count,
-                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.id = $1 GROUP BY f.id",
     )
@@ -213,7 +248,7 @@ pub async fn list<'e>(
     sqlx::query_as(
         "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
                 count(m.id) AS module_count,
-                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.org_id = $1 AND ($2::uuid IS NULL OR f.id > $2)
          GROUP BY f.id ORDER BY f.id LIMIT $3",
@@ -240,6 +275,8 @@ pub struct FlowEdit {
     pub valid_for: Option<Option<Validity>>,
     /// The new renewal window in days (`Some(None)`: none).
     pub renew_before_days: Option<Option<i32>>,
+    /// Mark required (true) or not (false).
+    pub required: Option<bool>,
 }
 
 /// The constraint a renewal window at least as long as its validity breaks (an edit of one of
@@ -267,10 +304,11 @@ pub async fn edit(
              valid_for_days = CASE WHEN $9 THEN $11 ELSE valid_for_days END,
              renew_before_days = CASE WHEN $12 THEN $13
                                       WHEN $9 AND $10::int IS NULL AND $11::int IS NULL THEN NULL
-                                      ELSE renew_before_days END
+                                      ELSE renew_before_days END,
+             required = COALESCE($14, required)
          WHERE id = $1 AND org_id = $2
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days",
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required",
     )
     .bind(id)
     .bind(org_id)
@@ -289,6 +327,7 @@ pub async fn edit(
     .bind(edit.valid_for.flatten().and_then(|validity| validity.days))
     .bind(edit.renew_before_days.is_some())
     .bind(edit.renew_before_days.flatten())
+    .bind(edit.required)
     .fetch_optional(&mut *connection)
     .await?;
     if flow.is_some() && (edit.valid_for.is_some() || edit.renew_before_days.is_some()) {

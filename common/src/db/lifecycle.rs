@@ -218,8 +218,13 @@ pub async fn apply_progress(
             .execute(&mut *connection)
             .await?;
     }
-    // Module activity is one person's work: the interactive lane.
-    super::outbox::insert(connection, Lane::Interactive, &events).await?;
+    // Module activity is one person's work (the interactive lane), unless it came in bulk.
+    let lane = if command.bulk {
+        Lane::Bulk
+    } else {
+        Lane::Interactive
+    };
+    super::outbox::insert(connection, lane, &events).await?;
     Ok((
         ProgressOutcome::Applied,
         events.iter().map(|event| event.event_type).collect(),
@@ -252,27 +257,60 @@ async fn record_module(
     if !module_in_flow(&mut *connection, command.assignment_id, command.module_id).await? {
         return Ok(false);
     }
+    // A result given replaces the stored one field by field (a later attempt's score counts); a
+    // completed module stays completed whatever comes after.
     let sql = match command.status {
         ModuleStatus::InProgress => {
-            "INSERT INTO module_progress (assignment_id, module_id, status, started_at)
-             VALUES ($1, $2, 'in_progress', $3)
-             ON CONFLICT (assignment_id, module_id) DO NOTHING"
+            "INSERT INTO module_progress
+                 (assignment_id, module_id, status, started_at, score, success, duration_seconds)
+             VALUES ($1, $2, 'in_progress', $3, $4, $5, $6)
+             ON CONFLICT (assignment_id, module_id) DO UPDATE
+             SET score = COALESCE(EXCLUDED.score, module_progress.score),
+                 success = COALESCE(EXCLUDED.success, module_progress.success),
+                 duration_seconds = COALESCE(EXCLUDED.duration_seconds, module_progress.duration_seconds)
+             WHERE num_nonnulls(EXCLUDED.score, EXCLUDED.success, EXCLUDED.duration_seconds) > 0"
         }
         ModuleStatus::Completed => {
-            "INSERT INTO module_progress (assignment_id, module_id, status, started_at, completed_at)
-             VALUES ($1, $2, 'completed', $3, $3)
+            "INSERT INTO module_progress (assignment_id, module_id, status, started_at, completed_at,
+                                          score, success, duration_seconds)
+             VALUES ($1, $2, 'completed', $3, $3, $4, $5, $6)
              ON CONFLICT (assignment_id, module_id) DO UPDATE
-             SET status = 'completed', completed_at = GREATEST(EXCLUDED.completed_at, module_progress.started_at)
-             WHERE module_progress.status <> 'completed'"
+             SET status = 'completed',
+                 completed_at = CASE WHEN module_progress.status = 'completed'
+                                     THEN module_progress.completed_at
+                                     ELSE GREATEST(EXCLUDED.completed_at, module_progress.started_at) END,
+                 score = COALESCE(EXCLUDED.score, module_progress.score),
+                 success = COALESCE(EXCLUDED.success, module_progress.success),
+                 duration_seconds = COALESCE(EXCLUDED.duration_seconds, module_progress.duration_seconds)
+             WHERE module_progress.status <> 'completed'
+                OR num_nonnulls(EXCLUDED.score, EXCLUDED.success, EXCLUDED.duration_seconds) > 0"
         }
     };
     sqlx::query(sql)
         .bind(command.assignment_id)
         .bind(command.module_id)
         .bind(command.at)
+        .bind(command.result.score)
+        .bind(command.result.success)
+        .bind(command.result.duration_seconds)
         .execute(&mut *connection)
         .await?;
     Ok(true)
+}
+
+/// The status of `module` in assignment `id`; `None` before any progress of it.
+pub async fn module_status<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    id: AssignmentId,
+    module: ModuleId,
+) -> Result<Option<ModuleStatus>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT status FROM module_progress WHERE assignment_id = $1 AND module_id = $2",
+    )
+    .bind(id)
+    .bind(module)
+    .fetch_optional(executor)
+    .await
 }
 
 /// Whether `module` belongs to the flow of assignment `id` (the API's check before publishing).

@@ -5,6 +5,7 @@ pub mod assignments;
 pub mod attention;
 pub mod audit;
 pub mod changes;
+pub mod compliance;
 pub mod dashboard;
 pub mod dead_letters;
 pub mod enrollment_backfills;
@@ -31,6 +32,7 @@ pub mod sessions;
 pub mod snapshot;
 pub mod users;
 pub mod webhooks;
+pub mod xapi;
 
 use std::time::Duration;
 

@@ -11,7 +11,8 @@ use flow_common::db::lifecycle::ProgressOutcome;
 use flow_common::runtime::retry_transient;
 use flow_domain::events::EventType;
 use flow_domain::messages::{
-    CHANGE_BATCH_KIND, ChangeBatch, ChangeCommand, DecodeError, ProgressCommand,
+    CHANGE_BATCH_KIND, ChangeBatch, ChangeCommand, DecodeError, PROGRESS_BATCH_KIND, ProgressBatch,
+    ProgressCommand,
 };
 use lapin::message::Delivery;
 use sqlx::PgPool;
@@ -25,6 +26,8 @@ const ROLE: &str = "progress-worker";
 enum Work {
     /// Module activity.
     Progress(ProgressCommand),
+    /// The module activity of one bulk request.
+    Progresses(Vec<ProgressCommand>),
     /// The changes of one request.
     Changes(Vec<ChangeCommand>),
 }
@@ -39,6 +42,8 @@ impl Work {
             .map(|kind| kind.as_str());
         if kind == Some(CHANGE_BATCH_KIND) {
             ChangeBatch::decode(&delivery.data).map(|batch| Self::Changes(batch.changes))
+        } else if kind == Some(PROGRESS_BATCH_KIND) {
+            ProgressBatch::decode(&delivery.data).map(|batch| Self::Progresses(batch.commands))
         } else {
             ProgressCommand::decode(&delivery.data).map(Self::Progress)
         }
@@ -48,6 +53,10 @@ impl Work {
     fn commands<'a>(&'a self, traceparent: Option<&'a str>) -> Vec<Traced<'a>> {
         match self {
             Self::Progress(command) => vec![(Command::Progress(command), traceparent)],
+            Self::Progresses(commands) => commands
+                .iter()
+                .map(|command| (Command::Progress(command), traceparent))
+                .collect(),
             Self::Changes(changes) => changes
                 .iter()
                 .map(|change| (Command::Change(change), traceparent))

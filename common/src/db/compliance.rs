@@ -1,0 +1,410 @@
+//! The compliance report's reads (issue 39, design §18): each person's standing in each flow at
+//! an instant, from the assignment history alone, as one set-based statement per answer (a page
+//! of people, the totals of the whole population, or its roll-up per group).
+//!
+//! Per (person, flow), with `T` the instant:
+//! - the latest completion with `completed_at <= T` whose `expires_at` is unset or after `T`
+//!   makes the person `compliant` (a renewal being open or late does not change that);
+//! - otherwise the latest assignment with `assigned_at <= T` (ties by id) decides: none is
+//!   `not_assigned`; cancelled by `T` is `cancelled`; completed by `T` (and so expired) is
+//!   `expired`; open at `T` with its due date at or before `T` is `overdue`, due within the
+//!   due-soon window `due_soon`, started by `T` `in_progress`, else `pending`.
+//!
+//! The due date an assignment had at `T` is read back from its applied changes after `T`
+//! (`assignment_changes`, `dueDate.from` of the earliest); its other instants are stored.
+
+use chrono::{DateTime, Utc};
+use flow_domain::ids::{AssignmentId, FlowId, GroupId, OrgId, UserId};
+use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
+
+/// Who is counted: every filter given must hold.
+#[derive(Debug, Clone, Default)]
+pub struct Population {
+    /// Department, compared case-insensitively.
+    pub department: Option<String>,
+    /// Members of this group.
+    pub group_id: Option<GroupId>,
+    /// Reports of this manager (the identity provider's manager id, exactly).
+    pub manager_id: Option<String>,
+    /// Active (true) or deactivated (false) people only.
+    pub active: Option<bool>,
+    /// These people only (normalized e-mails).
+    pub emails: Option<Vec<String>>,
+}
+
+/// What one answer reads.
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// The organization.
+    pub org_id: OrgId,
+    /// The flows, in the order the answer lists them (all of `org_id`).
+    pub flows: Vec<FlowId>,
+    /// The instant judged.
+    pub at: DateTime<Utc>,
+    /// Whether `at` is a past instant asked for: people created after it are then left out.
+    pub historical: bool,
+    /// An open assignment due within this many days after `at` is `due_soon`.
+    pub due_soon_days: i32,
+    /// Who is counted.
+    pub population: Population,
+}
+
+/// How the roll-up groups people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    /// `users.department` (people without one form the group with an empty key).
+    Department,
+    /// Groups pushed by the identity provider (a person counts in each of theirs; people in none
+    /// form the group with an empty key).
+    Group,
+    /// `users.manager_id` (people without one form the group with an empty key).
+    Manager,
+}
+
+impl GroupBy {
+    /// The key and the label of a person's group(s), over `u` (users) and `g` (user_groups,
+    /// joined for [`GroupBy::Group`] only).
+    fn key_and_label(self) -> &'static str {
+        match self {
+            Self::Department => "COALESCE(u.department, '') AS key, u.department AS label",
+            Self::Group => "COALESCE(g.id::text, '') AS key, g.display_name AS label",
+            Self::Manager => "COALESCE(u.manager_id, '') AS key, u.manager_name AS label",
+        }
+    }
+
+    fn joins(self) -> &'static str {
+        match self {
+            Self::Group => {
+                "LEFT JOIN user_group_members m ON m.user_id = u.id
+                 LEFT JOIN user_groups g ON g.id = m.group_id"
+            }
+            Self::Department | Self::Manager => "",
+        }
+    }
+}
+
+/// People of the population, over `users u`: `$1` organization, `$3` instant, `$4` historical,
+/// `$5` department, `$6` group, `$7` manager, `$8` active, `$9` e-mails.
+const POPULATION: &str = "u.org_id = $1
+    AND (NOT $4 OR u.created_at <= $3)
+    AND ($5::text IS NULL OR lower(u.department) = lower($5))
+    AND ($6::uuid IS NULL OR EXISTS (SELECT 1 FROM user_group_members gm
+                                     WHERE gm.group_id = $6 AND gm.user_id = u.id))
+    AND ($7::text IS NULL OR u.manager_id = $7)
+    AND ($8::bool IS NULL OR u.active = $8)
+    AND ($9::text[] IS NULL OR u.email_normalized = ANY($9))";
+
+/// The latest assignment of each (person, flow) of the organization `$1` among the flows `$2`
+/// assigned by `$3` (`latest`), and the latest completion by `$3` (`completed`): one ordered
+/// pass each, for the answers over a whole population.
+const LATEST_SETS: &str = "latest AS (
+    SELECT DISTINCT ON (a.user_id, a.flow_id) a.user_id, a.flow_id, a.id, a.assigned_at,
+           a.due_at, a.started_at, a.completed_at, a.expires_at, a.cancelled_at
+    FROM assignments a
+    WHERE a.org_id = $1 AND a.flow_id = ANY($2) AND a.assigned_at <= $3
+    ORDER BY a.user_id, a.flow_id, a.assigned_at DESC, a.id DESC
+), completed AS (
+    SELECT DISTINCT ON (a.user_id, a.flow_id) a.user_id, a.flow_id, a.id, a.assigned_at,
+           a.due_at, a.completed_at, a.expires_at
+    FROM assignments a
+    WHERE a.org_id = $1 AND a.flow_id = ANY($2) AND a.completed_at IS NOT NULL
+      AND a.completed_at <= $3
+    ORDER BY a.user_id, a.flow_id, a.completed_at DESC, a.id DESC
+)";
+
+/// The same per (person, flow), looked up one cell at a time (a page of people).
+const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
+        SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
+               a.cancelled_at
+        FROM assignments a
+        WHERE a.org_id = $1 AND a.user_id = p.id AND a.flow_id = f.flow_id
+          AND a.assigned_at <= $3
+        ORDER BY a.assigned_at DESC, a.id DESC LIMIT 1) l ON true
+    LEFT JOIN LATERAL (
+        SELECT a.id, a.assigned_at, a.due_at, a.completed_at, a.expires_at
+        FROM assignments a
+        WHERE a.org_id = $1 AND a.user_id = p.id AND a.flow_id = f.flow_id
+          AND a.completed_at IS NOT NULL AND a.completed_at <= $3
+        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true";
+
+/// Joins of [`LATEST_SETS`] to the cells.
+const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id = f.flow_id
+    LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id";
+
+/// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
+/// the assignments that decide the standing at `$3` (`l_*` the latest assigned, its due date as
+/// it stood then, `d_*` the latest completion, joined by `latest`) and the `status` they make
+/// (module docs; `$10` the due-soon window in days).
+fn cells(latest: &str) -> String {
+    format!(
+        "cells AS (
+    SELECT x.*, CASE
+        WHEN x.d_id IS NOT NULL AND (x.d_expires_at IS NULL OR x.d_expires_at > $3)
+            THEN 'compliant'
+        WHEN x.l_id IS NULL THEN 'not_assigned'
+        WHEN x.l_cancelled_at <= $3 THEN 'cancelled'
+        WHEN x.l_completed_at <= $3 THEN 'expired'
+        WHEN x.l_due_at <= $3 THEN 'overdue'
+        WHEN x.l_due_at <= $3 + make_interval(days => $10) THEN 'due_soon'
+        WHEN x.l_started_at <= $3 THEN 'in_progress'
+        ELSE 'pending' END AS status
+    FROM (
+        SELECT p.id AS user_id, f.flow_id, f.position,
+               l.id AS l_id, l.assigned_at AS l_assigned_at, l.started_at AS l_started_at,
+               l.completed_at AS l_completed_at, l.expires_at AS l_expires_at,
+               l.cancelled_at AS l_cancelled_at,
+               CASE WHEN h.changed_since THEN h.due_from::timestamptz ELSE l.due_at END
+                   AS l_due_at,
+               d.id AS d_id, d.assigned_at AS d_assigned_at, d.due_at AS d_due_at,
+               d.completed_at AS d_completed_at, d.expires_at AS d_expires_at
+        FROM people p
+        CROSS JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position)
+        {latest}
+        LEFT JOIN LATERAL (
+            SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
+            FROM assignment_changes c
+            WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
+              AND c.applied_at > $3 AND c.changed ? 'dueDate'
+            ORDER BY c.applied_at LIMIT 1) h ON true
+    ) x
+)"
+    )
+}
+
+/// The common table expressions that precede `cells` and `cells` itself, for an answer over the
+/// whole population of `scope`: one ordered pass over the organization's assignments for the
+/// whole organization (or everyone active or not), a lookup per cell for a narrower population
+/// (a department, a group, a manager's team, a list of people), which reads far fewer rows.
+fn whole(scope: &Scope) -> (String, String) {
+    let population = &scope.population;
+    let narrow = population.department.is_some()
+        || population.group_id.is_some()
+        || population.manager_id.is_some()
+        || population.emails.is_some();
+    if narrow {
+        (String::new(), cells(LATEST_LOOKUPS))
+    } else {
+        (format!("{LATEST_SETS},"), cells(LATEST_JOINS))
+    }
+}
+
+/// Counts per status over `cells` grouped per person as `per_person`.
+const PER_PERSON: &str = "per_person AS (
+    SELECT user_id, count(*) AS cells,
+           count(*) FILTER (WHERE status = 'compliant') AS compliant,
+           count(*) FILTER (WHERE status = 'due_soon') AS due_soon,
+           count(*) FILTER (WHERE status = 'overdue') AS overdue,
+           count(*) FILTER (WHERE status = 'expired') AS expired,
+           count(*) FILTER (WHERE status = 'pending') AS pending,
+           count(*) FILTER (WHERE status = 'in_progress') AS in_progress,
+           count(*) FILTER (WHERE status = 'not_assigned') AS not_assigned,
+           count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM cells GROUP BY user_id
+)";
+
+/// The sums of [`PER_PERSON`]'s counts over the rows of `per_person q`.
+const SUMS: &str = "count(*) AS people,
+    count(*) FILTER (WHERE q.compliant = q.cells) AS people_compliant,
+    COALESCE(sum(q.cells), 0)::int8 AS cells,
+    COALESCE(sum(q.compliant), 0)::int8 AS compliant,
+    COALESCE(sum(q.due_soon), 0)::int8 AS due_soon,
+    COALESCE(sum(q.overdue), 0)::int8 AS overdue,
+    COALESCE(sum(q.expired), 0)::int8 AS expired,
+    COALESCE(sum(q.pending), 0)::int8 AS pending,
+    COALESCE(sum(q.in_progress), 0)::int8 AS in_progress,
+    COALESCE(sum(q.not_assigned), 0)::int8 AS not_assigned,
+    COALESCE(sum(q.cancelled), 0)::int8 AS cancelled";
+
+/// Counts of people and of their (person, flow) cells per status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, FromRow)]
+pub struct Counts {
+    /// People counted.
+    pub people: i64,
+    /// People compliant in every flow.
+    pub people_compliant: i64,
+    /// Cells (people × flows).
+    pub cells: i64,
+    pub compliant: i64,
+    pub due_soon: i64,
+    pub overdue: i64,
+    pub expired: i64,
+    pub pending: i64,
+    pub in_progress: i64,
+    pub not_assigned: i64,
+    pub cancelled: i64,
+}
+
+/// One person's standing in one flow.
+#[derive(Debug, Clone, FromRow)]
+pub struct Cell {
+    pub user_id: UserId,
+    pub email: String,
+    pub name: Option<String>,
+    pub department: Option<String>,
+    pub manager_id: Option<String>,
+    pub active: bool,
+    pub flow_id: FlowId,
+    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned or cancelled.
+    pub status: String,
+    /// The assignment that decided it (the valid completion when compliant, else the latest).
+    pub assignment_id: Option<AssignmentId>,
+    pub assigned_at: Option<DateTime<Utc>>,
+    /// Its due date as it stood at the instant.
+    pub due_at: Option<DateTime<Utc>>,
+    /// When it was completed, if by the instant.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// When that completion expires (or expired), if completed by the instant.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was cancelled, if by the instant.
+    pub cancelled_at: Option<DateTime<Utc>>,
+}
+
+/// One group of the roll-up.
+#[derive(Debug, Clone, FromRow)]
+pub struct GroupCounts {
+    /// The group's key: a department, a group id (`uuid` text) or a manager id; empty for the
+    /// people without one.
+    pub key: String,
+    /// The department, the group's display name or the manager's name.
+    pub label: Option<String>,
+    #[sqlx(flatten)]
+    pub counts: Counts,
+}
+
+fn bind_scope<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    scope: &'q Scope,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    let flows: Vec<uuid::Uuid> = scope.flows.iter().map(|flow| flow.0).collect();
+    query
+        .bind(scope.org_id)
+        .bind(flows)
+        .bind(scope.at)
+        .bind(scope.historical)
+        .bind(scope.population.department.as_deref())
+        .bind(scope.population.group_id)
+        .bind(scope.population.manager_id.as_deref())
+        .bind(scope.population.active)
+        .bind(scope.population.emails.as_deref())
+        .bind(scope.due_soon_days)
+}
+
+/// The cells of up to `limit` people of the population after the person `after`, in user id
+/// order, each person's cells in the order of the scope's flows.
+pub async fn page(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    after: Option<UserId>,
+    limit: i64,
+) -> Result<Vec<Cell>, sqlx::Error> {
+    let cells = cells(LATEST_LOOKUPS);
+    let sql = format!(
+        "WITH people AS (
+            SELECT u.id FROM users u
+            WHERE {POPULATION} AND ($11::uuid IS NULL OR u.id > $11)
+            ORDER BY u.id LIMIT $12
+         ), {cells}
+         SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.active, c.flow_id,
+                c.status,
+                CASE WHEN c.status = 'compliant' THEN c.d_id ELSE c.l_id END AS assignment_id,
+                CASE WHEN c.status = 'compliant' THEN c.d_assigned_at ELSE c.l_assigned_at END
+                    AS assigned_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_due_at ELSE c.l_due_at END AS due_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_completed_at
+                     WHEN c.l_completed_at <= $3 THEN c.l_completed_at END AS completed_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_expires_at
+                     WHEN c.l_completed_at <= $3 THEN c.l_expires_at END AS expires_at,
+                CASE WHEN c.l_cancelled_at <= $3 AND c.status <> 'compliant'
+                     THEN c.l_cancelled_at END AS cancelled_at
+         FROM cells c JOIN users u ON u.id = c.user_id
+         ORDER BY c.user_id, c.position"
+    );
+    bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(connection)
+        .await
+}
+
+/// The counts of the whole population.
+pub async fn totals(connection: &mut PgConnection, scope: &Scope) -> Result<Counts, sqlx::Error> {
+    let (sets, cells) = whole(scope);
+    let sql = format!(
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON}
+         SELECT {SUMS} FROM per_person q"
+    );
+    bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
+        .fetch_one(connection)
+        .await
+}
+
+/// The counts of up to `limit` groups of the population by `by`, after the key `after`, in key
+/// order.
+pub async fn groups(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    by: GroupBy,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<GroupCounts>, sqlx::Error> {
+    let key_and_label = by.key_and_label();
+    let joins = by.joins();
+    let (sets, cells) = whole(scope);
+    let sql = format!(
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON},
+         keyed AS (
+            SELECT {key_and_label}, q.*
+            FROM per_person q JOIN users u ON u.id = q.user_id {joins}
+         )
+         SELECT q.key, max(q.label) AS label, {SUMS}
+         FROM keyed q
+         WHERE $11::text IS NULL OR q.key > $11
+         GROUP BY q.key ORDER BY q.key LIMIT $12"
+    );
+    bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(connection)
+        .await
+}
+
+/// A flow as the report names it.
+#[derive(Debug, Clone, FromRow)]
+pub struct ReportFlow {
+    pub id: FlowId,
+    pub name: String,
+    pub required: bool,
+}
+
+/// The organization's flows among `ids` (the others, and other organizations' flows, left out).
+pub async fn flows_of<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    ids: &[FlowId],
+) -> Result<Vec<ReportFlow>, sqlx::Error> {
+    let ids: Vec<uuid::Uuid> = ids.iter().map(|flow| flow.0).collect();
+    sqlx::query_as("SELECT id, name, required FROM flows WHERE org_id = $1 AND id = ANY($2)")
+        .bind(org_id)
+        .bind(ids)
+        .fetch_all(executor)
+        .await
+}
+
+/// Up to `limit` of the organization's required flows that are not archived, by name then id.
+pub async fn required_flows<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    limit: i64,
+) -> Result<Vec<ReportFlow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, name, required FROM flows
+         WHERE org_id = $1 AND required AND archived_at IS NULL
+         ORDER BY lower(name), id LIMIT $2",
+    )
+    .bind(org_id)
+    .bind(limit)
+    .fetch_all(executor)
+    .await
+}
