@@ -45,6 +45,7 @@ pub mod engine {
     pub mod report;
 }
 pub mod erasure;
+pub mod events;
 pub mod error;
 pub mod exports;
 pub mod flows;

@@ -19,6 +19,7 @@ mod dashboard_browser;
 mod detailed_reports;
 mod enrollment_rules;
 mod erasure;
+mod events_in;
 mod errors;
 mod exactly_once;
 mod export_fairness;
