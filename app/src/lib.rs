@@ -45,8 +45,8 @@ pub mod engine {
     pub mod report;
 }
 pub mod erasure;
-pub mod events;
 pub mod error;
+pub mod events;
 pub mod exports;
 pub mod flows;
 pub mod groups;

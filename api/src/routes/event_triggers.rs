@@ -181,12 +181,11 @@ pub struct TriggerDueView {
 
 impl From<TriggerRecord> for TriggerView {
     fn from(record: TriggerRecord) -> Self {
-        let due = (record.due_days.is_some() || record.due_pointer.is_some()).then(|| {
-            TriggerDueView {
+        let due =
+            (record.due_days.is_some() || record.due_pointer.is_some()).then(|| TriggerDueView {
                 days: record.due_days,
                 from_pointer: record.due_pointer.clone(),
-            }
-        });
+            });
         Self {
             trigger_id: record.id,
             name: record.name,

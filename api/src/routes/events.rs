@@ -137,9 +137,8 @@ fn is_json(media: &str) -> bool {
 
 /// The body as JSON, or a 400 saying where it breaks.
 fn parse_json(body: &[u8]) -> Result<Value, ApiError> {
-    serde_json::from_slice(body).map_err(|error| {
-        ApiError::InvalidRequest(format!("the body is not valid JSON: {error}"))
-    })
+    serde_json::from_slice(body)
+        .map_err(|error| ApiError::InvalidRequest(format!("the body is not valid JSON: {error}")))
 }
 
 /// The events of the request, by its mode.

@@ -129,7 +129,11 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            (event.id.as_str(), event.source.as_str(), event.event_type.as_str()),
+            (
+                event.id.as_str(),
+                event.source.as_str(),
+                event.event_type.as_str()
+            ),
             ("1", "hr", "hired")
         );
         assert_eq!(
@@ -141,20 +145,39 @@ mod tests {
     #[test]
     fn missing_or_wrong_attributes_are_invalid_with_the_reason() {
         let cases = [
-            (json!({"id": "1", "source": "s", "type": "t"}), "specversion is required"),
+            (
+                json!({"id": "1", "source": "s", "type": "t"}),
+                "specversion is required",
+            ),
             (
                 json!({"specversion": "0.3", "id": "1", "source": "s", "type": "t"}),
                 "not supported",
             ),
-            (json!({"specversion": "1.0", "source": "s", "type": "t"}), "id is required"),
-            (json!({"specversion": "1.0", "id": "", "source": "s", "type": "t"}), "id must not be empty"),
-            (json!({"specversion": "1.0", "id": "1", "source": 3, "type": "t"}), "source must be a string"),
-            (json!({"specversion": "1.0", "id": "1", "source": "s"}), "type is required"),
+            (
+                json!({"specversion": "1.0", "source": "s", "type": "t"}),
+                "id is required",
+            ),
+            (
+                json!({"specversion": "1.0", "id": "", "source": "s", "type": "t"}),
+                "id must not be empty",
+            ),
+            (
+                json!({"specversion": "1.0", "id": "1", "source": 3, "type": "t"}),
+                "source must be a string",
+            ),
+            (
+                json!({"specversion": "1.0", "id": "1", "source": "s"}),
+                "type is required",
+            ),
             (json!([1]), "JSON object"),
         ];
         for (document, reason) in cases {
             let error = CloudEvent::from_json(document.clone()).unwrap_err();
-            assert!(error.reason.contains(reason), "{document}: {}", error.reason);
+            assert!(
+                error.reason.contains(reason),
+                "{document}: {}",
+                error.reason
+            );
         }
     }
 

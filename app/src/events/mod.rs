@@ -420,7 +420,12 @@ async fn record_once(
     let recorded = db::record(&mut transaction, org_id, &events).await?;
     let mut actions = Vec::new();
     for plan in plans {
-        let Plan::Record { event, actions: resolved, .. } = plan else {
+        let Plan::Record {
+            event,
+            actions: resolved,
+            ..
+        } = plan
+        else {
             continue;
         };
         if !recorded.contains(&(event.source.clone(), event.id.clone())) {

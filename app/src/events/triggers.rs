@@ -215,9 +215,7 @@ pub fn parse(id: EventTriggerId, input: TriggerInput) -> Result<Trigger, Service
         .map(|notes| Notes::parse("notes", notes).map(Notes::into_inner))
         .transpose()?
         .filter(|notes| !notes.is_empty());
-    if action == Action::Cancel
-        && (due.is_some() || notes.is_some() || input.priority.is_some())
-    {
+    if action == Action::Cancel && (due.is_some() || notes.is_some() || input.priority.is_some()) {
         return Err(Invalid::new("due, priority and notes apply to the assign action only").into());
     }
     Ok(Trigger {

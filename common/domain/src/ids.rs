@@ -279,10 +279,9 @@ impl AssignmentId {
                 b"flow.cancel.unmatched",
                 &[rule.0.as_bytes(), self.0.as_bytes()],
             ),
-            AutomaticCancel::Event(key) => derived_uuid(
-                b"flow.cancel.event",
-                &[key.0.as_bytes(), self.0.as_bytes()],
-            ),
+            AutomaticCancel::Event(key) => {
+                derived_uuid(b"flow.cancel.event", &[key.0.as_bytes(), self.0.as_bytes()])
+            }
         }
     }
 }

@@ -193,8 +193,11 @@ async fn insert_new(
     let assigned: Vec<DateTime<Utc>> = commands.iter().map(|c| c.assigned_at).collect();
     let request_ids: Vec<Option<&str>> = commands.iter().map(|c| c.request_id.as_deref()).collect();
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
-    let rows: Vec<(AssignmentId, Option<EnrollmentRuleId>, Option<Json<InboundEventRef>>)> =
-        sqlx::query_as(match conflicts {
+    let rows: Vec<(
+        AssignmentId,
+        Option<EnrollmentRuleId>,
+        Option<Json<InboundEventRef>>,
+    )> = sqlx::query_as(match conflicts {
         Conflicts::Fail => insert_statement!(""),
         Conflicts::Handle => insert_statement!("ON CONFLICT DO NOTHING"),
     })
@@ -221,7 +224,11 @@ async fn insert_new(
         .iter()
         .filter_map(|command| {
             let source = inserted.get(&command.assignment_id)?;
-            Some(assigned_event(command, source.clone(), batch_trace.as_deref()))
+            Some(assigned_event(
+                command,
+                source.clone(),
+                batch_trace.as_deref(),
+            ))
         })
         .collect();
     outbox::write(&mut *connection, lane, &events, conflicts).await?;

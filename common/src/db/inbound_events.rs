@@ -88,8 +88,14 @@ pub async fn record_actions(
         return Ok(());
     }
     let keys: Vec<Uuid> = actions.iter().map(|action| action.key).collect();
-    let sources: Vec<&str> = actions.iter().map(|action| action.source.as_str()).collect();
-    let ids: Vec<&str> = actions.iter().map(|action| action.event_id.as_str()).collect();
+    let sources: Vec<&str> = actions
+        .iter()
+        .map(|action| action.source.as_str())
+        .collect();
+    let ids: Vec<&str> = actions
+        .iter()
+        .map(|action| action.event_id.as_str())
+        .collect();
     let types: Vec<&str> = actions
         .iter()
         .map(|action| action.event_type.as_str())
@@ -98,8 +104,10 @@ pub async fn record_actions(
     let kinds: Vec<&str> = actions.iter().map(|action| action.action).collect();
     let assignments: Vec<AssignmentId> =
         actions.iter().map(|action| action.assignment_id).collect();
-    let commands: Vec<Option<serde_json::Value>> =
-        actions.iter().map(|action| action.command.clone()).collect();
+    let commands: Vec<Option<serde_json::Value>> = actions
+        .iter()
+        .map(|action| action.command.clone())
+        .collect();
     let reasons: Vec<Option<&str>> = actions
         .iter()
         .map(|action| action.reason.as_deref())

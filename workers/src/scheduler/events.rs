@@ -36,7 +36,9 @@ pub fn start(config: &SchedulerConfig, runtime: &Runtime, publisher: &Publisher)
             liveness.beat();
             match flow_app::events::republish_stale(&pool, &commands, GRACE, BATCH).await {
                 Ok(0) => {}
-                Ok(count) => tracing::info!(role = ROLE, count, "inbound event actions republished"),
+                Ok(count) => {
+                    tracing::info!(role = ROLE, count, "inbound event actions republished")
+                }
                 Err(error) => tracing::warn!(
                     role = ROLE,
                     %error,
