@@ -60,6 +60,9 @@ pub enum ApiError {
     /// 415 `unsupported_media_type`.
     #[error("Content-Type must be application/json")]
     UnsupportedMediaType,
+    /// 415 `unsupported_media_type`, saying which types the route takes.
+    #[error("{0}")]
+    UnsupportedMediaTypeSaying(String),
     /// 429 `rate_limit_exceeded`.
     #[error("rate limit of {} {operation} requests per minute exceeded; retry after {retry_after} s", info.limit)]
     RateLimited {
@@ -104,7 +107,9 @@ impl ApiError {
             Self::Conflict(_) | Self::NotYet => StatusCode::CONFLICT,
             Self::Gone(_) => StatusCode::GONE,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedMediaType | Self::UnsupportedMediaTypeSaying(_) => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
             Self::RateLimited { .. } | Self::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -122,7 +127,9 @@ impl ApiError {
             Self::Conflict(_) | Self::NotYet => "conflict",
             Self::Gone(_) => "gone",
             Self::PayloadTooLarge(_) => "payload_too_large",
-            Self::UnsupportedMediaType => "unsupported_media_type",
+            Self::UnsupportedMediaType | Self::UnsupportedMediaTypeSaying(_) => {
+                "unsupported_media_type"
+            }
             Self::RateLimited { .. } | Self::Throttled { .. } => "rate_limit_exceeded",
             Self::Unavailable(_) => "service_unavailable",
             Self::Internal(_) => "internal_error",

@@ -41,6 +41,19 @@ where
     }
 }
 
+/// A body of any content type, at most [`MAX_BODY_BYTES`] (413), for routes that read the type
+/// themselves (CloudEvents' modes).
+#[derive(Debug, Clone, Default)]
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        body_bytes(request, state).await.map(RawBody)
+    }
+}
+
 /// The body, at most [`MAX_BODY_BYTES`] (413), as every JSON extractor reads it.
 async fn body_bytes<S: Send + Sync>(request: Request, state: &S) -> Result<Bytes, ApiError> {
     Bytes::from_request(request, state)

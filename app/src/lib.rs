@@ -47,6 +47,7 @@ pub mod engine {
 }
 pub mod erasure;
 pub mod error;
+pub mod events;
 pub mod exports;
 pub mod flows;
 pub mod groups;

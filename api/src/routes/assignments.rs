@@ -16,6 +16,7 @@ use flow_app::progress::{self, ProgressFields, ProgressInput};
 use flow_app::ratelimit::{Operation, RateInfo, page_cost};
 use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
 use flow_common::db::dead_letters::AssignmentFailure;
+use flow_domain::events::InboundEventRef;
 use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId, ScheduleId, UserId};
 use flow_domain::messages::AssignCommand;
 use flow_domain::report::PageCursor;
@@ -126,7 +127,8 @@ pub struct AssignmentView {
     /// The schedule that created it, if any.
     pub schedule_id: Option<ScheduleId>,
     /// What made it when it was not a direct assign: the enrollment rule, for a rule's
-    /// assignment (`{"enrollmentRuleId": "enr_…"}`, as in its `flow.assigned` event).
+    /// assignment (`{"enrollmentRuleId": "enr_…"}`), or the inbound event and its trigger
+    /// (`{"event": {"source", "type", "id", "triggerId"}}`), as in its `flow.assigned` event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<AssignmentSource>,
     /// Why the assignment could not be persisted (status `failed` only).
@@ -144,12 +146,18 @@ pub struct AssignmentView {
     pub module_progress: Option<Vec<ModuleProgressView>>,
 }
 
-/// What made an assignment that no assign request made.
+/// What made an assignment that no assign request made: one of the two.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AssignmentSource {
     /// The enrollment rule that assigned it.
-    pub enrollment_rule_id: EnrollmentRuleId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub enrollment_rule_id: Option<EnrollmentRuleId>,
+    /// The inbound event (`POST /v1/events`) whose trigger assigned it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub event: Option<InboundEventRef>,
 }
 
 impl AssignmentView {
@@ -182,9 +190,12 @@ impl AssignmentView {
             completed_modules: record.completed_modules,
             total_modules: record.total_modules,
             schedule_id: record.schedule_id,
-            source: record
-                .enrollment_rule_id
-                .map(|enrollment_rule_id| AssignmentSource { enrollment_rule_id }),
+            source: (record.enrollment_rule_id.is_some() || record.event_source.is_some()).then(
+                || AssignmentSource {
+                    enrollment_rule_id: record.enrollment_rule_id,
+                    event: record.event_source.map(|json| json.0),
+                },
+            ),
             failure_reason: None,
             failed_at: None,
             module_progress,

@@ -6,6 +6,8 @@ pub mod audit_events;
 pub mod bulk;
 pub mod compliance;
 pub mod enrollment_rules;
+pub mod event_triggers;
+pub mod events;
 pub mod exports;
 pub mod flows;
 pub mod health;
@@ -56,6 +58,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(settings::router())
         .merge(audit_events::router())
         .merge(enrollment_rules::router())
+        .merge(event_triggers::router())
+        .merge(events::router())
         .merge(user_erasure::router())
         .merge(webhooks::router())
 }

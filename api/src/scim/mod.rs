@@ -100,7 +100,9 @@ impl From<ApiError> for Failure {
             ApiError::MethodNotAllowed => ScimError::method_not_allowed(message),
             ApiError::Conflict(_) | ApiError::NotYet => ScimError::conflict(message),
             ApiError::PayloadTooLarge(_) => ScimError::payload_too_large(message),
-            ApiError::UnsupportedMediaType => ScimError::unsupported_media_type(message),
+            ApiError::UnsupportedMediaType | ApiError::UnsupportedMediaTypeSaying(_) => {
+                ScimError::unsupported_media_type(message)
+            }
             ApiError::RateLimited { .. } | ApiError::Throttled { .. } => {
                 ScimError::too_many_requests(message)
             }

@@ -73,6 +73,14 @@ string_enum!(
         /// The organization's settings (cancel on deactivation, default reminder policy) were
         /// changed.
         SettingsUpdated => "settings.updated",
+        /// An event trigger was created.
+        EventTriggerCreated => "event_trigger.created",
+        /// An event trigger was changed.
+        EventTriggerUpdated => "event_trigger.updated",
+        /// An event trigger was deleted.
+        EventTriggerDeleted => "event_trigger.deleted",
+        /// An inbound event's trigger assigned a flow.
+        EventTriggerAssigned => "event_trigger.assigned",
     }
 );
 
@@ -113,6 +121,10 @@ impl AuditAction {
             Self::AssignmentCancelled => "Cancelled an assignment",
             Self::FlowUpdated => "Changed a flow",
             Self::SettingsUpdated => "Changed the organization's settings",
+            Self::EventTriggerCreated => "Created an event trigger",
+            Self::EventTriggerUpdated => "Changed an event trigger",
+            Self::EventTriggerDeleted => "Deleted an event trigger",
+            Self::EventTriggerAssigned => "An inbound event's trigger assigned a flow",
         }
     }
 }
@@ -180,6 +192,10 @@ mod tests {
                 "assignment.cancelled",
                 "flow.updated",
                 "settings.updated",
+                "event_trigger.created",
+                "event_trigger.updated",
+                "event_trigger.deleted",
+                "event_trigger.assigned",
             ]
         );
     }

@@ -94,7 +94,8 @@ pub struct EventData {
     #[schema(examples("high"))]
     pub priority: String,
     /// What made the assignment, when not a direct assign: present only on the `flow.assigned`
-    /// event of an assignment an enrollment rule made (additive: absent otherwise).
+    /// event of an assignment an enrollment rule or an inbound event's trigger made (additive:
+    /// absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub source: Option<EventSource>,
@@ -161,12 +162,48 @@ pub struct ManagerRef {
     pub name: Option<String>,
 }
 
-/// What made an assignment (`data.source` of its `flow.assigned` event).
-#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+/// What made an assignment (`data.source` of its `flow.assigned` event): an enrollment rule or
+/// an inbound event, one of the two.
+#[derive(Debug, Clone, Default, serde::Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EventSource {
     /// The enrollment rule that assigned it (`GET /v1/enrollment-rules/{id}`).
-    pub enrollment_rule_id: EnrollmentRuleId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub enrollment_rule_id: Option<EnrollmentRuleId>,
+    /// The inbound event whose trigger assigned it (`POST /v1/events`, docs/events.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub event: Option<InboundEventRef>,
+}
+
+impl EventSource {
+    /// The source of an assignment made by `rule` or by an inbound event; none for a direct
+    /// assign.
+    pub fn of(rule: Option<EnrollmentRuleId>, event: Option<InboundEventRef>) -> Option<Self> {
+        (rule.is_some() || event.is_some()).then_some(Self {
+            enrollment_rule_id: rule,
+            event,
+        })
+    }
+}
+
+/// The inbound event (CloudEvents `source`, `type` and `id`) and the event trigger that made an
+/// assignment, as stored on it (`assignments.event_source`) and shown in `source.event`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InboundEventRef {
+    /// The event's `source`.
+    #[schema(examples("https://hr.example.com"))]
+    pub source: String,
+    /// The event's `type`.
+    #[serde(rename = "type")]
+    #[schema(examples("com.example.hr.employee.hired"))]
+    pub event_type: String,
+    /// The event's `id`.
+    pub id: String,
+    /// The trigger that matched it (`GET /v1/event-triggers/{id}`).
+    pub trigger_id: crate::ids::EventTriggerId,
 }
 
 /// The `data` of the `webhook.test` ping (`POST /v1/webhooks/{id}/test`).

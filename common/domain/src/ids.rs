@@ -122,6 +122,10 @@ define_id!(
     EnrollmentRuleId, "enr"
 );
 define_id!(
+    /// An event trigger: which inbound events assign or cancel a flow (docs/events.md).
+    EventTriggerId, "etr"
+);
+define_id!(
     /// A backfill of an enrollment rule: a background job assigning everyone it matches.
     BackfillId, "bkf"
 );
@@ -210,6 +214,47 @@ impl AssignmentId {
     }
 }
 
+/// A UUIDv8 derived from `domain` and `parts`, each part length-prefixed: parts are free text
+/// (an event's source and id), so "ab"+"c" and "a"+"bc" must not derive the same id.
+fn derived_uuid_of_texts(domain: &[u8], parts: &[&[u8]]) -> Uuid {
+    let mut framed: Vec<u8> = Vec::new();
+    for part in parts {
+        framed.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        framed.extend_from_slice(part);
+    }
+    derived_uuid(domain, &[&framed])
+}
+
+/// What identifies an inbound event's action (docs/events.md): the organization, the event's
+/// (`source`, `id`) and the trigger that matched it. Every id an event's action uses is derived
+/// from it, so a re-sent event, a retry or a concurrent duplicate names the same assignment
+/// and the same cancellation, which apply once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventActionKey(pub Uuid);
+
+impl EventActionKey {
+    /// The key of the action of `trigger` on the event (`source`, `id`) of `org`.
+    pub fn new(org: OrgId, source: &str, id: &str, trigger: EventTriggerId) -> Self {
+        Self(derived_uuid_of_texts(
+            b"flow.event.action",
+            &[
+                org.0.as_bytes(),
+                source.as_bytes(),
+                id.as_bytes(),
+                trigger.0.as_bytes(),
+            ],
+        ))
+    }
+}
+
+impl AssignmentId {
+    /// The id of the assignment an event trigger's `assign` action makes for an event: the same
+    /// on every replica and retry, so an event assigns at most once per trigger.
+    pub fn for_event(key: EventActionKey) -> Self {
+        Self(derived_uuid(b"flow.event.assign", &[key.0.as_bytes()]))
+    }
+}
+
 /// Why the service itself cancels an assignment (issue 37): the id of that cancellation's change
 /// is derived from the cause and the assignment ([`AssignmentId::automatic_cancel_id`]), so a
 /// retried request or a second evaluation queues the same change, which applies once.
@@ -219,6 +264,8 @@ pub enum AutomaticCancel {
     Deactivated,
     /// The assignee no longer matches the enrollment rule that made the assignment.
     Unmatched(EnrollmentRuleId),
+    /// An inbound event matched a trigger whose action is `cancel`.
+    Event(EventActionKey),
 }
 
 impl AssignmentId {
@@ -232,6 +279,9 @@ impl AssignmentId {
                 b"flow.cancel.unmatched",
                 &[rule.0.as_bytes(), self.0.as_bytes()],
             ),
+            AutomaticCancel::Event(key) => {
+                derived_uuid(b"flow.cancel.event", &[key.0.as_bytes(), self.0.as_bytes()])
+            }
         }
     }
 }

@@ -5,13 +5,14 @@
 use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
-use flow_domain::events::{EventData, EventSource, EventType, NewEvent};
+use flow_domain::events::{EventData, EventSource, EventType, InboundEventRef, NewEvent};
 use flow_domain::ids::{
     AssignmentId, EnrollmentRuleId, FlowId, ModuleId, OrgId, ScheduleId, UserId,
 };
 use flow_domain::lane::Lane;
 use flow_domain::messages::AssignCommand;
 use flow_domain::{AssignmentStatus, ModuleStatus, Priority};
+use sqlx::types::Json;
 use sqlx::{FromRow, PgConnection, PgExecutor};
 
 use super::lifecycle::AssignmentSnapshot;
@@ -134,14 +135,24 @@ macro_rules! insert_statement {
                      request_id, schedule_id)
          ), inserted AS (
             INSERT INTO assignments (id, org_id, flow_id, user_id, priority, notes, due_at,
-                                     assigned_at, request_id, schedule_id, enrollment_rule_id)
+                                     assigned_at, request_id, schedule_id, enrollment_rule_id,
+                                     event_source)
             SELECT i.id, i.org_id, i.flow_id, i.user_id, i.priority, i.notes, i.due_at,
-                   i.assigned_at, i.request_id, i.schedule_id, ledger.rule_id
+                   i.assigned_at, i.request_id, i.schedule_id, ledger.rule_id, inbound.source
             FROM input i
             -- An enrollment rule's assignment: its ledger row (written before the command was
             -- published) names the rule, for the assignment and its event.
             LEFT JOIN LATERAL (SELECT e.rule_id FROM enrollment_assignments e
                                WHERE e.assignment_id = i.id AND e.org_id = i.org_id) ledger ON true
+            -- An inbound event's assignment: its action row (written with the event's dedupe
+            -- row, before the command was published) names the event and the trigger.
+            LEFT JOIN LATERAL (SELECT jsonb_build_object(
+                                   'source', x.source, 'type', x.event_type, 'id', x.event_id,
+                                   'triggerId', 'etr_' || replace(x.trigger_id::text, '-', ''))
+                                   AS source
+                               FROM inbound_event_actions x
+                               WHERE x.assignment_id = i.id AND x.org_id = i.org_id
+                                 AND x.action = 'assign') inbound ON true
             -- The parents must exist in the same organization (checked here, not by foreign
             -- keys: see migration 0009). LATERAL … LIMIT 1 keeps the plan an index probe per
             -- row whatever the planner guesses about the input's size.
@@ -152,13 +163,13 @@ macro_rules! insert_statement {
             ",
             $assignments_conflict,
             "
-            RETURNING id, enrollment_rule_id
+            RETURNING id, enrollment_rule_id, event_source
          ), current_schedules AS (
             UPDATE schedules s SET current_assignment_id = i.id
             FROM input i JOIN inserted USING (id)
             WHERE i.schedule_id IS NOT NULL AND s.id = i.schedule_id
          )
-         SELECT id, enrollment_rule_id FROM inserted"
+         SELECT id, enrollment_rule_id, event_source FROM inserted"
         )
     };
 }
@@ -182,7 +193,11 @@ async fn insert_new(
     let assigned: Vec<DateTime<Utc>> = commands.iter().map(|c| c.assigned_at).collect();
     let request_ids: Vec<Option<&str>> = commands.iter().map(|c| c.request_id.as_deref()).collect();
     let schedules: Vec<Option<ScheduleId>> = commands.iter().map(|c| c.schedule_id).collect();
-    let rows: Vec<(AssignmentId, Option<EnrollmentRuleId>)> = sqlx::query_as(match conflicts {
+    let rows: Vec<(
+        AssignmentId,
+        Option<EnrollmentRuleId>,
+        Option<Json<InboundEventRef>>,
+    )> = sqlx::query_as(match conflicts {
         Conflicts::Fail => insert_statement!(""),
         Conflicts::Handle => insert_statement!("ON CONFLICT DO NOTHING"),
     })
@@ -198,15 +213,22 @@ async fn insert_new(
     .bind(&schedules)
     .fetch_all(&mut *connection)
     .await?;
-    let inserted: HashMap<AssignmentId, Option<EnrollmentRuleId>> = rows.into_iter().collect();
+    let inserted: HashMap<AssignmentId, Option<EventSource>> = rows
+        .into_iter()
+        .map(|(id, rule, event)| (id, EventSource::of(rule, event.map(|json| json.0))))
+        .collect();
     // Each event continues its command's request; a command that names none (sent before commands
     // carried it, or by untraced work) joins the trace of the batch applying it.
     let batch_trace = crate::telemetry::current_traceparent();
     let events: Vec<NewEvent> = commands
         .iter()
         .filter_map(|command| {
-            let rule = inserted.get(&command.assignment_id)?;
-            Some(assigned_event(command, *rule, batch_trace.as_deref()))
+            let source = inserted.get(&command.assignment_id)?;
+            Some(assigned_event(
+                command,
+                source.clone(),
+                batch_trace.as_deref(),
+            ))
         })
         .collect();
     outbox::write(&mut *connection, lane, &events, conflicts).await?;
@@ -328,7 +350,7 @@ async fn record_explicit_aliases(
 /// receives; `batch_trace` is its trace when the command names none.
 fn assigned_event(
     command: &AssignCommand,
-    rule: Option<EnrollmentRuleId>,
+    source: Option<EventSource>,
     batch_trace: Option<&str>,
 ) -> NewEvent {
     let snapshot = AssignmentSnapshot {
@@ -345,9 +367,10 @@ fn assigned_event(
         completed_at: None,
         due_changes: 0,
     };
-    // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`).
+    // An enrollment rule's assignment names its rule (`data.source.enrollmentRuleId`), an
+    // inbound event's its event (`data.source.event`).
     let data = EventData {
-        source: rule.map(|enrollment_rule_id| EventSource { enrollment_rule_id }),
+        source,
         ..EventData::from(&snapshot)
     };
     NewEvent::about(
@@ -650,6 +673,8 @@ pub struct AssignmentRecord {
     pub schedule_id: Option<ScheduleId>,
     /// Enrollment rule that created it.
     pub enrollment_rule_id: Option<EnrollmentRuleId>,
+    /// Inbound event (and trigger) that created it.
+    pub event_source: Option<Json<InboundEventRef>>,
     /// When the completion expires (a flow with a validity), fixed at completion.
     pub expires_at: Option<DateTime<Utc>>,
     /// When it expired (recorded by the scheduler; the status stays `completed`).
@@ -677,7 +702,7 @@ impl AssignmentRecord {
 pub const RECORD_COLUMNS: &str = "a.id, a.org_id, a.flow_id, f.name AS flow_name, a.user_id,
     u.email AS assignee_email, a.status, a.priority, a.notes, a.due_at, a.assigned_at,
     a.started_at, a.completed_at, a.overdue_at, a.cancelled_at, a.cancel_reason, a.schedule_id,
-    a.enrollment_rule_id, a.expires_at, a.expired_at, a.updated_at,
+    a.enrollment_rule_id, a.event_source, a.expires_at, a.expired_at, a.updated_at,
     COALESCE((SELECT x.assignment_id FROM assignment_aliases x WHERE x.alias_id = a.renewal_id),
              a.renewal_id) AS renewed_by,
     COALESCE((SELECT r.id FROM assignments r WHERE r.renewal_id = a.id LIMIT 1),
@@ -905,14 +930,17 @@ pub async fn changes<'e>(
 }
 
 /// True when `id` is the key of an `X-Request-ID` request of `org` that was claimed (answered or
-/// being answered), whether or not its assignment is persisted yet.
+/// being answered), or the assignment of an inbound event's action (answered to its sender),
+/// whether or not its assignment is persisted yet.
 pub async fn claimed<'e>(
     executor: impl PgExecutor<'e>,
     org_id: OrgId,
     id: AssignmentId,
 ) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM request_claims WHERE assignment_id = $1 AND org_id = $2)",
+        "SELECT EXISTS (SELECT 1 FROM request_claims WHERE assignment_id = $1 AND org_id = $2)
+             OR EXISTS (SELECT 1 FROM inbound_event_actions
+                        WHERE assignment_id = $1 AND org_id = $2 AND action = 'assign')",
     )
     .bind(id)
     .bind(org_id)

@@ -55,7 +55,7 @@ pub fn start(config: &SchedulerConfig, runtime: &Runtime, publisher: &Publisher)
 }
 
 /// A publisher of assign commands in batches, until `stop`.
-fn batch_publisher(
+pub fn batch_publisher(
     publisher: &Publisher,
     stop: &tokio_util::sync::CancellationToken,
 ) -> BatchPublisher {

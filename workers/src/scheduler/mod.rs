@@ -32,6 +32,7 @@ use tracing::Instrument;
 use crate::runtime::{Runtime, role};
 
 pub mod enrollment;
+pub mod events;
 
 const ROLE: &str = "scheduler";
 
@@ -96,6 +97,7 @@ async fn work(config: SchedulerConfig, runtime: Runtime) -> anyhow::Result<()> {
     runtime.gauge("schedules due", crate::gauges::schedules);
     runtime.gauge("enrollment pending", crate::gauges::enrollment);
     enrollment::start(&config, &runtime, &publisher);
+    events::start(&config, &runtime, &publisher);
     let (pool, shutdown) = (&runtime.pool, &runtime.shutdown);
     let mut last_prune = std::time::Instant::now();
     while !shutdown.is_cancelled() {
