@@ -17,7 +17,7 @@ use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{
     ContentBuilder, HttpMethod, KnownFormat, ObjectBuilder, OpenApi as Document, PathsBuilder, Ref,
-    RefOr, Required, Response, ResponseBuilder, SchemaFormat, Type,
+    RefOr, Required, Response, ResponseBuilder, Schema, SchemaFormat, Type,
 };
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 use utoipa_swagger_ui::{Config, SwaggerUi};
@@ -53,6 +53,7 @@ pub fn router<S: Clone + Send + Sync + 'static>(mut operations: Document) -> axu
     DocumentedHeaders.modify(&mut operations);
     ExportFiles.modify(&mut operations);
     Webhooks.modify(&mut operations);
+    Examples.modify(&mut operations);
     let document = Arc::new(operations);
     reference().route(
         "/v1/openapi.json",
@@ -106,6 +107,25 @@ fn operations(openapi: &mut Document) -> impl Iterator<Item = &mut Operation> {
         ]
         .into_iter()
         .flatten()
+    })
+}
+
+/// Every operation of the document with its key in the examples table: `"POST /v1/flows"`.
+fn keyed_operations(openapi: &mut Document) -> impl Iterator<Item = (String, &mut Operation)> {
+    openapi.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            ("GET", &mut item.get),
+            ("POST", &mut item.post),
+            ("PUT", &mut item.put),
+            ("PATCH", &mut item.patch),
+            ("DELETE", &mut item.delete),
+        ]
+        .into_iter()
+        .filter_map(move |(method, operation)| {
+            operation
+                .as_mut()
+                .map(|operation| (format!("{method} {path}"), operation))
+        })
     })
 }
 
@@ -339,6 +359,15 @@ impl Modify for Webhooks {
         for (name, schema) in schemas {
             components.schemas.entry(name).or_insert(schema);
         }
+        // The generic body's `type` example is an assignment event's; the ping's is its own.
+        if let Some(RefOr::T(Schema::Object(test_event))) = components.schemas.get_mut("TestEvent")
+            && let Some(RefOr::T(Schema::Object(event_type))) =
+                test_event.properties.get_mut("type")
+        {
+            event_type.examples = vec![serde_json::Value::from(
+                flow_domain::events::TEST_EVENT_TYPE,
+            )];
+        }
 
         let header = |name: &str, description: &str| {
             ParameterBuilder::new()
@@ -416,5 +445,92 @@ impl Modify for Webhooks {
                 .build(),
         );
         openapi.webhooks = Some(webhooks.build());
+    }
+}
+
+/// Whole examples of requests and responses, keyed by operation (`"POST /v1/flows/assign"`),
+/// each `{"request": …, "response": …}` with either part optional. Kept as data, apart from
+/// the handlers, so that one flow, one user and one set of ids run through every example;
+/// tests/it/api_docs.rs checks that each operation has its examples and that each one
+/// validates against its schema.
+const EXAMPLES: &str = include_str!("../openapi-examples.json");
+
+/// Sets the `example` of every operation's JSON request body and of its main success response
+/// (the first of 201, 200, 202 with a JSON body: a creation's 201 before its "already there"
+/// 200) from [`EXAMPLES`], so Swagger UI shows a whole request and answer. An operation without
+/// an entry is left as it is: the test names it.
+struct Examples;
+
+impl Modify for Examples {
+    fn modify(&self, openapi: &mut Document) {
+        let Ok(serde_json::Value::Object(table)) = serde_json::from_str(EXAMPLES) else {
+            tracing::error!("api/openapi-examples.json is not a JSON object; no examples");
+            return;
+        };
+        if let Some(webhooks) = &mut openapi.webhooks {
+            webhook_examples(webhooks, table.get("webhooks"));
+        }
+        for (key, operation) in keyed_operations(openapi) {
+            let Some(entry) = table.get(&key) else {
+                continue;
+            };
+            if let (Some(example), Some(RefOr::T(body))) =
+                (entry.get("request"), &mut operation.request_body)
+                && let Some(RefOr::T(content)) = body.content.get_mut("application/json")
+            {
+                content.example = Some(example.clone());
+            }
+            if let Some(example) = entry.get("response")
+                && let Some(content) = success_content(operation)
+            {
+                content.example = Some(example.clone());
+            }
+        }
+    }
+}
+
+/// The body each webhook event is documented with: the table's `webhooks.testEvent` for the
+/// test ping, and its `webhooks.assignmentEvent` with the event's own `type` for the others.
+fn webhook_examples(webhooks: &mut utoipa::openapi::Paths, examples: Option<&serde_json::Value>) {
+    let Some(examples) = examples else {
+        return;
+    };
+    for (event_type, item) in webhooks.paths.iter_mut() {
+        let example = if event_type == flow_domain::events::TEST_EVENT_TYPE {
+            examples.get("testEvent").cloned()
+        } else {
+            examples.get("assignmentEvent").cloned().map(|mut body| {
+                if let Some(fields) = body.as_object_mut() {
+                    fields.insert("type".to_owned(), event_type.as_str().into());
+                }
+                body
+            })
+        };
+        let content =
+            item.post
+                .as_mut()
+                .and_then(|operation| match operation.request_body.as_mut()? {
+                    RefOr::T(body) => body.content.get_mut("application/json"),
+                    RefOr::Ref(_) => None,
+                });
+        if let (Some(example), Some(RefOr::T(content))) = (example, content) {
+            content.example = Some(example);
+        }
+    }
+}
+
+/// The JSON content of an operation's main success response: the first of 201, 200 and 202
+/// that has one.
+fn success_content(operation: &mut Operation) -> Option<&mut utoipa::openapi::Content> {
+    let status = ["201", "200", "202"].into_iter().find(|status| {
+        matches!(operation.responses.responses.get(*status),
+            Some(RefOr::T(response)) if response.content.contains_key("application/json"))
+    })?;
+    match operation.responses.responses.get_mut(status)? {
+        RefOr::T(response) => match response.content.get_mut("application/json")? {
+            RefOr::T(content) => Some(content),
+            RefOr::Ref(_) => None,
+        },
+        RefOr::Ref(_) => None,
     }
 }
