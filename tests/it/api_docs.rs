@@ -515,3 +515,61 @@ async fn the_core_request_examples_are_accepted_with_the_documented_status() {
         assert_eq!(response.status, status, "POST {path}: {}", response.body);
     }
 }
+
+/// The OpenAPI document names a schema after its Rust type (or its `#[schema(as = …)]`), and
+/// two types of one name silently become one schema: the second type's operations then document
+/// the first's shape (as `POST /v1/flows/schedule` once documented the report's schedule row).
+/// Every schema type of the API's routes has a name of its own.
+#[test]
+fn every_schema_type_of_the_routes_has_a_name_of_its_own() {
+    let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../api/src/routes");
+    let mut files: Vec<_> = std::fs::read_dir(&directory)
+        .expect("api/src/routes")
+        .map(|entry| entry.expect("entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .collect();
+    files.sort();
+    let mut names: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for path in files {
+        let text = std::fs::read_to_string(&path).expect("readable");
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let mut schema_type = false;
+        let mut alias: Option<String> = None;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[derive(") && line.contains("ToSchema") {
+                schema_type = true;
+                alias = None;
+            } else if let Some(rest) = line.strip_prefix("#[schema(as = ") {
+                alias = Some(rest.trim_end_matches(")]").to_owned());
+            } else if let Some(rest) = line
+                .strip_prefix("pub struct ")
+                .or_else(|| line.strip_prefix("pub enum "))
+                .or_else(|| line.strip_prefix("struct "))
+                .or_else(|| line.strip_prefix("enum "))
+            {
+                if schema_type {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    let name = alias.take().unwrap_or(name);
+                    names.entry(name).or_default().push(file.clone());
+                }
+                schema_type = false;
+            }
+        }
+    }
+    assert!(
+        names.len() > 40,
+        "the scan found the schema types: {names:?}"
+    );
+    let shared: Vec<String> = names
+        .iter()
+        .filter(|(_, files)| files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        shared.is_empty(),
+        "schema names used by more than one type (give one `#[schema(as = …)]`): {shared:?}"
+    );
+}

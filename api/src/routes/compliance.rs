@@ -131,6 +131,7 @@ pub struct ComplianceSummary {
 /// A person's row.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = CompliancePersonView)]
 pub struct PersonView {
     /// The person.
     pub user_id: UserId,

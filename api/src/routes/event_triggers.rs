@@ -258,6 +258,7 @@ impl From<PreviewMatch> for PreviewMatchView {
 /// What the triggers would make of the sample event.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = TriggerPreviewView)]
 pub struct PreviewView {
     /// accepted, ignored or invalid: how `POST /v1/events` would answer it now (if it is not a
     /// duplicate).

@@ -297,6 +297,7 @@ impl From<Metrics> for MetricsView {
 /// A schedule of the flow.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = ReportScheduleView)]
 pub struct ScheduleView {
     /// Identifier.
     pub schedule_id: ScheduleId,
