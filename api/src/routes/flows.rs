@@ -209,6 +209,7 @@ fn summary_view(flow: FlowSummary) -> FlowView {
     responses(
         (status = 201, description = "Created", body = FlowView),
         (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 409, description = "The activityId is another flow's or module's of the organization", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
