@@ -4,7 +4,7 @@
 
 use anyhow::Context as _;
 use chrono::{DateTime, Utc};
-use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleProgressRecord};
+use flow_common::db::assignments::{self, AssignmentRecord, ListFilter, ModuleState};
 pub use flow_common::db::assignments::{ChangePosition, ChangeStart, ChangedAssignment};
 use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::ids::{AssignmentId, FlowId};
@@ -15,13 +15,13 @@ use crate::{Acting, Context, ServiceError};
 
 /// What an assignment id of the organization stands for, with what a surface shows of it.
 pub enum Found {
-    /// Persisted (or an alias of a persisted assignment), with its modules' progress in flow
-    /// order.
+    /// Persisted (or an alias of a persisted assignment), with every module of its flow in flow
+    /// order and what was reported of each.
     Persisted {
         /// The assignment.
         record: Box<AssignmentRecord>,
-        /// Its modules' progress.
-        progress: Vec<ModuleProgressRecord>,
+        /// Its flow's modules, each with its progress or none yet.
+        modules: Vec<ModuleState>,
     },
     /// Its command was dead-lettered: it will not be persisted unless an operator replays it.
     Failed {
@@ -47,8 +47,8 @@ pub async fn get(
     let org_id = acting.org_id();
     Ok(match resolve(ctx, org_id, id).await? {
         Resolution::Persisted(record) => {
-            let progress = assignments::module_progress(&ctx.db, &[record.id]).await?;
-            Found::Persisted { record, progress }
+            let modules = assignments::module_states(&ctx.db, record.id).await?;
+            Found::Persisted { record, modules }
         }
         Resolution::Failed(failure) => {
             let command: AssignCommand = serde_json::from_value(failure.command.clone())

@@ -15,7 +15,7 @@ use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::audit::AuditAction;
 use flow_domain::expiry::{self, Validity};
-use flow_domain::ids::{AssignmentId, FlowId};
+use flow_domain::ids::{AssignmentId, FlowId, ModuleId};
 use flow_domain::reminders::ReminderPolicy;
 use flow_domain::{Invalid, TextRule};
 
@@ -322,6 +322,47 @@ pub struct FlowEditFields {
     pub renew_before_days: Option<Option<i32>>,
     /// Mark the flow required of every person, or not.
     pub required: Option<bool>,
+    /// The flow's own xAPI activity IRI (`Some(None)`: none).
+    pub activity_id: Option<Option<String>>,
+    /// Modules (by id, as sent) whose xAPI activity IRI is set (`None`: removed).
+    pub module_activities: Option<Vec<(String, Option<String>)>>,
+}
+
+/// Checks the modules' activity IRIs of an edit: each module named once, by a module id, each
+/// IRI as on creation (the modules being the flow's is checked against it).
+fn check_module_activities(
+    edits: Vec<(String, Option<String>)>,
+) -> Result<Vec<(ModuleId, Option<String>)>, Invalid> {
+    if edits.is_empty() || edits.len() > MAX_MODULES {
+        return Err(Invalid(format!(
+            "modules must list 1 to {MAX_MODULES} modules when given"
+        )));
+    }
+    let mut checked: Vec<(ModuleId, Option<String>)> = Vec::with_capacity(edits.len());
+    for (index, (module, activity)) in edits.into_iter().enumerate() {
+        let id = ModuleId::parse(&module).ok_or_else(|| {
+            Invalid(format!(
+                "modules[{index}].moduleId must be a module id (mod_…)"
+            ))
+        })?;
+        if checked.iter().any(|(other, _)| *other == id) {
+            return Err(Invalid(format!(
+                "modules[{index}].moduleId names a module listed before"
+            )));
+        }
+        let activity = activity_id(&format!("modules[{index}].activityId"), activity)?;
+        if let Some(activity) = &activity
+            && checked
+                .iter()
+                .any(|(_, other)| other.as_ref() == Some(activity))
+        {
+            return Err(Invalid(format!(
+                "modules[{index}].activityId repeats another activity id of the flow"
+            )));
+        }
+        checked.push((id, activity));
+    }
+    Ok(checked)
 }
 
 /// Checks an edit with the rules of a new flow's fields.
@@ -361,6 +402,23 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
     if let (Some(validity), Some(days)) = (valid_for, renew_before_days) {
         expiry::check_window(validity, days)?;
     }
+    let activity = fields
+        .activity_id
+        .map(|activity| activity_id("activityId", activity))
+        .transpose()?;
+    let module_activities = fields
+        .module_activities
+        .map(check_module_activities)
+        .transpose()?;
+    if let (Some(Some(flow)), Some(modules)) = (&activity, &module_activities)
+        && let Some(index) = modules
+            .iter()
+            .position(|(_, module)| module.as_ref() == Some(flow))
+    {
+        return Err(Invalid(format!(
+            "modules[{index}].activityId repeats another activity id of the flow"
+        )));
+    }
     if name.is_none()
         && description.is_none()
         && fields.archived.is_none()
@@ -368,10 +426,13 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         && valid_for.is_none()
         && renew_before_days.is_none()
         && fields.required.is_none()
+        && activity.is_none()
+        && module_activities.is_none()
     {
         return Err(Invalid::new(
             "nothing to change: give name, description, archived, reminders, validFor, \
-             renewBeforeDays or required (modules are not edited in place: create a new flow)",
+             renewBeforeDays, required, activityId or modules' activityId (modules are not \
+             otherwise edited in place: create a new flow)",
         ));
     }
     Ok(FlowEdit {
@@ -382,6 +443,8 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         valid_for,
         renew_before_days,
         required: fields.required,
+        activity_id: activity,
+        module_activities: module_activities.unwrap_or_default(),
     })
 }
 
@@ -396,16 +459,44 @@ pub async fn edit(
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
     let mut transaction = ctx.db.begin().await?;
     let flow = match flows::edit(&mut transaction, acting.org_id(), id, edit).await {
-        Err(sqlx::Error::Database(error))
-            if error.constraint() == Some(flows::RENEWAL_WINDOW_CONSTRAINT) =>
-        {
-            return Err(ServiceError::Invalid(Invalid::new(
-                "renewBeforeDays must be less than the flow's validity (validFor, a month \
-                 counted as 28 days) and needs one",
-            )));
+        Err(sqlx::Error::Database(error)) => {
+            return Err(match error.constraint() {
+                Some(flows::RENEWAL_WINDOW_CONSTRAINT) => ServiceError::Invalid(Invalid::new(
+                    "renewBeforeDays must be less than the flow's validity (validFor, a month \
+                     counted as 28 days) and needs one",
+                )),
+                Some(flows::FLOW_ACTIVITY_INDEX) => ServiceError::Conflict(
+                    "activityId is already the activity id of another flow of the organization"
+                        .into(),
+                ),
+                Some(flows::MODULE_ACTIVITY_INDEX) => ServiceError::Invalid(Invalid::new(
+                    "a module's activityId repeats the activity id of another module of the \
+                     flow",
+                )),
+                _ => sqlx::Error::Database(error).into(),
+            });
         }
         other => other?.ok_or(ServiceError::NotFound("flow"))?,
     };
+    if !edit.module_activities.is_empty() {
+        let modules = flows::modules(&mut *transaction, id).await?;
+        if let Some(index) = edit
+            .module_activities
+            .iter()
+            .position(|(module, _)| modules.iter().all(|known| known.id != *module))
+        {
+            return Err(ServiceError::NotFoundSaying(format!(
+                "modules[{index}].moduleId is not a module of this flow"
+            )));
+        }
+    }
+    if (edit.activity_id.is_some() || !edit.module_activities.is_empty())
+        && flows::activity_shared_with_module(&mut transaction, id).await?
+    {
+        return Err(ServiceError::Invalid(Invalid::new(
+            "activityId repeats the activity id of one of the flow's modules",
+        )));
+    }
     let changed: Vec<&str> = [
         edit.name.as_ref().map(|_| "name"),
         edit.description.as_ref().map(|_| "description"),
@@ -416,6 +507,8 @@ pub async fn edit(
         edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
         edit.required
             .map(|required| if required { "required" } else { "not required" }),
+        edit.activity_id.as_ref().map(|_| "activityId"),
+        (!edit.module_activities.is_empty()).then_some("modules' activityId"),
     ]
     .into_iter()
     .flatten()

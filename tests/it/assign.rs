@@ -69,7 +69,15 @@ async fn assign_returns_every_seed_field_and_the_assignment_becomes_readable() {
     assert_eq!(stored["assignedAt"], json!(assigned_at));
     assert_eq!(stored["totalModules"], json!(2));
     assert_eq!(stored["completedModules"], json!(0));
-    assert_eq!(stored["moduleProgress"], json!([]));
+    // Every module of the flow is listed, in order, with the ids progress calls need.
+    let modules = app.module_ids(&org, &flow).await;
+    assert_eq!(
+        stored["moduleProgress"],
+        json!([
+            {"moduleId": modules[0], "moduleName": "Module 1", "status": "not_started"},
+            {"moduleId": modules[1], "moduleName": "Module 2", "status": "not_started"},
+        ])
+    );
 
     let events: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM outbox WHERE event_type = 'flow.assigned' AND payload->'data'->>'assignmentId' = $1",

@@ -44,6 +44,27 @@ async fn progress_moves_an_assignment_through_started_and_completed_with_one_eve
     assert_eq!(started["completedModules"], json!(0));
     assert_eq!(started["moduleProgress"][0]["status"], json!("in_progress"));
     assert!(started["moduleProgress"][0]["startedAt"].is_string());
+    // The modules nothing was reported of are listed too, in flow order.
+    let listed: Vec<(&str, &str)> = started["moduleProgress"]
+        .as_array()
+        .expect("progress")
+        .iter()
+        .map(|module| {
+            (
+                module["moduleId"].as_str().unwrap(),
+                module["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (modules[0].as_str(), "in_progress"),
+            (modules[1].as_str(), "not_started"),
+            (modules[2].as_str(), "not_started"),
+        ]
+    );
+    assert!(started["moduleProgress"][1].get("startedAt").is_none());
 
     // More activity on an started assignment emits nothing new until the last module.
     for module in &modules {

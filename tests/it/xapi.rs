@@ -755,3 +755,120 @@ async fn basic_and_bearer_keys_authenticate_and_another_orgs_statement_is_not_fo
         .await;
     assert_eq!(missing.status, 401);
 }
+
+#[tokio::test]
+async fn activity_ids_are_changed_after_creation_and_statements_follow_them() {
+    let app = TestApp::spawn().await;
+    let (org, flow, modules, id) = course(&app).await;
+    let patch = |path: String, body: Value| {
+        let app = &app;
+        let org = &org;
+        async move {
+            app.request(
+                reqwest::Method::PATCH,
+                &path,
+                Some(&org.key),
+                Some(&body),
+                &[],
+            )
+            .await
+        }
+    };
+    let path = format!("/v1/flows/{flow}");
+
+    // Two modules trade their activities in one edit.
+    let swapped = patch(
+        path.clone(),
+        json!({ "modules": [
+            { "moduleId": modules[0], "activityId": PASSWORDS },
+            { "moduleId": modules[1], "activityId": PHISHING },
+        ] }),
+    )
+    .await;
+    assert_eq!(swapped.status, 200, "{:?}", swapped.body);
+    assert_eq!(swapped.body["modules"][0]["activityId"], json!(PASSWORDS));
+    assert_eq!(swapped.body["modules"][1]["activityId"], json!(PHISHING));
+    assert_eq!(swapped.body["modules"][2]["activityId"], json!(DEVICES));
+
+    // Refusals change nothing.
+    let other_flow = app
+        .post(
+            &org,
+            "/v1/flows",
+            &json!({ "name": "Other", "activityId": "https://courses.example.com/other",
+                     "modules": [{ "name": "Only" }] }),
+        )
+        .await;
+    assert_eq!(other_flow.status, 201, "{:?}", other_flow.body);
+    let other_module = other_flow.body["modules"][0]["moduleId"].clone();
+    for (body, status, says) in [
+        (
+            json!({ "modules": [{ "moduleId": modules[2], "activityId": PASSWORDS }] }),
+            400,
+            "repeats the activity id of another module",
+        ),
+        (
+            json!({ "modules": [
+                { "moduleId": modules[2], "activityId": null },
+                { "moduleId": modules[2], "activityId": null },
+            ] }),
+            400,
+            "modules[1].moduleId names a module listed before",
+        ),
+        (
+            json!({ "activityId": PHISHING }),
+            400,
+            "repeats the activity id of one of the flow's modules",
+        ),
+        (
+            json!({ "activityId": "https://courses.example.com/other" }),
+            409,
+            "another flow of the organization",
+        ),
+        (
+            json!({ "modules": [{ "moduleId": other_module, "activityId": DEVICES }] }),
+            404,
+            "modules[0].moduleId is not a module of this flow",
+        ),
+        (
+            json!({ "modules": [{ "moduleId": modules[2], "activityId": "not an iri" }] }),
+            400,
+            "modules[0].activityId must be an absolute IRI",
+        ),
+        (json!({ "modules": [] }), 400, "modules must list 1 to 500"),
+    ] {
+        let refused = patch(path.clone(), body.clone()).await;
+        assert_eq!(refused.status, status, "{body}: {:?}", refused.body);
+        let message = refused.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{body}: {message}");
+    }
+    let unchanged = app.get(&org, &path).await;
+    assert_eq!(unchanged.body["activityId"], json!(COURSE));
+    assert_eq!(unchanged.body["modules"][2]["activityId"], json!(DEVICES));
+
+    // A new activity for a module, and the flow's own removed.
+    const DEVICES_V2: &str = "https://courses.example.com/security/devices-v2";
+    let changed = patch(
+        path.clone(),
+        json!({ "activityId": null,
+                "modules": [{ "moduleId": modules[2], "activityId": DEVICES_V2 }] }),
+    )
+    .await;
+    assert_eq!(changed.status, 200, "{:?}", changed.body);
+    assert!(changed.body["activityId"].is_null(), "{:?}", changed.body);
+    assert_eq!(changed.body["modules"][2]["activityId"], json!(DEVICES_V2));
+
+    // Statements follow the new activities: the old one matches nothing, the new one the module.
+    let ann = "ann@example.com";
+    let old = post(&app, &org, &statement(ann, COMPLETED, DEVICES)).await;
+    assert_eq!(old.status, 200, "{:?}", old.body);
+    assert_eq!(old.header("x-flow-unmatched-statements"), Some("1"));
+    let new = post(&app, &org, &statement(ann, COMPLETED, DEVICES_V2)).await;
+    assert_eq!(new.status, 200, "{:?}", new.body);
+    assert_eq!(new.header("x-flow-unmatched-statements"), Some("0"));
+    module_reads(&app, &org, &id, &modules[2], "completed", None).await;
+    // PASSWORDS now names the first module.
+    let first = post(&app, &org, &statement(ann, COMPLETED, PASSWORDS)).await;
+    assert_eq!(first.header("x-flow-unmatched-statements"), Some("0"));
+    module_reads(&app, &org, &id, &modules[0], "completed", None).await;
+}

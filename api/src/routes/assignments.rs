@@ -14,7 +14,9 @@ use flow_app::assignments::{self as service, ChangePosition, ChangeStart, Found}
 use flow_app::changes::{self, ChangeFields, ChangeInput, MAX_BULK_CANCELS, Target};
 use flow_app::progress::{self, ProgressFields, ProgressInput};
 use flow_app::ratelimit::{Operation, RateInfo, page_cost};
-use flow_common::db::assignments::{AssignmentRecord, ListFilter, ModuleProgressRecord};
+use flow_common::db::assignments::{
+    AssignmentRecord, ListFilter, ModuleProgressRecord, ModuleState,
+};
 use flow_common::db::dead_letters::AssignmentFailure;
 use flow_domain::events::InboundEventRef;
 use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId, ScheduleId, UserId};
@@ -141,7 +143,8 @@ pub struct AssignmentView {
     )]
     #[schema(value_type = Option<String>, format = DateTime)]
     pub failed_at: Option<DateTime<Utc>>,
-    /// Modules started or completed, in flow order.
+    /// Every module of the flow in flow order, each with its status (`not_started` when nothing
+    /// was reported of it), on `GET /v1/assignments/{id}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub module_progress: Option<Vec<ModuleProgressView>>,
 }
@@ -234,6 +237,28 @@ impl From<AssignmentStatus> for AssignmentState {
     }
 }
 
+/// Where a module stands within an assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModuleProgressStatus {
+    /// Nothing reported of it yet (listed by `GET /v1/assignments/{id}`, which shows every
+    /// module; reports list only modules started or completed).
+    NotStarted,
+    /// Started, not finished.
+    InProgress,
+    /// Finished.
+    Completed,
+}
+
+impl From<ModuleStatus> for ModuleProgressStatus {
+    fn from(status: ModuleStatus) -> Self {
+        match status {
+            ModuleStatus::InProgress => Self::InProgress,
+            ModuleStatus::Completed => Self::Completed,
+        }
+    }
+}
+
 /// Progress of one module.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -242,8 +267,8 @@ pub struct ModuleProgressView {
     pub module_id: ModuleId,
     /// Module name.
     pub module_name: String,
-    /// completed or in_progress.
-    pub status: ModuleStatus,
+    /// completed, in_progress, or not_started (only where every module is listed).
+    pub status: ModuleProgressStatus,
     /// Present for completed modules.
     #[serde(
         skip_serializing_if = "Option::is_none",
@@ -281,10 +306,31 @@ impl From<ModuleProgressRecord> for ModuleProgressView {
                 None
             },
             started_at: record.started_at,
-            status,
+            status: status.into(),
             score: record.score,
             success: record.success,
             duration_seconds: record.duration_seconds,
+        }
+    }
+}
+
+impl From<ModuleState> for ModuleProgressView {
+    fn from(state: ModuleState) -> Self {
+        match state {
+            ModuleState::Reported(record) => record.into(),
+            ModuleState::NotStarted {
+                module_id,
+                module_name,
+            } => Self {
+                module_id,
+                module_name,
+                status: ModuleProgressStatus::NotStarted,
+                completed_at: None,
+                started_at: None,
+                score: None,
+                success: None,
+                duration_seconds: None,
+            },
         }
     }
 }
@@ -328,8 +374,8 @@ pub async fn get_assignment(
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Read, 1).await?);
     let id = AssignmentId::parse(&id).ok_or_else(|| ApiError::not_found("assignment"))?;
     let response = match service::get(&state, auth.acting(), id).await? {
-        Found::Persisted { record, progress } => {
-            let progress = progress.into_iter().map(ModuleProgressView::from).collect();
+        Found::Persisted { record, modules } => {
+            let progress = modules.into_iter().map(ModuleProgressView::from).collect();
             Ok(Json(AssignmentView::new(*record, Some(progress), Utc::now())).into_response())
         }
         Found::Failed {

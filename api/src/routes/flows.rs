@@ -334,13 +334,37 @@ pub struct UpdateFlowRequest {
     /// Mark the flow required of every person (true) or not (false): the compliance report
     /// covers the required flows when it names none.
     pub required: Option<bool>,
+    /// The flow's own xAPI activity IRI (absolute, at most 2,048 characters; another flow of the
+    /// organization's is a 409); `null` removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "https://lms.example.com/courses/security-basics")]
+    pub activity_id: Option<Option<String>>,
+    /// Modules whose xAPI activity IRI changes (1 to 500, each once); the others keep theirs.
+    /// Nothing else of a module is edited in place.
+    pub modules: Option<Vec<ModuleActivityEdit>>,
+}
+
+/// A module's new xAPI activity IRI.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ModuleActivityEdit {
+    /// The module (mod_…) of this flow (404 otherwise).
+    #[schema(example = "mod_0193a1b2c3d47e8f9a0b1c2d3e4f5a6c")]
+    pub module_id: String,
+    /// Its activity IRI (absolute, at most 2,048 characters, unique within the flow); `null`
+    /// removes it.
+    #[schema(
+        required = true,
+        example = "https://lms.example.com/courses/security-basics/phishing"
+    )]
+    pub activity_id: Option<String>,
 }
 
 /// Change a flow.
 ///
-/// Its name, description, archived state, reminder policy, validity and whether it is required;
-/// modules are not edited in place (create a new
-/// flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
+/// Its name, description, archived state, reminder policy, validity, whether it is required,
+/// and the xAPI activity IRIs of the flow and its modules; modules are not otherwise edited in
+/// place (create a new flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
 /// their progress and its reports. Takes effect on every replica at once. Counts against the
 /// organization's write limit; audited as `flow.updated`.
 #[utoipa::path(
@@ -352,7 +376,8 @@ pub struct UpdateFlowRequest {
     responses(
         (status = 200, description = "The flow as changed", body = FlowView),
         (status = 400, description = "Invalid request, or nothing to change", body = ErrorBody),
-        (status = 404, description = "No such flow in this organization", body = ErrorBody),
+        (status = 404, description = "No such flow in this organization, or a module not of this flow", body = ErrorBody),
+        (status = 409, description = "activityId is another flow's of the organization", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]
@@ -370,6 +395,13 @@ pub async fn update_flow(
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
         required: request.required,
+        activity_id: request.activity_id,
+        module_activities: request.modules.map(|modules| {
+            modules
+                .into_iter()
+                .map(|module| (module.module_id, module.activity_id))
+                .collect()
+        }),
     })?;
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, 1).await?);
     let id = FlowId::parse(&id).ok_or_else(|| ApiError::not_found("flow"))?;

@@ -773,6 +773,79 @@ pub async fn module_progress<'e>(
     .await
 }
 
+/// One module of an assignment's flow, in flow order: what was reported of it, or nothing yet.
+#[derive(Debug, Clone)]
+pub enum ModuleState {
+    /// No progress on the module yet.
+    NotStarted {
+        /// Module.
+        module_id: ModuleId,
+        /// Module name.
+        module_name: String,
+    },
+    /// Started or completed.
+    Reported(ModuleProgressRecord),
+}
+
+/// A row of [`module_states`]: a module with its progress columns, null when none was reported.
+#[derive(FromRow)]
+struct ModuleStateRow {
+    assignment_id: AssignmentId,
+    module_id: ModuleId,
+    module_name: String,
+    position: i32,
+    status: Option<ModuleStatus>,
+    started_at: Option<DateTime<Utc>>,
+    completed_at: Option<DateTime<Utc>>,
+    score: Option<f64>,
+    success: Option<bool>,
+    duration_seconds: Option<i64>,
+}
+
+impl From<ModuleStateRow> for ModuleState {
+    fn from(row: ModuleStateRow) -> Self {
+        match row.status {
+            None => Self::NotStarted {
+                module_id: row.module_id,
+                module_name: row.module_name,
+            },
+            Some(status) => Self::Reported(ModuleProgressRecord {
+                assignment_id: row.assignment_id,
+                module_id: row.module_id,
+                module_name: row.module_name,
+                position: row.position,
+                status,
+                started_at: row.started_at,
+                completed_at: row.completed_at,
+                score: row.score,
+                success: row.success,
+                duration_seconds: row.duration_seconds,
+            }),
+        }
+    }
+}
+
+/// Every module of the flow of assignment `assignment_id` (persisted, not an alias), in flow
+/// order, with its progress when any was reported: one statement, so one snapshot.
+pub async fn module_states<'e>(
+    executor: impl PgExecutor<'e>,
+    assignment_id: AssignmentId,
+) -> Result<Vec<ModuleState>, sqlx::Error> {
+    let rows: Vec<ModuleStateRow> = sqlx::query_as(
+        "SELECT a.id AS assignment_id, m.id AS module_id, m.name AS module_name, m.position,
+                p.status, p.started_at, p.completed_at, p.score, p.success, p.duration_seconds
+         FROM assignments a
+         JOIN modules m ON m.flow_id = a.flow_id
+         LEFT JOIN module_progress p ON p.assignment_id = a.id AND p.module_id = m.id
+         WHERE a.id = $1
+         ORDER BY m.position",
+    )
+    .bind(assignment_id)
+    .fetch_all(executor)
+    .await?;
+    Ok(rows.into_iter().map(ModuleState::from).collect())
+}
+
 /// Filters of the assignment list; every field narrows it.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {

@@ -177,6 +177,21 @@ pub async fn create_with(
     Ok((flow, inserted))
 }
 
+/// Whether the flow's own activity IRI is also one of its modules' (refused: a statement about
+/// it would mean both).
+pub async fn activity_shared_with_module(
+    connection: &mut sqlx::PgConnection,
+    id: FlowId,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM flows f JOIN modules m ON m.flow_id = f.id
+                        WHERE f.id = $1 AND m.activity_id = f.activity_id)",
+    )
+    .bind(id)
+    .fetch_one(&mut *connection)
+    .await
+}
+
 /// Whether a flow of the organization has the xAPI activity IRI `activity`.
 pub async fn activity_taken<'e>(
     executor: impl PgExecutor<'e>,
@@ -277,7 +292,17 @@ pub struct FlowEdit {
     pub renew_before_days: Option<Option<i32>>,
     /// Mark required (true) or not (false).
     pub required: Option<bool>,
+    /// The flow's own xAPI activity IRI (`Some(None)`: none).
+    pub activity_id: Option<Option<String>>,
+    /// Modules of the flow whose xAPI activity IRI is set (`None`: removed).
+    pub module_activities: Vec<(ModuleId, Option<String>)>,
 }
+
+/// The index a flow's activity IRI that another flow of the organization has breaks.
+pub const FLOW_ACTIVITY_INDEX: &str = "flows_org_activity_idx";
+
+/// The index a module's activity IRI that another module of the flow has breaks.
+pub const MODULE_ACTIVITY_INDEX: &str = "modules_flow_activity_idx";
 
 /// The constraint a renewal window at least as long as its validity breaks (an edit of one of
 /// the two checked against the other as stored).
@@ -305,7 +330,8 @@ pub async fn edit(
              renew_before_days = CASE WHEN $12 THEN $13
                                       WHEN $9 AND $10::int IS NULL AND $11::int IS NULL THEN NULL
                                       ELSE renew_before_days END,
-             required = COALESCE($14, required)
+             required = COALESCE($14, required),
+             activity_id = CASE WHEN $15 THEN $16 ELSE activity_id END
          WHERE id = $1 AND org_id = $2
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
                 valid_for_months, valid_for_days, renew_before_days, activity_id, required",
@@ -328,8 +354,31 @@ pub async fn edit(
     .bind(edit.renew_before_days.is_some())
     .bind(edit.renew_before_days.flatten())
     .bind(edit.required)
+    .bind(edit.activity_id.is_some())
+    .bind(edit.activity_id.clone().flatten())
     .fetch_optional(&mut *connection)
     .await?;
+    if flow.is_some() && !edit.module_activities.is_empty() {
+        let (ids, activities): (Vec<ModuleId>, Vec<Option<String>>) =
+            edit.module_activities.iter().cloned().unzip();
+        // Cleared first, then set: two modules may trade their IRIs in one edit without either
+        // meeting the other's on the way (the unique index is checked row by row).
+        sqlx::query("UPDATE modules SET activity_id = NULL WHERE flow_id = $1 AND id = ANY($2)")
+            .bind(id)
+            .bind(&ids)
+            .execute(&mut *connection)
+            .await?;
+        sqlx::query(
+            "UPDATE modules m SET activity_id = t.activity
+             FROM unnest($2::uuid[], $3::text[]) AS t(id, activity)
+             WHERE m.flow_id = $1 AND m.id = t.id AND t.activity IS NOT NULL",
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&activities)
+        .execute(&mut *connection)
+        .await?;
+    }
     if flow.is_some() && (edit.valid_for.is_some() || edit.renew_before_days.is_some()) {
         // The renewal window of completions not renewed yet follows the flow's (their expiry
         // stays as fixed at completion).
