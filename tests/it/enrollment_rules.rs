@@ -1036,3 +1036,114 @@ async fn the_dashboard_lists_creates_previews_edits_backfills_and_deletes_rules(
     assert!(admin.page("/dashboard/rules").await.contains("No rules"));
     assert_eq!(app.assignment_count().await, 2, "its assignments stay");
 }
+
+#[tokio::test]
+async fn the_dashboard_builds_conditions_with_pickers_and_keeps_deeper_ones_as_json() {
+    let app = TestApp::spawn().await;
+    let org = app.create_org(Tier::Standard).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10]).await;
+    app.create_users(&org, &["sam@example.com", "sid@example.com"])
+        .await;
+    set_profile(&app, &org, "sam@example.com", "Sales", true).await;
+    set_profile(&app, &org, "sid@example.com", "Research", true).await;
+    let admin = DashboardClient::signed_in(&app, org.id, "ada@example.com", role("admin")).await;
+
+    // A new rule starts in the pickers, with the organization's departments offered as values.
+    let form = admin.page("/dashboard/rules/new").await;
+    assert!(
+        form.contains(r#"<input type="radio" name="mode" value="pickers" checked>"#),
+        "{form}"
+    );
+    assert!(
+        form.contains(r#"<option value="department_is" selected>Department is</option>"#),
+        "{form}"
+    );
+    assert!(form.contains(r#"<option value="Sales">"#), "{form}");
+
+    let fields = |intent: &'static str, rows: &[(&'static str, &'static str)]| {
+        let mut fields = vec![
+            ("name", "Sales but not interns"),
+            ("mode", "pickers"),
+            ("combine", "all"),
+            ("condition", ""),
+            ("flow_id", flow.as_str()),
+            ("priority", "medium"),
+            ("intent", intent),
+        ];
+        for (kind, value) in rows {
+            fields.push(("term_kind", kind));
+            fields.push(("term_value", value));
+        }
+        fields
+    };
+    let rows = [
+        ("department_is", "sales"),
+        ("", ""),
+        ("title_lacks", "Intern"),
+    ];
+    let preview = admin
+        .post_form("/dashboard/rules", &fields("preview", &rows))
+        .await;
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(
+        preview
+            .body
+            .contains("<strong>1</strong> active users match"),
+        "{}",
+        preview.body
+    );
+    assert!(preview.body.contains("sam@example.com") && !preview.body.contains("sid@example.com"));
+    let missing = admin
+        .post_form(
+            "/dashboard/rules",
+            &fields("save", &[("department_is", "Sales"), ("member_of", " ")]),
+        )
+        .await;
+    assert_eq!(missing.status, 400, "{}", missing.body);
+    assert!(
+        missing
+            .body
+            .contains("Condition row 2 (Member of group) needs a value."),
+        "{}",
+        missing.body
+    );
+    let saved = admin
+        .post_form("/dashboard/rules", &fields("save", &rows))
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    let (rule, condition): (EnrollmentRuleId, Value) =
+        sqlx::query_as("SELECT id, condition FROM enrollment_rules WHERE org_id = $1")
+            .bind(org.id)
+            .fetch_one(&app.db)
+            .await
+            .expect("rule");
+    assert_eq!(
+        condition,
+        json!({"all": [{"departmentEquals": "sales"}, {"not": {"titleContains": "Intern"}}]})
+    );
+
+    // Editing shows the rows again; a condition the rows cannot show stays JSON.
+    let edit = admin.page(&format!("/dashboard/rules/{rule}")).await;
+    assert!(
+        edit.contains(r#"<input type="radio" name="mode" value="pickers" checked>"#),
+        "{edit}"
+    );
+    assert!(
+        edit.contains(r#"<option value="title_lacks" selected>"#),
+        "{edit}"
+    );
+    assert!(edit.contains(r#"value="Intern""#), "{edit}");
+    let nested = json!({"any": [{"all": [{"departmentEquals": "Sales"}, {"memberOf": "EMEA"}]}, {"startDatePresent": true}]});
+    sqlx::query("UPDATE enrollment_rules SET condition = $1 WHERE id = $2")
+        .bind(&nested)
+        .bind(rule)
+        .execute(&app.db)
+        .await
+        .expect("nests the condition");
+    let edit = admin.page(&format!("/dashboard/rules/{rule}")).await;
+    assert!(
+        edit.contains(r#"<input type="radio" name="mode" value="json" checked>"#),
+        "{edit}"
+    );
+    assert!(edit.contains("memberOf"), "{edit}");
+}

@@ -2,7 +2,8 @@
 //! departments and groups with their active members and the module count beside each flow;
 //! "Assign to everyone in it" assigns the flow to each active member once, through the bulk lane,
 //! with a result per person; again, it assigns nobody twice. A bad or foreign team is refused
-//! with the reason, and a viewer cannot assign.
+//! with the reason, and a viewer cannot assign. Several people picked with the type-ahead (or
+//! pasted) are each assigned once, with a result per person.
 
 use std::time::Duration;
 
@@ -146,4 +147,126 @@ async fn a_flow_is_assigned_to_every_active_member_of_a_department_or_group_once
     assert_eq!(forbidden.status, 403);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(assigned(&app, &flow).await.len(), 3);
+}
+
+#[tokio::test]
+async fn people_picked_by_type_ahead_or_pasted_are_each_assigned_once() {
+    let app = TestApp::spawn().await;
+    let (org, admin) = org_with_admin(&app).await;
+    provision(&app, &org, "ann@example.com", "Ann Archer", "Sales", None).await;
+    provision(&app, &org, "bo@example.com", "Bo Brown", "Sales", None).await;
+    provision(&app, &org, "annika@example.com", "Annika", "Research", None).await;
+    sqlx::query("UPDATE users SET active = false WHERE email = 'annika@example.com'")
+        .execute(&app.db)
+        .await
+        .expect("deactivates");
+    let other = app.create_org(flow_common::db::orgs::Tier::Standard).await;
+    provision(&app, &other, "anne@example.com", "Anne", "Sales", None).await;
+    let flow = app.create_flow(&org, "Sales onboarding", &[10, 20]).await;
+
+    let page = admin.page("/dashboard/assign").await;
+    assert!(page.contains(r#"id="people-search""#), "{page}");
+    assert!(page.contains(r#"hx-get="/dashboard/assign/people""#));
+
+    // The type-ahead finds the organization's people by part of a name or e-mail, never another
+    // organization's, and marks the inactive ones.
+    let matches = admin.page("/dashboard/assign/people?q=ANN").await;
+    assert!(
+        matches.contains(r#"data-pick-email="ann@example.com""#),
+        "{matches}"
+    );
+    assert!(matches.contains("Ann Archer"));
+    assert!(matches.contains(r#"data-pick-email="annika@example.com""#));
+    assert!(matches.contains("inactive"));
+    assert!(!matches.contains("anne@example.com"), "{matches}");
+    assert!(!matches.contains("bo@example.com"));
+    let by_mail = admin.page("/dashboard/assign/people?q=bo%40ex").await;
+    assert!(
+        by_mail.contains(r#"data-pick-email="bo@example.com""#),
+        "{by_mail}"
+    );
+    let short = admin.page("/dashboard/assign/people?q=a").await;
+    assert!(short.contains("Type at least two letters"), "{short}");
+    let none = admin.page("/dashboard/assign/people?q=zz").await;
+    assert!(none.contains("Nobody"), "{none}");
+
+    // A list picked or pasted: each person once, whatever the spelling; unknown people get
+    // their own reason.
+    let done = admin
+        .post_form(
+            "/dashboard/assign/people",
+            &[
+                ("flow", &flow),
+                (
+                    "people",
+                    "ann@example.com, BO@example.com\nAnn@Example.com;nobody@example.com",
+                ),
+                ("priority", "high"),
+            ],
+        )
+        .await;
+    assert_eq!(done.status, 200, "{}", done.body);
+    assert!(done.body.contains("Results of 3 people"), "{}", done.body);
+    assert!(
+        done.body.contains("<strong>2</strong> assigned"),
+        "{}",
+        done.body
+    );
+    assert!(
+        done.body.contains("<strong>1</strong> not assigned"),
+        "{}",
+        done.body
+    );
+    let emails = app
+        .eventually(
+            Duration::from_secs(20),
+            "the picked assignments",
+            || async {
+                let emails = assigned(&app, &flow).await;
+                (emails.len() == 2).then_some(emails)
+            },
+        )
+        .await;
+    assert_eq!(emails, ["ann@example.com", "bo@example.com"]);
+
+    // Refusals name what is wrong and assign nothing; a viewer cannot assign or look people up.
+    let too_many: String = (0..1_001)
+        .map(|index| format!("p{index}@example.com"))
+        .collect::<Vec<_>>()
+        .join(",");
+    for (flow_field, people, message) in [
+        (
+            "",
+            "ann@example.com",
+            "Choose the flow to assign to these people.",
+        ),
+        (flow.as_str(), " , ;\n", "Add at least one person"),
+        (flow.as_str(), too_many.as_str(), "at most 1,000 at once"),
+    ] {
+        let refused = admin
+            .post_form(
+                "/dashboard/assign/people",
+                &[("flow", flow_field), ("people", people)],
+            )
+            .await;
+        assert_eq!(refused.status, 400, "{message}: {}", refused.body);
+        assert!(
+            refused.body.contains(message),
+            "{message}: {}",
+            refused.body
+        );
+    }
+    let viewer =
+        DashboardClient::signed_in(&app, org.id, "viewer@example.com", role("viewer")).await;
+    let forbidden = viewer
+        .post_form(
+            "/dashboard/assign/people",
+            &[("flow", &flow), ("people", "ann@example.com")],
+        )
+        .await;
+    assert_eq!(forbidden.status, 403);
+    let status = viewer.get("/dashboard/assign/people?q=ann").await.status;
+    assert_eq!(status, 403);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(assigned(&app, &flow).await.len(), 2);
 }

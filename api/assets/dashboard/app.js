@@ -43,6 +43,38 @@
     }
   });
 
+  // The assign page's type-ahead: a picked person's e-mail is added to the list once.
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest("[data-pick-email]");
+    if (!button) {
+      return;
+    }
+    var list = document.querySelector(button.getAttribute("data-pick-into"));
+    if (!list) {
+      return;
+    }
+    var email = button.getAttribute("data-pick-email");
+    var listed = list.value.split(/[\s,;]+/).filter(function (entry) {
+      return entry !== "";
+    });
+    var known = listed.some(function (entry) {
+      return entry.toLowerCase() === email.toLowerCase();
+    });
+    if (!known) {
+      listed.push(email);
+      list.value = listed.join("\n");
+    }
+    button.classList.add("picked");
+    button.setAttribute("aria-pressed", "true");
+  });
+
+  // Enter in a search box that only looks people up must not send the form around it.
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && event.target.matches("[data-no-submit]")) {
+      event.preventDefault();
+    }
+  });
+
   document.addEventListener("submit", function (event) {
     var form = event.target;
     // The button pressed may ask its own question (one form, several actions).

@@ -1,4 +1,5 @@
-//! Assign: a form (flow, user, due date, priority, notes) and a CSV upload for bulk, both through
+//! Assign: a form (flow, user, due date, priority, notes), several people picked with a type-ahead
+//! or pasted, a department or group, and a CSV upload for bulk, all through
 //! the API's own path — [`AssignInput::parse`], [`assign_one`] and [`assign_many`], the assign rate limit, the
 //! queue and its guarantees — with a result per row for uploads. The form carries a request id
 //! drawn when it is shown, so submitting it twice assigns once.
@@ -38,6 +39,7 @@ pub fn router() -> Router<AppState> {
         .route("/assign", get(form_page).post(assign))
         .route("/assign/upload", post(upload))
         .route("/assign/team", post(assign_team))
+        .route("/assign/people", get(people_matches).post(assign_people))
 }
 
 /// A flow to choose.
@@ -154,16 +156,7 @@ async fn render(
         .into_iter()
         .map(|team| TeamOption {
             value: format!("{}:{}", team.kind, team.key),
-            label: format!(
-                "{} ({}, {})",
-                team.label,
-                team.kind,
-                if team.members == 1 {
-                    "1 person".to_owned()
-                } else {
-                    format!("{} people", count(team.members))
-                }
-            ),
+            label: format!("{} ({}, {})", team.label, team.kind, people(team.members)),
         })
         .collect();
     Ok(AssignPage {
@@ -439,18 +432,13 @@ async fn assign_team(
         ))
         .await;
     }
-    let rows: Vec<UploadRow> = emails
-        .into_iter()
-        .enumerate()
-        .map(|(index, email)| UploadRow {
-            line: index + 1,
-            email,
-            flow: form.flow.clone(),
-            due_date: form.due_date.clone(),
-            priority: form.priority.clone(),
-            notes: form.notes.clone(),
-        })
-        .collect();
+    let rows = rows_for(
+        emails,
+        &form.flow,
+        &form.due_date,
+        &form.priority,
+        &form.notes,
+    );
     let results = assign_rows(&state, &account, &rows, &form.flow).await?;
     let succeeded = results.iter().filter(|row| row.ok).count();
     let value = team.value();
@@ -465,6 +453,182 @@ async fn assign_team(
     Ok(ResultsPage {
         layout: Layout::new(&account, Section::Assign).await,
         file_name: team_name,
+        failed: results.len() - succeeded,
+        succeeded,
+        rows: results,
+    }
+    .into_response())
+}
+
+/// One row per person, each with the same flow, due date, priority and notes.
+fn rows_for(
+    emails: Vec<String>,
+    flow: &str,
+    due_date: &str,
+    priority: &str,
+    notes: &str,
+) -> Vec<UploadRow> {
+    emails
+        .into_iter()
+        .enumerate()
+        .map(|(index, email)| UploadRow {
+            line: index + 1,
+            email,
+            flow: flow.to_owned(),
+            due_date: due_date.to_owned(),
+            priority: priority.to_owned(),
+            notes: notes.to_owned(),
+        })
+        .collect()
+}
+
+/// `1 person`, `12 people`.
+fn people(n: i64) -> String {
+    if n == 1 {
+        "1 person".to_owned()
+    } else {
+        format!("{} people", count(n))
+    }
+}
+
+/// People the type-ahead offers at most.
+const MAX_MATCHES: i64 = 10;
+
+/// What the type-ahead is asked: part of an e-mail or name.
+#[derive(Debug, Default, Deserialize)]
+struct PeopleQuery {
+    #[serde(default)]
+    q: String,
+}
+
+/// A person the type-ahead offers.
+struct PersonMatch {
+    email: String,
+    name: String,
+    active: bool,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/assign_people.html")]
+struct PeopleMatches {
+    query: String,
+    people: Vec<PersonMatch>,
+}
+
+/// The type-ahead of "Several people": up to [`MAX_MATCHES`] of the organization's people whose
+/// e-mail or name contains the text (2 to 320 characters; less matches nobody), as buttons that
+/// add the e-mail to the list (app.js), an HTML fragment for htmx.
+async fn people_matches(
+    State(state): State<AppState>,
+    account: SignedIn,
+    axum::extract::Query(query): axum::extract::Query<PeopleQuery>,
+) -> PageResult<PeopleMatches> {
+    account.require_admin()?;
+    let text = query.q.trim();
+    let people = if (2..=320).contains(&text.chars().count()) {
+        flow_app::users::list_matching(&state, account.acting(), Some(text), None, MAX_MATCHES)
+            .await?
+            .into_iter()
+            .map(|user| PersonMatch {
+                name: user.name.unwrap_or_default(),
+                email: user.email,
+                active: user.active,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(PeopleMatches {
+        query: text.to_owned(),
+        people,
+    })
+}
+
+/// The "Several people" form as sent.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct PeopleForm {
+    /// Flow id.
+    #[serde(default)]
+    pub flow: String,
+    /// E-mails, separated by commas, semicolons, spaces or lines.
+    #[serde(default)]
+    pub people: String,
+    /// `YYYY-MM-DD`, optional.
+    #[serde(default)]
+    pub due_date: String,
+    /// low, medium or high.
+    #[serde(default)]
+    pub priority: String,
+    /// Notes.
+    #[serde(default)]
+    pub notes: String,
+}
+
+/// The e-mails of a list as typed or picked, each once (the first spelling kept, compared
+/// without regard to case), in order; an error when there is none or more than
+/// [`MAX_BULK_ITEMS`].
+fn people_list(text: &str) -> Result<Vec<String>, String> {
+    let mut seen = std::collections::HashSet::new();
+    let emails: Vec<String> = text
+        .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+        .filter(|email| !email.is_empty())
+        .filter(|email| seen.insert(email.to_lowercase()))
+        .map(str::to_owned)
+        .collect();
+    match emails.len() {
+        0 => Err(
+            "Add at least one person: type part of a name or e-mail and pick them, or \
+                  paste e-mails."
+                .to_owned(),
+        ),
+        n if n > MAX_BULK_ITEMS => Err(format!(
+            "The list has {} different e-mails; at most {} at once (a CSV upload takes as \
+             many, an enrollment rule any number).",
+            count(i64::try_from(n).unwrap_or(i64::MAX)),
+            count(i64::try_from(MAX_BULK_ITEMS).unwrap_or(i64::MAX))
+        )),
+        _ => Ok(emails),
+    }
+}
+
+/// Assigns the chosen flow to each person of the list (picked with the type-ahead or pasted)
+/// through the bulk lane, and shows each person's outcome as an upload's are shown; a person
+/// listed twice is assigned once.
+async fn assign_people(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlForm(form): HtmlForm<PeopleForm>,
+) -> PageResult {
+    account.require_admin()?;
+    let refuse = |message: String| async {
+        let errors = AssignErrors {
+            general: Some(message),
+            ..AssignErrors::default()
+        };
+        render(&state, &account, AssignForm::default(), errors)
+            .await
+            .map(|page| (StatusCode::BAD_REQUEST, page).into_response())
+    };
+    if form.flow.trim().is_empty() {
+        return refuse("Choose the flow to assign to these people.".to_owned()).await;
+    }
+    let emails = match people_list(&form.people) {
+        Ok(emails) => emails,
+        Err(message) => return refuse(message).await,
+    };
+    let listed = people(i64::try_from(emails.len()).unwrap_or(i64::MAX));
+    let rows = rows_for(
+        emails,
+        &form.flow,
+        &form.due_date,
+        &form.priority,
+        &form.notes,
+    );
+    let results = assign_rows(&state, &account, &rows, &form.flow).await?;
+    let succeeded = results.iter().filter(|row| row.ok).count();
+    Ok(ResultsPage {
+        layout: Layout::new(&account, Section::Assign).await,
+        file_name: listed,
         failed: results.len() - succeeded,
         succeeded,
         rows: results,

@@ -23,6 +23,7 @@ pub mod home;
 pub mod keys;
 pub mod operations;
 pub mod org_settings;
+pub mod rule_terms;
 pub mod rules;
 pub mod schedules;
 pub mod session;

@@ -1,7 +1,8 @@
 //! Enrollment rules: the organization's rules (list), a form to create or edit one with a preview
 //! of what it would assign now, delete and backfill (a background job: the list shows each
 //! rule's latest one). Every action is one call of `flow_app::enrollment`; the condition is
-//! written as the API's JSON (docs/enrollment-rules.md).
+//! built with pickers (rows of term and value, all or any of them: [`super::rule_terms`]) or
+//! written as the API's JSON (docs/enrollment-rules.md) when it nests deeper.
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -18,6 +19,7 @@ use flow_domain::ids::EnrollmentRuleId;
 use serde::Deserialize;
 
 use super::auth::SignedIn;
+use super::rule_terms::{self, TermRow};
 use super::session::flash;
 use super::view::{Layout, Section, plural};
 use super::{HtmlForm, PageError, PageResult};
@@ -139,8 +141,21 @@ pub struct PriorityChoice {
 pub struct RuleForm {
     #[serde(default)]
     pub name: String,
+    /// The condition as JSON, used when `mode` is not `pickers`.
     #[serde(default)]
     pub condition: String,
+    /// `pickers` to build the condition from the rows; anything else uses the JSON.
+    #[serde(default)]
+    pub mode: String,
+    /// `all` or `any` of the rows.
+    #[serde(default)]
+    pub combine: String,
+    /// Each row's term (blank rows are skipped).
+    #[serde(default)]
+    pub term_kind: Vec<String>,
+    /// Each row's value.
+    #[serde(default)]
+    pub term_value: Vec<String>,
     #[serde(default)]
     pub flow_id: String,
     #[serde(default)]
@@ -170,6 +185,13 @@ struct RuleFormPage {
     from_start_date: bool,
     error: Option<String>,
     preview: Option<PreviewShown>,
+    /// Whether the condition is built with the pickers (else written as JSON).
+    pickers: bool,
+    /// Whether the rows combine with "any" (else "all").
+    combine_any: bool,
+    term_rows: Vec<TermRow>,
+    /// Departments and groups offered as values.
+    values: Vec<String>,
 }
 
 async fn list(State(state): State<AppState>, account: SignedIn) -> PageResult<RulesPage> {
@@ -216,10 +238,30 @@ async fn form_page(
             selected: form.priority == value,
         })
         .collect();
+    let values = flow_app::users::team_choices(state, account.acting())
+        .await?
+        .into_iter()
+        .map(|team| team.label)
+        .collect();
+    let terms: Vec<(String, String)> = form
+        .term_kind
+        .iter()
+        .zip(
+            form.term_value
+                .iter()
+                .chain(std::iter::repeat(&String::new())),
+        )
+        .filter(|(kind, value)| !kind.is_empty() || !value.trim().is_empty())
+        .map(|(kind, value)| (kind.clone(), value.clone()))
+        .collect();
     Ok(RuleFormPage {
         layout,
         editing,
         from_start_date: form.due_from == "start_date",
+        pickers: form.mode == "pickers",
+        combine_any: form.combine == "any",
+        term_rows: rule_terms::rows(&terms),
+        values,
         form,
         flows,
         priorities,
@@ -232,6 +274,9 @@ async fn new(State(state): State<AppState>, account: SignedIn) -> PageResult<Rul
     account.require_admin()?;
     let form = RuleForm {
         condition: "{\"departmentEquals\": \"Sales\"}".to_owned(),
+        mode: "pickers".to_owned(),
+        combine: "all".to_owned(),
+        term_kind: vec!["department_is".to_owned()],
         priority: "medium".to_owned(),
         due_from: "matched".to_owned(),
         ..RuleForm::default()
@@ -246,9 +291,19 @@ async fn edit(
 ) -> PageResult<RuleFormPage> {
     let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
     let record = service::get(&state, account.acting(), id).await?;
+    // The pickers show the condition when they can; a deeper one stays JSON.
+    let (mode, combine, terms) = match rule_terms::read(&record.condition) {
+        Some((combine, terms)) => ("pickers", combine, terms),
+        None => ("json", "all".to_owned(), Vec::new()),
+    };
+    let (term_kind, term_value) = terms.into_iter().unzip();
     let form = RuleForm {
         name: record.name.clone(),
         condition: serde_json::to_string_pretty(&record.condition).unwrap_or_default(),
+        mode: mode.to_owned(),
+        combine,
+        term_kind,
+        term_value,
         flow_id: record.flow_id.to_string(),
         due_days: record
             .due_days
@@ -264,10 +319,15 @@ async fn edit(
     form_page(&state, &account, Some(id.to_string()), form, None, None).await
 }
 
-/// The form as the service takes it; a condition that is not JSON is refused here, by name.
+/// The form as the service takes it: the condition from the pickers' rows, or from the JSON (a
+/// condition that is not JSON is refused here, by name).
 fn input(form: &RuleForm) -> Result<RuleInput, String> {
-    let condition = serde_json::from_str(&form.condition)
-        .map_err(|error| format!("condition is not valid JSON: {error}"))?;
+    let condition = if form.mode == "pickers" {
+        rule_terms::build(&form.combine, &form.term_kind, &form.term_value)?
+    } else {
+        serde_json::from_str(&form.condition)
+            .map_err(|error| format!("condition is not valid JSON: {error}"))?
+    };
     let due_days = match form.due_days.trim() {
         "" => None,
         text => Some(
