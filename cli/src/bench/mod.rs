@@ -12,6 +12,7 @@ pub mod broker;
 pub mod csv_import;
 pub mod detailed;
 pub mod fairness;
+pub mod ingest;
 pub mod lifecycle;
 pub mod plain;
 pub mod report;
@@ -34,6 +35,10 @@ pub enum BenchCommand {
     Csv(csv_import::CsvBenchArgs),
     /// The API's peak memory answering the largest detailed report page it allows.
     Detailed(detailed::DetailedBenchArgs),
+    /// Events in and progress in: CloudEvents batches a trigger turns into assignments and xAPI
+    /// statement batches that complete modules, against the plain REST assign and progress calls,
+    /// through the whole system; nothing lost or applied twice.
+    Ingest(ingest::IngestBenchArgs),
     /// Lanes: a bystander's single assigns and webhooks while another organization bulk-loads,
     /// and two bulk organizations' shares of the persist rate.
     Fairness(fairness::FairnessBenchArgs),
@@ -68,6 +73,7 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
         BenchCommand::Scim(args) => scim::run(core, args).await,
+        BenchCommand::Ingest(args) => ingest::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
         BenchCommand::PlainServer(args) => plain::run(core, args).await,
     }
