@@ -126,7 +126,7 @@ async fn seed(app: &TestApp, tier: Tier, bulk: usize) -> Seed {
         .duration_trunc(Duration::seconds(1))
         .expect("truncate");
     let day = Duration::days(1);
-    let ago = |days: i64| Some(now - day * days);
+    let ago = |days: i32| Some(now - day * days);
     let long_ago = now - day * 400;
     let ann = person(
         app,
@@ -347,7 +347,7 @@ async fn a_csv_export_holds_every_person_and_flow_as_of_the_instant_asked() {
     assert_eq!(rows.len(), records.len(), "no row twice");
     assert!(!rows.keys().any(|(email, _)| email == "late@example.com"));
     let day = Duration::days(1);
-    let ago = |days: i64| stamp(seed.now - day * days);
+    let ago = |days: i32| stamp(seed.now - day * days);
     let row = |email: &str, flow: &str| -> Vec<String> {
         rows.get(&(email.to_owned(), flow.to_owned()))
             .unwrap_or_else(|| panic!("no row for {email} in {flow}"))

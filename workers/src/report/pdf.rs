@@ -677,15 +677,17 @@ fn module_results_block(
     ];
     let cells = header.modules.iter().map(|module| {
         let results = modules.get(&module.position).copied().unwrap_or_default();
-        let mean_score = (results.scores > 0)
-            .then(|| score_text(results.score_sum / results.scores as f64))
-            .unwrap_or_else(|| "–".to_owned());
-        let mean_time = (results.durations > 0)
-            .then(|| {
-                let seconds = results.seconds_sum as f64 / results.durations as f64;
-                humanize_seconds(seconds.round() as u64)
-            })
-            .unwrap_or_else(|| "–".to_owned());
+        let mean_score = if results.scores > 0 {
+            score_text(results.score_sum / results.scores as f64)
+        } else {
+            "–".to_owned()
+        };
+        let mean_time = if results.durations > 0 {
+            let seconds = results.seconds_sum as f64 / results.durations as f64;
+            humanize_seconds(seconds.round() as u64)
+        } else {
+            "–".to_owned()
+        };
         vec![
             (module.position + 1).to_string(),
             module.name.clone(),
