@@ -78,7 +78,7 @@ pub struct ComplianceParameters {
     pub as_of_given: bool,
     /// An open assignment due within this many days after the instant is `due_soon`.
     pub due_soon_days: i32,
-    /// The organization's time zone when requested (how the PDF shows instants beside UTC).
+    /// The organization's time zone when requested (kept with the request; the files show UTC).
     pub timezone: String,
 }
 
