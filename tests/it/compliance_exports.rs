@@ -493,6 +493,31 @@ async fn a_csv_export_holds_every_person_and_flow_as_of_the_instant_asked() {
     assert_eq!(bulk.len(), 1_200);
     assert!(bulk.iter().all(|record| record[5] == "not_assigned"));
 
+    // What happens after T does not change a file as of T: the same request gives the same file.
+    let bob: Uuid = sqlx::query_scalar("SELECT id FROM users WHERE email = 'bob@example.com'")
+        .fetch_one(&app.db)
+        .await
+        .expect("bob");
+    assignment(
+        &app,
+        &seed.org,
+        &seed.privacy,
+        bob,
+        Fixture {
+            assigned: Some(seed.now - day),
+            completed: Some(seed.now),
+            ..Fixture::default()
+        },
+    )
+    .await;
+    let (_, again) = export(
+        &app,
+        &seed.org,
+        json!({ "asOf": stamp(seed.audit), "format": "csv" }),
+    )
+    .await;
+    assert!(again == file, "the export as of T changed after T");
+
     // The same export without asOf judges the instant it was requested: bob is compliant now.
     let (answer, file) = export(&app, &seed.org, json!({ "format": "csv", "limit": 1 })).await;
     let mut reader = csv::ReaderBuilder::new().from_reader(file.as_slice());
@@ -519,7 +544,10 @@ async fn a_csv_export_holds_every_person_and_flow_as_of_the_instant_asked() {
             "{email} now"
         );
     }
-    assert_eq!(answer["totals"]["statuses"]["compliant"], 2);
+    assert_eq!(
+        answer["totals"]["statuses"]["compliant"], 3,
+        "bob's Privacy too"
+    );
 }
 
 #[tokio::test]
