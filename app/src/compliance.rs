@@ -3,12 +3,17 @@
 //! the assignment history — in keyset pages of people or rolled up per department, group or
 //! manager, with the totals of the whole filtered population. Read on a fresh replica where one
 //! is configured, else the primary, in one snapshot per answer. The rules of each status are in
-//! `flow_common::db::compliance` and docs/compliance.md.
+//! `flow_common::db::compliance` and docs/compliance.md. With a format the request also records
+//! an export of the whole report at the instant it judged (the report-worker writes the file).
 
 use chrono::{DateTime, Datelike, NaiveTime, Utc};
-use flow_common::db::compliance::{self, Cell, Counts, GroupBy, GroupCounts, Population, Scope};
+use flow_common::db::compliance::{
+    self, Cell, ComplianceParameters, Counts, GroupBy, GroupCounts, Population, Scope,
+};
+use flow_common::db::exports::{self, ExportCaps, ExportRecord, NewExport};
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::ids::{FlowId, GroupId, UserId};
+use flow_domain::report::{ExportFormat, cost};
 use flow_domain::{DayBound, Email, Invalid, parse_date_input};
 
 use crate::ratelimit::{Operation, RateInfo, page_cost};
@@ -53,6 +58,8 @@ pub struct ComplianceFields {
     pub cursor: Option<String>,
     /// Rows per page.
     pub limit: Option<i64>,
+    /// Also export the whole report as a file: `csv`, `excel` or `pdf`.
+    pub format: Option<String>,
 }
 
 /// Which flows a report covers.
@@ -79,6 +86,8 @@ pub struct ComplianceRequest {
     pub cursor: Option<ComplianceCursor>,
     /// Rows per page.
     pub limit: i64,
+    /// The format of the export to record with the answer, when one is wanted.
+    pub format: Option<ExportFormat>,
 }
 
 /// A page position: the instant the first page judged (every page judges the same one, so pages
@@ -264,6 +273,11 @@ pub fn check(
     };
     let group_by = check_group_by(fields.group_by.as_deref())?;
     let as_of = check_as_of(fields.as_of.as_deref(), zone, now)?;
+    let format = fields
+        .format
+        .as_deref()
+        .map(|text| ExportFormat::parse_field("format", text.trim()))
+        .transpose()?;
     let limit = match fields.limit {
         None => DEFAULT_LIMIT,
         Some(limit) if (1..=MAX_LIMIT).contains(&limit) => limit,
@@ -292,6 +306,7 @@ pub fn check(
         as_of,
         cursor,
         limit,
+        format,
     })
 }
 
@@ -346,6 +361,8 @@ pub struct ComplianceAnswer {
     pub totals: Counts,
     /// The cursor of the next page.
     pub next_cursor: Option<String>,
+    /// The export recorded with the answer, when a format was asked.
+    pub export: Option<ExportRecord>,
     /// Where the organization stands against its report limit.
     pub rate: RateInfo,
 }
@@ -512,16 +529,38 @@ fn group_standing(by: GroupBy, row: GroupCounts) -> GroupStanding {
 
 /// The compliance report `request` asks for: a page of people (or of groups) and the totals of
 /// the whole population, at one instant. Counts against the report limit, one request per
-/// started 100 rows of `limit`.
+/// started 100 rows of `limit`. With a format, see [`report_with_request_id`].
 pub async fn report(
     ctx: &Context,
     acting: Acting<'_>,
     request: ComplianceRequest,
 ) -> Result<ComplianceAnswer, ServiceError> {
-    let rate = ctx
+    report_with_request_id(ctx, acting, request, None).await
+}
+
+/// [`report`], and with a format an export of the whole report, judged at the same instant as
+/// the answer (the request's `asOf`, else the instant it was read), whose row is the request's
+/// one commit point. The export is refused (429) when the organization is at its export caps,
+/// as a flow report's is, and costs one more report request per started 10,000 rows of the file
+/// (people × flows). `request_id` is the caller's own request id, kept with the export.
+pub async fn report_with_request_id(
+    ctx: &Context,
+    acting: Acting<'_>,
+    request: ComplianceRequest,
+    request_id: Option<&str>,
+) -> Result<ComplianceAnswer, ServiceError> {
+    let caller = acting.caller;
+    let mut rate = ctx
         .limiter
-        .check(acting.caller, Operation::Report, page_cost(request.limit))
+        .check(caller, Operation::Report, page_cost(request.limit))
         .await?;
+    // Refused before the report is read; checked again when the export row is written.
+    let export_caps = ExportCaps::for_tier(caller.org.tier());
+    if request.format.is_some() {
+        exports::usage(&ctx.db, acting.org_id())
+            .await?
+            .check(export_caps)?;
+    }
     let flows = resolve_flows(ctx, acting, &request.flows).await?;
     let (read, data_as_of) = read(ctx, acting, &request, &flows).await?;
     let limit = usize::try_from(request.limit).unwrap_or(usize::MAX);
@@ -552,6 +591,42 @@ pub async fn report(
         }
         _ => None,
     };
+    let export = match request.format {
+        None => None,
+        Some(format) => {
+            let rows = read.totals.cells;
+            let allowance = Operation::Report.limit(caller);
+            if let Some(export_cost) = cost::export(rows, allowance) {
+                rate = ctx
+                    .limiter
+                    .check(caller, Operation::Report, export_cost)
+                    .await?;
+            }
+            let parameters = ComplianceParameters {
+                flow_ids: flows.iter().map(|flow| flow.id).collect(),
+                required: request.flows == FlowChoice::Required,
+                department: request.population.department.clone(),
+                group_id: request.population.group_id,
+                manager_id: request.population.manager_id.clone(),
+                active: request.population.active,
+                user_emails: request.population.emails.clone(),
+                group_by: request.group_by,
+                as_of: at,
+                as_of_given: request.as_of.is_some(),
+                due_soon_days: DUE_SOON_DAYS,
+                timezone: caller.zone.name().to_owned(),
+            };
+            let new = NewExport::new(
+                acting.org_id(),
+                format,
+                parameters,
+                rows,
+                request_id,
+                Utc::now(),
+            );
+            Some(exports::create(&ctx.db, &new, export_caps).await?)
+        }
+    };
     Ok(ComplianceAnswer {
         at,
         historical: request.as_of.is_some(),
@@ -561,6 +636,7 @@ pub async fn report(
         groups,
         totals: read.totals,
         next_cursor: next_cursor.map(|cursor| cursor.encode()),
+        export,
         rate,
     })
 }

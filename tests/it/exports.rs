@@ -60,6 +60,24 @@ async fn export_fixture(app: &TestApp, bulk: i64) -> (TestOrg, FixtureFlow) {
     ] {
         insert_progress(app, jose, module, "completed", started, Some(completed)).await;
     }
+    // Results (issue 38) on two of José's modules: a pass and a fail; the third has none.
+    for (module, score, success, seconds) in [
+        (flow.modules[0], 0.85, true, 3_600_i64),
+        (flow.modules[1], -0.25, false, 45),
+    ] {
+        sqlx::query(
+            "UPDATE module_progress SET score = $3, success = $4, duration_seconds = $5
+             WHERE assignment_id = $1 AND module_id = $2",
+        )
+        .bind(jose)
+        .bind(module)
+        .bind(score)
+        .bind(success)
+        .bind(seconds)
+        .execute(&app.db)
+        .await
+        .expect("module results");
+    }
     let formula = insert_assignment(
         app,
         &org,
@@ -171,7 +189,11 @@ async fn csv_export_parses_back_to_the_report_rows() {
     );
     assert_eq!(headers[10], "module 1 (Mots de passe) status");
     assert_eq!(headers[14], "module 2 (Hameçonnage) startedAt");
-    assert_eq!(headers.len(), 10 + 3 * 3);
+    // The results come after every earlier column, so those keep their places.
+    assert_eq!(headers[19], "module 1 (Mots de passe) score");
+    assert_eq!(headers[20], "module 1 (Mots de passe) success");
+    assert_eq!(headers[24], "module 2 (Hameçonnage) durationSeconds");
+    assert_eq!(headers.len(), 10 + 3 * 3 + 3 * 3);
     let records: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
 
     let expected = all_pages(
@@ -222,12 +244,31 @@ async fn csv_export_parses_back_to_the_report_rows() {
                 None => cells.extend([String::new(), String::new(), String::new()]),
             }
         }
+        for module in &modules {
+            match progress.get(module.as_str()) {
+                Some(entry) => {
+                    cells.push(csv_cell(&entry["score"]));
+                    cells.push(csv_cell(&entry["success"]));
+                    cells.push(csv_cell(&entry["durationSeconds"]));
+                }
+                None => cells.extend([String::new(), String::new(), String::new()]),
+            }
+        }
         let record: Vec<&str> = record.iter().collect();
         assert_eq!(record, cells, "row {}", row["assignmentId"]);
     }
     // Spot checks of what the comparison relies on.
     assert_eq!(&records[0][1], "josé.müller@exemple.fr");
     assert_eq!(&records[0][10], "completed");
+    assert_eq!(
+        (&records[0][19], &records[0][20], &records[0][21]),
+        ("0.85", "true", "3600")
+    );
+    assert_eq!(
+        (&records[0][22], &records[0][23], &records[0][24]),
+        ("-0.25", "false", "45")
+    );
+    assert_eq!((&records[0][25], &records[0][26]), ("", ""));
     assert_eq!(&records[1][1], "'=1+2@evil.example");
     assert_eq!(&records[1][13], "in_progress");
     assert_eq!(&records[2][1], "'-minus@example.com");
@@ -421,6 +462,18 @@ async fn excel_export_has_every_sheet_and_typed_cells() {
         &Data::String("=1+2@evil.example".into())
     );
     assert_eq!(cell(&progress, 4, 5), &Data::String("in_progress".into()));
+    // Each module's result: score, passed, time spent; empty when none was reported.
+    assert_eq!(
+        cell(&progress, 0, 8),
+        &Data::String("Score (-1 to 1)".into())
+    );
+    assert_eq!(cell(&progress, 1, 8), &Data::Float(0.85));
+    assert_eq!(cell(&progress, 1, 9), &Data::Bool(true));
+    assert_eq!(cell(&progress, 1, 10), &Data::Float(3_600.0));
+    assert_eq!(cell(&progress, 2, 8), &Data::Float(-0.25));
+    assert_eq!(cell(&progress, 2, 9), &Data::Bool(false));
+    assert_eq!(cell(&progress, 3, 8), &Data::Empty);
+    assert_eq!(cell(&progress, 3, 10), &Data::Empty);
 
     let aggregates = workbook.worksheet_range("Aggregates").unwrap();
     let periods = response["aggregates"].as_array().unwrap();
@@ -522,6 +575,42 @@ async fn pdf_export_is_a_paginated_readable_report() {
             .is_ok_and(|dict| dict.has(b"FontFile2") || dict.has(b"FontFile3"))
     });
     assert!(embedded, "DejaVu Sans is embedded");
+}
+
+#[tokio::test]
+async fn a_detailed_pdf_export_lists_each_modules_results() {
+    let app = TestApp::spawn().await;
+    let _worker = start_report_worker(&app);
+    let (org, flow) = export_fixture(&app, 0).await;
+    let (_, file) = export_file(
+        &app,
+        &org,
+        json!({ "flowId": flow.id.to_string(), "format": "pdf", "detailed": true }),
+    )
+    .await;
+    let document = lopdf::Document::load_mem(&file.body).expect("a valid PDF");
+    let pages: Vec<u32> = document.get_pages().keys().copied().collect();
+    let text = document.extract_text(&pages).expect("text");
+    let section = text
+        .split("Module results")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no module results:\n{text}"));
+    // Module 1: José's pass (0.85, an hour); module 2: José's fail (-0.25, 45 s) and the
+    // in-progress start of the second assignment; module 3: completed without a result.
+    for expected in [
+        "Mots de passe",
+        "0.85",
+        "1 hour",
+        "Hameçonnage",
+        "-0.25",
+        "45 seconds",
+        "=Formule",
+    ] {
+        assert!(
+            section.contains(expected),
+            "module results lack {expected:?}:\n{section}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -958,13 +1047,14 @@ where
 #[tokio::test]
 async fn unknown_enum_names_in_the_database_fail_the_read_instead_of_defaulting() {
     use flow_domain::events::EventType;
-    use flow_domain::report::{ExportFormat, ExportStatus};
+    use flow_domain::report::{ExportFormat, ExportKind, ExportStatus};
     use flow_domain::webhook::DeliveryStatus;
     use flow_domain::{AssignmentStatus, Role};
 
     let app = TestApp::spawn().await;
     assert_loud(&app.db, ExportStatus::ALL, "archived").await;
     assert_loud(&app.db, ExportFormat::ALL, "ods").await;
+    assert_loud(&app.db, ExportKind::ALL, "audit").await;
     assert_loud(&app.db, Tier::ALL, "platinum").await;
     assert_loud(&app.db, Role::ALL, "owner").await;
     assert_loud(&app.db, AssignmentStatus::ALL, "paused").await;

@@ -14,6 +14,7 @@ mod change_feed;
 mod changes;
 mod cluster;
 mod compliance;
+mod compliance_exports;
 mod compose;
 mod control_plane;
 mod dashboard;

@@ -544,7 +544,10 @@ async fn export_status(
     let status = exports::status_at(&export, Utc::now());
     let view = ExportView {
         id: export.id.to_string(),
-        flow_id: export.flow_id.to_string(),
+        flow_id: export
+            .flow_id
+            .map(|flow_id| flow_id.to_string())
+            .unwrap_or_default(),
         format: export.format.label().to_owned(),
         status: status.as_str().to_owned(),
         progress: percent(export.progress_percent()),
@@ -561,10 +564,13 @@ async fn export_status(
     if super::is_htmx(&headers) {
         return Ok(ExportPanel { export: view }.into_response());
     }
-    let flow_name = flow_app::flows::find(&state, account.acting(), export.flow_id)
-        .await?
-        .map(|flow| flow.name)
-        .unwrap_or_default();
+    let flow_name = match export.flow_id {
+        Some(flow_id) => flow_app::flows::find(&state, account.acting(), flow_id)
+            .await?
+            .map(|flow| flow.name)
+            .unwrap_or_default(),
+        None => "Compliance report".to_owned(),
+    };
     Ok(ExportPage {
         layout,
         flow_name,

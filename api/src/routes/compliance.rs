@@ -1,7 +1,8 @@
 //! `POST /v1/compliance/report` (issue 39): each person's standing in a set of flows at an
 //! instant, in keyset pages of people or rolled up per department, group or manager, with the
 //! totals of the whole filtered population. The rules live in `flow_app::compliance`; this file
-//! holds the wire types and the handler. See docs/compliance.md.
+//! holds the wire types and the handler. With `format` the answer also says where the export of
+//! the whole report will be. See docs/compliance.md.
 
 use axum::Json;
 use axum::extract::State;
@@ -10,7 +11,9 @@ use flow_app::compliance::{
     self as service, ComplianceAnswer, ComplianceFields, GroupStanding, PersonStanding, percent,
 };
 use flow_common::db::compliance::{Cell, Counts};
-use flow_domain::ids::{AssignmentId, FlowId, UserId};
+use flow_common::db::exports::ExportRecord;
+use flow_domain::ids::{AssignmentId, ExportId, FlowId, UserId};
+use flow_domain::report::{ExportFormat, ExportStatus};
 use flow_domain::timestamp;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -19,7 +22,7 @@ use utoipa_axum::routes;
 
 use crate::download::DataAsOf;
 use crate::error::{ApiError, ErrorBody, RateHeaders};
-use crate::extract::{ApiJson, Auth};
+use crate::extract::{ApiJson, Auth, RequestId};
 use crate::state::AppState;
 
 /// Routes of this module.
@@ -49,6 +52,10 @@ pub struct ComplianceRequest {
     /// Rows per page, 1 to 1,000 (default 100). Each started 100 counts as one report request.
     #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
+    /// Also export the whole report (every person × flow, all pages) as a file of this format,
+    /// judged at the same instant as this answer (`asOf`, else the instant of this request).
+    #[schema(value_type = Option<ExportFormat>, example = "csv")]
+    pub format: Option<String>,
 }
 
 /// Who a compliance report counts.
@@ -215,6 +222,39 @@ pub struct ComplianceResponse {
     pub totals: CountsView,
     /// The cursor of the next page; null on the last.
     pub next_cursor: Option<String>,
+    /// Identifier of the export (only when a format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_id: Option<ExportId>,
+    /// `{base_url}/v1/exports/<exportId>`: 202 while it is generated, then the file (only when a
+    /// format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub download_url: Option<String>,
+    /// When the download address expires, request time + 24 hours (only when a format was
+    /// asked).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "timestamp::option::serialize"
+    )]
+    #[schema(value_type = Option<String>, format = DateTime)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `pending` at first; see `GET /v1/exports/{id}` (only when a format was asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export_status: Option<ExportStatus>,
+}
+
+impl ComplianceResponse {
+    /// Adds where the export will be, beside the report's own fields as the flow report does.
+    fn with_export(mut self, export: &ExportRecord, base_url: &str) -> Self {
+        self.export_id = Some(export.id);
+        self.download_url = Some(format!(
+            "{}/v1/exports/{}",
+            base_url.trim_end_matches('/'),
+            export.id
+        ));
+        self.expires_at = Some(export.expires_at);
+        self.export_status = Some(export.status);
+        self
+    }
 }
 
 fn summary(compliant: i64, required: i64) -> ComplianceSummary {
@@ -298,6 +338,10 @@ fn response(answer: ComplianceAnswer) -> ComplianceResponse {
             .map(|groups| groups.into_iter().map(group_view).collect()),
         totals: counts_view(answer.totals),
         next_cursor: answer.next_cursor,
+        export_id: None,
+        download_url: None,
+        expires_at: None,
+        export_status: None,
     }
 }
 
@@ -308,23 +352,29 @@ fn response(answer: ComplianceAnswer) -> ComplianceResponse {
 /// people ordered by user id, or with `groupBy` per department, group or manager; `totals` counts
 /// the whole filtered population. Statuses and their rules: docs/compliance.md. Read on a replica
 /// where one is configured (`X-Data-As-Of`). Counts against the report limit: one request per
-/// started 100 rows of `limit`.
+/// started 100 rows of `limit`. With `format` (csv, excel or pdf) the answer also says where the
+/// whole report will be downloadable once the report-worker has written it (one row per person
+/// × flow, judged at this answer's `asOf`); the export counts one more report request per
+/// started 10,000 rows and is refused (429) while the organization has as many exports waiting
+/// or as many bytes of files as allowed.
 #[utoipa::path(
     post,
     path = "/v1/compliance/report",
     tag = "compliance",
     request_body = ComplianceRequest,
     responses(
-        (status = 200, description = "A page of the report with the population's totals", body = ComplianceResponse,
+        (status = 200, description = "A page of the report with the population's totals (and where the export will be when a format was asked)", body = ComplianceResponse,
             headers(("X-Data-As-Of" = String, description = "The instant the data is current to (RFC 3339)"))),
-        (status = 400, description = "Invalid request: too many flows or e-mails, a bad asOf, cursor or filter, or no required flow", body = ErrorBody),
+        (status = 400, description = "Invalid request: too many flows or e-mails, a bad asOf, cursor, filter or format, or no required flow", body = ErrorBody),
         (status = 404, description = "A flow that is not the organization's", body = ErrorBody),
-        (status = 429, description = "Report limit exceeded", body = ErrorBody),
+        (status = 429, description = "Report limit exceeded, or (with a format) the organization has as many exports waiting or running, or as many bytes of export files, as allowed", body = ErrorBody),
+        (status = 503, description = "The database is unavailable; no export was recorded", body = ErrorBody),
     )
 )]
 pub async fn compliance_report(
     State(state): State<AppState>,
     auth: Auth,
+    request_id: RequestId,
     ApiJson(request): ApiJson<ComplianceRequest>,
 ) -> Result<(RateHeaders, DataAsOf, Json<ComplianceResponse>), ApiError> {
     let filter = request.filter.unwrap_or_default();
@@ -340,16 +390,24 @@ pub async fn compliance_report(
             as_of: request.as_of,
             cursor: request.cursor,
             limit: request.limit,
+            format: request.format,
         },
         auth.zone,
         Utc::now(),
     )?;
-    let answer = service::report(&state, auth.acting(), request).await?;
+    let answer = service::report_with_request_id(
+        &state,
+        auth.acting(),
+        request,
+        request_id.caller_supplied(),
+    )
+    .await?;
     let data_as_of = answer.data_as_of;
     let rate = answer.rate;
-    Ok((
-        RateHeaders(rate),
-        DataAsOf(data_as_of),
-        Json(response(answer)),
-    ))
+    let export = answer.export.clone();
+    let mut body = response(answer);
+    if let Some(export) = &export {
+        body = body.with_export(export, &state.config.public_base_url);
+    }
+    Ok((RateHeaders(rate), DataAsOf(data_as_of), Json(body)))
 }

@@ -11,7 +11,7 @@ use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::exports::ExportRecord;
 use flow_domain::ids::ExportId;
 use flow_domain::ids::FlowId;
-use flow_domain::report::{ExportFormat, ExportStatus};
+use flow_domain::report::{ExportFormat, ExportKind, ExportStatus};
 use flow_domain::timestamp;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -39,6 +39,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 pub struct ExportState {
     /// Identifier.
     pub export_id: ExportId,
+    /// What it is an export of: `flow_report` or `compliance`.
+    #[schema(value_type = String, example = "compliance")]
+    pub kind: ExportKind,
     /// pending (waiting for a worker) or running.
     #[schema(value_type = String, example = "running")]
     pub status: ExportStatus,
@@ -58,6 +61,7 @@ impl From<&ExportRecord> for ExportState {
     fn from(export: &ExportRecord) -> Self {
         Self {
             export_id: export.id,
+            kind: export.kind,
             status: export.status,
             progress: export.progress_percent(),
             rows_written: export.rows_written,
@@ -73,8 +77,12 @@ impl From<&ExportRecord> for ExportState {
 pub struct ExportSummary {
     /// Identifier.
     pub export_id: ExportId,
-    /// Flow reported on.
-    pub flow_id: FlowId,
+    /// What it is an export of: `flow_report` (`POST /v1/flows/report`) or `compliance`
+    /// (`POST /v1/compliance/report`).
+    #[schema(value_type = String, example = "flow_report")]
+    pub kind: ExportKind,
+    /// Flow reported on; null for a compliance export (it covers several flows).
+    pub flow_id: Option<FlowId>,
     /// csv, excel or pdf.
     #[schema(value_type = String, example = "csv")]
     pub format: ExportFormat,
@@ -134,6 +142,7 @@ pub async fn list_exports(
         |export| export.id.to_string(),
         |export| ExportSummary {
             export_id: export.id,
+            kind: export.kind,
             flow_id: export.flow_id,
             format: export.format,
             status: service::status_at(&export, now),

@@ -9,13 +9,14 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use flow_common::db::compliance::{self, Cell, Counts, GroupBy, GroupCounts, ReportFlow};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows::{self, Flow, Module};
 use flow_common::db::replicas::Source;
 use flow_common::db::reports::{self, AggregateRow, RowsShape, Scope};
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
-use flow_domain::ids::{ExportId, FlowId, OrgId};
+use flow_domain::ids::{ExportId, FlowId, OrgId, UserId};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period};
 use sqlx::{PgConnection, PgPool};
 
@@ -86,6 +87,50 @@ pub async fn flow(
     };
     let modules = flows::modules(snapshot.connection(), flow.id).await?;
     Ok(Some((flow, modules)))
+}
+
+/// The flows of a compliance export, in its order, read on the export's snapshot; `None` when
+/// one of them no longer exists.
+pub async fn compliance_flows(
+    snapshot: &mut Snapshot,
+    org_id: OrgId,
+    ids: &[FlowId],
+) -> Result<Option<Vec<ReportFlow>>, sqlx::Error> {
+    let found = compliance::flows_of(snapshot.connection(), org_id, ids).await?;
+    Ok(ids
+        .iter()
+        .map(|id| found.iter().find(|flow| flow.id == *id).cloned())
+        .collect())
+}
+
+/// The counts of a compliance export's whole population.
+pub async fn compliance_totals(
+    connection: &mut PgConnection,
+    scope: &compliance::Scope,
+) -> Result<Counts, sqlx::Error> {
+    compliance::totals(connection, scope).await
+}
+
+/// The cells of the next `people` people of a compliance export after `after` (user id order,
+/// each person's cells in flow order): the export streams the population a page at a time.
+pub async fn compliance_page(
+    connection: &mut PgConnection,
+    scope: &compliance::Scope,
+    after: Option<UserId>,
+    people: i64,
+) -> Result<Vec<Cell>, sqlx::Error> {
+    compliance::page(connection, scope, after, people).await
+}
+
+/// Up to `limit` groups of a compliance export's roll-up by `by` after the key `after`.
+pub async fn compliance_groups(
+    connection: &mut PgConnection,
+    scope: &compliance::Scope,
+    by: GroupBy,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<Vec<GroupCounts>, sqlx::Error> {
+    compliance::groups(connection, scope, by, after, limit).await
 }
 
 /// Module progress rows of the assignments the export of `scope` holds (sizes the Excel sheets),

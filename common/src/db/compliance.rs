@@ -15,6 +15,7 @@
 
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{AssignmentId, FlowId, GroupId, OrgId, UserId};
+use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 
 /// Who is counted: every filter given must hold.
@@ -49,8 +50,67 @@ pub struct Scope {
     pub population: Population,
 }
 
+/// A compliance export's request as the report-worker replays it: the flows and the instant are
+/// fixed when the export is requested, so the file says what the report said then, whenever it
+/// is generated. Stored with the export, so its serialized shape must stay readable.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComplianceParameters {
+    /// The flows, in report order.
+    pub flow_ids: Vec<FlowId>,
+    /// Whether they are the organization's required flows (the request named none).
+    pub required: bool,
+    /// Department filter.
+    pub department: Option<String>,
+    /// Group filter.
+    pub group_id: Option<GroupId>,
+    /// Manager filter.
+    pub manager_id: Option<String>,
+    /// Active filter.
+    pub active: Option<bool>,
+    /// Only these people (normalized e-mails).
+    pub user_emails: Option<Vec<String>>,
+    /// The roll-up asked for, listed beside the people in Excel and PDF.
+    pub group_by: Option<GroupBy>,
+    /// The instant judged: the request's `asOf`, else the instant of the request.
+    pub as_of: DateTime<Utc>,
+    /// Whether the request gave `asOf`.
+    pub as_of_given: bool,
+    /// An open assignment due within this many days after the instant is `due_soon`.
+    pub due_soon_days: i32,
+    /// The organization's time zone when requested (kept with the request; the files show UTC).
+    pub timezone: String,
+}
+
+impl ComplianceParameters {
+    /// Who is counted.
+    pub fn population(&self) -> Population {
+        Population {
+            department: self.department.clone(),
+            group_id: self.group_id,
+            manager_id: self.manager_id.clone(),
+            active: self.active,
+            emails: self.user_emails.clone(),
+        }
+    }
+
+    /// What the export reads in `org_id`: always judged as a past instant (the history read
+    /// back), so a file generated later says what was true at the instant.
+    pub fn scope(&self, org_id: OrgId) -> Scope {
+        Scope {
+            org_id,
+            flows: self.flow_ids.clone(),
+            at: self.as_of,
+            historical: true,
+            due_soon_days: self.due_soon_days,
+            population: self.population(),
+        }
+    }
+}
+
 /// How the roll-up groups people.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum GroupBy {
     /// `users.department` (people without one form the group with an empty key).
     Department,
@@ -62,6 +122,15 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
+    /// The wire name: `department`, `group` or `manager`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Department => "department",
+            Self::Group => "group",
+            Self::Manager => "manager",
+        }
+    }
+
     /// The key and the label of a person's group(s), over `u` (users) and `g` (user_groups,
     /// joined for [`GroupBy::Group`] only).
     fn key_and_label(self) -> &'static str {
@@ -242,6 +311,8 @@ pub struct Cell {
     pub name: Option<String>,
     pub department: Option<String>,
     pub manager_id: Option<String>,
+    /// The manager's name, as the identity provider gave it.
+    pub manager_name: Option<String>,
     pub active: bool,
     pub flow_id: FlowId,
     /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned or cancelled.
@@ -304,7 +375,8 @@ pub async fn page(
             WHERE {POPULATION} AND ($11::uuid IS NULL OR u.id > $11)
             ORDER BY u.id LIMIT $12
          ), {cells}
-         SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.active, c.flow_id,
+         SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.manager_name, u.active,
+                c.flow_id,
                 c.status,
                 CASE WHEN c.status = 'compliant' THEN c.d_id ELSE c.l_id END AS assignment_id,
                 CASE WHEN c.status = 'compliant' THEN c.d_assigned_at ELSE c.l_assigned_at END

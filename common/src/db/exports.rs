@@ -15,10 +15,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use flow_domain::ids::{ExportId, FlowId, OrgId};
 
+use super::compliance::ComplianceParameters;
 use super::orgs::Tier;
 use super::replicas::{Source, WalPosition};
-pub use flow_domain::report::ExportStatus;
 use flow_domain::report::{EXPORT_VALIDITY, ExportFormat, ReportParameters};
+pub use flow_domain::report::{ExportKind, ExportStatus};
 use sqlx::types::Json;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
@@ -28,12 +29,14 @@ pub struct ExportRecord {
     pub id: ExportId,
     /// Owning organization.
     pub org_id: OrgId,
-    /// Flow reported on.
-    pub flow_id: FlowId,
+    /// What it is an export of (a stored name this build does not know fails the read).
+    pub kind: ExportKind,
+    /// Flow reported on (flow reports only).
+    pub flow_id: Option<FlowId>,
     /// File format (a stored name this build does not know fails the read).
     pub format: ExportFormat,
-    /// The report request to replay.
-    pub parameters: Json<ReportParameters>,
+    /// The request to replay, of the export's kind ([`ExportRecord::parameters`] reads it).
+    pub parameters: Json<serde_json::Value>,
     /// Lifecycle status, as stored (see `flow-api`'s `status_at` for the status at an instant).
     pub status: ExportStatus,
     /// Claims so far.
@@ -72,6 +75,16 @@ pub struct ExportRecord {
 }
 
 impl ExportRecord {
+    /// The request to replay, read as the export's kind says: parameters that do not fit it are
+    /// an error, never a default.
+    pub fn parameters(&self) -> Result<ExportParameters, serde_json::Error> {
+        let value = self.parameters.0.clone();
+        Ok(match self.kind {
+            ExportKind::FlowReport => ExportParameters::FlowReport(serde_json::from_value(value)?),
+            ExportKind::Compliance => ExportParameters::Compliance(serde_json::from_value(value)?),
+        })
+    }
+
     /// The format.
     pub fn format(&self) -> ExportFormat {
         self.format
@@ -90,7 +103,53 @@ impl ExportRecord {
     }
 }
 
-const COLUMNS: &str = "id, org_id, flow_id, format, parameters, status, attempts, rows_total, \
+/// The request an export replays, per kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExportParameters {
+    /// A flow report.
+    FlowReport(ReportParameters),
+    /// A compliance report.
+    Compliance(ComplianceParameters),
+}
+
+impl ExportParameters {
+    /// The kind of export.
+    pub fn kind(&self) -> ExportKind {
+        match self {
+            Self::FlowReport(_) => ExportKind::FlowReport,
+            Self::Compliance(_) => ExportKind::Compliance,
+        }
+    }
+
+    /// The flow reported on, for a flow report.
+    pub fn flow_id(&self) -> Option<FlowId> {
+        match self {
+            Self::FlowReport(parameters) => Some(parameters.flow_id),
+            Self::Compliance(_) => None,
+        }
+    }
+
+    fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        match self {
+            Self::FlowReport(parameters) => serde_json::to_value(parameters),
+            Self::Compliance(parameters) => serde_json::to_value(parameters),
+        }
+    }
+}
+
+impl From<ReportParameters> for ExportParameters {
+    fn from(parameters: ReportParameters) -> Self {
+        Self::FlowReport(parameters)
+    }
+}
+
+impl From<ComplianceParameters> for ExportParameters {
+    fn from(parameters: ComplianceParameters) -> Self {
+        Self::Compliance(parameters)
+    }
+}
+
+const COLUMNS: &str = "id, org_id, kind, flow_id, format, parameters, status, attempts, rows_total, \
     rows_written, object_key, file_name, content_type, size_bytes, error, request_id, created_at, \
     started_at, finished_at, expires_at, requested_wal_position, data_as_of, read_on";
 
@@ -102,8 +161,8 @@ pub struct NewExport {
     /// Owning organization.
     pub org_id: OrgId,
     pub format: ExportFormat,
-    /// The validated request.
-    pub parameters: ReportParameters,
+    /// The validated request, of its kind.
+    pub parameters: ExportParameters,
     /// Rows it will hold, as counted when it was requested.
     pub rows_total: i64,
     /// The caller's request id.
@@ -120,7 +179,7 @@ impl NewExport {
     pub fn new(
         org_id: OrgId,
         format: ExportFormat,
-        parameters: ReportParameters,
+        parameters: impl Into<ExportParameters>,
         rows_total: i64,
         request_id: Option<&str>,
         now: DateTime<Utc>,
@@ -129,7 +188,7 @@ impl NewExport {
             id: ExportId::new(),
             org_id,
             format,
-            parameters,
+            parameters: parameters.into(),
             rows_total,
             request_id: request_id.map(str::to_owned),
             created_at: now,
@@ -254,6 +313,12 @@ pub enum CreateError {
     Database(#[from] sqlx::Error),
 }
 
+impl From<serde_json::Error> for CreateError {
+    fn from(error: serde_json::Error) -> Self {
+        Self::Database(sqlx::Error::Encode(Box::new(error)))
+    }
+}
+
 /// Inserts a pending export, if the organization is within `caps`, and wakes the report-workers
 /// when it commits. It records the primary's WAL position, which a replica must have replayed
 /// to generate the export (every write committed before the request lies before it). Requests of one organization take turns on a transaction-scoped lock, so two
@@ -269,22 +334,25 @@ pub async fn create(
         .execute(&mut *transaction)
         .await?;
     usage(&mut *transaction, new.org_id).await?.check(caps)?;
+    let parameters = new.parameters.to_json()?;
     let record = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO exports (id, org_id, flow_id, format, parameters, rows_total, request_id,
-                              created_at, available_at, expires_at, requested_wal_position)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9,
+        "INSERT INTO exports (id, org_id, kind, flow_id, format, parameters, rows_total,
+                              request_id, created_at, available_at, expires_at,
+                              requested_wal_position)
+         VALUES ($1, $2, $10, $3, $4, $5, $6, $7, $8, $8, $9,
                  (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint)
          RETURNING {COLUMNS}"
     )))
     .bind(new.id)
     .bind(new.org_id)
-    .bind(new.parameters.flow_id)
+    .bind(new.parameters.flow_id())
     .bind(new.format)
-    .bind(Json(&new.parameters))
+    .bind(Json(parameters))
     .bind(new.rows_total)
     .bind(new.request_id.as_deref())
     .bind(new.created_at)
     .bind(new.expires_at)
+    .bind(new.parameters.kind())
     .fetch_one(&mut *transaction)
     .await?;
     super::notify(&mut *transaction, super::EXPORT_CHANNEL, "").await?;

@@ -429,6 +429,12 @@ pub struct ExportRow {
     pub module_started: Option<Vec<Option<DateTime<Utc>>>>,
     /// When each was completed.
     pub module_completed: Option<Vec<Option<DateTime<Utc>>>>,
+    /// Each one's scaled score (-1..1), when reported.
+    pub module_scores: Option<Vec<Option<f64>>>,
+    /// Whether each was passed, when reported.
+    pub module_success: Option<Vec<Option<bool>>>,
+    /// Seconds spent in each, when reported.
+    pub module_durations: Option<Vec<Option<i64>>>,
 }
 
 /// How a report's rows are read: a bounded page, every row of the scope, or every row with its
@@ -462,18 +468,24 @@ impl RowsShape {
 /// benchmark can time Postgres's own `COPY` of the same rows.
 pub fn rows_sql(shape: RowsShape) -> String {
     const NO_PROGRESS: &str = "NULL::int[] AS module_positions, NULL::text[] AS module_statuses,
-             NULL::timestamptz[] AS module_started, NULL::timestamptz[] AS module_completed";
+             NULL::timestamptz[] AS module_started, NULL::timestamptz[] AS module_completed,
+             NULL::float8[] AS module_scores, NULL::bool[] AS module_success,
+             NULL::int8[] AS module_durations";
     let (progress_columns, progress_join) = match shape {
         RowsShape::Detailed => (
             "COALESCE(mp.completed_modules, 0) AS completed_modules, mp.module_positions, \
-             mp.module_statuses, mp.module_started, mp.module_completed"
+             mp.module_statuses, mp.module_started, mp.module_completed, mp.module_scores, \
+             mp.module_success, mp.module_durations"
                 .to_owned(),
             "LEFT JOIN LATERAL (
                 SELECT count(*) FILTER (WHERE p.status = 'completed') AS completed_modules,
                        array_agg(m.position ORDER BY m.position) AS module_positions,
                        array_agg(p.status ORDER BY m.position) AS module_statuses,
                        array_agg(p.started_at ORDER BY m.position) AS module_started,
-                       array_agg(p.completed_at ORDER BY m.position) AS module_completed
+                       array_agg(p.completed_at ORDER BY m.position) AS module_completed,
+                       array_agg(p.score ORDER BY m.position) AS module_scores,
+                       array_agg(p.success ORDER BY m.position) AS module_success,
+                       array_agg(p.duration_seconds ORDER BY m.position) AS module_durations
                 FROM module_progress p JOIN modules m ON m.id = p.module_id
                 WHERE p.assignment_id = a.id
              ) mp ON true",

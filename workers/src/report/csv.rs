@@ -1,6 +1,7 @@
 //! CSV export: RFC 4180 (comma, double quotes, CRLF), UTF-8, a header row, one row per
 //! assignment. A detailed export adds three columns per module of the flow (status, startedAt,
-//! completedAt) in flow order. Text cells that a spreadsheet would read as a formula (starting
+//! completedAt) in flow order, then, after all of them so the earlier columns keep their places,
+//! three more per module with its result (score, success, durationSeconds). Text cells that a spreadsheet would read as a formula (starting
 //! with `=`, `+`, `-`, `@`, tab or carriage return) are prefixed with `'`.
 
 use std::io::Write;
@@ -8,7 +9,7 @@ use std::io::Write;
 use flow_common::db::reports::ExportRow;
 
 use super::FormatWriter;
-use super::model::{ExportHeader, module_entries, push_timestamp};
+use super::model::{ExportHeader, module_entries, push_timestamp, score_text};
 use super::sink::ChannelWriter;
 
 /// Writes the CSV file.
@@ -62,6 +63,13 @@ impl CsvWriter {
             for module in &header.modules {
                 let name = format!("module {} ({})", module.position + 1, module.name);
                 for suffix in ["status", "startedAt", "completedAt"] {
+                    self.writer
+                        .write_field(guard_formula(&format!("{name} {suffix}")).as_bytes())?;
+                }
+            }
+            for module in &header.modules {
+                let name = format!("module {} ({})", module.position + 1, module.name);
+                for suffix in ["score", "success", "durationSeconds"] {
                     self.writer
                         .write_field(guard_formula(&format!("{name} {suffix}")).as_bytes())?;
                 }
@@ -121,6 +129,26 @@ impl FormatWriter for CsvWriter {
                                 self.writer.write_field([])?;
                             }
                         }
+                    }
+                }
+                let mut next = entries.iter().peekable();
+                for module in &header.modules {
+                    let entry = next.next_if(|entry| entry.position == module.position);
+                    self.field.clear();
+                    if let Some(score) = entry.and_then(|entry| entry.score) {
+                        self.field.extend_from_slice(score_text(score).as_bytes());
+                    }
+                    self.writer.write_field(&self.field)?;
+                    match entry.and_then(|entry| entry.success) {
+                        Some(success) => {
+                            self.writer
+                                .write_field(if success { "true" } else { "false" })?
+                        }
+                        None => self.writer.write_field([])?,
+                    }
+                    match entry.and_then(|entry| entry.duration_seconds) {
+                        Some(seconds) => self.number(seconds)?,
+                        None => self.writer.write_field([])?,
                     }
                 }
             }

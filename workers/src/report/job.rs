@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use flow_app::engine::report::{Half, Report, ReportError};
 use flow_app::exports::job as exports;
-use flow_common::db::exports::{ExportFile, ExportRecord};
+use flow_common::db::exports::{ExportFile, ExportParameters, ExportRecord};
 use flow_common::db::replicas::{ReadPurpose, ReadRouter, Served, Source};
 use flow_common::db::reports::ExportRow;
 use flow_common::db::snapshot::Snapshot;
@@ -34,7 +34,7 @@ use crate::runtime::JobError;
 /// Rows handed from the reader to the writer at once.
 const ROW_BATCH: usize = 2_000;
 /// Batches in flight between the reader and the writer.
-const BATCHES_IN_FLIGHT: usize = 4;
+pub(super) const BATCHES_IN_FLIGHT: usize = 4;
 
 /// What every job of a worker shares.
 pub struct Context {
@@ -59,7 +59,7 @@ pub struct Context {
 
 impl Context {
     /// `export`, claimed by this worker: the writes fenced on its lease.
-    fn claim(&self, export: &ExportRecord) -> exports::Claim<'_> {
+    pub(super) fn claim(&self, export: &ExportRecord) -> exports::Claim<'_> {
         exports::Claim {
             pool: &self.pool,
             id: export.id,
@@ -68,8 +68,11 @@ impl Context {
     }
 }
 
-enum Rows {
-    Batch(Vec<ExportRow>),
+/// What the reader hands the writer stage.
+pub(super) enum Rows<Row = ExportRow> {
+    /// Rows, in order.
+    Batch(Vec<Row>),
+    /// Every row was read.
     End,
 }
 
@@ -241,7 +244,27 @@ async fn generate_from(
     progress: &AtomicI64,
     cancel: &CancellationToken,
 ) -> Result<ExportFile, JobError> {
-    let parameters = export.parameters.0.clone();
+    let parameters = match export.parameters() {
+        Ok(ExportParameters::FlowReport(parameters)) => parameters,
+        Ok(ExportParameters::Compliance(parameters)) => {
+            return super::compliance::generate(
+                context,
+                export,
+                &parameters,
+                snapshot,
+                source,
+                progress,
+                cancel,
+            )
+            .await;
+        }
+        Err(error) => {
+            return Err(JobError::Permanent {
+                reason: None,
+                error: anyhow::Error::new(error).context("reading the export's parameters"),
+            });
+        }
+    };
     let format = export.format();
     let (flow, modules) = exports::flow(snapshot, export.org_id, parameters.flow_id)
         .await?
@@ -308,22 +331,52 @@ async fn generate_from(
         cancel,
     )
     .await;
-    let written = writer
+    let written = written(writer).await;
+    let uploaded = uploaded(upload).await;
+    let (rows_written, size) = stages_outcome(read, written, uploaded)?;
+    Ok(ExportFile {
+        object_key: key.to_string(),
+        file_name,
+        content_type: format.content_type().to_owned(),
+        size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+        rows_written,
+    })
+}
+
+/// What the writer stage ended with.
+pub(super) async fn written(
+    writer: tokio::task::JoinHandle<Result<(), JobError>>,
+) -> Result<(), JobError> {
+    writer
         .await
         .map_err(|error| JobError::Permanent {
             reason: None,
             error: anyhow::anyhow!("the export writer panicked: {error}"),
         })
-        .and_then(|result| result);
-    let uploaded = upload
+        .and_then(|result| result)
+}
+
+/// What the upload stage ended with: the size of the file.
+pub(super) async fn uploaded(
+    upload: tokio::task::JoinHandle<anyhow::Result<u64>>,
+) -> Result<u64, JobError> {
+    upload
         .await
         .map_err(|error| anyhow::anyhow!("the export upload panicked: {error}"))
         .and_then(|result| result)
-        .map_err(JobError::classify);
-    let (rows_written, size) = match (read, written, uploaded) {
-        (Ok(rows), Ok(()), Ok(size)) => (rows, size),
+        .map_err(JobError::classify)
+}
+
+/// The rows written and the file's size when the reader, the writer and the upload all ended
+/// well; else the root cause, not the stages that stopped because of it.
+pub(super) fn stages_outcome(
+    read: Result<i64, JobError>,
+    written: Result<(), JobError>,
+    uploaded: Result<u64, JobError>,
+) -> Result<(i64, u64), JobError> {
+    match (read, written, uploaded) {
+        (Ok(rows), Ok(()), Ok(size)) => Ok((rows, size)),
         (read, written, uploaded) => {
-            // Report the root cause, not the stages that stopped because of it.
             let errors: Vec<JobError> = [read.err(), written.err(), uploaded.err()]
                 .into_iter()
                 .flatten()
@@ -332,19 +385,12 @@ async fn generate_from(
                 .iter()
                 .position(|error| !error.is_interruption())
                 .unwrap_or(0);
-            return Err(errors
+            Err(errors
                 .into_iter()
                 .nth(cause)
-                .unwrap_or_else(|| JobError::interrupted("the export stopped")));
+                .unwrap_or_else(|| JobError::interrupted("the export stopped")))
         }
-    };
-    Ok(ExportFile {
-        object_key: key.to_string(),
-        file_name,
-        content_type: format.content_type().to_owned(),
-        size_bytes: i64::try_from(size).unwrap_or(i64::MAX),
-        rows_written,
-    })
+    }
 }
 
 /// A report that cannot be answered as asked (too many periods) cannot be fixed by retrying.
@@ -468,7 +514,7 @@ fn write_file(
     temp_dir: Option<PathBuf>,
     mut rows: mpsc::Receiver<Rows>,
 ) -> Result<(), JobError> {
-    let mut writer: Box<dyn FormatWriter> = match format {
+    let writer: Box<dyn FormatWriter> = match format {
         ExportFormat::Csv => {
             Box::new(super::csv::CsvWriter::new(header, sink).map_err(JobError::classify)?)
         }
@@ -478,6 +524,15 @@ fn write_file(
         ),
         ExportFormat::Pdf => Box::new(super::pdf::PdfWriter::new(header, sink)),
     };
+    drain(writer, &mut rows)
+}
+
+/// Formats every batch `rows` brings with `writer`, then finishes the file; a reader that stops
+/// before [`Rows::End`] leaves the file unfinished (its upload is aborted).
+pub(super) fn drain<Row>(
+    mut writer: Box<dyn FormatWriter<Row>>,
+    rows: &mut mpsc::Receiver<Rows<Row>>,
+) -> Result<(), JobError> {
     loop {
         match rows.blocking_recv() {
             Some(Rows::Batch(batch)) => writer.write_rows(&batch).map_err(JobError::classify)?,

@@ -12,6 +12,7 @@
 //! No broker is involved. A sweeper fails exports that keep killing their workers and purges
 //! expired files.
 
+mod compliance;
 mod csv;
 mod job;
 mod model;
@@ -250,10 +251,11 @@ async fn sweep(context: &job::Context) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Formats an export, one batch of rows at a time (runs on a blocking thread).
-trait FormatWriter: Send {
+/// Formats an export, one batch of rows at a time (runs on a blocking thread): a flow report's
+/// assignment rows by default, a compliance report's person × flow rows.
+trait FormatWriter<Row = flow_common::db::reports::ExportRow>: Send {
     /// Writes rows, in order.
-    fn write_rows(&mut self, rows: &[flow_common::db::reports::ExportRow]) -> anyhow::Result<()>;
+    fn write_rows(&mut self, rows: &[Row]) -> anyhow::Result<()>;
     /// Completes the file and tells the upload it is whole.
     fn finish(self: Box<Self>) -> anyhow::Result<()>;
 }

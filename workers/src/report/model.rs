@@ -112,6 +112,12 @@ pub struct ModuleEntry {
     pub started_at: Option<DateTime<Utc>>,
     /// Completion time (completed modules only).
     pub completed_at: Option<DateTime<Utc>>,
+    /// Scaled score, -1..1, when reported.
+    pub score: Option<f64>,
+    /// Passed (true) or failed (false), when reported.
+    pub success: Option<bool>,
+    /// Seconds spent, when reported.
+    pub duration_seconds: Option<i64>,
 }
 
 /// The module progress of a detailed row, in flow order.
@@ -124,11 +130,7 @@ pub fn module_entries(row: &ExportRow) -> Vec<ModuleEntry> {
         .zip(statuses)
         .enumerate()
         .map(|(index, (position, status))| {
-            let at = |values: &Option<Vec<Option<DateTime<Utc>>>>| {
-                values
-                    .as_ref()
-                    .and_then(|values| values.get(index).copied().flatten())
-            };
+            let at = |values: &Option<Vec<Option<DateTime<Utc>>>>| nth(values, index);
             ModuleEntry {
                 position: *position,
                 status: *status,
@@ -138,9 +140,30 @@ pub fn module_entries(row: &ExportRow) -> Vec<ModuleEntry> {
                 } else {
                     None
                 },
+                score: nth(&row.module_scores, index),
+                success: nth(&row.module_success, index),
+                duration_seconds: nth(&row.module_durations, index),
             }
         })
         .collect()
+}
+
+/// The `index`th value of an optional array column, when there is one.
+fn nth<T: Copy>(values: &Option<Vec<Option<T>>>, index: usize) -> Option<T> {
+    values
+        .as_ref()
+        .and_then(|values| values.get(index).copied().flatten())
+}
+
+/// A scaled score as text: `0.85`; as stored, without trailing zeros.
+pub fn score_text(score: f64) -> String {
+    let text = format!("{score:.4}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".to_owned()
+    } else {
+        text.to_owned()
+    }
 }
 
 /// Writes a timestamp as the API does (`2026-11-22T10:05:00.000Z`) without going through the

@@ -1,6 +1,8 @@
 //! PDF export: a report a person reads. Page one has the title, the flow, the range and the
 //! metrics, then a bar chart of completion by period (drawn as paths); then the aggregates and
-//! schedules when there are any, and the assignments table: the first 5,000 rows, with a note
+//! schedules when there are any, for a detailed report the results per module (of every
+//! assignment, not only the rows shown: started, completed, passed, failed, mean score and mean
+//! time spent), and the assignments table: the first 5,000 rows, with a note
 //! pointing to the CSV and Excel exports for the rest. Every page has a footer with
 //! "page N of M".
 //!
@@ -27,17 +29,17 @@ use skrifa::instance::{LocationRef, Size};
 use skrifa::{FontRef, MetadataProvider};
 
 use super::FormatWriter;
-use super::model::{ExportHeader, aggregate_columns, metric_lines};
+use super::model::{ExportHeader, aggregate_columns, metric_lines, module_entries, score_text};
 use super::sink::ChannelWriter;
 
 const REGULAR_TTF: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
 const BOLD_TTF: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans-Bold.ttf");
 
 /// A4 portrait, in points.
-const PAGE_WIDTH: f32 = 595.28;
+pub(super) const PAGE_WIDTH: f32 = 595.28;
 const PAGE_HEIGHT: f32 = 841.89;
-const MARGIN: f32 = 40.0;
-const CONTENT_WIDTH: f32 = PAGE_WIDTH - 2.0 * MARGIN;
+pub(super) const MARGIN: f32 = 40.0;
+pub(super) const CONTENT_WIDTH: f32 = PAGE_WIDTH - 2.0 * MARGIN;
 /// Lowest baseline of body content (the footer lives below).
 const CONTENT_BOTTOM: f32 = PAGE_HEIGHT - MARGIN - 14.0;
 const TABLE_FONT: f32 = 7.5;
@@ -45,13 +47,13 @@ const ROW_HEIGHT: f32 = 12.0;
 /// Schedules listed in the PDF (the Excel export holds all).
 const PDF_SCHEDULE_LIMIT: usize = 500;
 
-type Color = (u8, u8, u8);
-const BLACK: Color = (33, 37, 41);
-const GREY: Color = (108, 117, 125);
-const LIGHT: Color = (241, 243, 245);
+pub(super) type Color = (u8, u8, u8);
+pub(super) const BLACK: Color = (33, 37, 41);
+pub(super) const GREY: Color = (108, 117, 125);
+pub(super) const LIGHT: Color = (241, 243, 245);
 const RULE: Color = (206, 212, 218);
 const TOTAL_BAR: Color = (189, 215, 238);
-const COMPLETED_BAR: Color = (33, 113, 181);
+pub(super) const COMPLETED_BAR: Color = (33, 113, 181);
 
 /// Advance widths of a font, to fit text into columns.
 struct Metrics {
@@ -89,14 +91,14 @@ impl Metrics {
     }
 }
 
-struct Fonts {
+pub(super) struct Fonts {
     regular: Font,
     bold: Font,
     regular_metrics: Metrics,
     bold_metrics: Metrics,
 }
 
-static FONTS: LazyLock<Option<Fonts>> = LazyLock::new(|| {
+pub(super) static FONTS: LazyLock<Option<Fonts>> = LazyLock::new(|| {
     Some(Fonts {
         regular: Font::new(REGULAR_TTF.into(), 0)?,
         bold: Font::new(BOLD_TTF.into(), 0)?,
@@ -107,7 +109,7 @@ static FONTS: LazyLock<Option<Fonts>> = LazyLock::new(|| {
 
 /// One drawing operation of a page.
 #[derive(Debug, Clone)]
-enum Op {
+pub(super) enum Op {
     Text {
         x: f32,
         y: f32,
@@ -133,19 +135,19 @@ enum Op {
 
 /// Text alignment within a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Align {
+pub(super) enum Align {
     Left,
     Right,
 }
 
 /// A table column: title, width and alignment.
-struct Column {
+pub(super) struct Column {
     title: &'static str,
     width: f32,
     align: Align,
 }
 
-const fn column(title: &'static str, width: f32, align: Align) -> Column {
+pub(super) const fn column(title: &'static str, width: f32, align: Align) -> Column {
     Column {
         title,
         width,
@@ -154,14 +156,15 @@ const fn column(title: &'static str, width: f32, align: Align) -> Column {
 }
 
 /// Lays pages out: a list of operations per page and a cursor.
-struct Layout<'f> {
+pub(super) struct Layout<'f> {
     fonts: &'f Fonts,
-    pages: Vec<Vec<Op>>,
-    y: f32,
+    pub(super) pages: Vec<Vec<Op>>,
+    /// The cursor: where the next content starts, from the top of the page.
+    pub(super) y: f32,
 }
 
 impl<'f> Layout<'f> {
-    fn new(fonts: &'f Fonts) -> Self {
+    pub(super) fn new(fonts: &'f Fonts) -> Self {
         Self {
             fonts,
             pages: vec![Vec::new()],
@@ -177,13 +180,13 @@ impl<'f> Layout<'f> {
         &mut self.pages[last]
     }
 
-    fn new_page(&mut self) {
+    pub(super) fn new_page(&mut self) {
         self.pages.push(Vec::new());
         self.y = MARGIN;
     }
 
     /// Starts a new page unless `height` more points fit on this one.
-    fn ensure(&mut self, height: f32) -> bool {
+    pub(super) fn ensure(&mut self, height: f32) -> bool {
         if self.y + height > CONTENT_BOTTOM {
             self.new_page();
             true
@@ -192,7 +195,7 @@ impl<'f> Layout<'f> {
         }
     }
 
-    fn width(&self, text: &str, size: f32, bold: bool) -> f32 {
+    pub(super) fn width(&self, text: &str, size: f32, bold: bool) -> f32 {
         if bold {
             self.fonts.bold_metrics.width(text, size)
         } else {
@@ -201,7 +204,7 @@ impl<'f> Layout<'f> {
     }
 
     /// `text` shortened with an ellipsis to fit `width`.
-    fn fit(&self, text: &str, size: f32, bold: bool, width: f32) -> String {
+    pub(super) fn fit(&self, text: &str, size: f32, bold: bool, width: f32) -> String {
         if self.width(text, size, bold) <= width {
             return text.to_owned();
         }
@@ -216,7 +219,7 @@ impl<'f> Layout<'f> {
         String::new()
     }
 
-    fn text(&mut self, x: f32, y: f32, size: f32, bold: bool, color: Color, text: &str) {
+    pub(super) fn text(&mut self, x: f32, y: f32, size: f32, bold: bool, color: Color, text: &str) {
         self.page().push(Op::Text {
             x,
             y,
@@ -228,7 +231,7 @@ impl<'f> Layout<'f> {
     }
 
     /// A line of text at the cursor, which then moves down.
-    fn line(&mut self, size: f32, bold: bool, color: Color, text: &str) {
+    pub(super) fn line(&mut self, size: f32, bold: bool, color: Color, text: &str) {
         let height = size * 1.45;
         self.ensure(height);
         let fitted = self.fit(text, size, bold, CONTENT_WIDTH);
@@ -236,7 +239,7 @@ impl<'f> Layout<'f> {
         self.y += height;
     }
 
-    fn rect(&mut self, x: f32, y: f32, width: f32, height: f32, color: Color) {
+    pub(super) fn rect(&mut self, x: f32, y: f32, width: f32, height: f32, color: Color) {
         self.page().push(Op::Rect {
             x,
             y,
@@ -255,7 +258,7 @@ impl<'f> Layout<'f> {
         });
     }
 
-    fn heading(&mut self, text: &str) {
+    pub(super) fn heading(&mut self, text: &str) {
         self.ensure(22.0 + 3.0 * ROW_HEIGHT);
         self.y += 8.0;
         self.line(11.0, true, BLACK, text);
@@ -284,7 +287,7 @@ impl<'f> Layout<'f> {
     }
 
     /// Rows of a table, repeating the header on each new page.
-    fn table(&mut self, columns: &[Column], rows: impl Iterator<Item = Vec<String>>) {
+    pub(super) fn table(&mut self, columns: &[Column], rows: impl Iterator<Item = Vec<String>>) {
         self.ensure(2.0 * ROW_HEIGHT);
         self.table_header(columns);
         for (index, cells) in rows.enumerate() {
@@ -319,11 +322,26 @@ struct PdfRow {
     completed_at: Option<DateTime<Utc>>,
 }
 
+/// The results of one module over every assignment of a detailed report.
+#[derive(Debug, Clone, Copy, Default)]
+struct ModuleResults {
+    started: i64,
+    completed: i64,
+    passed: i64,
+    failed: i64,
+    score_sum: f64,
+    scores: i64,
+    seconds_sum: i64,
+    durations: i64,
+}
+
 /// Writes the PDF once every shown row has arrived (at most [`PDF_ROW_LIMIT`]).
 pub struct PdfWriter {
     header: Arc<ExportHeader>,
     sink: Option<ChannelWriter>,
     rows: Vec<PdfRow>,
+    /// Per module position, for a detailed report.
+    modules: std::collections::BTreeMap<i32, ModuleResults>,
 }
 
 impl PdfWriter {
@@ -334,12 +352,33 @@ impl PdfWriter {
             header,
             sink: Some(sink),
             rows: Vec::with_capacity(capacity),
+            modules: std::collections::BTreeMap::new(),
         }
     }
 }
 
 impl FormatWriter for PdfWriter {
     fn write_rows(&mut self, rows: &[ExportRow]) -> anyhow::Result<()> {
+        if self.header.parameters.detailed {
+            for entry in rows.iter().flat_map(module_entries) {
+                let results = self.modules.entry(entry.position).or_default();
+                results.started += 1;
+                results.completed += i64::from(entry.completed_at.is_some());
+                match entry.success {
+                    Some(true) => results.passed += 1,
+                    Some(false) => results.failed += 1,
+                    None => {}
+                }
+                if let Some(score) = entry.score {
+                    results.score_sum += score;
+                    results.scores += 1;
+                }
+                if let Some(seconds) = entry.duration_seconds {
+                    results.seconds_sum += seconds;
+                    results.durations += 1;
+                }
+            }
+        }
         let room = usize::try_from(PDF_ROW_LIMIT)
             .unwrap_or(0)
             .saturating_sub(self.rows.len());
@@ -355,7 +394,7 @@ impl FormatWriter for PdfWriter {
     }
 
     fn finish(mut self: Box<Self>) -> anyhow::Result<()> {
-        let bytes = render(&self.header, &self.rows)?;
+        let bytes = render(&self.header, &self.rows, &self.modules)?;
         let mut sink = self
             .sink
             .take()
@@ -366,16 +405,20 @@ impl FormatWriter for PdfWriter {
     }
 }
 
-fn short_time(at: DateTime<Utc>) -> String {
+pub(super) fn short_time(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%d %H:%M").to_string()
 }
 
-fn optional_time(at: Option<DateTime<Utc>>) -> String {
+pub(super) fn optional_time(at: Option<DateTime<Utc>>) -> String {
     at.map(short_time).unwrap_or_default()
 }
 
 /// Renders the whole document.
-fn render(header: &ExportHeader, rows: &[PdfRow]) -> anyhow::Result<Vec<u8>> {
+fn render(
+    header: &ExportHeader,
+    rows: &[PdfRow],
+    modules: &std::collections::BTreeMap<i32, ModuleResults>,
+) -> anyhow::Result<Vec<u8>> {
     let fonts = FONTS
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("the embedded PDF font could not be read"))?;
@@ -385,8 +428,15 @@ fn render(header: &ExportHeader, rows: &[PdfRow]) -> anyhow::Result<Vec<u8>> {
     chart_block(&mut layout, header);
     aggregates_block(&mut layout, header);
     schedules_block(&mut layout, header);
+    module_results_block(&mut layout, header, modules);
     assignments_block(&mut layout, header, rows);
-    draw(fonts, header, layout.pages)
+    draw(
+        fonts,
+        &format!("Flow report: {}", header.flow_name),
+        &format!("Flow report · {}", header.flow_name),
+        header.generated_at,
+        layout.pages,
+    )
 }
 
 fn title_block(layout: &mut Layout<'_>, header: &ExportHeader) {
@@ -599,6 +649,59 @@ fn schedules_block(layout: &mut Layout<'_>, header: &ExportHeader) {
     layout.table(&columns, cells);
 }
 
+fn module_results_block(
+    layout: &mut Layout<'_>,
+    header: &ExportHeader,
+    modules: &std::collections::BTreeMap<i32, ModuleResults>,
+) {
+    if !header.parameters.detailed {
+        return;
+    }
+    layout.heading("Module results");
+    layout.line(
+        8.0,
+        false,
+        GREY,
+        "Over every assignment of the report. Scores are scaled, -1 to 1 (0.85 is 85 %); means \
+         count the modules that reported one.",
+    );
+    let columns = [
+        column("#", 25.0, Align::Right),
+        column("Module", 150.0, Align::Left),
+        column("Started", 50.0, Align::Right),
+        column("Completed", 55.0, Align::Right),
+        column("Passed", 45.0, Align::Right),
+        column("Failed", 45.0, Align::Right),
+        column("Mean score", 60.0, Align::Right),
+        column("Mean time", 85.0, Align::Right),
+    ];
+    let cells = header.modules.iter().map(|module| {
+        let results = modules.get(&module.position).copied().unwrap_or_default();
+        let mean_score = if results.scores > 0 {
+            score_text(results.score_sum / results.scores as f64)
+        } else {
+            "–".to_owned()
+        };
+        let mean_time = if results.durations > 0 {
+            let seconds = results.seconds_sum as f64 / results.durations as f64;
+            humanize_seconds(seconds.round() as u64)
+        } else {
+            "–".to_owned()
+        };
+        vec![
+            (module.position + 1).to_string(),
+            module.name.clone(),
+            results.started.to_string(),
+            results.completed.to_string(),
+            results.passed.to_string(),
+            results.failed.to_string(),
+            mean_score,
+            mean_time,
+        ]
+    });
+    layout.table(&columns, cells);
+}
+
 fn assignments_block(layout: &mut Layout<'_>, header: &ExportHeader, rows: &[PdfRow]) {
     layout.new_page();
     layout.line(12.0, true, BLACK, "Assignments");
@@ -653,12 +756,19 @@ fn fill(color: Color) -> Fill {
     }
 }
 
-/// Draws the laid-out pages, adding the footers.
-fn draw(fonts: &Fonts, header: &ExportHeader, pages: Vec<Vec<Op>>) -> anyhow::Result<Vec<u8>> {
+/// Draws the laid-out pages, titling the document `title` and adding footers that start with
+/// `footer` and say when it was generated.
+pub(super) fn draw(
+    fonts: &Fonts,
+    title: &str,
+    footer: &str,
+    generated_at: DateTime<Utc>,
+    pages: Vec<Vec<Op>>,
+) -> anyhow::Result<Vec<u8>> {
     let mut document = Document::new();
     document.set_metadata(
         Metadata::new()
-            .title(format!("Flow report: {}", header.flow_name))
+            .title(title.to_owned())
             .creator("Flow report-worker".to_owned()),
     );
     let page_count = pages.len();
@@ -668,9 +778,8 @@ fn draw(fonts: &Fonts, header: &ExportHeader, pages: Vec<Vec<Op>>) -> anyhow::Re
         let mut page = document.start_page_with(settings.clone());
         let mut surface = page.surface();
         let footer = format!(
-            "Flow report · {} · generated {} UTC · page {} of {page_count}",
-            header.flow_name,
-            short_time(header.generated_at),
+            "{footer} · generated {} UTC · page {} of {page_count}",
+            short_time(generated_at),
             index + 1
         );
         let footer_ops = [

@@ -1,5 +1,6 @@
 //! Excel export: a real XLSX workbook with typed cells (timestamps as Excel date-times in UTC,
-//! counts as numbers) and the sheets Summary, Assignments, Module progress (detailed), Aggregates
+//! counts as numbers) and the sheets Summary, Assignments, Module progress (detailed: each
+//! module's status, times and result — score, passed, time spent), Aggregates
 //! (when asked) and Schedules, each data sheet with a bold frozen header row and an autofilter.
 //!
 //! Every sheet is written in constant-memory mode: rows go to a temporary file as they come, so
@@ -20,7 +21,7 @@ use super::model::{ExportHeader, aggregate_columns, metric_lines, module_entries
 use super::sink::ChannelWriter;
 
 /// Data rows per sheet: Excel's row limit less the header row.
-const ROWS_PER_SHEET: i64 = 1_048_575;
+pub(super) const ROWS_PER_SHEET: i64 = 1_048_575;
 
 const ASSIGNMENT_COLUMNS: [(&str, f64); 10] = [
     ("Assignment ID", 40.0),
@@ -35,7 +36,7 @@ const ASSIGNMENT_COLUMNS: [(&str, f64); 10] = [
     ("Priority", 10.0),
 ];
 
-const MODULE_COLUMNS: [(&str, f64); 8] = [
+const MODULE_COLUMNS: [(&str, f64); 11] = [
     ("Assignment ID", 40.0),
     ("Assignee e-mail", 32.0),
     ("Module #", 9.0),
@@ -44,19 +45,22 @@ const MODULE_COLUMNS: [(&str, f64); 8] = [
     ("Status", 12.0),
     ("Started at (UTC)", 20.0),
     ("Completed at (UTC)", 20.0),
+    ("Score (-1 to 1)", 12.0),
+    ("Passed", 9.0),
+    ("Time spent (seconds)", 12.0),
 ];
 
 /// A run of sheets holding one table, continued when a sheet is full.
-struct SheetRun {
+pub(super) struct SheetRun {
     /// Workbook indexes of its sheets, in order.
-    sheets: Vec<usize>,
+    pub(super) sheets: Vec<usize>,
     /// Rows written so far.
-    written: i64,
+    pub(super) written: i64,
 }
 
 impl SheetRun {
     /// The sheet index and row for the next row.
-    fn next(&mut self) -> (usize, u32) {
+    pub(super) fn next(&mut self) -> (usize, u32) {
         let sheet = usize::try_from(self.written / ROWS_PER_SHEET).unwrap_or(usize::MAX);
         let row = (self.written % ROWS_PER_SHEET) as u32 + 1;
         self.written += 1;
@@ -75,7 +79,7 @@ pub struct XlsxWriter {
     date: Format,
 }
 
-fn sheet_names(title: &str, rows: i64) -> Vec<String> {
+pub(super) fn sheet_names(title: &str, rows: i64) -> Vec<String> {
     let count = (rows.max(1) + ROWS_PER_SHEET - 1) / ROWS_PER_SHEET;
     (1..=count)
         .map(|index| {
@@ -88,13 +92,13 @@ fn sheet_names(title: &str, rows: i64) -> Vec<String> {
         .collect()
 }
 
-fn excel_time(at: DateTime<Utc>) -> chrono::NaiveDateTime {
+pub(super) fn excel_time(at: DateTime<Utc>) -> chrono::NaiveDateTime {
     at.naive_utc()
 }
 
 /// Adds a constant-memory sheet named `name` with a bold frozen header, an autofilter over `rows`
 /// data rows, and column widths; returns its index.
-fn add_table_sheet(
+pub(super) fn add_table_sheet(
     workbook: &mut Workbook,
     name: &str,
     columns: &[(&str, f64)],
@@ -414,6 +418,15 @@ impl FormatWriter for XlsxWriter {
                 sheet.write_string(row, 5, entry.status.as_str())?;
                 Self::datetime(sheet, row, 6, entry.started_at, &self.date)?;
                 Self::datetime(sheet, row, 7, entry.completed_at, &self.date)?;
+                if let Some(score) = entry.score {
+                    sheet.write_number(row, 8, score)?;
+                }
+                if let Some(success) = entry.success {
+                    sheet.write_boolean(row, 9, success)?;
+                }
+                if let Some(seconds) = entry.duration_seconds {
+                    sheet.write_number(row, 10, seconds as f64)?;
+                }
             }
         }
         Ok(())

@@ -112,6 +112,16 @@ string_enum!(
 );
 
 string_enum!(
+    /// What an export is of.
+    ExportKind {
+        /// The report on one flow (`POST /v1/flows/report`).
+        FlowReport => "flow_report",
+        /// The compliance report across flows (`POST /v1/compliance/report`).
+        Compliance => "compliance",
+    }
+);
+
+string_enum!(
     /// Lifecycle of an export.
     ExportStatus {
         /// Waiting for a worker.
