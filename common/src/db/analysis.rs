@@ -5,8 +5,8 @@
 //!
 //! The parameters are numbered the same way everywhere: `$1` flow, `$2` lower, `$3` upper. Every
 //! query starts from `assignments_flow_assigned_idx` (flow, assigned_at) and reads each
-//! assignment and its module progress once; the funnel folds them per module in memory of the
-//! statement (one row per module position), so its cost follows the assignments of the range.
+//! assignment and its module progress once; the funnel folds them per module position inside the
+//! statement, so its cost follows the assignments of the range and their progress.
 //! docs/analysis.md has the definitions.
 
 use chrono::{DateTime, Utc};
@@ -74,53 +74,53 @@ pub async fn funnel<'e>(
     executor: impl PgExecutor<'e>,
     scope: &Scope,
 ) -> Result<Vec<FunnelRow>, sqlx::Error> {
+    // One pass over the assignments and their progress (`per_assignment`), then small folds per
+    // module position; every part is MATERIALIZED so it is computed once, not per module.
     // `furthest`: the last position with any progress; a completed assignment reached every
-    // module (2147483647 stands above every position). `last_activity`: the latest of the
-    // assignment's own instants and its progress' (`greatest` ignores NULLs).
+    // module (2147483647 stands above every position). `done`: the positions completed.
+    // `last_activity`: the latest of the assignment's own instants and its progress' (`greatest`
+    // ignores NULLs). An assignment stalls in its first position not in `done`.
     let sql = format!(
-        "WITH scoped AS ({SCOPED}),
-         per_assignment AS (
-             SELECT s.id, s.status,
+        "WITH per_assignment AS MATERIALIZED (
+             SELECT s.id,
+                    s.status IN ('pending', 'in_progress', 'overdue') AS open,
                     CASE WHEN s.status = 'completed' THEN 2147483647 ELSE max(m.position) END
                         AS furthest,
+                    array_agg(m.position) FILTER (WHERE p.status = 'completed') AS done,
                     greatest(s.assigned_at, s.started_at, max(p.started_at), max(p.completed_at))
                         AS last_activity
-             FROM scoped s
+             FROM ({SCOPED}) AS s
              LEFT JOIN module_progress p ON p.assignment_id = s.id
              LEFT JOIN modules m ON m.id = p.module_id
              GROUP BY s.id, s.status, s.assigned_at, s.started_at
          ),
-         reach AS (
+         positions AS MATERIALIZED (SELECT position FROM modules WHERE flow_id = $1),
+         reach AS MATERIALIZED (
              SELECT furthest, count(*) AS n FROM per_assignment
              WHERE furthest IS NOT NULL GROUP BY furthest
          ),
-         completions AS (
-             SELECT p.module_id, count(*) AS n
-             FROM scoped s JOIN module_progress p ON p.assignment_id = s.id
-             WHERE p.status = 'completed'
-             GROUP BY p.module_id
+         completions AS MATERIALIZED (
+             SELECT done.position, count(*) AS n
+             FROM per_assignment pa CROSS JOIN LATERAL unnest(pa.done) AS done(position)
+             GROUP BY done.position
          ),
-         stalls AS (
+         stalls AS MATERIALIZED (
              SELECT next.position, count(*) AS n
              FROM per_assignment pa
              CROSS JOIN LATERAL (
-                 SELECT min(m.position) AS position FROM modules m
-                 WHERE m.flow_id = $1
-                   AND NOT EXISTS (SELECT 1 FROM module_progress p
-                                   WHERE p.assignment_id = pa.id AND p.module_id = m.id
-                                     AND p.status = 'completed')
+                 SELECT min(m.position) AS position FROM positions m
+                 WHERE pa.done IS NULL OR m.position <> ALL (pa.done)
              ) AS next
-             WHERE pa.status IN ('pending', 'in_progress', 'overdue')
-               AND pa.last_activity < $4 - make_interval(days => $5)
+             WHERE pa.open AND pa.last_activity < $4 - make_interval(days => $5)
              GROUP BY next.position
          )
          SELECT m.position,
                 coalesce((SELECT sum(r.n) FROM reach r WHERE r.furthest >= m.position), 0)::int8
                     AS reached,
-                coalesce((SELECT c.n FROM completions c WHERE c.module_id = m.id), 0) AS completed,
+                coalesce((SELECT c.n FROM completions c WHERE c.position = m.position), 0)
+                    AS completed,
                 coalesce((SELECT st.n FROM stalls st WHERE st.position = m.position), 0) AS stalled
-         FROM modules m
-         WHERE m.flow_id = $1
+         FROM positions m
          ORDER BY m.position"
     );
     sqlx::query_as(sqlx::AssertSqlSafe(sql))
