@@ -25,6 +25,7 @@
 //! [`lookup`]s and the [`queue_depths`] poller's latest reading, and the [`engine`]s; [`caller`] is who an operation
 //! acts for. Below them: `flow_common` (Postgres, the broker, the export store) and the domain.
 
+pub mod analysis;
 pub mod assign;
 pub mod assignments;
 pub mod attention;

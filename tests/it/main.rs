@@ -28,6 +28,7 @@ mod exactly_once;
 mod export_fairness;
 mod exports;
 mod faults;
+mod flow_analysis;
 mod flow_edits;
 mod flowctl;
 mod lanes;

@@ -79,6 +79,17 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         )
         .await;
     let modules = app.module_ids(&org, &flow).await;
+    // Required, so the Compliance page has a column to show.
+    let required = app
+        .request(
+            reqwest::Method::PATCH,
+            &format!("/v1/flows/{flow}"),
+            Some(&org.key),
+            Some(&json!({"required": true})),
+            &[],
+        )
+        .await;
+    assert_eq!(required.status, 200, "{:?}", required.body);
     for (index, (email, _)) in people.iter().enumerate() {
         let id = app
             .assign_persisted(
@@ -175,6 +186,12 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         ("/dashboard/assign".into(), "assign", Some("Assign")),
         ("/dashboard/users".into(), "users", Some("Users")),
         (format!("/dashboard/users/{user}"), "person", Some("Users")),
+        ("/dashboard/compliance".into(), "compliance", Some("Users")),
+        (
+            "/dashboard/compliance?by=department".into(),
+            "compliance-departments",
+            Some("Users"),
+        ),
         (
             "/dashboard/schedules".into(),
             "schedules",

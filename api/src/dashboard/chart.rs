@@ -1,6 +1,8 @@
-//! The completion-by-week chart of a flow's page, drawn as SVG on the server: for each ISO week,
-//! the assignments made that week and, over them, how many of those are completed. The template
-//! only places shapes whose geometry is computed here; labels go through its HTML escaping.
+//! The charts of a flow's page, drawn as SVG on the server: the completion-by-week chart (for
+//! each ISO week, the assignments made that week and, over them, how many of those are
+//! completed), and horizontal bar charts of one row per module (the funnel, the time per module).
+//! The template only places shapes whose geometry is computed here; labels go through its HTML
+//! escaping.
 
 /// Drawing area, in SVG user units (the SVG scales to its container).
 const WIDTH: f64 = 720.0;
@@ -161,6 +163,138 @@ pub fn completion_by_week(weeks: &[Week]) -> Chart {
     }
 }
 
+/// Width of the horizontal bar charts, in SVG user units: narrow, so their text stays legible
+/// when the chart shrinks to a phone's width.
+const ROWS_WIDTH: f64 = 480.0;
+/// Height of one bar of a horizontal chart.
+const ROW_BAR: f64 = 12.0;
+/// Space between two bars of one row.
+const ROW_GAP: f64 = 3.0;
+/// Height of a row's label line.
+const ROW_LABEL: f64 = 18.0;
+/// Space after a row.
+const ROW_SPACE: f64 = 10.0;
+/// Room kept right of the longest bar for its value.
+const ROW_VALUE_ROOM: f64 = 96.0;
+
+/// One value of a row of a horizontal bar chart.
+#[derive(Debug, Clone)]
+pub struct RowValue {
+    /// CSS class of its bar (its colour).
+    pub class: &'static str,
+    /// What it is, for the tooltip (`Reached`).
+    pub name: &'static str,
+    /// Its size.
+    pub value: f64,
+    /// Its text at the end of the bar (`12`, `2 hours`).
+    pub text: String,
+}
+
+/// One row: a label over one bar per value.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The label (a module's name).
+    pub label: String,
+    pub values: Vec<RowValue>,
+}
+
+/// A bar of a horizontal chart as placed.
+#[derive(Debug, Clone)]
+pub struct RowBar {
+    pub class: &'static str,
+    pub y: String,
+    pub width: String,
+    pub height: String,
+    /// Where its value is written.
+    pub text_x: String,
+    pub text_y: String,
+    pub text: String,
+}
+
+/// A row as placed.
+#[derive(Debug, Clone)]
+pub struct PlacedRow {
+    /// Baseline of the label.
+    pub label_y: String,
+    pub label: String,
+    pub bars: Vec<RowBar>,
+    /// Tooltip: the label and every value.
+    pub title: String,
+}
+
+/// A horizontal bar chart, ready for the template.
+#[derive(Debug, Clone)]
+pub struct RowsChart {
+    /// SVG `viewBox`.
+    pub view_box: String,
+    pub rows: Vec<PlacedRow>,
+    /// Whether every value is zero.
+    pub is_empty: bool,
+    /// A sentence describing the chart, for screen readers.
+    pub summary: String,
+}
+
+/// Lays out `rows` top down, every bar on one scale (the largest value fills the width less
+/// room for its text). `summary` describes the chart for screen readers.
+pub fn rows(rows: &[Row], summary: String) -> RowsChart {
+    let max = rows
+        .iter()
+        .flat_map(|row| row.values.iter().map(|value| value.value))
+        .fold(0.0_f64, f64::max);
+    let plot = ROWS_WIDTH - ROW_VALUE_ROOM;
+    let scale = |value: f64| {
+        if max > 0.0 {
+            value.max(0.0) / max * plot
+        } else {
+            0.0
+        }
+    };
+    let mut y = 0.0;
+    let placed = rows
+        .iter()
+        .map(|row| {
+            let label_y = y + ROW_LABEL - 5.0;
+            y += ROW_LABEL;
+            let bars = row
+                .values
+                .iter()
+                .map(|value| {
+                    let width = scale(value.value);
+                    let bar = RowBar {
+                        class: value.class,
+                        y: unit(y),
+                        width: unit(width),
+                        height: unit(ROW_BAR),
+                        text_x: unit(width + 4.0),
+                        text_y: unit(y + ROW_BAR - 2.0),
+                        text: value.text.clone(),
+                    };
+                    y += ROW_BAR + ROW_GAP;
+                    bar
+                })
+                .collect();
+            y += ROW_SPACE - ROW_GAP;
+            let values: Vec<String> = row
+                .values
+                .iter()
+                .map(|value| format!("{} {}", value.name, value.text))
+                .collect();
+            PlacedRow {
+                label_y: unit(label_y),
+                label: row.label.clone(),
+                bars,
+                title: format!("{}: {}", row.label, values.join(", ")),
+            }
+        })
+        .collect();
+    RowsChart {
+        view_box: format!("0 0 {ROWS_WIDTH} {}", unit(y.max(1.0))),
+        rows: placed,
+        is_empty: max <= 0.0,
+        summary,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +339,37 @@ mod tests {
         assert_eq!(grid_step(10), 5);
         assert_eq!(grid_step(100), 50);
         assert_eq!(grid_step(1_000), 500);
+    }
+
+    #[test]
+    fn horizontal_bars_share_one_scale_and_stack_down() {
+        let value = |class, value: f64| RowValue {
+            class,
+            name: class,
+            value,
+            text: format!("{value}"),
+        };
+        let chart = rows(
+            &[
+                Row {
+                    label: "One".into(),
+                    values: vec![value("reached", 10.0), value("completed", 5.0)],
+                },
+                Row {
+                    label: "Two".into(),
+                    values: vec![value("reached", 0.0), value("completed", 0.0)],
+                },
+            ],
+            "summary".into(),
+        );
+        let number = |text: &str| text.parse::<f64>().unwrap();
+        let first = &chart.rows[0];
+        assert_eq!(number(&first.bars[0].width), ROWS_WIDTH - ROW_VALUE_ROOM);
+        assert!((number(&first.bars[1].width) * 2.0 - number(&first.bars[0].width)).abs() < 0.2);
+        assert_eq!(chart.rows[1].bars[0].width, "0.0");
+        assert!(number(&chart.rows[1].label_y) > number(&first.bars[1].y));
+        assert_eq!(first.title, "One: reached 10, completed 5");
+        assert!(!chart.is_empty);
+        assert!(rows(&[], String::new()).is_empty);
     }
 }

@@ -1,6 +1,8 @@
 //! Flows: each flow with its assignments, completion rate and overdue count; a flow's page with
-//! the report's metrics, a completion-by-week chart, the assignments table (status tabs, search by
-//! e-mail, pages) and exports (CSV, Excel, PDF) that show their progress, then the download.
+//! the report's metrics, a completion-by-week chart, where people stall (the module funnel and
+//! the time per module of `flow_app::analysis`, charted and tabled), the assignments table
+//! (status tabs, search by e-mail, pages) and exports (CSV, Excel, PDF) that show their
+//! progress, then the download.
 //!
 //! Metrics, the weekly figures and exports come from the report service the API's report
 //! operation uses ([`flow_app::reports`]) and downloads from the export service, so the
@@ -16,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::analysis::{self, AnalysisRequest, FlowAnalysis};
 use flow_app::exports::{self, Opened};
 use flow_app::flows::AssignmentFilter;
 use flow_app::reports::{self, ReportAnswer, ReportQuery};
@@ -27,7 +30,7 @@ use flow_domain::report::{ExportFormat, ExportStatus, PageCursor, completion_rat
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
-use super::chart::{self, Chart, Week};
+use super::chart::{self, Chart, Row, RowValue, RowsChart, Week};
 use super::view::{Layout, Section, count, label, percent, plural};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
@@ -205,6 +208,138 @@ pub struct MetricsView {
     pub average: String,
 }
 
+/// One module's row of the efficiency table.
+pub struct ModuleEfficiency {
+    pub name: String,
+    pub reached: String,
+    pub completed: String,
+    /// Stalled in it now.
+    pub stalled: String,
+    /// Median time spent in it, or a dash.
+    pub median: String,
+    /// 90th percentile, or a dash.
+    pub p90: String,
+}
+
+/// The efficiency section of a flow's page (`flow_app::analysis` over the recent range).
+pub struct EfficiencyView {
+    /// Days the range covers.
+    pub days: i64,
+    /// Days without activity that make an open assignment stalled.
+    pub stalled_after_days: i32,
+    /// Assignments of the range.
+    pub assignments: String,
+    /// Median time to complete, or a dash.
+    pub median: String,
+    /// 90th percentile time to complete, or a dash.
+    pub p90: String,
+    /// Completed by the due date, or a dash.
+    pub on_time: String,
+    pub funnel: RowsChart,
+    pub times: RowsChart,
+    pub modules: Vec<ModuleEfficiency>,
+}
+
+/// A duration of seconds in words, or a dash.
+fn duration_text(seconds: Option<f64>) -> String {
+    seconds
+        .map(whole_seconds)
+        .map_or_else(|| "–".to_owned(), humanize_seconds)
+}
+
+impl EfficiencyView {
+    fn new(analysis: &FlowAnalysis) -> Self {
+        let request = &analysis.request;
+        let days = (request.to - request.from).num_days();
+        let funnel_rows: Vec<Row> = analysis
+            .modules
+            .iter()
+            .map(|module| Row {
+                label: module.name.clone(),
+                values: vec![
+                    RowValue {
+                        class: "bar-reached",
+                        name: "reached",
+                        value: module.reached as f64,
+                        text: count(module.reached),
+                    },
+                    RowValue {
+                        class: "bar-completed",
+                        name: "completed",
+                        value: module.completed as f64,
+                        text: count(module.completed),
+                    },
+                    RowValue {
+                        class: "bar-stalled",
+                        name: "stalled now",
+                        value: module.stalled as f64,
+                        text: count(module.stalled),
+                    },
+                ],
+            })
+            .collect();
+        let time_rows: Vec<Row> = analysis
+            .modules
+            .iter()
+            .map(|module| Row {
+                label: module.name.clone(),
+                values: vec![
+                    RowValue {
+                        class: "bar-median",
+                        name: "median",
+                        value: module.time.median.unwrap_or(0.0),
+                        text: duration_text(module.time.median),
+                    },
+                    RowValue {
+                        class: "bar-p90",
+                        name: "p90",
+                        value: module.time.p90.unwrap_or(0.0),
+                        text: duration_text(module.time.p90),
+                    },
+                ],
+            })
+            .collect();
+        let stalled: i64 = analysis.modules.iter().map(|module| module.stalled).sum();
+        Self {
+            days,
+            stalled_after_days: request.stalled_after_days,
+            assignments: count(analysis.assignments),
+            median: duration_text(analysis.time_to_complete.median),
+            p90: duration_text(analysis.time_to_complete.p90),
+            on_time: analysis::on_time_share(
+                analysis.completed_on_time,
+                analysis.completed_with_due_date,
+            )
+            .map_or_else(|| "–".to_owned(), percent),
+            funnel: chart::rows(
+                &funnel_rows,
+                format!(
+                    "For each of the {} modules, the assignments of the last {days} days that \
+                     reached it, completed it, and are stalled in it now ({stalled} in all).",
+                    analysis.modules.len()
+                ),
+            ),
+            times: chart::rows(
+                &time_rows,
+                "For each module, the median and 90th percentile of the time spent in it."
+                    .to_owned(),
+            ),
+            modules: analysis
+                .modules
+                .iter()
+                .map(|module| ModuleEfficiency {
+                    name: module.name.clone(),
+                    reached: count(module.reached),
+                    completed: count(module.completed),
+                    stalled: count(module.stalled),
+                    median: duration_text(module.time.median),
+                    p90: duration_text(module.time.p90),
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard/flow.html")]
 struct FlowPage {
@@ -216,6 +351,8 @@ struct FlowPage {
     modules: i64,
     metrics: MetricsView,
     chart: Chart,
+    /// Where people stall: the module funnel, the time per module and their table.
+    efficiency: EfficiencyView,
     tabs: Vec<Tab>,
     status: String,
     email: String,
@@ -275,6 +412,13 @@ async fn show(
     let flow = flow_app::flows::summary(&state, account.acting(), flow_id).await?;
     let layout = Layout::new(&account, Section::Flows).await;
     let answer = report_on(&state, &account, flow.id, None, None).await?;
+    let efficiency = analysis::analyse(
+        &state,
+        account.acting(),
+        flow.id,
+        AnalysisRequest::recent(account.zone(), Utc::now()),
+    )
+    .await?;
     let status = query
         .status
         .as_deref()
@@ -388,6 +532,7 @@ async fn show(
             })
             .collect(),
         chart: chart::completion_by_week(&weeks),
+        efficiency: EfficiencyView::new(&efficiency),
         tabs,
         status: status
             .map(|status| status.as_str().to_owned())

@@ -1,7 +1,8 @@
 //! The dashboard: server-rendered pages under `/dashboard` for an organization's accounts (the
 //! home page of what needs attention, API keys, webhooks and their delivery log, flows with
-//! reports and exports, assign, users and a page per person, changing and cancelling
-//! assignments, schedules, team, audit trail, and for admins the operations view of the lanes).
+//! reports and exports, assign, users and a page per person, compliance across flows, changing
+//! and cancelling assignments, schedules, team, audit trail, and for admins the operations view
+//! of the lanes).
 //!
 //! Pages are askama templates checked at compile time; every value is HTML-escaped by them.
 //! Forms are plain HTML and work without JavaScript; htmx (vendored, served from the binary) only
@@ -17,6 +18,7 @@ pub mod assign;
 pub mod audit;
 pub mod auth;
 mod chart;
+pub mod compliance;
 pub mod csv_upload;
 pub mod flows;
 pub mod home;
@@ -94,6 +96,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(flows::router())
         .merge(assign::router())
         .merge(users::router())
+        .merge(compliance::router())
         .merge(schedules::router())
         .merge(rules::router())
         .merge(actions::router())

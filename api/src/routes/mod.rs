@@ -1,5 +1,6 @@
 //! One module per resource; each exposes `router()`, and the OpenAPI document is built from them.
 
+pub mod analysis;
 pub mod assign;
 pub mod assignments;
 pub mod audit_events;
@@ -52,6 +53,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(users::router())
         .merge(flows::router())
         .merge(report::router())
+        .merge(analysis::router())
         .merge(compliance::router())
         .merge(exports::router())
         .merge(schedules::router())

@@ -1,6 +1,7 @@
 //! Postgres access, one module per aggregate. Plain SQL close to the function that uses it.
 
 pub mod accounts;
+pub mod analysis;
 pub mod assignments;
 pub mod attention;
 pub mod audit;
