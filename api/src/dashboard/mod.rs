@@ -18,6 +18,7 @@ pub mod audit;
 pub mod auth;
 mod chart;
 pub mod csv_upload;
+pub mod events;
 pub mod flows;
 pub mod home;
 pub mod keys;
@@ -95,6 +96,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(users::router())
         .merge(schedules::router())
         .merge(rules::router())
+        .merge(events::router())
         .merge(actions::router())
         .fallback(|| async { PageError::not_found() })
         .layer(sessions);
