@@ -116,8 +116,11 @@ async fn deliver(
     }
 }
 
+/// Headers of a delivery: (name, value).
+type Headers = Vec<(&'static str, String)>;
+
 /// The Standard Webhooks headers of a delivery signed with `secret` at `timestamp`.
-fn signed(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Vec<(&'static str, String)> {
+fn signed(secret: &str, id: &str, timestamp: i64, body: &[u8]) -> Headers {
     vec![
         ("webhook-id", id.to_owned()),
         ("webhook-timestamp", timestamp.to_string()),
@@ -227,7 +230,7 @@ async fn unsigned_wrong_tampered_stale_and_unknown_deliveries_are_the_same_401_a
     let body = hire("ada@example.com");
     let tampered = hire("eve@example.com");
     let good = signed(&source.secret, "msg_1", now(), &body);
-    let cases: Vec<(&str, String, Vec<u8>, Vec<(&str, String)>)> = vec![
+    let cases: Vec<(&str, String, Vec<u8>, Headers)> = vec![
         ("unsigned", source.id.clone(), body.clone(), vec![]),
         (
             "no signature",
