@@ -422,14 +422,14 @@ fn secrets(ctx: &Context, source: &SourceRecord, now: DateTime<Utc>) -> Vec<Stri
     secrets
 }
 
-/// Finds the source a delivery names and checks it is of `kind` and that `authentic` holds for
-/// one of its secrets.
+/// Finds the source a delivery names and checks it is of `kind` and that `authentic` accepts
+/// one of its secrets (else refuses, logging why `authentic` did not).
 async fn authenticate(
     ctx: &Context,
     source_id: &str,
     kind: Option<Kind>,
     now: DateTime<Utc>,
-    authentic: impl Fn(&Kind, &str) -> bool,
+    authentic: impl Fn(&Kind, &str) -> Result<(), &'static str>,
 ) -> Result<Authenticated, InboundError> {
     let Some(id) = EventSourceId::parse(source_id) else {
         return Err(refuse(source_id, "not a source id"));
@@ -446,11 +446,19 @@ async fn authenticate(
     if kind.is_some_and(|kind| kind != source_kind) {
         return Err(refuse(source_id, "not a source of this kind"));
     }
-    if !secrets(ctx, &source, now)
-        .iter()
-        .any(|secret| authentic(&source_kind, secret))
-    {
-        return Err(refuse(source_id, "signature or secret does not match"));
+    let mut why = "no secret of the source could be opened";
+    let mut accepted = false;
+    for secret in secrets(ctx, &source, now) {
+        match authentic(&source_kind, &secret) {
+            Ok(()) => {
+                accepted = true;
+                break;
+            }
+            Err(reason) => why = reason,
+        }
+    }
+    if !accepted {
+        return Err(refuse(source_id, why));
     }
     let org = orgs::get(&ctx.db, source.org_id)
         .await?
@@ -484,9 +492,12 @@ pub async fn receive(
 ) -> Result<Delivered, InboundError> {
     let signed = standard_headers(headers, now);
     let authenticated = authenticate(ctx, source_id, None, now, |kind, secret| match kind {
-        Kind::StandardWebhooks => signed.as_ref().is_some_and(|(id, timestamp, signature)| {
+        Kind::StandardWebhooks => {
+            let (id, timestamp, signature) = signed.as_ref().map_err(|why| *why)?;
             verify(secret, signature, id, *timestamp, body)
-        }),
+                .then_some(())
+                .ok_or("no v1 signature matches the body under the source's secrets")
+        }
         Kind::Okta => okta_authorized(headers, secret),
     })
     .await?;
@@ -497,10 +508,10 @@ pub async fn receive(
         ))
     })?;
     let received = match (kind, &signed) {
-        (Kind::StandardWebhooks, Some((id, timestamp, _))) => {
+        (Kind::StandardWebhooks, Ok((id, timestamp, _))) => {
             vec![standard_event(&authenticated.source, id, *timestamp, body)]
         }
-        (Kind::StandardWebhooks, None) => return Err(InboundError::Refused),
+        (Kind::StandardWebhooks, Err(_)) => return Err(InboundError::Refused),
         (Kind::Okta, _) => okta_events(&authenticated.source, body)?,
     };
     let ingested = ingest(ctx, authenticated.acting(), received, now).await?;
@@ -538,27 +549,40 @@ pub async fn verify_okta(
 }
 
 /// The Standard Webhooks headers when all three are there and the timestamp is within
-/// [`TIMESTAMP_TOLERANCE`] of `now`: (id, timestamp, signature).
+/// [`TIMESTAMP_TOLERANCE`] of `now`: (id, timestamp, signature); else why not.
 fn standard_headers(
     headers: &DeliveryHeaders,
     now: DateTime<Utc>,
-) -> Option<(String, i64, String)> {
-    let id = headers.webhook_id.as_deref().filter(|id| !id.is_empty())?;
-    let timestamp: i64 = headers.webhook_timestamp.as_deref()?.trim().parse().ok()?;
-    let signature = headers.webhook_signature.as_deref()?;
+) -> Result<(String, i64, String), &'static str> {
+    let id = headers
+        .webhook_id
+        .as_deref()
+        .filter(|id| !id.is_empty())
+        .ok_or("no webhook-id header")?;
+    let timestamp: i64 = headers
+        .webhook_timestamp
+        .as_deref()
+        .and_then(|text| text.trim().parse().ok())
+        .ok_or("no webhook-timestamp header of seconds since the epoch")?;
+    let signature = headers
+        .webhook_signature
+        .as_deref()
+        .ok_or("no webhook-signature header")?;
     let tolerance = i64::try_from(TIMESTAMP_TOLERANCE.as_secs()).unwrap_or(i64::MAX);
     if (now.timestamp() - timestamp).abs() > tolerance {
-        return None;
+        return Err("webhook-timestamp more than 5 minutes from now");
     }
-    Some((id.to_owned(), timestamp, signature.to_owned()))
+    Ok((id.to_owned(), timestamp, signature.to_owned()))
 }
 
 /// Whether the `Authorization` header is `secret` (Okta sends the configured value as it is).
-fn okta_authorized(headers: &DeliveryHeaders, secret: &str) -> bool {
+fn okta_authorized(headers: &DeliveryHeaders, secret: &str) -> Result<(), &'static str> {
     headers
         .authorization
         .as_deref()
         .is_some_and(|presented| same_secret(secret, presented.trim()))
+        .then_some(())
+        .ok_or("the Authorization header is missing or not the source's secret")
 }
 
 /// The event of a Standard Webhooks delivery: id the `webhook-id`, type from the source's
@@ -724,14 +748,20 @@ mod tests {
             webhook_signature: Some("v1,abc".into()),
             authorization: None,
         };
-        assert!(standard_headers(&headers(0), now).is_some());
-        assert!(standard_headers(&headers(-300), now).is_some());
-        assert!(standard_headers(&headers(-301), now).is_none());
-        assert!(standard_headers(&headers(301), now).is_none());
+        assert!(standard_headers(&headers(0), now).is_ok());
+        assert!(standard_headers(&headers(-300), now).is_ok());
+        assert_eq!(
+            standard_headers(&headers(-301), now),
+            Err("webhook-timestamp more than 5 minutes from now")
+        );
+        assert!(standard_headers(&headers(301), now).is_err());
         let without_id = DeliveryHeaders {
             webhook_id: None,
             ..headers(0)
         };
-        assert!(standard_headers(&without_id, now).is_none());
+        assert_eq!(
+            standard_headers(&without_id, now),
+            Err("no webhook-id header")
+        );
     }
 }
