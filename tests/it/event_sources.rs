@@ -918,6 +918,41 @@ async fn the_events_page_creates_a_source_showing_its_secret_once_and_manages_tr
     let listed = client.page("/dashboard/events").await;
     assert!(listed.contains("No signed sources"), "{listed}");
     assert!(listed.contains("No triggers yet"), "{listed}");
+
+    // Another organization's source is not found here; a viewer sees the page but changes nothing.
+    let other = app.create_org(Tier::Standard).await;
+    let theirs = create_source(&app, &other, hr_source()).await;
+    for action in ["rotate", "delete"] {
+        let page = client
+            .post_form(
+                &format!("/dashboard/events/sources/{}/{action}", theirs.id),
+                &[],
+            )
+            .await;
+        assert_eq!(page.status, 404, "{action}");
+    }
+    assert_eq!(
+        app.get(&other, &format!("/v1/event-sources/{}", theirs.id))
+            .await
+            .body["secretRotatedAt"],
+        Value::Null
+    );
+    let viewer = flow_tests::dashboard::DashboardClient::signed_in(
+        &app,
+        org.id,
+        "viewer@example.com",
+        flow_tests::dashboard::role("viewer"),
+    )
+    .await;
+    assert!(viewer.page("/dashboard/events").await.contains("Events in"));
+    let refused = viewer
+        .post_form(
+            "/dashboard/events/sources",
+            &[("name", "HR"), ("kind", "okta")],
+        )
+        .await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(count(&app, "SELECT count(*) FROM event_sources").await, 1);
 }
 
 /// A writer that keeps everything a subscriber writes.
