@@ -23,6 +23,7 @@ mod detailed_reports;
 mod enrollment_rules;
 mod erasure;
 mod errors;
+mod event_sources;
 mod events_in;
 mod exactly_once;
 mod export_fairness;

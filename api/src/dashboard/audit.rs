@@ -87,6 +87,7 @@ async fn list(
                     "account" => "Dashboard",
                     "api_key" => "API",
                     "scheduler" => "Scheduler",
+                    "event_source" => "Event source",
                     _ => "flowctl",
                 },
                 action: row.action.description(),

@@ -20,6 +20,7 @@ pub mod auth;
 mod chart;
 pub mod compliance;
 pub mod csv_upload;
+pub mod events;
 pub mod flows;
 pub mod home;
 pub mod keys;
@@ -99,6 +100,7 @@ pub fn router(state: &AppState) -> Router<AppState> {
         .merge(compliance::router())
         .merge(schedules::router())
         .merge(rules::router())
+        .merge(events::router())
         .merge(actions::router())
         .fallback(|| async { PageError::not_found() })
         .layer(sessions);

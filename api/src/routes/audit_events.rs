@@ -36,9 +36,11 @@ pub struct AuditEventView {
     #[serde(serialize_with = "timestamp::serialize")]
     #[schema(value_type = String, format = DateTime)]
     pub occurred_at: DateTime<Utc>,
-    /// Through what: `account` (the dashboard), `api_key`, `flowctl` or `scheduler`.
+    /// Through what: `account` (the dashboard), `api_key`, `flowctl`, `scheduler` or
+    /// `event_source` (a signed delivery to `/v1/events/inbound/{sourceId}`).
     pub actor_kind: String,
-    /// Who: the account's e-mail, the API key's prefix, `flowctl` or `scheduler`.
+    /// Who: the account's e-mail, the API key's prefix, `flowctl`, `scheduler` or
+    /// `event source evs_…`.
     pub actor: String,
     /// What was done, e.g. `assignment.cancelled`, `key.created`.
     pub action: AuditAction,

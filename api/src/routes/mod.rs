@@ -7,11 +7,13 @@ pub mod audit_events;
 pub mod bulk;
 pub mod compliance;
 pub mod enrollment_rules;
+pub mod event_sources;
 pub mod event_triggers;
 pub mod events;
 pub mod exports;
 pub mod flows;
 pub mod health;
+pub mod inbound;
 pub mod pagination;
 pub mod progress;
 pub mod report;
@@ -62,6 +64,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(enrollment_rules::router())
         .merge(event_triggers::router())
         .merge(events::router())
+        .merge(event_sources::router())
+        .merge(inbound::router())
         .merge(user_erasure::router())
         .merge(webhooks::router())
 }

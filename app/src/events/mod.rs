@@ -14,6 +14,7 @@
 //! kept [`RETENTION_DAYS`] days ([`prune`]).
 
 pub mod cloudevent;
+pub mod sources;
 pub mod triggers;
 
 use std::collections::{HashMap, HashSet};

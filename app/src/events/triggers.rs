@@ -125,7 +125,7 @@ pub struct TriggerInput {
 
 /// Checks a JSON Pointer (RFC 6901): empty (the whole event) or `/`-separated tokens, `~` only
 /// as `~0` or `~1`, at most [`MAX_POINTER_CHARS`].
-fn parse_pointer(field: &str, text: &str) -> Result<String, Invalid> {
+pub(crate) fn parse_pointer(field: &str, text: &str) -> Result<String, Invalid> {
     if text.chars().count() > MAX_POINTER_CHARS {
         return Err(Invalid(format!(
             "{field} must be at most {MAX_POINTER_CHARS} characters"

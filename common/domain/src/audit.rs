@@ -81,6 +81,12 @@ string_enum!(
         EventTriggerDeleted => "event_trigger.deleted",
         /// An inbound event's trigger assigned a flow.
         EventTriggerAssigned => "event_trigger.assigned",
+        /// A signed event source was created.
+        EventSourceCreated => "event_source.created",
+        /// A signed event source's secret was rotated.
+        EventSourceSecretRotated => "event_source.secret_rotated",
+        /// A signed event source was deleted.
+        EventSourceDeleted => "event_source.deleted",
     }
 );
 
@@ -125,6 +131,9 @@ impl AuditAction {
             Self::EventTriggerUpdated => "Changed an event trigger",
             Self::EventTriggerDeleted => "Deleted an event trigger",
             Self::EventTriggerAssigned => "An inbound event's trigger assigned a flow",
+            Self::EventSourceCreated => "Created a signed event source",
+            Self::EventSourceSecretRotated => "Rotated an event source's secret",
+            Self::EventSourceDeleted => "Deleted a signed event source",
         }
     }
 }

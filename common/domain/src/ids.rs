@@ -126,6 +126,11 @@ define_id!(
     EventTriggerId, "etr"
 );
 define_id!(
+    /// A signed event source: a sender without an API key posting to
+    /// `/v1/events/inbound/{id}` (docs/events.md).
+    EventSourceId, "evs"
+);
+define_id!(
     /// A backfill of an enrollment rule: a background job assigning everyone it matches.
     BackfillId, "bkf"
 );

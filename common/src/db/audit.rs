@@ -7,7 +7,7 @@
 
 use chrono::{DateTime, Utc};
 use flow_domain::audit::AuditAction;
-use flow_domain::ids::{KeyId, OrgId};
+use flow_domain::ids::{EventSourceId, KeyId, OrgId};
 use sqlx::{FromRow, PgExecutor};
 
 /// Who made a change.
@@ -21,16 +21,20 @@ pub enum Actor<'a> {
     Flowctl,
     /// The scheduler, on its own (evaluating enrollment rules a write left pending).
     Scheduler,
+    /// A signed event source's delivery (no API key), recorded as `event source evs_…`.
+    EventSource(EventSourceId),
 }
 
 impl<'a> Actor<'a> {
-    /// The actor's kind as stored (`account`, `api_key`, `flowctl` or `scheduler`).
+    /// The actor's kind as stored (`account`, `api_key`, `flowctl`, `scheduler` or
+    /// `event_source`).
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Account(_) => "account",
             Self::ApiKey(_) => "api_key",
             Self::Flowctl => "flowctl",
             Self::Scheduler => "scheduler",
+            Self::EventSource(_) => "event_source",
         }
     }
 
@@ -54,6 +58,16 @@ impl<'a> Actor<'a> {
         }
     }
 
+    /// What the actor column holds for the kinds named by text: an account's e-mail, an event
+    /// source's id.
+    fn named(&self) -> Option<String> {
+        match self {
+            Self::Account(email) => Some((*email).to_owned()),
+            Self::EventSource(id) => Some(format!("event source {id}")),
+            _ => None,
+        }
+    }
+
     /// The API key, for a key.
     pub fn key(&self) -> Option<KeyId> {
         match self {
@@ -64,12 +78,13 @@ impl<'a> Actor<'a> {
 }
 
 /// What the actor column holds, computed in SQL so an API key is named by its prefix without a
-/// lookup by the caller. Parameters: `$2` kind, `$3` account e-mail, `$4` key id.
+/// lookup by the caller. Parameters: `$2` kind, `$3` account e-mail (or event source), `$4` key id.
 const ACTOR_SQL: &str = "CASE $2
         WHEN 'account' THEN $3
         WHEN 'api_key' THEN COALESCE((SELECT k.prefix || '…' FROM api_keys k WHERE k.id = $4),
                                      'an API key')
         WHEN 'scheduler' THEN 'scheduler'
+        WHEN 'event_source' THEN $3
         ELSE 'flowctl' END";
 
 /// Records a change of `org_id`'s control plane: `action` (e.g. [`AuditAction::KeyRevoked`]) on
@@ -88,7 +103,7 @@ pub async fn record<'e>(
     )))
     .bind(org_id)
     .bind(actor.kind())
-    .bind(actor.account())
+    .bind(actor.named())
     .bind(actor.key())
     .bind(action)
     .bind(target)
@@ -115,7 +130,7 @@ pub async fn record_many<'e>(
     )))
     .bind(org_id)
     .bind(actor.kind())
-    .bind(actor.account())
+    .bind(actor.named())
     .bind(actor.key())
     .bind(action)
     .bind(targets)
@@ -145,7 +160,7 @@ pub async fn record_changes<'e>(
     )))
     .bind(org_id)
     .bind(actor.kind())
-    .bind(actor.account())
+    .bind(actor.named())
     .bind(actor.key())
     .bind(action)
     .bind(change_ids)
@@ -171,7 +186,7 @@ pub async fn record_for_key<'e>(
     )))
     .bind(key_id)
     .bind(actor.kind())
-    .bind(actor.account())
+    .bind(actor.named())
     .bind(actor.key())
     .bind(action)
     .bind(key_id.to_string())
@@ -187,7 +202,7 @@ pub struct AuditEvent {
     pub id: i64,
     /// When it happened.
     pub occurred_at: DateTime<Utc>,
-    /// `account`, `api_key`, `flowctl` or `scheduler`.
+    /// `account`, `api_key`, `flowctl`, `scheduler` or `event_source`.
     pub actor_kind: String,
     /// The account's e-mail, the key's prefix, or `flowctl`.
     pub actor: String,

@@ -12,6 +12,7 @@ pub mod dead_letters;
 pub mod enrollment_backfills;
 pub mod enrollment_rules;
 pub mod erasure;
+pub mod event_sources;
 pub mod event_triggers;
 pub mod exports;
 pub mod flows;

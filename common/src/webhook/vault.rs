@@ -139,6 +139,12 @@ impl SecretVault {
     /// The form to store `secret` of `endpoint` in: sealed for that endpoint, or as it is in the
     /// demo without a key.
     pub fn seal(&self, endpoint: WebhookEndpointId, secret: &str) -> Result<String, VaultError> {
+        self.seal_bound(&endpoint.to_string(), secret)
+    }
+
+    /// The form to store `secret` in, sealed for `binding` (the id of what owns it, e.g. an
+    /// event source's `evs_…`): a sealed secret moved to another owner does not open.
+    pub fn seal_bound(&self, binding: &str, secret: &str) -> Result<String, VaultError> {
         use aes_gcm::aead::{Aead as _, Payload};
         let Some(cipher) = self.cipher()? else {
             return match self.plaintext_allowed {
@@ -147,7 +153,7 @@ impl SecretVault {
             };
         };
         let nonce: [u8; 12] = rand::random();
-        let associated = endpoint.to_string();
+        let associated = binding;
         let mut sealed = nonce.to_vec();
         sealed.extend(
             cipher
@@ -165,11 +171,16 @@ impl SecretVault {
 
     /// The secret of `endpoint` from its stored form (any of [`StoredForm`]).
     pub fn open(&self, endpoint: WebhookEndpointId, stored: &str) -> Result<String, VaultError> {
+        self.open_bound(&endpoint.to_string(), stored)
+    }
+
+    /// The secret sealed for `binding` (see [`SecretVault::seal_bound`]) from its stored form.
+    pub fn open_bound(&self, binding: &str, stored: &str) -> Result<String, VaultError> {
         use aes_gcm::aead::{Aead as _, Payload};
         let (encoded, associated) = match StoredForm::of(stored) {
             StoredForm::Plain => return Ok(stored.to_owned()),
-            StoredForm::SealedV1 => (&stored[SEALED_V1.len()..], String::new()),
-            StoredForm::SealedV2 => (&stored[SEALED_V2.len()..], endpoint.to_string()),
+            StoredForm::SealedV1 => (&stored[SEALED_V1.len()..], ""),
+            StoredForm::SealedV2 => (&stored[SEALED_V2.len()..], binding),
         };
         let cipher = self.cipher()?.ok_or(VaultError::NoKey)?;
         let sealed = BASE64.decode(encoded).map_err(|_| VaultError::Corrupt)?;

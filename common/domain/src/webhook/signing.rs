@@ -51,6 +51,20 @@ pub fn signature_header(secrets: &[&str], message_id: &str, timestamp: i64, body
         .collect::<Vec<_>>()
         .join(" ")
 }
+/// True when `presented` is `secret` (a shared secret sent as is, as Okta's event hooks send
+/// theirs), compared in constant time: both are MACed under one key and the tags compared.
+pub fn same_secret(secret: &str, presented: &str) -> bool {
+    let tag = |text: &str| {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(b"flow.same_secret")
+            .expect("HMAC takes keys of any length");
+        mac.update(text.as_bytes());
+        mac
+    };
+    tag(presented)
+        .verify_slice(&tag(secret).finalize().into_bytes())
+        .is_ok()
+}
+
 /// True when one of the signatures in `header` is `secret`'s signature of the message (what a
 /// receiver checks). Each tag is compared in constant time.
 pub fn verify(secret: &str, header: &str, message_id: &str, timestamp: i64, body: &[u8]) -> bool {
@@ -116,6 +130,15 @@ mod tests {
                 "{header}"
             );
         }
+    }
+
+    #[test]
+    fn same_secret_is_equality() {
+        let secret = generate_secret();
+        assert!(same_secret(&secret, &secret.clone()));
+        assert!(!same_secret(&secret, &generate_secret()));
+        assert!(!same_secret(&secret, ""));
+        assert!(!same_secret(&secret, &secret[..secret.len() - 1]));
     }
 
     #[test]
