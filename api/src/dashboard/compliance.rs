@@ -242,6 +242,7 @@ async fn show(
         as_of: None,
         cursor: query.cursor.clone(),
         limit: Some(PAGE_SIZE),
+        format: None,
     };
     let outcome = match service::check(fields, account.zone(), Utc::now()) {
         Ok(request) => service::report(&state, account.acting(), request).await,

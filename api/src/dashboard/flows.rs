@@ -641,8 +641,8 @@ fn in_words(items: &[&str]) -> String {
 /// The state of an export as its panel shows it.
 pub struct ExportView {
     pub id: String,
-    /// Flow id.
-    pub flow_id: String,
+    /// Where it was asked from: its flow's page, or the Compliance page.
+    pub back: String,
     /// CSV, Excel or PDF.
     pub format: String,
     /// pending, running, ready, failed or expired.
@@ -661,6 +661,17 @@ pub struct ExportView {
     pub expires: String,
     /// File name.
     pub file_name: String,
+}
+
+impl ExportView {
+    /// What [`Self::back`] leads to, in words.
+    pub fn back_label(&self) -> &'static str {
+        if self.back.starts_with("/dashboard/flows/") {
+            "the flow"
+        } else {
+            "the compliance report"
+        }
+    }
 }
 
 #[derive(Template, WebTemplate)]
@@ -689,10 +700,10 @@ async fn export_status(
     let status = exports::status_at(&export, Utc::now());
     let view = ExportView {
         id: export.id.to_string(),
-        flow_id: export
-            .flow_id
-            .map(|flow_id| flow_id.to_string())
-            .unwrap_or_default(),
+        back: export.flow_id.map_or_else(
+            || "/dashboard/compliance".to_owned(),
+            |flow_id| format!("/dashboard/flows/{flow_id}"),
+        ),
         format: export.format.label().to_owned(),
         status: status.as_str().to_owned(),
         progress: percent(export.progress_percent()),
