@@ -205,6 +205,9 @@ mod tests {
                 "event_trigger.updated",
                 "event_trigger.deleted",
                 "event_trigger.assigned",
+                "event_source.created",
+                "event_source.secret_rotated",
+                "event_source.deleted",
             ]
         );
     }
