@@ -647,7 +647,23 @@ async fn the_flow_page_shows_the_funnel_and_the_time_per_module() {
     )
     .await;
 
-    let html = client.page(&format!("/dashboard/flows/{flow_id}")).await;
+    // The flow's page loads the section after it is shown (htmx); without script the section has
+    // a page of its own with the same figures.
+    let page = client.page(&format!("/dashboard/flows/{flow_id}")).await;
+    assert!(
+        page.contains(&format!(
+            r#"hx-get="/dashboard/flows/{flow_id}/efficiency" hx-trigger="load""#
+        )),
+        "{page}"
+    );
+    let own_page = client
+        .page(&format!("/dashboard/flows/{flow_id}/efficiency"))
+        .await;
+    assert!(own_page.contains("id=\"funnel-table\""), "{own_page}");
+    let html = client
+        .get_htmx(&format!("/dashboard/flows/{flow_id}/efficiency"))
+        .await;
+    assert!(!html.contains("<nav"), "a fragment: {html}");
     assert!(html.contains("id=\"funnel-chart\""), "{html}");
     assert!(html.contains("id=\"module-time-chart\""));
     // Alpha: reached 2, completed 2, stalled 0; times 1 hour and 10 days: median 433,800 s

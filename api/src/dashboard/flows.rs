@@ -1,6 +1,6 @@
 //! Flows: each flow with its assignments, completion rate and overdue count; a flow's page with
 //! the report's metrics, a completion-by-week chart, where people stall (the module funnel and
-//! the time per module of `flow_app::analysis`, charted and tabled), the assignments table
+//! the time per module of `flow_app::analysis`, charted and tabled, loaded after the page), the assignments table
 //! (status tabs, search by e-mail, pages) and exports (CSV, Excel, PDF) that show their
 //! progress, then the download.
 //!
@@ -47,6 +47,7 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/flows", get(list))
         .route("/flows/{id}", get(show))
+        .route("/flows/{id}/efficiency", get(efficiency))
         .route("/flows/{id}/exports", post(request_export))
         .route("/exports/{id}", get(export_status))
         .route("/exports/{id}/download", get(download))
@@ -351,8 +352,6 @@ struct FlowPage {
     modules: i64,
     metrics: MetricsView,
     chart: Chart,
-    /// Where people stall: the module funnel, the time per module and their table.
-    efficiency: EfficiencyView,
     tabs: Vec<Tab>,
     status: String,
     email: String,
@@ -412,13 +411,6 @@ async fn show(
     let flow = flow_app::flows::summary(&state, account.acting(), flow_id).await?;
     let layout = Layout::new(&account, Section::Flows).await;
     let answer = report_on(&state, &account, flow.id, None, None).await?;
-    let efficiency = analysis::analyse(
-        &state,
-        account.acting(),
-        flow.id,
-        AnalysisRequest::recent(account.zone(), Utc::now()),
-    )
-    .await?;
     let status = query
         .status
         .as_deref()
@@ -532,7 +524,6 @@ async fn show(
             })
             .collect(),
         chart: chart::completion_by_week(&weeks),
-        efficiency: EfficiencyView::new(&efficiency),
         tabs,
         status: status
             .map(|status| status.as_str().to_owned())
@@ -636,6 +627,52 @@ fn in_words(items: &[&str]) -> String {
         Some((last, [])) => (*last).to_owned(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
     }
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/flow_efficiency.html")]
+struct EfficiencySection {
+    efficiency: EfficiencyView,
+}
+
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/flow_efficiency_page.html")]
+struct EfficiencyPage {
+    layout: Layout,
+    id: String,
+    name: String,
+    efficiency: EfficiencyView,
+}
+
+/// Where people stall in a flow (`flow_app::analysis` over the last 90 days): the section the
+/// flow's page loads after it is shown (htmx), so a flow with a long history shows its report
+/// and assignments at once; without script, a page of its own.
+async fn efficiency(
+    State(state): State<AppState>,
+    account: SignedIn,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> PageResult {
+    let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
+    let flow = flow_app::flows::summary(&state, account.acting(), flow_id).await?;
+    let analysed = analysis::analyse(
+        &state,
+        account.acting(),
+        flow.id,
+        AnalysisRequest::recent(account.zone(), Utc::now()),
+    )
+    .await?;
+    let efficiency = EfficiencyView::new(&analysed);
+    if super::is_htmx(&headers) {
+        return Ok(EfficiencySection { efficiency }.into_response());
+    }
+    Ok(EfficiencyPage {
+        layout: Layout::new(&account, Section::Flows).await,
+        id: flow.id.to_string(),
+        name: flow.name.clone(),
+        efficiency,
+    }
+    .into_response())
 }
 
 /// The state of an export as its panel shows it.
