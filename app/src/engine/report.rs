@@ -92,11 +92,21 @@ impl Report {
                 None => Ok(None),
             }
         };
-        let (metrics, schedules, aggregates) = futures::try_join!(
+        // Every lane is awaited, so a failure is reported by its root cause (see [`root_cause`]).
+        let (metrics, schedules, aggregates) = match futures::join!(
             metrics(snapshot, &scope),
             schedules(snapshot, &scope),
             aggregates
-        )?;
+        ) {
+            (Ok(metrics), Ok(schedules), Ok(aggregates)) => (metrics, schedules, aggregates),
+            (metrics, schedules, aggregates) => {
+                return Err(root_cause([
+                    metrics.err(),
+                    schedules.err(),
+                    aggregates.err(),
+                ]));
+            }
+        };
         Ok(Self {
             generated_at: snapshot.now(),
             scope,
@@ -113,10 +123,13 @@ impl Report {
         request: PageRequest,
     ) -> Result<(Self, Page), ReportError> {
         let scope = scope(parameters, snapshot.now());
-        futures::try_join!(
+        match futures::join!(
             Self::read(snapshot, parameters),
             page(snapshot, &scope, parameters.detailed, request)
-        )
+        ) {
+            (Ok(report), Ok(page)) => Ok((report, page)),
+            (report, page) => Err(root_cause([report.err(), page.err()])),
+        }
     }
 
     /// How many rows an export of this report in `format` holds: every row the status filter
@@ -182,6 +195,28 @@ fn scope(parameters: &ReportParameters, now: DateTime<Utc>) -> Scope {
         status: parameters.status,
         include_cancelled: parameters.include_cancelled,
     }
+}
+
+/// The error of lanes that ran at once to report: the first that is not a helper's failure to
+/// import the snapshot. When the snapshot's own transaction fails (a query on its own lane), a
+/// helper importing it at that moment fails too ("could not import the requested snapshot"):
+/// that is a consequence, and an operator needs the cause.
+fn root_cause<const N: usize>(errors: [Option<ReportError>; N]) -> ReportError {
+    let mut errors: Vec<ReportError> = errors.into_iter().flatten().collect();
+    let cause = errors
+        .iter()
+        .position(|error| !is_snapshot_import_failure(error))
+        .unwrap_or(0);
+    errors.swap_remove(cause)
+}
+
+/// Whether `error` is a helper lane's failed `SET TRANSACTION SNAPSHOT`.
+fn is_snapshot_import_failure(error: &ReportError) -> bool {
+    matches!(
+        error,
+        ReportError::Database(sqlx::Error::Database(database))
+            if database.message().contains("could not import the requested snapshot")
+    )
 }
 
 /// The metrics source: figures over every assignment of the range.
