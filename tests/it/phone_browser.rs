@@ -183,6 +183,11 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         ("/dashboard".into(), "home", Some("Home")),
         ("/dashboard/flows".into(), "flows", Some("Flows")),
         (format!("/dashboard/flows/{flow}"), "flow", Some("Flows")),
+        (
+            format!("/dashboard/flows/{flow}/efficiency"),
+            "flow-efficiency",
+            Some("Flows"),
+        ),
         ("/dashboard/assign".into(), "assign", Some("Assign")),
         ("/dashboard/users".into(), "users", Some("Users")),
         (format!("/dashboard/users/{user}"), "person", Some("Users")),
@@ -200,6 +205,7 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         ("/dashboard/rules".into(), "rules", Some("Rules")),
         ("/dashboard/rules/new".into(), "rule-new", Some("Rules")),
         (format!("/dashboard/rules/{rule}"), "rule", Some("Rules")),
+        ("/dashboard/events".into(), "events", Some("Rules")),
         ("/dashboard/webhooks".into(), "webhooks", Some("Webhooks")),
         (
             "/dashboard/webhooks/new".into(),
