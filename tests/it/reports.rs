@@ -607,6 +607,57 @@ async fn aggregates_cut_periods_in_the_organization_zone_across_daylight_saving(
 }
 
 #[tokio::test]
+async fn an_empty_period_has_no_completion_rate_rather_than_zero() {
+    let app = TestApp::spawn().await;
+    let org = create_org_in_zone(&app, Tier::Standard, "UTC", Some(10_000)).await;
+    let flow = create_flow(&app, &org, "Gaps", &["Review"]).await;
+    // Weeks 2026-W10 and 2026-W12 have assignments; 2026-W11 between them has none.
+    for (email, assigned, status) in [
+        ("g1@example.com", "2026-03-03T10:00:00Z", "completed"),
+        ("g2@example.com", "2026-03-17T10:00:00Z", "pending"),
+    ] {
+        let mut fixture = Fixture::new(email, assigned, status);
+        if status == "completed" {
+            fixture = fixture
+                .started("2026-03-04T10:00:00Z")
+                .completed("2026-03-04T12:00:00Z");
+        }
+        insert_assignment(&app, &org, &flow, &fixture).await;
+    }
+    let body = report_ok(
+        &app,
+        &org,
+        json!({ "flowId": flow.id.to_string(),
+                "aggregate": { "by": "week", "metrics": ["completion_rate"] } }),
+    )
+    .await;
+    let rates: Vec<(Value, Value, Value)> = periods(&body)
+        .iter()
+        .map(|period| {
+            (
+                period["period"].clone(),
+                period["totalAssignments"].clone(),
+                period["completionRate"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rates,
+        [
+            (json!("2026-W10"), json!(1), json!(100.0)),
+            (json!("2026-W11"), json!(0), Value::Null),
+            (json!("2026-W12"), json!(1), json!(0.0)),
+        ]
+    );
+    // Null, not absent: the rate was asked for.
+    assert!(
+        periods(&body)[1]
+            .as_object()
+            .is_some_and(|period| period.contains_key("completionRate"))
+    );
+}
+
+#[tokio::test]
 async fn iso_weeks_cross_the_year_boundary() {
     let app = TestApp::spawn().await;
     let org = create_org_in_zone(&app, Tier::Standard, "UTC", Some(10_000)).await;

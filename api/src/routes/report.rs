@@ -419,9 +419,11 @@ pub struct AggregateView {
     /// Of those, overdue now (overdue_assignments).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overdue_assignments: Option<i64>,
-    /// completed / total × 100, one decimal (completion_rate).
+    /// completed / total × 100, one decimal (completion_rate); null for a period without
+    /// assignments (no data, rather than 0 %).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub completion_rate: Option<f64>,
+    #[schema(value_type = Option<f64>)]
+    pub completion_rate: Option<Option<f64>>,
     /// Mean of completedAt − startedAt over completed ones, as text; null when none
     /// (average_duration).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -448,7 +450,7 @@ impl AggregateView {
             overdue_assignments: wants(AggregateMetric::OverdueAssignments)
                 .then_some(row.overdue()),
             completion_rate: wants(AggregateMetric::CompletionRate)
-                .then(|| completion_rate(row.completed, row.total)),
+                .then(|| (row.total > 0).then(|| completion_rate(row.completed, row.total))),
             average_duration: wants(AggregateMetric::AverageDuration)
                 .then(|| seconds.map(humanize_seconds)),
             average_duration_seconds: wants(AggregateMetric::AverageDuration).then_some(seconds),
