@@ -849,3 +849,165 @@ async fn an_event_recorded_while_the_broker_is_down_acts_once_when_sent_again() 
     assert!(published.is_some(), "marked published");
     assert!(command.is_none(), "a published command is not kept");
 }
+
+/// A trigger cancelling the open assignment of `flow` on leave events (e-mail at `/data/email`).
+fn on_leave(flow: &str) -> Value {
+    json!({
+        "name": "Leavers",
+        "match": {"type": "com.example.hr.employee.left"},
+        "userEmailPointer": "/data/email",
+        "action": "cancel",
+        "flowId": flow,
+    })
+}
+
+/// A leave event for `email` with id `id`.
+fn left(id: &str, email: &str) -> Value {
+    json!({
+        "specversion": "1.0", "id": id, "source": "https://hr.example.com",
+        "type": "com.example.hr.employee.left", "data": {"email": email}
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leave_sent_before_the_hire_is_persisted_cancels_the_assignment_once_it_is() {
+    let mut app = TestApp::spawn_with(TestOptions {
+        scheduler: true,
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, &["ada@example.com", "bob@example.com"])
+        .await;
+    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
+    create_trigger(&app, &org, on_hire(&flow)).await;
+    create_trigger(&app, &org, on_leave(&flow)).await;
+    // No assign-worker: the hires' commands stay queued while the leaves arrive.
+    app.assign_worker.take().expect("worker").kill();
+    let hire = send(&app, &org, &hired("h-ada", "ada@example.com")).await;
+    assert_eq!(hire["status"], "accepted", "{hire}");
+    let ada = hire["assignmentIds"][0].as_str().expect("id").to_owned();
+    let leave = send(&app, &org, &left("l-ada", "ada@example.com")).await;
+    assert_eq!(leave["status"], "accepted", "{leave}");
+    assert_eq!(leave["assignmentIds"], json!([ada]));
+    // Hire and leave in one request: the leave takes the assignment the hire is making.
+    let both = send_batch(
+        &app,
+        &org,
+        &[
+            hired("h-bob", "bob@example.com"),
+            left("l-bob", "bob@example.com"),
+        ],
+    )
+    .await;
+    assert_eq!(both[0]["status"], "accepted", "{both:?}");
+    assert_eq!(both[1]["status"], "accepted", "{both:?}");
+    assert_eq!(both[1]["assignmentIds"], both[0]["assignmentIds"]);
+    let bob = both[0]["assignmentIds"][0].as_str().expect("id").to_owned();
+    // A second leave finds nothing left to cancel: the first took it.
+    let again = send(&app, &org, &left("l-ada-2", "ada@example.com")).await;
+    assert_eq!(again["status"], "ignored", "{again}");
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbound_event_actions
+         WHERE action = 'cancel' AND waits AND published_at IS NULL",
+    )
+    .fetch_one(&app.db)
+    .await
+    .expect("waiting");
+    assert_eq!(waiting, 2, "both cancels wait for their assignments");
+    app.assign_worker = Some(app.start_assign_worker());
+    for id in [&ada, &bob] {
+        let cancelled = app.wait_for_status(&org, id, "cancelled").await;
+        assert!(
+            cancelled["cancellationReason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("Leavers"),
+            "{cancelled}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for id in [&ada, &bob] {
+        assert_eq!(app.events_of(id).await, ["flow.assigned", "flow.cancelled"]);
+    }
+    assert_eq!(app.assignment_count().await, 2);
+    let unpublished: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM inbound_event_actions WHERE published_at IS NULL")
+            .fetch_one(&app.db)
+            .await
+            .expect("unpublished");
+    assert_eq!(unpublished, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_sent_to_two_replicas_with_the_worker_killed_assign_each_person_once() {
+    let mut app = TestApp::spawn().await;
+    let replica = app.start_api_replica().await;
+    let org = app.create_org_with(Tier::Enterprise, Some(1_000_000)).await;
+    let flow = app.create_flow(&org, "Onboarding", &[10]).await;
+    let emails: Vec<String> = (0..200).map(|i| format!("e{i:03}@example.com")).collect();
+    let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
+    app.create_users(&org, &refs).await;
+    create_trigger(&app, &org, on_hire(&flow)).await;
+    let events: Vec<Value> = emails
+        .iter()
+        .map(|email| hired(&format!("hire-{email}"), email))
+        .collect();
+    let bases = [app.base_url.clone(), replica];
+    // Every round sends every event to both replicas at once, in batches of 50; the worker dies
+    // after the first round and comes back after the third.
+    for round in 0..5 {
+        let (client, key, events) = (&app.client, &org.key, &events);
+        let sends = bases.iter().flat_map(|base| {
+            events.chunks(50).map(move |chunk| {
+                let body = Value::Array(chunk.to_vec()).to_string();
+                client
+                    .post(format!("{base}/v1/events"))
+                    .bearer_auth(key)
+                    .header("content-type", BATCH)
+                    .body(body)
+                    .send()
+            })
+        });
+        let answers = futures::future::join_all(sends).await;
+        for answer in answers {
+            let answer = answer.expect("sent");
+            assert_eq!(answer.status(), 202, "round {round}");
+            let body: Value = answer.json().await.expect("json");
+            for result in body["results"].as_array().expect("results") {
+                assert!(
+                    result["status"] == "accepted" || result["status"] == "duplicate",
+                    "round {round}: {result}"
+                );
+            }
+        }
+        if round == 0 {
+            app.assign_worker.take().expect("worker").kill();
+        }
+        if round == 2 {
+            app.assign_worker = Some(app.start_assign_worker());
+        }
+    }
+    app.eventually(Duration::from_secs(60), "every assignment", || async {
+        (app.assignment_count().await == 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (assignments, people, events, accepted, actions): (i64, i64, i64, i64, i64) =
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM assignments WHERE org_id = $1),
+                    (SELECT count(DISTINCT user_id) FROM assignments WHERE org_id = $1),
+                    (SELECT count(*) FROM outbox
+                     WHERE org_id = $1 AND event_type = 'flow.assigned'),
+                    (SELECT count(*) FROM inbound_events WHERE org_id = $1),
+                    (SELECT count(*) FROM inbound_event_actions WHERE org_id = $1)",
+        )
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("counts");
+    assert_eq!(
+        (assignments, people, events, accepted, actions),
+        (200, 200, 200, 200, 200)
+    );
+}

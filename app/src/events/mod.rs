@@ -12,6 +12,12 @@
 //! published again by the next request carrying the event, or by the scheduler's sweep
 //! ([`republish_stale`]); its ids are derived, so the assign-worker applies it once. Events are
 //! kept [`RETENTION_DAYS`] days ([`prune`]).
+//!
+//! A cancel finds the person's open assignment of the flow; when there is none but an earlier
+//! event (of the same request or an earlier one) is still making one — its command queued, not
+//! persisted yet — the cancel takes that one and waits: the sweep publishes it once the
+//! assignment is persisted (or drops it if its command failed), so "hired" then "left" sent in
+//! quick succession ends cancelled, not assigned.
 
 pub mod cloudevent;
 pub mod sources;
@@ -22,7 +28,7 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use flow_common::amqp::{BatchPublisher, Lane, QueueKind, Submission};
 use flow_common::db::audit::{self, Actor};
-use flow_common::db::inbound_events::{self as db, ActionRecord, NewAction, Person};
+use flow_common::db::inbound_events::{self as db, ActionRecord, CancelTarget, NewAction, Person};
 use flow_common::db::orgs::{self, Organization};
 use flow_domain::audit::AuditAction;
 use flow_domain::ids::{AssignmentId, AutomaticCancel, EventActionKey, FlowId, UserId};
@@ -105,8 +111,11 @@ struct Resolved<'t> {
     trigger: &'t Trigger,
     person: Person,
     due_at: Option<DateTime<Utc>>,
-    /// For a cancel: the open assignment it cancels.
+    /// For a cancel: the assignment it cancels.
     target: Option<AssignmentId>,
+    /// For a cancel: whether its assignment is still being made (by an earlier event), so the
+    /// cancel waits until it is persisted.
+    waits: bool,
 }
 
 /// What an event comes to before it is recorded.
@@ -220,7 +229,7 @@ async fn plan<'t>(
         })
         .flatten()
         .collect();
-    let lookups = Lookups::load(ctx, acting, &planned).await?;
+    let mut lookups = Lookups::load(ctx, acting, &planned).await?;
     let mut plans = Vec::with_capacity(evaluated.len());
     for item in evaluated {
         plans.push(match item {
@@ -242,11 +251,18 @@ async fn plan<'t>(
     Ok(plans)
 }
 
-/// The people, archived flows and open assignments the matching triggers of a request need.
+/// The people, archived flows and assignments to cancel the matching triggers of a request
+/// need.
 struct Lookups {
+    org_id: flow_domain::ids::OrgId,
     people: HashMap<String, Person>,
     archived: HashSet<FlowId>,
+    /// The open (persisted) assignment of each (flow, person) a cancel names.
     open: HashMap<(FlowId, UserId), AssignmentId>,
+    /// The assignment of each (flow, person) a cancel names that an event is still making,
+    /// earlier events of this request included; a cancel takes it (waiting for it), so it is
+    /// cancelled once.
+    being_made: HashMap<(FlowId, UserId), AssignmentId>,
 }
 
 impl Lookups {
@@ -288,25 +304,33 @@ impl Lookups {
             .collect();
         pairs.sort_unstable();
         pairs.dedup();
-        let open = if pairs.is_empty() {
-            HashMap::new()
+        let (open, being_made) = if pairs.is_empty() {
+            (HashMap::new(), HashMap::new())
         } else {
-            db::open_assignments(&ctx.db, org_id, &pairs)
-                .await?
-                .into_iter()
-                .map(|(flow, user, assignment)| ((flow, user), assignment))
-                .collect()
+            let by_pair = |rows: Vec<(FlowId, UserId, AssignmentId)>| {
+                rows.into_iter()
+                    .map(|(flow, user, assignment)| ((flow, user), assignment))
+                    .collect::<HashMap<_, _>>()
+            };
+            (
+                by_pair(db::open_assignments(&ctx.db, org_id, &pairs).await?),
+                by_pair(db::assignments_being_made(&ctx.db, org_id, &pairs).await?),
+            )
         };
         Ok(Self {
+            org_id,
             people,
             archived,
             open,
+            being_made,
         })
     }
 
     /// The plan of an event its triggers matched: invalid when one of them cannot act (unknown
-    /// or deactivated person, archived flow), else its actions.
-    fn resolve<'t>(&self, event: CloudEvent, planned: Vec<Planned<'t>>) -> Plan<'t> {
+    /// or deactivated person, archived flow), else its actions. A cancel takes the open
+    /// assignment of its flow, else the one an event (this or an earlier one) is making; an
+    /// event's assignments are remembered for the cancels of the events after it.
+    fn resolve<'t>(&mut self, event: CloudEvent, planned: Vec<Planned<'t>>) -> Plan<'t> {
         let invalid = |reason: String| {
             Plan::Answered(EventResult::new(
                 &event.id,
@@ -317,6 +341,7 @@ impl Lookups {
         };
         let mut actions = Vec::with_capacity(planned.len());
         let mut nothing_open = Vec::new();
+        let mut taken = Vec::new();
         for planned in planned {
             let name = &planned.trigger.name;
             let Some(person) = self.people.get(&planned.email.normalized()) else {
@@ -338,10 +363,16 @@ impl Lookups {
                     planned.trigger.flow_name
                 ));
             }
-            let target = self
-                .open
-                .get(&(planned.trigger.flow_id, person.id))
-                .copied();
+            let pair = (planned.trigger.flow_id, person.id);
+            let open = self.open.get(&pair).copied();
+            let (target, waits) = match (assigning, open) {
+                (true, _) => (None, false),
+                (false, Some(open)) => (Some(open), false),
+                (false, None) => {
+                    taken.push(pair);
+                    (self.being_made.get(&pair).copied(), true)
+                }
+            };
             if !assigning && target.is_none() {
                 nothing_open.push(format!(
                     "trigger \"{name}\": {} has no open assignment of flow \"{}\" to cancel",
@@ -354,7 +385,22 @@ impl Lookups {
                 person: person.clone(),
                 due_at: planned.due_at,
                 target,
+                waits,
             });
+        }
+        // The event acts: the assignments its cancels took are taken, the ones it makes may be.
+        for pair in taken {
+            self.being_made.remove(&pair);
+        }
+        for action in &actions {
+            if action.trigger.action == Action::Assign {
+                let key =
+                    EventActionKey::new(self.org_id, &event.source, &event.id, action.trigger.id);
+                self.being_made.insert(
+                    (action.trigger.flow_id, action.person.id),
+                    AssignmentId::for_event(key),
+                );
+            }
         }
         let ignored = actions.is_empty().then(|| nothing_open.join("; "));
         Plan::Record {
@@ -530,6 +576,9 @@ fn new_action(
         assignment_id,
         command,
         reason,
+        flow_id: trigger.flow_id,
+        user_id: action.person.id,
+        waits: action.waits,
     })
 }
 
@@ -559,7 +608,9 @@ impl From<PublishFailure> for ServiceError {
 }
 
 /// Publishes the unpublished `actions` of the organization `org` (assign commands to its bulk
-/// queue, cancellations through [`cancel_automatically`]) and marks them published.
+/// queue, cancellations through [`cancel_automatically`]) and marks them published; a cancel
+/// whose assignment is still being made stays unpublished (the sweep publishes it once it is
+/// persisted), one whose assignment failed is marked published with nothing to cancel.
 pub async fn publish(
     pool: &PgPool,
     publisher: &BatchPublisher,
@@ -576,6 +627,39 @@ pub async fn publish(
     }
     let mut submissions = Vec::new();
     let mut cancels = Vec::new();
+    let mut done: Vec<uuid::Uuid> = Vec::new();
+    let cancelling: Vec<&ActionRecord> = unpublished
+        .iter()
+        .copied()
+        .filter(|action| action.action == Action::Cancel.as_str())
+        .collect();
+    let targets: Vec<AssignmentId> = cancelling
+        .iter()
+        .map(|action| action.assignment_id)
+        .collect();
+    let settled = if targets.is_empty() {
+        Vec::new()
+    } else {
+        db::cancel_targets(pool, &targets).await?
+    };
+    let mut cancel_targets: HashMap<uuid::Uuid, AssignmentId> = HashMap::new();
+    for (action, target) in cancelling.iter().zip(settled) {
+        match target {
+            CancelTarget::Persisted(id) => {
+                cancel_targets.insert(action.key, id);
+            }
+            CancelTarget::Failed => {
+                tracing::info!(
+                    assignment_id = %action.assignment_id,
+                    event_id = %action.event_id,
+                    "the assignment an event's cancel waited for failed: nothing to cancel"
+                );
+                done.push(action.key);
+            }
+            // Published by the scheduler's sweep once the assignment is persisted.
+            CancelTarget::Pending => {}
+        }
+    }
     for action in &unpublished {
         match (&action.command, action.action.as_str()) {
             (Some(command), "assign") => submissions.push(Submission {
@@ -585,13 +669,19 @@ pub async fn publish(
                 request_id: None,
                 traceparent: flow_common::telemetry::current_traceparent(),
             }),
-            (_, "cancel") => cancels.push(AutoCancel {
-                assignment_id: action.assignment_id,
-                cause: AutomaticCancel::Event(EventActionKey(action.key)),
-                reason: action.reason.clone().unwrap_or_default(),
-            }),
+            (_, "cancel") => {
+                if let Some(&assignment_id) = cancel_targets.get(&action.key) {
+                    cancels.push(AutoCancel {
+                        assignment_id,
+                        cause: AutomaticCancel::Event(EventActionKey(action.key)),
+                        reason: action.reason.clone().unwrap_or_default(),
+                    });
+                }
+                continue;
+            }
             _ => {}
         }
+        done.push(action.key);
     }
     if !submissions.is_empty() {
         metrics::counter!("flow_assign_commands_total", "lane" => Lane::Bulk.as_str())
@@ -610,8 +700,8 @@ pub async fn publish(
             .await
             .map_err(|error| PublishFailure::Unavailable(error.to_string()))?;
     }
-    let keys: Vec<uuid::Uuid> = unpublished.iter().map(|action| action.key).collect();
-    db::mark_published(pool, &keys).await?;
+    done.extend(cancel_targets.keys());
+    db::mark_published(pool, &done).await?;
     Ok(())
 }
 
@@ -666,8 +756,8 @@ fn answer(
 }
 
 /// Publishes up to `limit` actions left unpublished longer than `grace` (the request's publish
-/// failed, or its API stopped between the commit and the publish), a scheduler's sweep; answers
-/// how many were published. Safe with several schedulers: a command published twice applies
+/// failed, or its API stopped between the commit and the publish) and the waiting cancels whose
+/// assignment is persisted now, a scheduler's sweep; answers how many were published. Safe with several schedulers: a command published twice applies
 /// once.
 pub async fn republish_stale(
     pool: &PgPool,
@@ -766,7 +856,7 @@ pub async fn preview(
         Evaluation::Matched(planned) => planned,
     };
     let references: Vec<&Planned<'_>> = planned.iter().collect();
-    let lookups = Lookups::load(ctx, acting, &references).await?;
+    let mut lookups = Lookups::load(ctx, acting, &references).await?;
     let matches = planned
         .iter()
         .map(|planned| PreviewMatch {

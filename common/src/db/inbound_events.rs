@@ -76,6 +76,13 @@ pub struct NewAction {
     pub command: Option<serde_json::Value>,
     /// The cancellation's reason.
     pub reason: Option<String>,
+    /// The flow assigned (assign) or whose assignment is cancelled (cancel).
+    pub flow_id: FlowId,
+    /// The person.
+    pub user_id: UserId,
+    /// A cancel of an assignment an earlier event is still making: published once it is
+    /// persisted ([`waiting_cancels`]).
+    pub waits: bool,
 }
 
 /// Records the actions of events recorded in the same transaction.
@@ -112,15 +119,19 @@ pub async fn record_actions(
         .iter()
         .map(|action| action.reason.as_deref())
         .collect();
+    let flows: Vec<FlowId> = actions.iter().map(|action| action.flow_id).collect();
+    let users: Vec<UserId> = actions.iter().map(|action| action.user_id).collect();
+    let waits: Vec<bool> = actions.iter().map(|action| action.waits).collect();
     sqlx::query(
         "INSERT INTO inbound_event_actions (key, org_id, source, event_id, event_type, trigger_id,
-                                            action, assignment_id, command, reason)
+                                            action, assignment_id, command, reason, flow_id,
+                                            user_id, waits)
          SELECT t.key, $1, t.source, t.event_id, t.event_type, t.trigger_id, t.action,
-                t.assignment_id, t.command, t.reason
+                t.assignment_id, t.command, t.reason, t.flow_id, t.user_id, t.waits
          FROM UNNEST($2::uuid[], $3::text[], $4::text[], $5::text[], $6::uuid[], $7::text[],
-                     $8::uuid[], $9::jsonb[], $10::text[])
+                     $8::uuid[], $9::jsonb[], $10::text[], $11::uuid[], $12::uuid[], $13::bool[])
              AS t(key, source, event_id, event_type, trigger_id, action, assignment_id, command,
-                  reason)
+                  reason, flow_id, user_id, waits)
          ON CONFLICT (key) DO NOTHING",
     )
     .bind(org_id)
@@ -133,6 +144,9 @@ pub async fn record_actions(
     .bind(&assignments)
     .bind(&commands)
     .bind(&reasons)
+    .bind(&flows)
+    .bind(&users)
+    .bind(&waits)
     .execute(&mut *connection)
     .await?;
     Ok(())
@@ -161,10 +175,12 @@ pub struct ActionRecord {
     pub reason: Option<String>,
     /// When the broker confirmed it; none while unpublished.
     pub published_at: Option<DateTime<Utc>>,
+    /// A cancel waiting for its assignment to be persisted.
+    pub waits: bool,
 }
 
 const ACTION_COLUMNS: &str = "key, org_id, source, event_id, trigger_id, action, assignment_id,
-    command, reason, published_at";
+    command, reason, published_at, waits";
 
 /// The actions of the organization's events (source, id) among `events`, in key order.
 pub async fn actions_of<'e>(
@@ -189,22 +205,73 @@ pub async fn actions_of<'e>(
     .await
 }
 
-/// Actions still unpublished `grace` after they were recorded (their request's publish failed,
-/// or its API stopped between the commit and the publish), oldest first.
+/// Actions left for the scheduler's sweep, oldest first: those still unpublished `grace` after
+/// they were recorded (their request's publish failed, or its API stopped between the commit and
+/// the publish), and waiting cancels whose assignment is settled now (persisted, or failed).
 pub async fn unpublished<'e>(
     executor: impl PgExecutor<'e>,
     grace: std::time::Duration,
     limit: i64,
 ) -> Result<Vec<ActionRecord>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {ACTION_COLUMNS} FROM inbound_event_actions
-         WHERE published_at IS NULL AND created_at < now() - make_interval(secs => $1)
-         ORDER BY created_at LIMIT $2"
+        "SELECT {ACTION_COLUMNS} FROM (
+             (SELECT {ACTION_COLUMNS}, created_at FROM inbound_event_actions
+              WHERE published_at IS NULL AND NOT waits
+                AND created_at < now() - make_interval(secs => $1)
+              ORDER BY created_at LIMIT $2)
+             UNION ALL
+             (SELECT {ACTION_COLUMNS}, created_at FROM inbound_event_actions x
+              WHERE waits AND published_at IS NULL
+                AND (EXISTS (SELECT 1 FROM assignments a WHERE a.id = x.assignment_id)
+                     OR EXISTS (SELECT 1 FROM assignment_aliases s
+                                WHERE s.alias_id = x.assignment_id)
+                     OR EXISTS (SELECT 1 FROM assignment_failures f
+                                WHERE f.assignment_id = x.assignment_id))
+              ORDER BY created_at LIMIT $2)
+         ) due ORDER BY created_at LIMIT $2"
     )))
     .bind(grace.as_secs_f64())
     .bind(limit)
     .fetch_all(executor)
     .await
+}
+
+/// Where a cancel's assignment stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelTarget {
+    /// Persisted: this is the assignment to cancel (an alias resolved to the assignment it
+    /// stands for).
+    Persisted(AssignmentId),
+    /// Its command failed (dead-lettered): there is nothing to cancel.
+    Failed,
+    /// Still being made: the cancel waits.
+    Pending,
+}
+
+/// Where each of `ids` (cancels' assignments) stands, in the order given.
+pub async fn cancel_targets<'e>(
+    executor: impl PgExecutor<'e>,
+    ids: &[AssignmentId],
+) -> Result<Vec<CancelTarget>, sqlx::Error> {
+    let rows: Vec<(Option<AssignmentId>, bool)> = sqlx::query_as(
+        "SELECT COALESCE(a.id, s.assignment_id), f.assignment_id IS NOT NULL
+         FROM UNNEST($1::uuid[]) WITH ORDINALITY AS t(id, position)
+         LEFT JOIN assignments a ON a.id = t.id
+         LEFT JOIN assignment_aliases s ON s.alias_id = t.id
+         LEFT JOIN assignment_failures f ON f.assignment_id = t.id
+         ORDER BY t.position",
+    )
+    .bind(ids)
+    .fetch_all(executor)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| match row {
+            (Some(id), _) => CancelTarget::Persisted(id),
+            (None, true) => CancelTarget::Failed,
+            (None, false) => CancelTarget::Pending,
+        })
+        .collect())
 }
 
 /// Marks actions published (the broker confirmed them) and drops their commands.
@@ -286,6 +353,36 @@ pub async fn open_assignments<'e>(
                              WHERE a.org_id = $1 AND a.flow_id = p.flow_id
                                AND a.user_id = p.user_id AND flow_is_active(a.status)
                              LIMIT 1) a",
+    )
+    .bind(org_id)
+    .bind(&flows)
+    .bind(&users)
+    .fetch_all(executor)
+    .await
+}
+
+/// The assignment of each (flow, user) of `pairs` that an event's assign action is still making
+/// (its command queued, not yet persisted nor failed, and no cancel waiting for it), the latest
+/// when several are, as (flow, user, assignment).
+pub async fn assignments_being_made<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    pairs: &[(FlowId, UserId)],
+) -> Result<Vec<(FlowId, UserId, AssignmentId)>, sqlx::Error> {
+    let (flows, users): (Vec<FlowId>, Vec<UserId>) = pairs.iter().copied().unzip();
+    sqlx::query_as(
+        "SELECT DISTINCT ON (x.flow_id, x.user_id) x.flow_id, x.user_id, x.assignment_id
+         FROM UNNEST($2::uuid[], $3::uuid[]) AS p(flow_id, user_id)
+         JOIN inbound_event_actions x
+           ON x.org_id = $1 AND x.action = 'assign' AND x.flow_id = p.flow_id
+          AND x.user_id = p.user_id
+         WHERE NOT EXISTS (SELECT 1 FROM assignments a WHERE a.id = x.assignment_id)
+           AND NOT EXISTS (SELECT 1 FROM assignment_aliases s WHERE s.alias_id = x.assignment_id)
+           AND NOT EXISTS (SELECT 1 FROM assignment_failures f
+                           WHERE f.assignment_id = x.assignment_id)
+           AND NOT EXISTS (SELECT 1 FROM inbound_event_actions c
+                           WHERE c.action = 'cancel' AND c.assignment_id = x.assignment_id)
+         ORDER BY x.flow_id, x.user_id, x.created_at DESC",
     )
     .bind(org_id)
     .bind(&flows)
