@@ -972,3 +972,106 @@ async fn every_users_column_is_erased_or_kept_for_a_stated_reason() {
             .expect("department");
     assert_eq!(department.as_deref(), Some("Filled department"), "kept");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_command_waiting_for_the_broker_and_xapi_statements_are_erased_too() {
+    let proxy = flow_tests::proxy::Proxy::start("127.0.0.1:5672".parse().expect("address")).await;
+    let app = TestApp::spawn_with(TestOptions {
+        api_amqp_url: Some(format!("amqp://guest:guest@{}/%2f", proxy.address)),
+        ..TestOptions::default()
+    })
+    .await;
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, &["harriet@example.com", "other@example.com"])
+        .await;
+    let user = user_id(&app, &org, "harriet@example.com").await;
+    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
+    let trigger = app
+        .post(
+            &org,
+            "/v1/event-triggers",
+            &json!({
+                "name": "New hires", "match": {"type": "hr.hired"},
+                "userEmailPointer": "/data/email", "action": "assign", "flowId": flow,
+            }),
+        )
+        .await;
+    assert_eq!(trigger.status, 201, "{:?}", trigger.body);
+    // What her content sent: her address as the learner, and her name; another learner's
+    // statement that mentions her in a response.
+    let statements = json!([
+        {"actor": {"objectType": "Agent", "name": "Harriet Vane", "mbox": "mailto:harriet@example.com"},
+         "verb": {"id": "http://adlnet.gov/expapi/verbs/experienced", "display": {"en-US": "experienced"}},
+         "object": {"objectType": "Activity", "id": "https://lms.example.com/courses/1"}},
+        {"actor": {"objectType": "Agent", "name": "Other", "mbox": "mailto:other@example.com"},
+         "verb": {"id": "http://adlnet.gov/expapi/verbs/answered", "display": {"en-US": "answered"}},
+         "object": {"objectType": "Activity", "id": "https://lms.example.com/courses/1/q1"},
+         "result": {"response": "ask harriet@example.com"}}
+    ]);
+    let stored = app
+        .request(
+            reqwest::Method::POST,
+            "/xapi/statements",
+            Some(&org.key),
+            Some(&statements),
+            &[("x-experience-api-version", "1.0.3")],
+        )
+        .await;
+    assert_eq!(stored.status, 200, "{:?}", stored.body);
+    // An event whose assign command the broker did not take: kept, with her address, for the
+    // retry.
+    proxy.disable().await;
+    let event = json!({"specversion": "1.0", "id": "hire-1", "source": "hr", "type": "hr.hired",
+                       "data": {"email": "harriet@example.com"}});
+    let sent = app
+        .client
+        .post(format!("{}/v1/events", app.base_url))
+        .bearer_auth(&org.key)
+        .header("content-type", "application/cloudevents+json")
+        .body(event.to_string())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(sent.status(), 503);
+    let needle = "harriet@example.com";
+    let found = traces(&app, needle).await;
+    assert!(
+        found
+            .iter()
+            .any(|place| place.starts_with("inbound_event_actions.command"))
+            && found
+                .iter()
+                .any(|place| place.starts_with("xapi_statements.statement")),
+        "the setup stores the e-mail in both: {found:?}"
+    );
+    let erased = app
+        .post(&org, &format!("/v1/users/{user}/erase"), &json!({}))
+        .await;
+    assert_eq!(erased.status, 200, "{:?}", erased.body);
+    let pseudonym = erased.body["email"].as_str().expect("pseudonym").to_owned();
+    assert_eq!(traces(&app, needle).await, Vec::<String>::new());
+    assert_eq!(traces(&app, "Harriet").await, Vec::<String>::new());
+    let command: Value = sqlx::query_scalar("SELECT command FROM inbound_event_actions")
+        .fetch_one(&app.db)
+        .await
+        .expect("command");
+    let command: AssignCommand = serde_json::from_value(command).expect("a command still");
+    assert_eq!(command.assignee_email, pseudonym);
+    let actors: Vec<Value> =
+        sqlx::query_scalar("SELECT statement -> 'actor' FROM xapi_statements ORDER BY stored_at")
+            .fetch_all(&app.db)
+            .await
+            .expect("statements");
+    assert!(
+        actors.contains(&json!({"objectType": "Agent", "name": pseudonym,
+                                "mbox": format!("mailto:{pseudonym}")})),
+        "{actors:?}"
+    );
+    assert!(
+        actors.contains(
+            &json!({"objectType": "Agent", "name": "Other", "mbox": "mailto:other@example.com"})
+        ),
+        "another learner keeps their name: {actors:?}"
+    );
+    proxy.enable();
+}

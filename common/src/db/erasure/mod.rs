@@ -9,8 +9,10 @@
 //!   deactivated, leaves their groups and is gone for SCIM from then on, as after a SCIM DELETE;
 //! - the events of their assignments: `outbox.payload`, `webhook_deliveries.payload`, and the
 //!   endpoints' answers kept in `webhook_deliveries.last_error` and `webhook_attempts`;
-//! - commands kept for failed assignments (`assignment_failures.command`) and every
-//!   dead-lettered message about them (commands and events, by user id or assignment id);
+//! - commands kept for failed assignments (`assignment_failures.command`), an event's assign
+//!   command until it is queued (`inbound_event_actions.command`), and every dead-lettered
+//!   message about them (commands and events, by user id or assignment id);
+//! - xAPI statements their content sent (`xapi_statements.statement`: `mbox`, `account.name`);
 //! - free text callers wrote about them: assignment and schedule notes, `X-Request-ID`s;
 //! - the organization's audit trail (`target` and `detail`, never `actor`: who did something
 //!   stays) and export metadata (parameters, file names, errors);
@@ -171,6 +173,7 @@ pub async fn erase_user(
     for place in PLACES {
         erased.rows += rewrite_place(connection, place, &scope, &rewriter).await?;
     }
+    erased.rows += rename_statement_actors(connection, org_id, &pseudonym).await?;
     let person = Person::new(org_id, user_id, &assignment_ids);
     erased.rows += rewrite_dead_letters(connection, &person, &rewriter).await?;
     Ok(Some(erased))
@@ -323,6 +326,24 @@ const PLACES: &[Place] = &[
         own: true,
     },
     Place {
+        // An event's assign command kept until the broker confirms it (and a cancel's reason).
+        table: "inbound_event_actions",
+        rows: "org_id = $1 AND (user_id = $2 OR command ->> 'userId' = $3
+                                OR assignment_id = ANY($4))",
+        text: &["reason"],
+        json: &["command"],
+        own: true,
+    },
+    Place {
+        // xAPI statements as their content sent them: the learner's `mbox` (`mailto:` + address)
+        // or an `account.name` that is their address; anyone's statement may name them.
+        table: "xapi_statements",
+        rows: "org_id = $1",
+        text: &[],
+        json: &["statement"],
+        own: false,
+    },
+    Place {
         // Who acted (`actor`) is never rewritten: a key's label or an admin's address stays.
         table: "audit_events",
         rows: "org_id = $1",
@@ -435,6 +456,29 @@ async fn rewrite_place(
         changed += query.execute(&mut *connection).await?.rows_affected();
     }
     Ok(changed)
+}
+
+/// Replaces the display name (`actor.name`) of the xAPI statements whose learner is the person
+/// — their address already replaced by `pseudonym` — with the pseudonym; answers how many
+/// changed.
+async fn rename_statement_actors(
+    connection: &mut PgConnection,
+    org_id: OrgId,
+    pseudonym: &str,
+) -> Result<u64, sqlx::Error> {
+    let renamed = sqlx::query(
+        "UPDATE xapi_statements
+         SET statement = jsonb_set(statement, '{actor,name}', to_jsonb($2::text))
+         WHERE org_id = $1 AND statement -> 'actor' ? 'name'
+           AND statement -> 'actor' ->> 'name' IS DISTINCT FROM $2
+           AND (statement -> 'actor' ->> 'mbox' = 'mailto:' || $2
+                OR statement -> 'actor' -> 'account' ->> 'name' = $2)",
+    )
+    .bind(org_id)
+    .bind(pseudonym)
+    .execute(&mut *connection)
+    .await?;
+    Ok(renamed.rows_affected())
 }
 
 /// Rewrites the dead-lettered messages about the person (found by their user id or one of
