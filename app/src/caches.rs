@@ -34,6 +34,14 @@ pub const UNKNOWN_KEYS_PER_ADDRESS: u32 = 20;
 /// uncached key.
 pub const UNKNOWN_KEY_WINDOW: Duration = Duration::from_secs(60);
 
+/// Signed deliveries to `/v1/events/inbound/…` one client address may have had refused (not
+/// authenticated) per [`REFUSED_DELIVERY_WINDOW`], on one API replica: past it, its deliveries
+/// are answered 429 without a source being looked up or a signature computed.
+pub const REFUSED_DELIVERIES_PER_ADDRESS: u32 = 20;
+
+/// The window of [`REFUSED_DELIVERIES_PER_ADDRESS`]; it starts at the address's first delivery.
+pub const REFUSED_DELIVERY_WINDOW: Duration = Duration::from_secs(60);
+
 /// How long an organization's enrollment rules are cached: a change made on another replica
 /// whose notification was missed applies here after at most this long.
 pub const RULES_TIME_TO_LIVE: Duration = Duration::from_secs(5);
@@ -69,16 +77,65 @@ pub enum CacheError {
         /// Seconds until the address's window ends.
         retry_after: u64,
     },
+    /// The client's address had [`REFUSED_DELIVERIES_PER_ADDRESS`] signed deliveries refused in
+    /// this window: the delivery is not looked at.
+    #[error(
+        "too many unauthenticated deliveries from this address ({REFUSED_DELIVERIES_PER_ADDRESS} \
+         a minute); retry after {retry_after} s with a valid signature"
+    )]
+    TooManyRefusedDeliveries {
+        /// Seconds until the address's window ends.
+        retry_after: u64,
+    },
 }
 
-/// The keys of one client address looked up in vain in its current window.
+/// The failed attempts of one client address (keys looked up in vain, or signed deliveries
+/// refused) in its current window.
 #[derive(Debug)]
-struct AddressWindow {
+pub struct AddressWindow {
     started: Instant,
-    /// Lookups that found no key.
+    /// Attempts that failed.
     misses: AtomicU32,
     /// Whether the refusals of this window were logged.
     logged: AtomicBool,
+}
+
+impl AddressWindow {
+    /// Counts one failed attempt of the address.
+    pub fn failed(&self) {
+        self.misses.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The current window of `address`'s group among `windows`, or — when it has had `limit` failed
+/// attempts — the seconds until it ends (logged once per window as `what`).
+fn window_of(
+    windows: &Cache<IpAddr, Arc<AddressWindow>>,
+    address: IpAddr,
+    limit: u32,
+    length: Duration,
+    what: &'static str,
+) -> Result<Arc<AddressWindow>, u64> {
+    let group = address_group(address);
+    let window = windows.get_with(group, || {
+        Arc::new(AddressWindow {
+            started: Instant::now(),
+            misses: AtomicU32::new(0),
+            logged: AtomicBool::new(false),
+        })
+    });
+    if window.misses.load(Ordering::SeqCst) < limit {
+        return Ok(window);
+    }
+    if !window.logged.swap(true, Ordering::SeqCst) {
+        tracing::warn!(
+            address = %group,
+            limit,
+            "a client address had too many {what}; refusing it until its window ends"
+        );
+    }
+    let left = length.saturating_sub(window.started.elapsed());
+    Err(left.as_secs_f64().ceil().max(1.0) as u64)
 }
 
 /// The group a client address is counted in: an IPv4 address, or the /64 of an IPv6 address
@@ -168,6 +225,9 @@ pub struct Caches {
     unknown_keys: Cache<[u8; 32], ()>,
     /// Lookups of uncached keys per client address group, for [`UNKNOWN_KEYS_PER_ADDRESS`].
     unknown_key_windows: Cache<IpAddr, Arc<AddressWindow>>,
+    /// Refused signed deliveries per client address group, for
+    /// [`REFUSED_DELIVERIES_PER_ADDRESS`].
+    refused_delivery_windows: Cache<IpAddr, Arc<AddressWindow>>,
     /// When rolled keys stop working: a cached key is refused from then on.
     key_expiries: Cache<KeyId, DateTime<Utc>>,
     flows: EpochCache<FlowId, Arc<FlowSummary>>,
@@ -203,6 +263,10 @@ impl Caches {
             unknown_key_windows: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(UNKNOWN_KEY_WINDOW)
+                .build(),
+            refused_delivery_windows: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(REFUSED_DELIVERY_WINDOW)
                 .build(),
             flows: EpochCache::new(100_000, Duration::from_secs(600)),
             rules: EpochCache::new(10_000, RULES_TIME_TO_LIVE),
@@ -262,7 +326,7 @@ impl Caches {
                     None => {
                         self.unknown_keys.insert(hash, ());
                         if let Some(window) = window {
-                            window.misses.fetch_add(1, Ordering::SeqCst);
+                            window.failed();
                         }
                     }
                 }
@@ -290,29 +354,42 @@ impl Caches {
     /// The current window of `address`'s group, or a refusal when it has had
     /// [`UNKNOWN_KEYS_PER_ADDRESS`] misses.
     fn address_window(&self, address: IpAddr) -> Result<Arc<AddressWindow>, CacheError> {
-        let group = address_group(address);
-        let window = self.unknown_key_windows.get_with(group, || {
-            Arc::new(AddressWindow {
-                started: Instant::now(),
-                misses: AtomicU32::new(0),
-                logged: AtomicBool::new(false),
-            })
-        });
-        if window.misses.load(Ordering::SeqCst) < UNKNOWN_KEYS_PER_ADDRESS {
-            return Ok(window);
-        }
-        if !window.logged.swap(true, Ordering::SeqCst) {
-            tracing::warn!(
-                address = %group,
-                limit = UNKNOWN_KEYS_PER_ADDRESS,
-                "a client address tried too many unknown API keys; refusing its lookups until its window ends"
-            );
-        }
-        metrics::counter!("flow_api_unknown_key_refusals_total").increment(1);
-        let left = UNKNOWN_KEY_WINDOW.saturating_sub(window.started.elapsed());
-        Err(CacheError::TooManyUnknownKeys {
-            retry_after: left.as_secs_f64().ceil().max(1.0) as u64,
+        window_of(
+            &self.unknown_key_windows,
+            address,
+            UNKNOWN_KEYS_PER_ADDRESS,
+            UNKNOWN_KEY_WINDOW,
+            "unknown API keys looked up",
+        )
+        .map_err(|retry_after| {
+            metrics::counter!("flow_api_unknown_key_refusals_total").increment(1);
+            CacheError::TooManyUnknownKeys { retry_after }
         })
+    }
+
+    /// Admits a signed delivery from `client` (to `/v1/events/inbound/…`): its address's
+    /// window, to count the delivery in if it is refused ([`AddressWindow::failed`]), or a
+    /// refusal when the address had [`REFUSED_DELIVERIES_PER_ADDRESS`] deliveries refused in
+    /// its window. A delivery without a known address is admitted uncounted.
+    pub fn admit_delivery(
+        &self,
+        client: Option<IpAddr>,
+    ) -> Result<Option<Arc<AddressWindow>>, CacheError> {
+        client
+            .map(|address| {
+                window_of(
+                    &self.refused_delivery_windows,
+                    address,
+                    REFUSED_DELIVERIES_PER_ADDRESS,
+                    REFUSED_DELIVERY_WINDOW,
+                    "signed deliveries refused",
+                )
+                .map_err(|retry_after| {
+                    metrics::counter!("flow_api_refused_delivery_throttles_total").increment(1);
+                    CacheError::TooManyRefusedDeliveries { retry_after }
+                })
+            })
+            .transpose()
     }
 
     /// The summary of a flow of `org_id`; `None` when it does not exist or is another

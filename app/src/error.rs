@@ -207,7 +207,8 @@ impl From<CacheError> for ServiceError {
     fn from(error: CacheError) -> Self {
         match error {
             CacheError::Database(error) => Self::Database(error),
-            CacheError::TooManyUnknownKeys { retry_after } => Self::Throttled {
+            CacheError::TooManyUnknownKeys { retry_after }
+            | CacheError::TooManyRefusedDeliveries { retry_after } => Self::Throttled {
                 message: error.to_string(),
                 retry_after,
             },

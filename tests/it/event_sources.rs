@@ -1028,3 +1028,156 @@ async fn the_secret_and_the_signatures_reach_no_log() {
         assert!(leaked.is_empty(), "{secret} leaked: {leaked:#?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_address_with_20_refused_deliveries_in_a_minute_is_answered_429_and_others_are_not() {
+    let app = api_only().await;
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, &["ada@example.com"]).await;
+    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
+    let source = create_source(&app, &org, hr_source()).await;
+    app.post(&org, "/v1/event-triggers", &on_hire(&flow, &source.source))
+        .await;
+    let body = hire("ada@example.com");
+    // A valid delivery first: deliveries that authenticate are not counted.
+    let valid = signed(&source.secret, "msg_ok", now(), &body);
+    assert_eq!(deliver(&app, &source.id, &body, &valid).await.status, 202);
+    let wrong = signed(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "msg_x",
+        now(),
+        &body,
+    );
+    for attempt in 1..=20 {
+        let response = deliver(&app, &source.id, &body, &wrong).await;
+        assert_eq!(
+            response.status, 401,
+            "attempt {attempt}: {:?}",
+            response.body
+        );
+    }
+    // The 21st refusal of the minute, and anything else from that address, is throttled before
+    // it is looked at — a valid delivery and an Okta verification too.
+    let throttled = deliver(&app, &source.id, &body, &wrong).await;
+    assert_eq!(throttled.status, 429, "{:?}", throttled.body);
+    assert_eq!(
+        throttled.body["error"], "rate_limit_exceeded",
+        "{:?}",
+        throttled.body
+    );
+    let retry_after: u64 = throttled
+        .headers
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse().ok())
+        .expect("Retry-After");
+    assert!((1..=60).contains(&retry_after), "{retry_after}");
+    let again = signed(&source.secret, "msg_ok_2", now(), &body);
+    assert_eq!(deliver(&app, &source.id, &body, &again).await.status, 429);
+    let verification = app
+        .client
+        .get(format!("{}/v1/events/inbound/{}", app.base_url, source.id))
+        .header("x-okta-verification-challenge", "c")
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(verification.status(), 429);
+    // Another address is not affected.
+    let elsewhere = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().expect("address"))
+        .build()
+        .expect("client");
+    let response = elsewhere
+        .post(format!("{}/v1/events/inbound/{}", app.base_url, source.id))
+        .header("content-type", "application/json")
+        .headers(
+            again
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        reqwest::header::HeaderName::from_static(name),
+                        value.parse().expect("header value"),
+                    )
+                })
+                .collect(),
+        )
+        .body(body.clone())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(response.status(), 202);
+    assert_eq!(count(&app, "SELECT count(*) FROM inbound_events").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_okta_source_may_take_its_secret_in_a_header_of_its_own() {
+    let app = api_only().await;
+    let org = app.create_org(Tier::Standard).await;
+    let okta = create_source(
+        &app,
+        &org,
+        json!({"name": "Okta", "kind": "okta", "authHeader": "X-Flow-Secret"}),
+    )
+    .await;
+    let read = app
+        .get(&org, &format!("/v1/event-sources/{}", okta.id))
+        .await;
+    assert_eq!(read.body["authHeader"], "x-flow-secret", "{:?}", read.body);
+    let plain = create_source(&app, &org, json!({"name": "Okta 2", "kind": "okta"})).await;
+    let read = app
+        .get(&org, &format!("/v1/event-sources/{}", plain.id))
+        .await;
+    assert_eq!(read.body["authHeader"], "authorization", "{:?}", read.body);
+    let challenge = "c-123";
+    let path = format!("{}/v1/events/inbound/{}", app.base_url, okta.id);
+    let with = |header: &'static str| {
+        app.client
+            .get(&path)
+            .header(header, &okta.secret)
+            .header("x-okta-verification-challenge", challenge)
+            .send()
+    };
+    let answered = with("x-flow-secret").await.expect("sent");
+    assert_eq!(answered.status(), 200);
+    assert_eq!(
+        answered.json::<Value>().await.expect("json"),
+        json!({"verification": challenge})
+    );
+    // The secret in Authorization is not where this source looks.
+    assert_eq!(with("authorization").await.expect("sent").status(), 401);
+    // Bad names, and a header on a standard_webhooks source, are refused naming the field.
+    for (body, needle) in [
+        (
+            json!({"name": "A", "kind": "okta", "authHeader": "X Flow"}),
+            "authHeader",
+        ),
+        (
+            json!({"name": "B", "kind": "okta", "authHeader": "Content-Type"}),
+            "authHeader",
+        ),
+        (
+            json!({"name": "C", "kind": "okta", "authHeader": "x".repeat(65)}),
+            "authHeader",
+        ),
+        (
+            json!({"name": "D", "kind": "standard_webhooks", "type": "t", "authHeader": "X-S"}),
+            "okta sources only",
+        ),
+    ] {
+        let response = app.post(&org, "/v1/event-sources", &body).await;
+        assert_eq!(response.status, 400, "{body}: {:?}", response.body);
+        assert!(
+            response.body["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(needle),
+            "{body}: {:?}",
+            response.body
+        );
+    }
+    assert_eq!(
+        count(&app, "SELECT count(*) FROM event_sources").await,
+        2,
+        "nothing else was created"
+    );
+}

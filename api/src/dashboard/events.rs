@@ -437,6 +437,7 @@ async fn create_source(
         type_pointer: optional(&form.type_pointer).filter(|_| !okta),
         fixed_type: None,
         source: optional(&form.source),
+        auth_header: None,
     };
     match sources::create(&state, account.acting(), input).await {
         Ok(created) => Ok(secret_page(&state, &account, created, false)

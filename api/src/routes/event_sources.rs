@@ -52,6 +52,10 @@ pub struct EventSourceRequest {
     /// organization; `flow:event-sources/<sourceId>` when left out.
     #[schema(example = "https://hr.example.com")]
     pub source: Option<String>,
+    /// okta: the header Okta sends the secret in (the hook's "Authentication field"), an HTTP
+    /// header name of at most 64 characters; `Authorization` when left out.
+    #[schema(example = "X-Flow-Secret")]
+    pub auth_header: Option<String>,
 }
 
 impl From<EventSourceRequest> for SourceInput {
@@ -62,6 +66,7 @@ impl From<EventSourceRequest> for SourceInput {
             type_pointer: request.type_pointer,
             fixed_type: request.fixed_type,
             source: request.source,
+            auth_header: request.auth_header,
         }
     }
 }
@@ -83,6 +88,9 @@ pub struct EventSourceView {
     pub fixed_type: Option<String>,
     /// The CloudEvents `source` its events carry (what a trigger's `match.source` selects).
     pub source: String,
+    /// okta: the header its deliveries carry the secret in, lower-case (`authorization` unless
+    /// another was given); null for standard_webhooks.
+    pub auth_header: Option<String>,
     /// Where the sender posts: `/v1/events/inbound/{sourceId}` on the service's address.
     pub inbound_path: String,
     /// Until when the secret before the last rotation is still accepted.
@@ -101,7 +109,14 @@ pub struct EventSourceView {
 
 impl From<SourceRecord> for EventSourceView {
     fn from(record: SourceRecord) -> Self {
+        let auth_header = (record.kind == "okta").then(|| {
+            record
+                .auth_header
+                .clone()
+                .unwrap_or_else(|| "authorization".to_owned())
+        });
         Self {
+            auth_header,
             inbound_path: format!("/v1/events/inbound/{}", record.id),
             source_id: record.id,
             name: record.name,

@@ -3,9 +3,11 @@
 //! (docs/events.md "Signed sources"). This surface only reads the headers and the body; the
 //! authentication and the events are `flow_app::events::sources`'.
 
-use axum::Json;
-use axum::extract::State;
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::{Extension, Json};
 use chrono::Utc;
 use flow_app::events::sources::{self as service, DeliveryHeaders, InboundError, Kind, REFUSED};
 use serde::Serialize;
@@ -47,7 +49,12 @@ fn delivery_headers(headers: &HeaderMap) -> DeliveryHeaders {
         webhook_id: header(headers, "webhook-id"),
         webhook_timestamp: header(headers, "webhook-timestamp"),
         webhook_signature: header(headers, "webhook-signature"),
-        authorization: header(headers, "authorization"),
+        all: headers
+            .iter()
+            .filter_map(|(name, value)| {
+                Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+            })
+            .collect(),
     }
 }
 
@@ -91,13 +98,14 @@ impl From<InboundError> for ApiError {
         (status = 400, description = "The body is not JSON, or an Okta delivery has no data.events array or more than 1,000 events", body = ErrorBody),
         (status = 401, description = "Not authenticated: unknown source, or a missing or wrong signature or secret, or a timestamp more than 5 minutes from now", body = ErrorBody),
         (status = 413, description = "The body is larger than 1 MiB", body = ErrorBody),
-        (status = 429, description = "The organization's write or assign limit exceeded", body = ErrorBody),
+        (status = 429, description = "The organization's write or assign limit exceeded, or this client address had 20 deliveries refused (401) in the last minute (Retry-After)", body = ErrorBody),
         (status = 503, description = "Recorded, but the actions could not be queued: deliver again", body = ErrorBody),
     )
 )]
 pub async fn receive_delivery(
     State(state): State<AppState>,
     ApiPath(source_id): ApiPath<String>,
+    client: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
     RawBody(body): RawBody,
 ) -> Result<(StatusCode, RateHeaders, Json<EventsResponse>), ApiError> {
@@ -106,6 +114,7 @@ pub async fn receive_delivery(
         &source_id,
         &delivery_headers(&headers),
         &body,
+        client.map(|Extension(ConnectInfo(address))| address.ip()),
         Utc::now(),
     )
     .await?;
@@ -142,11 +151,13 @@ pub async fn receive_delivery(
         (status = 200, description = "The challenge, back", body = OktaVerification),
         (status = 400, description = "The challenge header is missing or longer than 1,000 characters", body = ErrorBody),
         (status = 401, description = "Not authenticated: unknown source, not an okta source, or the Authorization header is not its secret", body = ErrorBody),
+        (status = 429, description = "This client address had 20 deliveries refused (401) in the last minute (Retry-After)", body = ErrorBody),
     )
 )]
 pub async fn verify_okta_hook(
     State(state): State<AppState>,
     ApiPath(source_id): ApiPath<String>,
+    client: Option<Extension<ConnectInfo<SocketAddr>>>,
     headers: HeaderMap,
 ) -> Result<Json<OktaVerification>, ApiError> {
     let challenge = header(&headers, OKTA_CHALLENGE);
@@ -155,6 +166,7 @@ pub async fn verify_okta_hook(
         &source_id,
         &delivery_headers(&headers),
         challenge.as_deref(),
+        client.map(|Extension(ConnectInfo(address))| address.ip()),
         Utc::now(),
     )
     .await?;

@@ -14,6 +14,7 @@
 //! about which sources exist. Secrets are sealed at rest with the webhook vault, bound to the
 //! source's id, shown once (on creation and rotation), and never logged.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -97,6 +98,9 @@ pub struct SourceInput {
     pub fixed_type: Option<String>,
     /// The CloudEvents `source` of its events; `flow:event-sources/<id>` when not given.
     pub source: Option<String>,
+    /// okta: the header Okta sends the secret in (its "Authentication field"); `Authorization`
+    /// when not given.
+    pub auth_header: Option<String>,
 }
 
 /// A valid source to create.
@@ -106,6 +110,59 @@ struct Checked {
     kind: Kind,
     type_from: Option<TypeFrom>,
     source: Option<String>,
+    /// Lower-case; none for `authorization`.
+    auth_header: Option<String>,
+}
+
+/// Most characters of an okta source's `authHeader`.
+pub const MAX_AUTH_HEADER_CHARS: usize = 64;
+
+/// Headers that mean something else to Flow, HTTP or the signing schemes: never a secret's.
+const RESERVED_HEADERS: &[&str] = &[
+    "content-type",
+    "content-length",
+    "content-encoding",
+    "transfer-encoding",
+    "connection",
+    "host",
+    "cookie",
+    "x-okta-verification-challenge",
+    "webhook-id",
+    "webhook-timestamp",
+    "webhook-signature",
+    "x-request-id",
+    "traceparent",
+];
+
+/// An okta source's `authHeader`, lower-case (none for `authorization`): an HTTP header name
+/// (token characters) of at most [`MAX_AUTH_HEADER_CHARS`], not one of [`RESERVED_HEADERS`];
+/// only okta sources take one.
+fn auth_header(kind: Kind, header: Option<String>) -> Result<Option<String>, Invalid> {
+    let Some(header) = header else {
+        return Ok(None);
+    };
+    if kind != Kind::Okta {
+        return Err(Invalid::new(
+            "authHeader applies to okta sources only (a standard_webhooks delivery is \
+             authenticated by its signature)",
+        ));
+    }
+    let token = |character: char| {
+        character.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(character)
+    };
+    if header.is_empty() || header.len() > MAX_AUTH_HEADER_CHARS || !header.chars().all(token) {
+        return Err(Invalid(format!(
+            "authHeader must be an HTTP header name (letters, digits and !#$%&'*+-.^_`|~, at most \
+             {MAX_AUTH_HEADER_CHARS} characters), e.g. \"X-Flow-Secret\""
+        )));
+    }
+    let header = header.to_ascii_lowercase();
+    if RESERVED_HEADERS.contains(&header.as_str()) {
+        return Err(Invalid(format!(
+            "authHeader cannot be {header}: that header means something else to HTTP or Flow"
+        )));
+    }
+    Ok((header != "authorization").then_some(header))
 }
 
 /// A one-line text field of at most [`MAX_ATTRIBUTE_CHARS`], non-empty when given.
@@ -163,11 +220,13 @@ fn check(input: SourceInput) -> Result<Checked, Invalid> {
         }
     };
     let source = attribute("source", input.source)?;
+    let auth_header = auth_header(kind, input.auth_header)?;
     Ok(Checked {
         name,
         kind,
         type_from,
         source,
+        auth_header,
     })
 }
 
@@ -232,6 +291,7 @@ pub async fn create(
         type_pointer,
         fixed_type,
         event_source: &event_source,
+        auth_header: checked.auth_header.as_deref(),
         secret: &sealed,
     };
     let source = db::create(&mut *transaction, org_id, &new)
@@ -340,8 +400,19 @@ pub struct DeliveryHeaders {
     pub webhook_timestamp: Option<String>,
     /// `webhook-signature`: space-separated `v1,<base64>` (Standard Webhooks).
     pub webhook_signature: Option<String>,
-    /// `Authorization`: the secret itself (Okta).
-    pub authorization: Option<String>,
+    /// Every header with a text value, its name lower-case (bounded by the server's header
+    /// limits): an okta source's secret is in its `auth_header` (`authorization` by default).
+    pub all: Vec<(String, String)>,
+}
+
+impl DeliveryHeaders {
+    /// The value of the header `name` (lower-case), if the delivery has it.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.all
+            .iter()
+            .find(|(header, _)| header == name)
+            .map(|(_, value)| value.as_str())
+    }
 }
 
 impl std::fmt::Debug for DeliveryHeaders {
@@ -422,14 +493,36 @@ fn secrets(ctx: &Context, source: &SourceRecord, now: DateTime<Utc>) -> Vec<Stri
     secrets
 }
 
-/// Finds the source a delivery names and checks it is of `kind` and that `authentic` accepts
-/// one of its secrets (else refuses, logging why `authentic` did not).
+/// Authenticates a delivery from `client` ([`authenticate_source`]), unless that address had too
+/// many deliveries refused lately (429: [`crate::caches::REFUSED_DELIVERIES_PER_ADDRESS`] a
+/// minute), counting it in when it is refused.
 async fn authenticate(
     ctx: &Context,
     source_id: &str,
     kind: Option<Kind>,
+    client: Option<IpAddr>,
     now: DateTime<Utc>,
-    authentic: impl Fn(&Kind, &str) -> Result<(), &'static str>,
+    authentic: impl Fn(&SourceRecord, &Kind, &str) -> Result<(), &'static str>,
+) -> Result<Authenticated, InboundError> {
+    let window = ctx
+        .caches
+        .admit_delivery(client)
+        .map_err(ServiceError::from)?;
+    let authenticated = authenticate_source(ctx, source_id, kind, now, authentic).await;
+    if let (Err(InboundError::Refused), Some(window)) = (&authenticated, window) {
+        window.failed();
+    }
+    authenticated
+}
+
+/// Finds the source a delivery names and checks it is of `kind` and that `authentic` accepts
+/// one of its secrets (else refuses, logging why `authentic` did not).
+async fn authenticate_source(
+    ctx: &Context,
+    source_id: &str,
+    kind: Option<Kind>,
+    now: DateTime<Utc>,
+    authentic: impl Fn(&SourceRecord, &Kind, &str) -> Result<(), &'static str>,
 ) -> Result<Authenticated, InboundError> {
     let Some(id) = EventSourceId::parse(source_id) else {
         return Err(refuse(source_id, "not a source id"));
@@ -449,7 +542,7 @@ async fn authenticate(
     let mut why = "no secret of the source could be opened";
     let mut accepted = false;
     for secret in secrets(ctx, &source, now) {
-        match authentic(&source_kind, &secret) {
+        match authentic(&source, &source_kind, &secret) {
             Ok(()) => {
                 accepted = true;
                 break;
@@ -480,27 +573,37 @@ pub struct Delivered {
     pub kind: Kind,
 }
 
-/// Takes a delivery to the source `source_id` at `now`: authenticates it by the source's kind
-/// (401 [`InboundError::Refused`] and nothing recorded otherwise), turns its body into events
-/// and ingests them as `POST /v1/events` does, acting for the source's organization.
+/// Takes a delivery to the source `source_id` from `client` at `now`: authenticates it by the
+/// source's kind (401 [`InboundError::Refused`] and nothing recorded otherwise; 429 after too many
+/// refusals from the address), turns its body into events and ingests them as `POST /v1/events`
+/// does, acting for the source's organization.
 pub async fn receive(
     ctx: &Context,
     source_id: &str,
     headers: &DeliveryHeaders,
     body: &[u8],
+    client: Option<IpAddr>,
     now: DateTime<Utc>,
 ) -> Result<Delivered, InboundError> {
     let signed = standard_headers(headers, now);
-    let authenticated = authenticate(ctx, source_id, None, now, |kind, secret| match kind {
-        Kind::StandardWebhooks => {
-            let (id, timestamp, signature) = signed.as_ref().map_err(|why| *why)?;
-            verify(secret, signature, id, *timestamp, body)
-                .then_some(())
-                .ok_or("no v1 signature matches the body under the source's secrets")
-        }
-        Kind::Okta => okta_authorized(headers, secret),
-    })
-    .await?;
+    let authenticated =
+        authenticate(
+            ctx,
+            source_id,
+            None,
+            client,
+            now,
+            |source, kind, secret| match kind {
+                Kind::StandardWebhooks => {
+                    let (id, timestamp, signature) = signed.as_ref().map_err(|why| *why)?;
+                    verify(secret, signature, id, *timestamp, body)
+                        .then_some(())
+                        .ok_or("no v1 signature matches the body under the source's secrets")
+                }
+                Kind::Okta => okta_authorized(headers, source, secret),
+            },
+        )
+        .await?;
     let kind = authenticated.kind;
     let body: Value = serde_json::from_slice(body).map_err(|error| {
         Invalid(format!(
@@ -519,17 +622,24 @@ pub async fn receive(
 }
 
 /// Answers Okta's one-time verification `GET` of an event hook: the challenge back, when the
-/// request carries the source's secret (else [`InboundError::Refused`]).
+/// request carries the source's secret (else [`InboundError::Refused`]; 429 after too many
+/// refusals from `client`'s address).
 pub async fn verify_okta(
     ctx: &Context,
     source_id: &str,
     headers: &DeliveryHeaders,
     challenge: Option<&str>,
+    client: Option<IpAddr>,
     now: DateTime<Utc>,
 ) -> Result<String, InboundError> {
-    authenticate(ctx, source_id, Some(Kind::Okta), now, |_, secret| {
-        okta_authorized(headers, secret)
-    })
+    authenticate(
+        ctx,
+        source_id,
+        Some(Kind::Okta),
+        client,
+        now,
+        |source, _, secret| okta_authorized(headers, source, secret),
+    )
     .await?;
     let challenge = challenge.unwrap_or_default();
     if challenge.is_empty() {
@@ -575,14 +685,18 @@ fn standard_headers(
     Ok((id.to_owned(), timestamp, signature.to_owned()))
 }
 
-/// Whether the `Authorization` header is `secret` (Okta sends the configured value as it is).
-fn okta_authorized(headers: &DeliveryHeaders, secret: &str) -> Result<(), &'static str> {
+/// Whether the source's authentication header (`Authorization` unless it names another) is
+/// `secret` (Okta sends the configured value as it is).
+fn okta_authorized(
+    headers: &DeliveryHeaders,
+    source: &SourceRecord,
+    secret: &str,
+) -> Result<(), &'static str> {
     headers
-        .authorization
-        .as_deref()
+        .get(source.auth_header.as_deref().unwrap_or("authorization"))
         .is_some_and(|presented| same_secret(secret, presented.trim()))
         .then_some(())
-        .ok_or("the Authorization header is missing or not the source's secret")
+        .ok_or("the source's authentication header is missing or not its secret")
 }
 
 /// The event of a Standard Webhooks delivery: id the `webhook-id`, type from the source's
@@ -740,13 +854,37 @@ mod tests {
     }
 
     #[test]
+    fn an_okta_sources_auth_header_is_a_header_name_flow_does_not_use_otherwise() {
+        assert_eq!(auth_header(Kind::Okta, None), Ok(None));
+        assert_eq!(
+            auth_header(Kind::Okta, Some("X-Flow-Secret".into())),
+            Ok(Some("x-flow-secret".into()))
+        );
+        assert_eq!(
+            auth_header(Kind::Okta, Some("Authorization".into())),
+            Ok(None)
+        );
+        for bad in [
+            "",
+            "X Flow",
+            "x-flow:secret",
+            "Content-Type",
+            "webhook-signature",
+        ] {
+            assert!(auth_header(Kind::Okta, Some(bad.into())).is_err(), "{bad}");
+        }
+        assert!(auth_header(Kind::Okta, Some("x".repeat(65))).is_err());
+        assert!(auth_header(Kind::StandardWebhooks, Some("X-Flow-Secret".into())).is_err());
+    }
+
+    #[test]
     fn stale_or_incomplete_headers_do_not_authenticate() {
         let now = Utc::now();
         let headers = |offset: i64| DeliveryHeaders {
             webhook_id: Some("msg_1".into()),
             webhook_timestamp: Some((now.timestamp() + offset).to_string()),
             webhook_signature: Some("v1,abc".into()),
-            authorization: None,
+            all: Vec::new(),
         };
         assert!(standard_headers(&headers(0), now).is_ok());
         assert!(standard_headers(&headers(-300), now).is_ok());

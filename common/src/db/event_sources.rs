@@ -24,6 +24,9 @@ pub struct SourceRecord {
     pub fixed_type: Option<String>,
     /// The CloudEvents `source` its events carry.
     pub event_source: String,
+    /// The header an okta source's deliveries carry the secret in, lower-case; none:
+    /// `authorization`.
+    pub auth_header: Option<String>,
     /// The secret, sealed.
     pub secret: String,
     /// The secret before the last rotation, sealed, while it is still accepted.
@@ -63,12 +66,15 @@ pub struct NewSource<'a> {
     pub fixed_type: Option<&'a str>,
     /// CloudEvents source.
     pub event_source: &'a str,
+    /// The header an okta source's deliveries carry the secret in (lower-case), if not
+    /// `authorization`.
+    pub auth_header: Option<&'a str>,
     /// Sealed secret.
     pub secret: &'a str,
 }
 
-const COLUMNS: &str = "id, org_id, name, kind, type_pointer, fixed_type, event_source, secret,
-    previous_secret, previous_secret_expires_at, created_at, secret_rotated_at";
+const COLUMNS: &str = "id, org_id, name, kind, type_pointer, fixed_type, event_source, auth_header,
+    secret, previous_secret, previous_secret_expires_at, created_at, secret_rotated_at";
 
 /// Creates a source; `None` when the organization has a source with its CloudEvents `source`.
 pub async fn create<'e>(
@@ -78,8 +84,8 @@ pub async fn create<'e>(
 ) -> Result<Option<SourceRecord>, sqlx::Error> {
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO event_sources (id, org_id, name, kind, type_pointer, fixed_type,
-                                    event_source, secret)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                                    event_source, secret, auth_header)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
          ON CONFLICT (org_id, event_source) DO NOTHING
          RETURNING {COLUMNS}"
     )))
@@ -91,6 +97,7 @@ pub async fn create<'e>(
     .bind(source.fixed_type)
     .bind(source.event_source)
     .bind(source.secret)
+    .bind(source.auth_header)
     .fetch_optional(executor)
     .await
 }
