@@ -1006,6 +1006,28 @@ async fn inline_and_exported_metrics_are_the_same_figures() {
             Data::String(inline["averageCompletionTime"].as_str().unwrap().into()),
             "{request}"
         );
+        if request["aggregate"]["metrics"] == json!(["completion_rate"]) {
+            // The weekly rate, period by period: a week without assignments has no rate (an
+            // empty cell, as the API's null), not 0 %.
+            let aggregates = workbook.worksheet_range("Aggregates").unwrap();
+            let periods = response["aggregates"].as_array().unwrap();
+            assert!(
+                periods
+                    .iter()
+                    .any(|period| period["completionRate"].is_null())
+                    && periods
+                        .iter()
+                        .any(|period| period["completionRate"].is_f64()),
+                "the range holds empty weeks and others: {periods:?}"
+            );
+            for (index, period) in periods.iter().enumerate() {
+                let expected = match period["completionRate"].as_f64() {
+                    Some(rate) => Data::Float(rate),
+                    None => Data::Empty,
+                };
+                assert_eq!(cell(&aggregates, index + 1, 4), &expected, "{period}");
+            }
+        }
     }
 }
 

@@ -597,6 +597,8 @@ fn aggregates_block(layout: &mut Layout<'_>, header: &ExportHeader) {
             cells.push(match metric {
                 AggregateMetric::CompletedAssignments => row.completed.to_string(),
                 AggregateMetric::OverdueAssignments => row.overdue().to_string(),
+                // A period without assignments has no rate (as the API's null), not 0 %.
+                AggregateMetric::CompletionRate if row.total == 0 => "–".to_owned(),
                 AggregateMetric::CompletionRate => {
                     format!("{:.1}", completion_rate(row.completed, row.total))
                 }

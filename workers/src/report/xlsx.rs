@@ -296,6 +296,9 @@ impl XlsxWriter {
                         AggregateMetric::OverdueAssignments => {
                             sheet.write_number(row, column, aggregate.overdue() as f64)?;
                         }
+                        // A period without assignments has no rate (as the API's null): the
+                        // cell stays empty rather than 0 %.
+                        AggregateMetric::CompletionRate if aggregate.total == 0 => {}
                         AggregateMetric::CompletionRate => {
                             sheet.write_number(
                                 row,
