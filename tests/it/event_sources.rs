@@ -955,6 +955,180 @@ async fn the_events_page_creates_a_source_showing_its_secret_once_and_manages_tr
     assert_eq!(count(&app, "SELECT count(*) FROM event_sources").await, 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_edited_on_its_dashboard_page_reads_back_through_the_api() {
+    use flow_tests::dashboard::{DashboardClient, between, org_with_admin, role};
+
+    let app = api_only().await;
+    let (org, client) = org_with_admin(&app).await;
+    let onboarding = app.create_flow(&org, "Onboarding", &[30]).await;
+    let security = app.create_flow(&org, "Security", &[10]).await;
+    let created = app
+        .post(
+            &org,
+            "/v1/event-triggers",
+            &json!({
+                "name": "Hires",
+                "match": {"typePrefix": "employee.", "source": "https://hr.example.com"},
+                "userEmailPointer": "/data/email",
+                "action": "assign",
+                "flowId": onboarding,
+                "due": {"fromPointer": "/data/startDate"},
+                "priority": "high",
+                "notes": "Welcome aboard",
+            }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{:?}", created.body);
+    let id = created.body["triggerId"].as_str().expect("id").to_owned();
+    let path = format!("/dashboard/events/triggers/{id}");
+
+    // The list links to the trigger's page, whose form holds every value.
+    let listed = client.page("/dashboard/events").await;
+    assert!(listed.contains(&format!("href=\"{path}\"")), "{listed}");
+    let form = client.page(&path).await;
+    for shown in [
+        "id=\"trigger-name\" name=\"name\" value=\"Hires\"".to_owned(),
+        "<option value=\"prefix\" selected>".to_owned(),
+        "name=\"event_type\" value=\"employee.\"".to_owned(),
+        "name=\"source\" value=\"https://hr.example.com\"".to_owned(),
+        "name=\"email_pointer\" value=\"/data/email\"".to_owned(),
+        "<option value=\"assign\" selected>".to_owned(),
+        format!("<option value=\"{onboarding}\" selected>"),
+        "name=\"due_days\" min=\"1\" max=\"3650\" value=\"\"".to_owned(),
+        "name=\"due_from_pointer\" value=\"/data/startDate\"".to_owned(),
+        "<option value=\"high\" selected>".to_owned(),
+        ">Welcome aboard</textarea>".to_owned(),
+    ] {
+        assert!(form.contains(&shown), "{shown} not in {form}");
+    }
+
+    // Saved from the dashboard, read back through the API; audited as the API audits it.
+    let saved = client
+        .post_form(
+            &path,
+            &[
+                ("name", "Hires and transfers"),
+                ("type_match", "exact"),
+                ("event_type", "employee.hired"),
+                ("source", ""),
+                ("email_pointer", "/data/employee/email"),
+                ("action", "assign"),
+                ("flow_id", &security),
+                ("due_days", "14"),
+                ("due_from_pointer", ""),
+                ("priority", "low"),
+                ("notes", ""),
+            ],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{}", saved.body);
+    assert_eq!(saved.location(), Some("/dashboard/events"));
+    let read = app.get(&org, &format!("/v1/event-triggers/{id}")).await;
+    assert_eq!(read.status, 200);
+    let trigger = read.body;
+    assert_eq!(trigger["name"], "Hires and transfers");
+    assert_eq!(trigger["match"], json!({"type": "employee.hired"}));
+    assert_eq!(trigger["userEmailPointer"], "/data/employee/email");
+    assert_eq!(trigger["action"], "assign");
+    assert_eq!(trigger["flowId"], json!(security));
+    assert_eq!(trigger["due"], json!({"days": 14}));
+    assert_eq!(trigger["priority"], "low");
+    assert_eq!(trigger["notes"], Value::Null);
+    let audited: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT actor_kind, actor, target FROM audit_events
+         WHERE org_id = $1 AND action = 'event_trigger.updated'",
+    )
+    .bind(org.id)
+    .fetch_all(&app.db)
+    .await
+    .expect("audit");
+    assert_eq!(
+        audited,
+        [(
+            "account".to_owned(),
+            format!("admin-{}@example.com", org.id),
+            id.clone()
+        )]
+    );
+
+    // A bad pointer is refused in the form, naming the field; nothing changes.
+    let refused = client
+        .post_form(
+            &path,
+            &[
+                ("name", "Renamed"),
+                ("type_match", "exact"),
+                ("event_type", "employee.hired"),
+                ("email_pointer", "data/email"),
+                ("action", "assign"),
+                ("flow_id", &security),
+                ("priority", "low"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let error = between(&refused.body, "id=\"trigger-error\">", "</div>").expect("error");
+    assert!(
+        error.contains("userEmailPointer must be a JSON Pointer"),
+        "{error}"
+    );
+    // The form keeps what was typed.
+    assert!(
+        refused
+            .body
+            .contains("name=\"email_pointer\" value=\"data/email\"")
+    );
+    let unchanged = app.get(&org, &format!("/v1/event-triggers/{id}")).await;
+    assert_eq!(unchanged.body, trigger);
+
+    // Another organization's trigger is not found here, and stays as it was.
+    let other = app.create_org(Tier::Standard).await;
+    let their_flow = app.create_flow(&other, "Theirs", &[10]).await;
+    let theirs = app
+        .post(
+            &other,
+            "/v1/event-triggers",
+            &json!({"name": "Theirs", "match": {"type": "t"}, "userEmailPointer": "/e",
+                    "action": "assign", "flowId": their_flow}),
+        )
+        .await;
+    assert_eq!(theirs.status, 201, "{:?}", theirs.body);
+    let their_id = theirs.body["triggerId"].as_str().expect("id").to_owned();
+    let their_path = format!("/dashboard/events/triggers/{their_id}");
+    assert_eq!(client.get(&their_path).await.status, 404);
+    let foreign = client
+        .post_form(
+            &their_path,
+            &[
+                ("name", "Mine now"),
+                ("type_match", "exact"),
+                ("event_type", "t"),
+                ("email_pointer", "/e"),
+                ("action", "assign"),
+                ("flow_id", &security),
+            ],
+        )
+        .await;
+    assert_eq!(foreign.status, 404, "{}", foreign.body);
+    let their_trigger = app
+        .get(&other, &format!("/v1/event-triggers/{their_id}"))
+        .await;
+    assert_eq!(their_trigger.body["name"], "Theirs");
+
+    // A viewer sees the values but cannot save them.
+    let viewer =
+        DashboardClient::signed_in(&app, org.id, "viewer@example.com", role("viewer")).await;
+    let shown = viewer.page(&path).await;
+    assert!(shown.contains("value=\"Hires and transfers\""), "{shown}");
+    let forbidden = viewer
+        .post_form(&path, &[("name", "Viewer's"), ("action", "assign")])
+        .await;
+    assert_eq!(forbidden.status, 403);
+    let still = app.get(&org, &format!("/v1/event-triggers/{id}")).await;
+    assert_eq!(still.body, trigger);
+}
+
 /// A writer that keeps everything a subscriber writes.
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

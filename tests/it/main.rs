@@ -15,6 +15,7 @@ mod changes;
 mod cluster;
 mod compliance;
 mod compliance_exports;
+mod compliance_page;
 mod compose;
 mod control_plane;
 mod dashboard;

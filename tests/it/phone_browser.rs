@@ -141,6 +141,24 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         .post(&org, &format!("/v1/webhooks/{endpoint}/test"), &json!({}))
         .await;
     assert!(test.status < 300, "{:?}", test.body);
+    let trigger = app
+        .post(
+            &org,
+            "/v1/event-triggers",
+            &json!({"name": "New hires from the human resources information system",
+                    "match": {"typePrefix": "com.example.hr.employee.", "source": "https://hr.example.com/events/outbound"},
+                    "userEmailPointer": "/data/employee/workEmail", "action": "assign",
+                    "flowId": flow, "due": {"fromPointer": "/data/employee/startDate"},
+                    "notes": "Before the first day"}),
+        )
+        .await;
+    assert_eq!(trigger.status, 201, "{:?}", trigger.body);
+    let trigger = trigger.body["triggerId"]
+        .as_str()
+        .expect("trigger id")
+        .to_owned();
+    // A past day for the Compliance page's as-of (two days back: not the future in any zone).
+    let past_day = (chrono::Utc::now() - chrono::Duration::days(2)).date_naive();
     let user = app
         .get(&org, &format!("/v1/users?email={}", people[0].0))
         .await;
@@ -198,6 +216,11 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
             Some("Users"),
         ),
         (
+            format!("/dashboard/compliance?flow={flow}&asOf={past_day}"),
+            "compliance-as-of",
+            Some("Users"),
+        ),
+        (
             "/dashboard/schedules".into(),
             "schedules",
             Some("Schedules"),
@@ -206,6 +229,11 @@ async fn every_dashboard_page_fits_a_phone_and_keeps_its_navigation_on_screen() 
         ("/dashboard/rules/new".into(), "rule-new", Some("Rules")),
         (format!("/dashboard/rules/{rule}"), "rule", Some("Rules")),
         ("/dashboard/events".into(), "events", Some("Rules")),
+        (
+            format!("/dashboard/events/triggers/{trigger}"),
+            "event-trigger",
+            Some("Rules"),
+        ),
         ("/dashboard/webhooks".into(), "webhooks", Some("Webhooks")),
         (
             "/dashboard/webhooks/new".into(),

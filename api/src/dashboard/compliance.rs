@@ -1,34 +1,44 @@
-//! Compliance (issue 39): the compliance report of `flow_app::compliance` — the organization's
-//! required flows, now — as a page: the report's filters (department, group, manager, active),
-//! the totals of the filtered population, and either a page of people with their status per
-//! flow (each linking to the person's page) or the roll-up per department, manager or group
-//! (each group linking to its people). Pages follow the report's keyset cursor. Linked from the
-//! home and Users pages rather than the navigation, which holds eight sections at phone width.
+//! Compliance (issue 39): the compliance report of `flow_app::compliance` as a page: the flows
+//! judged (the organization's required flows unless others are ticked), the instant (now, or the
+//! end of an `asOf` day in the organization's time zone), the report's filters (department,
+//! group, manager, active), the totals of the filtered population, and either a page of people
+//! with their status per flow (each linking to the person's page) or the roll-up per department,
+//! manager or group (each group linking to its people). Pages follow the report's keyset
+//! cursor. The export buttons record the report's export of the same scope (the API's `format`)
+//! and show it in the flows' export panel. Linked from the home and Users pages rather than the
+//! navigation, which holds eight sections at phone width.
 
 use askama::Template;
 use askama_web::WebTemplate;
 use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
-use chrono::Utc;
+use axum::response::{IntoResponse, Redirect};
+use axum::routing::{get, post};
+use chrono::{DateTime, NaiveDate, Utc};
 use flow_app::ServiceError;
 use flow_app::compliance::{self as service, ComplianceAnswer, ComplianceFields, percent};
 use flow_common::db::compliance::Counts;
+use flow_domain::report::ExportFormat;
 use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
-use super::view::{self, Layout, Section, count, label};
-use super::{HtmlQuery, PageResult};
+use super::flows::{FormatChoice, export_format, format_choices};
+use super::view::{self, Layout, Section, count, label, plural};
+use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
 
 /// People (or groups) per page.
 const PAGE_SIZE: i64 = 50;
+/// Flows the picker offers (the organization's first, by id; the report takes at most
+/// [`service::MAX_FLOWS`] of them at once).
+const FLOW_CHOICES: i64 = 500;
 
 /// Routes of this module.
 pub fn router() -> Router<AppState> {
-    Router::new().route("/compliance", get(show))
+    Router::new()
+        .route("/compliance", get(show))
+        .route("/compliance/exports", post(request_export))
 }
 
 /// Query of the page: the report's filters, the roll-up and the cursor.
@@ -49,6 +59,13 @@ pub struct ComplianceQuery {
     /// Roll up by `department`, `manager` or `group`; people otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// The flows ticked (`flow_…`); none: the organization's required flows.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flow: Vec<String>,
+    /// The day judged (`YYYY-MM-DD`, its end in the organization's time zone) or an RFC 3339
+    /// instant, as the API's `asOf`; absent: now.
+    #[serde(default, rename = "asOf", skip_serializing_if = "Option::is_none")]
+    pub as_of: Option<String>,
     /// The report's `nextCursor`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cursor: Option<String>,
@@ -61,22 +78,56 @@ impl ComplianceQuery {
             text.map(|text| text.trim().to_owned())
                 .filter(|text| !text.is_empty())
         };
+        let mut flows: Vec<String> = Vec::with_capacity(self.flow.len());
+        for flow in self.flow.into_iter().filter_map(|flow| keep(Some(flow))) {
+            if !flows.contains(&flow) {
+                flows.push(flow);
+            }
+        }
         Self {
             department: keep(self.department),
             group: keep(self.group),
             manager: keep(self.manager),
             active: keep(self.active),
             by: keep(self.by),
+            flow: flows,
+            as_of: keep(self.as_of),
             cursor: keep(self.cursor),
         }
     }
 
+    /// The report request of this page (with `format`, its export: every page, so no cursor).
+    fn fields(&self, format: Option<ExportFormat>) -> ComplianceFields {
+        ComplianceFields {
+            flow_ids: (!self.flow.is_empty()).then(|| self.flow.clone()),
+            department: self.department.clone(),
+            group_id: self.group.clone(),
+            manager_id: self.manager.clone(),
+            active: match self.active.as_deref() {
+                Some("active") => Some(true),
+                Some("inactive") => Some(false),
+                _ => None,
+            },
+            user_emails: None,
+            group_by: self.by.clone(),
+            as_of: self.as_of.clone(),
+            cursor: self.cursor.clone().filter(|_| format.is_none()),
+            limit: Some(PAGE_SIZE),
+            format: format.map(|format| format.as_str().to_owned()),
+        }
+    }
+
     fn url(&self) -> String {
+        self.url_of("/dashboard/compliance")
+    }
+
+    /// `path` with this query.
+    fn url_of(&self, path: &str) -> String {
         let query = serde_html_form::to_string(self).unwrap_or_default();
         if query.is_empty() {
-            "/dashboard/compliance".to_owned()
+            path.to_owned()
         } else {
-            format!("/dashboard/compliance?{query}")
+            format!("{path}?{query}")
         }
     }
 
@@ -87,8 +138,20 @@ impl ComplianceQuery {
             && self.manager.is_none()
             && self.active.is_none()
             && self.by.is_none()
+            && self.flow.is_empty()
+            && self.as_of.is_none()
             && self.cursor.is_none()
     }
+}
+
+/// A flow the picker offers.
+pub struct FlowPick {
+    pub id: String,
+    pub name: String,
+    /// Required of everyone (judged when nothing is ticked).
+    pub required: bool,
+    /// Judged on this page.
+    pub checked: bool,
 }
 
 /// A flow's column.
@@ -162,6 +225,21 @@ pub struct Choice {
 #[template(path = "dashboard/compliance.html")]
 struct CompliancePage {
     layout: Layout,
+    /// The organization's flows that are not archived, to tick.
+    flow_picks: Vec<FlowPick>,
+    /// Whether flows are ticked (else the required flows are judged).
+    picked: bool,
+    /// The picker's summary: `2 flows ticked`, or `The required flows`.
+    picked_summary: String,
+    /// The `asOf` field as given.
+    as_of_day: String,
+    /// The `asOf` asked for in words (`30 Jun 2026, end of day, Europe/Paris`), when one is.
+    as_of_words: Option<String>,
+    /// Today in the organization's time zone (the date field's latest).
+    today: String,
+    /// The export buttons, and where they post (this page's scope, without its cursor).
+    formats: Vec<FormatChoice>,
+    export_url: String,
     department: String,
     group: String,
     manager: String,
@@ -169,7 +247,7 @@ struct CompliancePage {
     by_choices: Vec<Choice>,
     /// Why the report could not be shown.
     error: Option<String>,
-    /// The instant judged.
+    /// The instant judged, to the second, in the organization's time zone.
     as_of: String,
     flows: Vec<FlowColumn>,
     totals: Option<TotalsView>,
@@ -226,32 +304,14 @@ async fn show(
 ) -> PageResult {
     let query = query.given();
     let layout = Layout::new(&account, Section::Users).await;
-    let active = match query.active.as_deref() {
-        Some("active") => Some(true),
-        Some("inactive") => Some(false),
-        _ => None,
-    };
-    let fields = ComplianceFields {
-        flow_ids: None,
-        department: query.department.clone(),
-        group_id: query.group.clone(),
-        manager_id: query.manager.clone(),
-        active,
-        user_emails: None,
-        group_by: query.by.clone(),
-        as_of: None,
-        cursor: query.cursor.clone(),
-        limit: Some(PAGE_SIZE),
-        format: None,
-    };
-    let outcome = match service::check(fields, account.zone(), Utc::now()) {
+    let flows = flow_app::flows::list(&state, account.acting(), None, FLOW_CHOICES).await?;
+    let outcome = match service::check(query.fields(None), account.zone(), Utc::now()) {
         Ok(request) => service::report(&state, account.acting(), request).await,
         Err(error) => Err(error),
     };
     let (answer, error) = match outcome {
         Ok(answer) => (Some(answer), None),
-        Err(ServiceError::Invalid(problem)) => (None, Some(problem.0)),
-        Err(other) => return Err(other.into()),
+        Err(error) => (None, Some(refusal(error)?)),
     };
     // A refused filter is the request's fault; an organization without required flows is not.
     let code = if error.is_some() && !query.is_default() {
@@ -259,8 +319,82 @@ async fn show(
     } else {
         StatusCode::OK
     };
-    let page = page(layout, &query, answer, error);
+    let mut page = page(layout, &query, answer, error);
+    page.flow_picks = flows
+        .into_iter()
+        .filter(|flow| !flow.archived)
+        .map(|flow| {
+            let id = flow.id.to_string();
+            FlowPick {
+                checked: if query.flow.is_empty() {
+                    flow.required
+                } else {
+                    query.flow.contains(&id)
+                },
+                id,
+                name: flow.name,
+                required: flow.required,
+            }
+        })
+        .collect();
+    page.flow_picks
+        .sort_by_cached_key(|flow| (flow.name.to_lowercase(), flow.id.clone()));
     Ok((code, page).into_response())
+}
+
+/// A refusal of the report as the page words it (shown above it), or the error page for
+/// anything else.
+fn refusal(error: ServiceError) -> Result<String, PageError> {
+    match error {
+        ServiceError::Invalid(problem) => Ok(problem.0),
+        // A ticked flow that is not (or no longer) the organization's.
+        ServiceError::NotFound("flow") => {
+            Ok("Tick flows of this organization: one of them does not exist.".to_owned())
+        }
+        other => Err(other.into()),
+    }
+}
+
+/// The `asOf` asked for, in words: a date as its end of day in `zone` (`today, now` for
+/// today's), an instant as written.
+fn as_of_words(text: &str, zone: chrono_tz::Tz, now: DateTime<Utc>) -> String {
+    match NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        Ok(day) if day == now.with_timezone(&zone).date_naive() => "today, now".to_owned(),
+        Ok(day) => format!("{}, end of day, {}", day.format("%-d %b %Y"), zone.name()),
+        Err(_) => text.to_owned(),
+    }
+}
+
+/// The export buttons: the report of this page's scope (flows, filters, roll-up, `asOf`; every
+/// page) with a format, through the API's compliance report, then its panel. Open to every
+/// account, as a flow's exports are (an export changes nothing).
+async fn request_export(
+    State(state): State<AppState>,
+    account: SignedIn,
+    HtmlQuery(query): HtmlQuery<ComplianceQuery>,
+    HtmlForm(form): HtmlForm<ExportForm>,
+) -> PageResult {
+    let format = export_format(&form.format)?;
+    let query = query.given();
+    let request = service::check(query.fields(Some(format)), account.zone(), Utc::now()).map_err(
+        |error| match refusal(error) {
+            Ok(message) => PageError::bad_request(message),
+            Err(page) => page,
+        },
+    )?;
+    let answer = service::report(&state, account.acting(), request).await?;
+    let export = answer
+        .export
+        .ok_or_else(|| PageError::internal("the compliance report answered without its export"))?;
+    Ok(Redirect::to(&format!("/dashboard/exports/{}", export.id)).into_response())
+}
+
+/// The export buttons' form: the format; the scope is in the address.
+#[derive(Debug, Deserialize)]
+pub struct ExportForm {
+    /// csv, excel or pdf.
+    #[serde(default)]
+    pub format: String,
 }
 
 fn page(
@@ -274,7 +408,28 @@ fn page(
         Some("group") => "Group",
         _ => "Department",
     };
+    let today = Utc::now().with_timezone(&layout.zone).date_naive();
+    let picked_count = i64::try_from(query.flow.len()).unwrap_or(i64::MAX);
     let mut page = CompliancePage {
+        flow_picks: Vec::new(),
+        picked: !query.flow.is_empty(),
+        picked_summary: if query.flow.is_empty() {
+            "The required flows".to_owned()
+        } else {
+            format!("{} ticked", plural(picked_count, "flow"))
+        },
+        as_of_day: query.as_of.clone().unwrap_or_default(),
+        as_of_words: query
+            .as_of
+            .as_deref()
+            .map(|text| as_of_words(text, layout.zone, Utc::now())),
+        today: today.format("%Y-%m-%d").to_string(),
+        formats: format_choices(),
+        export_url: ComplianceQuery {
+            cursor: None,
+            ..query.clone()
+        }
+        .url_of("/dashboard/compliance/exports"),
         department: query.department.clone().unwrap_or_default(),
         group: query.group.clone().unwrap_or_default(),
         manager: query.manager.clone().unwrap_or_default(),
@@ -315,7 +470,11 @@ fn page(
     let Some(answer) = answer else {
         return page;
     };
-    page.as_of = page.layout.time(&answer.at);
+    page.as_of = answer
+        .at
+        .with_timezone(&page.layout.zone)
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
     page.flows = answer
         .flows
         .iter()

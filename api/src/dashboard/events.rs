@@ -1,8 +1,8 @@
-//! Events in: the organization's event triggers (list, a form to create one, delete, and a
-//! preview of what a pasted event would do) and its signed event sources (create, with the secret
-//! shown once and how a sender signs; rotate; delete). Under the Rules section (the navigation
-//! holds eight links at phone width); every action is one call of `flow_app::events`
-//! (docs/events.md).
+//! Events in: the organization's event triggers (list, a form to create one, a page to edit one,
+//! delete, and a preview of what a pasted event would do) and its signed event sources (create,
+//! with the secret shown once and how a sender signs; rotate; delete). Under the Rules section
+//! (the navigation holds eight links at phone width); every action is one call of
+//! `flow_app::events` (docs/events.md).
 
 use askama::Template;
 use askama_web::WebTemplate;
@@ -22,7 +22,7 @@ use flow_domain::ids::{EventSourceId, EventTriggerId};
 use serde::Deserialize;
 
 use super::auth::SignedIn;
-use super::rules::FlowChoice;
+use super::rules::{FlowChoice, PriorityChoice};
 use super::session::flash;
 use super::view::{Layout, Section, plural};
 use super::{HtmlForm, PageError, PageResult};
@@ -39,6 +39,10 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/events", get(page))
         .route("/events/triggers", post(create_trigger))
+        .route(
+            "/events/triggers/{id}",
+            get(edit_trigger_page).post(update_trigger),
+        )
         .route("/events/triggers/{id}/delete", post(delete_trigger))
         .route("/events/preview", post(preview))
         .route("/events/sources", post(create_source))
@@ -126,6 +130,78 @@ pub struct TriggerForm {
     pub flow_id: String,
     #[serde(default)]
     pub due_days: String,
+    /// JSON Pointer to the due date in the event (instead of `due_days`).
+    #[serde(default)]
+    pub due_from_pointer: String,
+    /// low, medium or high.
+    #[serde(default)]
+    pub priority: String,
+    #[serde(default)]
+    pub notes: String,
+}
+
+impl TriggerForm {
+    /// A stored trigger's values, to edit them.
+    fn of(record: &TriggerRecord) -> Self {
+        let (type_match, event_type) = match (&record.match_type, &record.match_type_prefix) {
+            (None, Some(prefix)) => ("prefix", prefix.clone()),
+            (exact, _) => ("exact", exact.clone().unwrap_or_default()),
+        };
+        Self {
+            name: record.name.clone(),
+            type_match: type_match.to_owned(),
+            event_type,
+            source: record.match_source.clone().unwrap_or_default(),
+            email_pointer: record.email_pointer.clone(),
+            action: record.action.clone(),
+            flow_id: record.flow_id.to_string(),
+            due_days: record
+                .due_days
+                .map(|days| days.to_string())
+                .unwrap_or_default(),
+            due_from_pointer: record.due_pointer.clone().unwrap_or_default(),
+            priority: record.priority.clone(),
+            notes: record.notes.clone().unwrap_or_default(),
+        }
+    }
+
+    /// The form as the service takes it. The due date, priority and notes are sent for the
+    /// assign action only (a cancel ignores what the form still holds of them); a due in days
+    /// that is not a number is refused here, by the API's field name.
+    fn input(&self) -> Result<TriggerInput, flow_domain::Invalid> {
+        let assign = self.action == "assign";
+        let due_days = match self.due_days.trim() {
+            "" => None,
+            text => Some(text.parse::<i32>().map_err(|_| {
+                flow_domain::Invalid::new("due.days must be a whole number of days")
+            })?),
+        };
+        let prefix = self.type_match == "prefix";
+        Ok(TriggerInput {
+            name: Some(self.name.clone()),
+            match_type: optional(&self.event_type).filter(|_| !prefix),
+            match_type_prefix: optional(&self.event_type).filter(|_| prefix),
+            match_source: optional(&self.source),
+            user_email_pointer: Some(self.email_pointer.trim().to_owned()),
+            action: Some(self.action.clone()),
+            flow_id: Some(self.flow_id.clone()),
+            due_days: due_days.filter(|_| assign),
+            due_from_pointer: optional(&self.due_from_pointer).filter(|_| assign),
+            priority: optional(&self.priority).filter(|_| assign),
+            notes: optional(&self.notes).filter(|_| assign),
+        })
+    }
+
+    /// The priorities offered, this form's selected.
+    fn priorities(&self) -> Vec<PriorityChoice> {
+        ["low", "medium", "high"]
+            .into_iter()
+            .map(|value| PriorityChoice {
+                value,
+                selected: self.priority == value,
+            })
+            .collect()
+    }
 }
 
 /// The source form's fields, as sent.
@@ -163,6 +239,7 @@ struct EventsPage {
     triggers: Vec<TriggerRow>,
     sources: Vec<SourceRow>,
     flows: Vec<FlowChoice>,
+    priorities: Vec<PriorityChoice>,
     trigger_form: TriggerForm,
     source_form: SourceForm,
     preview_form: PreviewForm,
@@ -171,6 +248,20 @@ struct EventsPage {
     error: Option<(&'static str, String)>,
     can_add_trigger: bool,
     can_add_source: bool,
+}
+
+/// A trigger's own page: its form, filled in with its values.
+#[derive(Template, WebTemplate)]
+#[template(path = "dashboard/event_trigger.html")]
+struct TriggerPage {
+    layout: Layout,
+    /// The trigger's id.
+    id: String,
+    flows: Vec<FlowChoice>,
+    priorities: Vec<PriorityChoice>,
+    trigger_form: TriggerForm,
+    /// Why the last save was refused.
+    error: Option<String>,
 }
 
 #[derive(Template, WebTemplate)]
@@ -195,21 +286,38 @@ struct Shown {
     error: Option<(&'static str, String)>,
 }
 
+/// The flows a trigger's form offers: those taking assignments, and `selected` whatever its
+/// state (a cancel trigger may keep an archived flow).
+async fn flow_choices(
+    state: &AppState,
+    account: &SignedIn,
+    selected: &str,
+) -> Result<Vec<FlowChoice>, PageError> {
+    Ok(
+        flow_app::flows::list(state, account.acting(), None, FLOW_CHOICES)
+            .await?
+            .into_iter()
+            .filter(|flow| !flow.archived || flow.id.to_string() == selected)
+            .map(|flow| FlowChoice {
+                selected: flow.id.to_string() == selected,
+                id: flow.id.to_string(),
+                name: format!(
+                    "{} ({}){}",
+                    flow.name,
+                    plural(flow.module_count, "module"),
+                    if flow.archived { ", archived" } else { "" }
+                ),
+            })
+            .collect(),
+    )
+}
+
 async fn render(state: &AppState, account: &SignedIn, shown: Shown) -> PageResult<EventsPage> {
     let layout = Layout::new(account, Section::Rules).await;
     let acting = account.acting();
     let triggers = triggers::list(state, acting, None, MAX_TRIGGERS).await?;
     let sources = sources::list(state, acting, None, sources::MAX_SOURCES).await?;
-    let flows = flow_app::flows::list(state, acting, None, FLOW_CHOICES)
-        .await?
-        .into_iter()
-        .filter(|flow| !flow.archived)
-        .map(|flow| FlowChoice {
-            selected: flow.id.to_string() == shown.trigger_form.flow_id,
-            id: flow.id.to_string(),
-            name: format!("{} ({})", flow.name, plural(flow.module_count, "module")),
-        })
-        .collect();
+    let flows = flow_choices(state, account, &shown.trigger_form.flow_id).await?;
     Ok(EventsPage {
         can_add_trigger: layout.is_admin && (triggers.len() as i64) < MAX_TRIGGERS,
         can_add_source: layout.is_admin && (sources.len() as i64) < sources::MAX_SOURCES,
@@ -217,6 +325,7 @@ async fn render(state: &AppState, account: &SignedIn, shown: Shown) -> PageResul
         triggers: triggers.iter().map(TriggerRow::from).collect(),
         sources: sources.iter().map(SourceRow::from).collect(),
         flows,
+        priorities: shown.trigger_form.priorities(),
         trigger_form: shown.trigger_form,
         source_form: shown.source_form,
         preview_form: shown.preview_form,
@@ -231,6 +340,7 @@ async fn page(State(state): State<AppState>, account: SignedIn) -> PageResult<Ev
             type_match: "exact".into(),
             email_pointer: "/data/email".into(),
             action: "assign".into(),
+            priority: "medium".into(),
             ..TriggerForm::default()
         },
         source_form: SourceForm {
@@ -286,38 +396,78 @@ async fn create_trigger(
     HtmlForm(form): HtmlForm<TriggerForm>,
 ) -> PageResult {
     account.require_admin()?;
-    let due_days = match form.due_days.trim() {
-        "" => None,
-        text => match text.parse::<i32>() {
-            Ok(days) => Some(days),
-            Err(_) => {
-                let error = flow_domain::Invalid::new("due.days must be a whole number of days");
-                let shown = Shown {
-                    trigger_form: form,
-                    ..Shown::default()
-                };
-                return refused(&state, &account, "trigger", error.into(), shown).await;
-            }
-        },
+    let created = match form.input() {
+        Ok(input) => triggers::create(&state, account.acting(), input)
+            .await
+            .map(|_| ()),
+        Err(problem) => Err(problem.into()),
     };
-    let prefix = form.type_match == "prefix";
-    let input = TriggerInput {
-        name: Some(form.name.clone()),
-        match_type: optional(&form.event_type).filter(|_| !prefix),
-        match_type_prefix: optional(&form.event_type).filter(|_| prefix),
-        match_source: optional(&form.source),
-        user_email_pointer: Some(form.email_pointer.trim().to_owned()),
-        action: Some(form.action.clone()),
-        flow_id: Some(form.flow_id.clone()),
-        due_days: due_days.filter(|_| form.action == "assign"),
-        ..TriggerInput::default()
-    };
-    if let Err(error) = triggers::create(&state, account.acting(), input).await {
+    if let Err(error) = created {
         let shown = Shown {
             trigger_form: form,
             ..Shown::default()
         };
         return refused(&state, &account, "trigger", error, shown).await;
+    }
+    flash(
+        &account.session,
+        "success",
+        "The trigger is saved: it acts on events received from now on.",
+    )
+    .await;
+    Ok(Redirect::to(PAGE).into_response())
+}
+
+/// The trigger's page: its form filled in with its values (another organization's: 404).
+async fn edit_trigger_page(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+) -> PageResult<TriggerPage> {
+    let id = EventTriggerId::parse(&id).ok_or_else(PageError::not_found)?;
+    let record = triggers::get(&state, account.acting(), id).await?;
+    trigger_page(&state, &account, id, TriggerForm::of(&record), None).await
+}
+
+async fn trigger_page(
+    state: &AppState,
+    account: &SignedIn,
+    id: EventTriggerId,
+    form: TriggerForm,
+    error: Option<String>,
+) -> PageResult<TriggerPage> {
+    Ok(TriggerPage {
+        layout: Layout::new(account, Section::Rules).await,
+        id: id.to_string(),
+        flows: flow_choices(state, account, &form.flow_id).await?,
+        priorities: form.priorities(),
+        trigger_form: form,
+        error,
+    })
+}
+
+/// Saves a trigger's form through the operation `PUT /v1/event-triggers/{id}` calls (which
+/// audits it); a refusal shows the form again with the message, which names the field.
+async fn update_trigger(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlForm(form): HtmlForm<TriggerForm>,
+) -> PageResult {
+    account.require_admin()?;
+    let id = EventTriggerId::parse(&id).ok_or_else(PageError::not_found)?;
+    // Another organization's trigger is not found, whatever the form holds.
+    triggers::get(&state, account.acting(), id).await?;
+    let updated = match form.input() {
+        Ok(input) => triggers::update(&state, account.acting(), id, input)
+            .await
+            .map(|_| ()),
+        Err(problem) => Err(problem.into()),
+    };
+    if let Err(error) = updated {
+        let (status, message) = refusal(error)?;
+        let page = trigger_page(&state, &account, id, form, Some(message)).await?;
+        return Ok((status, page).into_response());
     }
     flash(
         &account.session,

@@ -516,13 +516,7 @@ async fn show(
                 .map(whole_seconds)
                 .map_or_else(|| "–".to_owned(), humanize_seconds),
         },
-        formats: ExportFormat::ALL
-            .iter()
-            .map(|format| FormatChoice {
-                value: format.as_str(),
-                label: format.label(),
-            })
-            .collect(),
+        formats: format_choices(),
         chart: chart::completion_by_week(&weeks),
         tabs,
         status: status
@@ -597,13 +591,7 @@ async fn request_export(
     HtmlForm(form): HtmlForm<ExportForm>,
 ) -> PageResult {
     let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
-    let format = form.format.parse::<ExportFormat>().map_err(|_| {
-        let labels: Vec<&str> = ExportFormat::ALL
-            .iter()
-            .map(|format| format.label())
-            .collect();
-        PageError::bad_request(format!("Choose {}.", in_words(&labels)))
-    })?;
+    let format = export_format(&form.format)?;
     let status = form
         .status
         .as_deref()
@@ -618,6 +606,28 @@ async fn request_export(
         .export
         .ok_or_else(|| PageError::internal("the report answered without its export"))?;
     Ok(Redirect::to(&format!("/dashboard/exports/{}", export.id)).into_response())
+}
+
+/// The export buttons of a page, one per format.
+pub(super) fn format_choices() -> Vec<FormatChoice> {
+    ExportFormat::ALL
+        .iter()
+        .map(|format| FormatChoice {
+            value: format.as_str(),
+            label: format.label(),
+        })
+        .collect()
+}
+
+/// The format an export button sent; 400 naming the choices for anything else.
+pub(super) fn export_format(text: &str) -> Result<ExportFormat, PageError> {
+    text.parse::<ExportFormat>().map_err(|_| {
+        let labels: Vec<&str> = ExportFormat::ALL
+            .iter()
+            .map(|format| format.label())
+            .collect();
+        PageError::bad_request(format!("Choose {}.", in_words(&labels)))
+    })
 }
 
 /// `A, B or C`.
