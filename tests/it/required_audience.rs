@@ -586,6 +586,23 @@ async fn an_admin_chooses_on_the_flows_page_whom_it_is_required_of() {
         (json!(true), json!(rule))
     );
 
+    // Deleting the rule from the rules page is refused, saying which flow to change first.
+    let delete = client
+        .post_form(&format!("/dashboard/rules/{rule}/delete"), &[])
+        .await;
+    assert_eq!(delete.status, 303, "{}", delete.body);
+    let rules = client.page("/dashboard/rules").await;
+    assert!(
+        rules.contains("The rule is not deleted") && rules.contains("Sales compliance"),
+        "{rules}"
+    );
+    assert_eq!(
+        app.get(&org, &format!("/v1/enrollment-rules/{rule}"))
+            .await
+            .status,
+        200
+    );
+
     let everyone = client
         .post_form(&format!("{path}/required"), &[("required_of", "everyone")])
         .await;
