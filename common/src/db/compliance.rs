@@ -209,7 +209,8 @@ const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id
 
 /// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
 /// whether the flow is required of them (`required`: of everyone, or they are in its rule's
-/// audience), the assignments that decide the standing at `$3` (`l_*` the latest assigned, its
+/// audience; only the matches of the rules of these flows are read, by the primary key's
+/// `rule_id` prefix, never another organization's), the assignments that decide the standing at `$3` (`l_*` the latest assigned, its
 /// due date as it stood then, `d_*` the latest completion, joined by `latest`) and the `status`
 /// they make (module docs; `$10` the due-soon window in days).
 fn cells(latest: &str) -> String {
@@ -239,8 +240,12 @@ fn cells(latest: &str) -> String {
         FROM people p
         CROSS JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position)
         LEFT JOIN flows audience ON audience.id = f.flow_id
-        LEFT JOIN enrollment_matches em ON em.rule_id = audience.required_for_rule_id
-            AND em.user_id = p.id AND em.matching
+        LEFT JOIN (
+            SELECT m.rule_id, m.user_id FROM enrollment_matches m
+            WHERE m.matching AND m.rule_id IN (
+                SELECT r.required_for_rule_id FROM flows r
+                WHERE r.org_id = $1 AND r.id = ANY($2))
+        ) em ON em.rule_id = audience.required_for_rule_id AND em.user_id = p.id
         {latest}
         LEFT JOIN LATERAL (
             SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
