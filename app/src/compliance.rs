@@ -327,7 +327,9 @@ pub struct PersonStanding {
     pub active: bool,
     /// One cell per flow.
     pub flows: Vec<Cell>,
-    /// Flows they are compliant in.
+    /// Flows required of them (all, but those of an audience they are not in).
+    pub required: i64,
+    /// Required flows they are compliant in.
     pub compliant: i64,
 }
 
@@ -488,9 +490,11 @@ async fn read_on(
 fn people_of(cells: Vec<Cell>) -> Vec<PersonStanding> {
     let mut people: Vec<PersonStanding> = Vec::new();
     for cell in cells {
-        let compliant = i64::from(cell.status == "compliant");
+        let required = i64::from(cell.required);
+        let compliant = i64::from(cell.required && cell.status == "compliant");
         match people.last_mut() {
             Some(person) if person.user_id == cell.user_id => {
+                person.required += required;
                 person.compliant += compliant;
                 person.flows.push(cell);
             }
@@ -501,6 +505,7 @@ fn people_of(cells: Vec<Cell>) -> Vec<PersonStanding> {
                 department: cell.department.clone(),
                 manager_id: cell.manager_id.clone(),
                 active: cell.active,
+                required,
                 compliant,
                 flows: vec![cell],
             }),
@@ -594,7 +599,7 @@ pub async fn report_with_request_id(
     let export = match request.format {
         None => None,
         Some(format) => {
-            let rows = read.totals.cells;
+            let rows = read.totals.rows();
             let allowance = Operation::Report.limit(caller);
             if let Some(export_cost) = cost::export(rows, allowance) {
                 rate = ctx

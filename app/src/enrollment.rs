@@ -11,6 +11,7 @@
 use flow_common::db::audit;
 use flow_common::db::enrollment_backfills::{self as backfills, Backfill, Requested};
 use flow_common::db::enrollment_rules::{self as db, RuleFields, RuleRecord};
+use flow_common::db::flows;
 use flow_domain::Invalid;
 use flow_domain::audit::AuditAction;
 use flow_domain::enrollment::{Applied, Due, DueFrom, Profile, Rule};
@@ -275,7 +276,24 @@ pub async fn update(
     Ok(record)
 }
 
-/// Deletes a rule; the assignments it made stay.
+/// The refusal to delete a rule that flows are required for, naming them.
+fn rule_is_an_audience(flows: &[(FlowId, String)]) -> ServiceError {
+    let named: Vec<String> = flows
+        .iter()
+        .map(|(id, name)| format!("\"{name}\" ({id})"))
+        .collect();
+    ServiceError::Conflict(format!(
+        "this rule is the audience of the required flow{} {}: make {} required of everyone or \
+         of another rule first (PATCH /v1/flows/{{id}} {{\"requiredForRuleId\": null}})",
+        if flows.len() == 1 { "" } else { "s" },
+        named.join(", "),
+        if flows.len() == 1 { "it" } else { "them" },
+    ))
+}
+
+/// Deletes a rule; the assignments it made stay. A rule that a flow is required for (its
+/// audience: `requiredForRuleId`) is not deleted (409 naming the flows): the flow would
+/// silently become required of everyone, or of no one.
 pub async fn delete(
     ctx: &Context,
     acting: Acting<'_>,
@@ -283,7 +301,22 @@ pub async fn delete(
 ) -> Result<(), ServiceError> {
     let org_id = acting.org_id();
     let mut transaction = ctx.db.begin().await?;
-    if !db::delete(&mut *transaction, org_id, id).await? {
+    let audience_of = flows::required_of_rule(&mut *transaction, org_id, id).await?;
+    if !audience_of.is_empty() {
+        return Err(rule_is_an_audience(&audience_of));
+    }
+    // A flow made required of the rule meanwhile breaks the foreign key: refused the same way.
+    let deleted = match db::delete(&mut *transaction, org_id, id).await {
+        Err(sqlx::Error::Database(error))
+            if error.constraint() == Some(flows::AUDIENCE_RULE_KEY) =>
+        {
+            drop(transaction);
+            let audience_of = flows::required_of_rule(&ctx.db, org_id, id).await?;
+            return Err(rule_is_an_audience(&audience_of));
+        }
+        other => other?,
+    };
+    if !deleted {
         return Err(ServiceError::NotFound("enrollment rule"));
     }
     audit::record(

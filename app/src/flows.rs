@@ -1,7 +1,8 @@
 //! Flows, for every surface: create one with its ordered modules (checked by one rule: a name of
 //! one line, a description, 1 to [`MAX_MODULES`] modules each with a name and an estimate), and
 //! read one with its modules; edit one where it is safe ([`edit`]: name, description, archived,
-//! reminder policy). The dashboard's figures of flows ([`counts`]) and its page of a
+//! reminder policy, whether it is required and of whom: everyone, or an enrollment rule's
+//! audience). The dashboard's figures of flows ([`counts`]) and its page of a
 //! flow's assignments ([`assignments`]) are read on a fresh replica, else the primary.
 
 use std::sync::Arc;
@@ -10,12 +11,13 @@ use chrono::{DateTime, Utc};
 use flow_common::db::assignments::AssignmentRecord;
 use flow_common::db::audit;
 use flow_common::db::dashboard::{self, FlowCounts};
+use flow_common::db::enrollment_rules;
 use flow_common::db::flows::{self, Flow, FlowEdit, FlowSettings, FlowSummary, Module, NewModule};
 use flow_common::db::replicas::ReadPurpose;
 use flow_domain::AssignmentStatus;
 use flow_domain::audit::AuditAction;
 use flow_domain::expiry::{self, Validity};
-use flow_domain::ids::{AssignmentId, FlowId, ModuleId};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, ModuleId};
 use flow_domain::reminders::ReminderPolicy;
 use flow_domain::{Invalid, TextRule};
 
@@ -45,8 +47,30 @@ pub struct FlowFields {
     pub renew_before_days: Option<i32>,
     /// The flow's own xAPI activity IRI.
     pub activity_id: Option<String>,
-    /// Required of every person (default false): the compliance report covers it by default.
+    /// Required (default false): the compliance report covers it by default.
     pub required: Option<bool>,
+    /// Required only of this enrollment rule's audience (`enr_…`; needs `required`).
+    pub required_for_rule_id: Option<String>,
+}
+
+/// An enrollment rule id given as `requiredForRuleId` (a malformed one is refused by name; one
+/// that is not the organization's is not found, when the flow is saved).
+fn audience_rule(text: &str) -> Result<EnrollmentRuleId, Invalid> {
+    EnrollmentRuleId::parse(text.trim()).ok_or_else(|| {
+        Invalid::new("requiredForRuleId must be an enrollment rule id (enr_…) or null")
+    })
+}
+
+/// A flow has an audience only when it is required, said in the same request.
+fn audience_needs_required(required: Option<bool>) -> Result<(), Invalid> {
+    if required == Some(true) {
+        Ok(())
+    } else {
+        Err(Invalid::new(
+            "requiredForRuleId needs \"required\": true in the same request (a flow is required \
+             of a rule's audience only when it is required)",
+        ))
+    }
 }
 
 /// Longest xAPI activity IRI of a module or a flow, in characters.
@@ -154,6 +178,14 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
         .map(expiry::check_renew_before)
         .transpose()?;
     expiry::check_window(valid_for, renew_before_days)?;
+    let required_for_rule_id = fields
+        .required_for_rule_id
+        .as_deref()
+        .map(audience_rule)
+        .transpose()?;
+    if required_for_rule_id.is_some() {
+        audience_needs_required(fields.required)?;
+    }
     Ok(NewFlow {
         name,
         description,
@@ -164,8 +196,33 @@ pub fn check(fields: FlowFields) -> Result<NewFlow, Invalid> {
             renew_before_days,
             activity_id: flow_activity,
             required: fields.required.unwrap_or(false),
+            required_for_rule_id,
         },
     })
+}
+
+/// Checks that the rule a flow is required for is the organization's: one that is not (another
+/// organization's, or none) is not found, as a flow id in a body is.
+async fn check_audience_rule<'e>(
+    executor: impl sqlx::PgExecutor<'e>,
+    acting: Acting<'_>,
+    rule: EnrollmentRuleId,
+) -> Result<enrollment_rules::RuleRecord, ServiceError> {
+    enrollment_rules::get(executor, acting.org_id(), rule)
+        .await?
+        .ok_or(ServiceError::NotFound("enrollment rule"))
+}
+
+/// A rule deleted between the check and the write breaks the flow's foreign key: not found.
+fn audience_rule_gone(error: sqlx::Error) -> ServiceError {
+    match &error {
+        sqlx::Error::Database(database)
+            if database.constraint() == Some(flows::AUDIENCE_RULE_KEY) =>
+        {
+            ServiceError::NotFound("enrollment rule")
+        }
+        _ => error.into(),
+    }
 }
 
 /// Creates a flow with its modules in one transaction.
@@ -181,6 +238,9 @@ pub async fn create(
             "activityId is already the activity id of another flow of the organization".into(),
         ));
     }
+    if let Some(rule) = flow.settings.required_for_rule_id {
+        check_audience_rule(&ctx.db, acting, rule).await?;
+    }
     let created = flows::create_with(
         &ctx.db,
         acting.org_id(),
@@ -189,7 +249,8 @@ pub async fn create(
         &flow.modules,
         &flow.settings,
     )
-    .await?;
+    .await
+    .map_err(audience_rule_gone)?;
     tracing::info!(flow_id = %created.0.id, modules = created.1.len(), "flow created");
     Ok(created)
 }
@@ -320,8 +381,11 @@ pub struct FlowEditFields {
     pub valid_for: Option<Option<Validity>>,
     /// Days before expiry the renewal is assigned (`Some(None)`: at expiry).
     pub renew_before_days: Option<Option<i32>>,
-    /// Mark the flow required of every person, or not.
+    /// Mark the flow required, or not (false also clears its audience).
     pub required: Option<bool>,
+    /// Required of a rule's audience (`Some(Some(enr_…))`, needs `required: Some(true)`) or of
+    /// everyone (`Some(None)`).
+    pub required_for_rule_id: Option<Option<String>>,
     /// The flow's own xAPI activity IRI (`Some(None)`: none).
     pub activity_id: Option<Option<String>>,
     /// Modules (by id, as sent) whose xAPI activity IRI is set (`None`: removed).
@@ -410,6 +474,13 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         .module_activities
         .map(check_module_activities)
         .transpose()?;
+    let required_for_rule_id = fields
+        .required_for_rule_id
+        .map(|rule| rule.as_deref().map(audience_rule).transpose())
+        .transpose()?;
+    if matches!(required_for_rule_id, Some(Some(_))) {
+        audience_needs_required(fields.required)?;
+    }
     if let (Some(Some(flow)), Some(modules)) = (&activity, &module_activities)
         && let Some(index) = modules
             .iter()
@@ -426,12 +497,14 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         && valid_for.is_none()
         && renew_before_days.is_none()
         && fields.required.is_none()
+        && required_for_rule_id.is_none()
         && activity.is_none()
         && module_activities.is_none()
     {
         return Err(Invalid::new(
             "nothing to change: give name, description, archived, reminders, validFor, \
-             renewBeforeDays, required, activityId or modules' activityId (modules are not \
+             renewBeforeDays, required, requiredForRuleId, activityId or modules' activityId \
+             (modules are not \
              otherwise edited in place: create a new flow)",
         ));
     }
@@ -443,14 +516,15 @@ pub fn check_edit(fields: FlowEditFields) -> Result<FlowEdit, Invalid> {
         valid_for,
         renew_before_days,
         required: fields.required,
+        required_for_rule_id,
         activity_id: activity,
         module_activities: module_activities.unwrap_or_default(),
     })
 }
 
-/// Edits the flow `id` of the organization: its name, description or archived state (every
-/// replica's flow cache is told at once). Audited as `flow.updated`. Answers the flow with its
-/// modules.
+/// Edits the flow `id` of the organization: its name, description, archived state, whether it is
+/// required and of whom (a rule that is not the organization's is not found), … (every replica's
+/// flow cache is told at once). Audited as `flow.updated`. Answers the flow with its modules.
 pub async fn edit(
     ctx: &Context,
     acting: Acting<'_>,
@@ -458,6 +532,10 @@ pub async fn edit(
     edit: &FlowEdit,
 ) -> Result<(Flow, Vec<Module>), ServiceError> {
     let mut transaction = ctx.db.begin().await?;
+    let audience_rule = match edit.required_for_rule_id {
+        Some(Some(rule)) => Some(check_audience_rule(&mut *transaction, acting, rule).await?),
+        _ => None,
+    };
     let flow = match flows::edit(&mut transaction, acting.org_id(), id, edit).await {
         Err(sqlx::Error::Database(error)) => {
             return Err(match error.constraint() {
@@ -473,6 +551,7 @@ pub async fn edit(
                     "a module's activityId repeats the activity id of another module of the \
                      flow",
                 )),
+                Some(flows::AUDIENCE_RULE_KEY) => ServiceError::NotFound("enrollment rule"),
                 _ => sqlx::Error::Database(error).into(),
             });
         }
@@ -497,6 +576,17 @@ pub async fn edit(
             "activityId repeats the activity id of one of the flow's modules",
         )));
     }
+    // Who it is required of, when the edit says and the flow is required (else "not
+    // required" says it all).
+    let audience = match edit.required_for_rule_id {
+        None => None,
+        Some(_) if !flow.required => None,
+        Some(None) => Some("required of everyone".to_owned()),
+        Some(Some(rule)) => Some(format!(
+            "required of the audience of rule \"{}\" ({rule})",
+            audience_rule.map(|record| record.name).unwrap_or_default()
+        )),
+    };
     let changed: Vec<&str> = [
         edit.name.as_ref().map(|_| "name"),
         edit.description.as_ref().map(|_| "description"),
@@ -507,6 +597,7 @@ pub async fn edit(
         edit.renew_before_days.as_ref().map(|_| "renewBeforeDays"),
         edit.required
             .map(|required| if required { "required" } else { "not required" }),
+        audience.as_deref(),
         edit.activity_id.as_ref().map(|_| "activityId"),
         (!edit.module_activities.is_empty()).then_some("modules' activityId"),
     ]

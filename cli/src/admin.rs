@@ -548,6 +548,7 @@ impl FlowFile {
             renew_before_days: self.renew_before_days,
             activity_id: None,
             required: self.required,
+            required_for_rule_id: None,
         }
     }
 }

@@ -331,7 +331,8 @@ async fn a_csv_export_holds_every_person_and_flow_as_of_the_instant_asked() {
             "assignedAt",
             "dueDate",
             "completedAt",
-            "expiresAt"
+            "expiresAt",
+            "required"
         ]
     );
     let records: Vec<Vec<String>> = reader
@@ -484,7 +485,10 @@ async fn a_csv_export_holds_every_person_and_flow_as_of_the_instant_asked() {
         ),
     ];
     for (email, flow, cells) in expected {
-        assert_eq!(row(email, flow), cells, "{email} in {flow}");
+        let got = row(email, flow);
+        assert_eq!(got[..10], cells, "{email} in {flow}");
+        // Every flow is required of everyone here.
+        assert_eq!(got[10], "true", "{email} in {flow}");
     }
     let bulk: Vec<&Vec<String>> = records
         .iter()

@@ -50,6 +50,7 @@ mod renewals;
 mod replicas;
 mod reports;
 mod request_timeout;
+mod required_audience;
 mod roles;
 mod rollups;
 mod rule_triggers;

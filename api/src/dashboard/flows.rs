@@ -1,5 +1,6 @@
 //! Flows: each flow with its assignments, completion rate and overdue count; a flow's page with
-//! the report's metrics, a completion-by-week chart, where people stall (the module funnel and
+//! whom it is required of (nobody, everyone, or an enrollment rule's audience; admins change it
+//! there), the report's metrics, a completion-by-week chart, where people stall (the module funnel and
 //! the time per module of `flow_app::analysis`, charted and tabled, loaded after the page), the assignments table
 //! (status tabs, search by e-mail, pages) and exports (CSV, Excel, PDF) that show their
 //! progress, then the download.
@@ -18,9 +19,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use chrono::Utc;
+use flow_app::ServiceError;
 use flow_app::analysis::{self, AnalysisRequest, FlowAnalysis};
 use flow_app::exports::{self, Opened};
-use flow_app::flows::AssignmentFilter;
+use flow_app::flows::{AssignmentFilter, FlowEditFields};
 use flow_app::reports::{self, ReportAnswer, ReportQuery};
 use flow_common::db::dashboard::FlowCounts;
 use flow_domain::AssignmentStatus;
@@ -31,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::SignedIn;
 use super::chart::{self, Chart, Row, RowValue, RowsChart, Week};
+use super::session::flash;
 use super::view::{Layout, Section, count, label, percent, plural};
 use super::{HtmlForm, HtmlQuery, PageError, PageResult};
 use crate::state::AppState;
@@ -48,6 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/flows", get(list))
         .route("/flows/{id}", get(show))
         .route("/flows/{id}/efficiency", get(efficiency))
+        .route("/flows/{id}/required", post(set_required))
         .route("/flows/{id}/exports", post(request_export))
         .route("/exports/{id}", get(export_status))
         .route("/exports/{id}/download", get(download))
@@ -341,10 +345,82 @@ impl EfficiencyView {
     }
 }
 
+/// A choice of whom a flow is required of: `none`, `everyone` or a rule's id.
+pub struct RequiredChoice {
+    /// The form's value.
+    pub value: String,
+    /// Its words.
+    pub label: String,
+    /// Whether it is the flow's now.
+    pub selected: bool,
+}
+
+/// The form's value for "not required".
+const NOT_REQUIRED: &str = "none";
+/// The form's value for "required of everyone".
+const EVERYONE: &str = "everyone";
+
+/// Whom the flow is required of, in words, and the choices of the form (nobody, everyone, each
+/// enrollment rule's audience).
+async fn required_of(
+    state: &AppState,
+    account: &SignedIn,
+    flow: &flow_common::db::flows::FlowSummary,
+) -> Result<(String, Vec<RequiredChoice>), PageError> {
+    let rules = flow_app::enrollment::list(
+        state,
+        account.acting(),
+        None,
+        flow_app::enrollment::MAX_RULES,
+    )
+    .await?;
+    let current = match (flow.required, flow.required_for_rule_id) {
+        (false, _) => NOT_REQUIRED.to_owned(),
+        (true, None) => EVERYONE.to_owned(),
+        (true, Some(rule)) => rule.to_string(),
+    };
+    let text = match (flow.required, flow.required_for_rule_id) {
+        (false, _) => "Not required: the compliance report covers it only when named.".to_owned(),
+        (true, None) => "Required of everyone in the organization.".to_owned(),
+        (true, Some(rule)) => {
+            let name = rules
+                .iter()
+                .find(|record| record.id == rule)
+                .map_or_else(|| rule.to_string(), |record| record.name.clone());
+            format!(
+                "Required of the audience of the rule \u{201c}{name}\u{201d}: the people it \
+                 matches now. For anyone else it is not required."
+            )
+        }
+    };
+    let choices = [
+        (NOT_REQUIRED.to_owned(), "Not required".to_owned()),
+        (EVERYONE.to_owned(), "Everyone".to_owned()),
+    ]
+    .into_iter()
+    .chain(rules.iter().map(|record| {
+        (
+            record.id.to_string(),
+            format!("The audience of the rule \u{201c}{}\u{201d}", record.name),
+        )
+    }))
+    .map(|(value, label)| RequiredChoice {
+        selected: value == current,
+        value,
+        label,
+    })
+    .collect();
+    Ok((text, choices))
+}
+
 #[derive(Template, WebTemplate)]
 #[template(path = "dashboard/flow.html")]
 struct FlowPage {
     layout: Layout,
+    /// Whom it is required of, in words.
+    required_text: String,
+    /// The choices of whom it is required of (admins change it).
+    required_choices: Vec<RequiredChoice>,
     /// The export buttons.
     formats: Vec<FormatChoice>,
     id: String,
@@ -500,7 +576,10 @@ async fn show(
         _ => Vec::new(),
     };
     let metrics = &answer.report.metrics;
+    let (required_text, required_choices) = required_of(&state, &account, &flow).await?;
     let page = FlowPage {
+        required_text,
+        required_choices,
         id: flow.id.to_string(),
         name: flow.name.clone(),
         modules: flow.module_count,
@@ -572,6 +651,59 @@ async fn show(
         StatusCode::OK
     };
     Ok((code, page).into_response())
+}
+
+/// The form of whom a flow is required of.
+#[derive(Debug, Deserialize)]
+pub struct RequiredForm {
+    /// `none`, `everyone` or an enrollment rule's id.
+    #[serde(default)]
+    pub required_of: String,
+}
+
+/// Sets whom the flow is required of with the flow edit of the API (`required`,
+/// `requiredForRuleId`), then shows the flow's page with what was done or refused.
+async fn set_required(
+    State(state): State<AppState>,
+    account: SignedIn,
+    Path(id): Path<String>,
+    HtmlForm(form): HtmlForm<RequiredForm>,
+) -> PageResult {
+    account.require_admin()?;
+    let flow_id = FlowId::parse(&id).ok_or_else(PageError::not_found)?;
+    let (required, required_for_rule_id) = match form.required_of.trim() {
+        NOT_REQUIRED => (false, None),
+        EVERYONE => (true, Some(None)),
+        rule => (true, Some(Some(rule.to_owned()))),
+    };
+    let back = Redirect::to(&format!("/dashboard/flows/{flow_id}")).into_response();
+    let edit = flow_app::flows::check_edit(FlowEditFields {
+        required: Some(required),
+        required_for_rule_id,
+        ..FlowEditFields::default()
+    });
+    let outcome = match edit {
+        Err(invalid) => Err(invalid.to_string()),
+        Ok(edit) => match flow_app::flows::edit(&state, account.acting(), flow_id, &edit).await {
+            Ok(_) => Ok(()),
+            Err(ServiceError::NotFound("enrollment rule")) => {
+                Err("That rule no longer exists: choose another.".to_owned())
+            }
+            Err(other) => return Err(other.into()),
+        },
+    };
+    match outcome {
+        Ok(()) => {
+            flash(
+                &account.session,
+                "success",
+                "Saved: the compliance report judges this flow of whom it is required now.",
+            )
+            .await;
+        }
+        Err(message) => flash(&account.session, "error", message).await,
+    }
+    Ok(back)
 }
 
 /// The export buttons' form.

@@ -448,7 +448,20 @@ async fn delete(
 ) -> PageResult {
     account.require_admin()?;
     let id = EnrollmentRuleId::parse(&id).ok_or_else(PageError::not_found)?;
-    service::delete(&state, account.acting(), id).await?;
+    // A rule that flows are required of is kept: the list says which flows to change first.
+    match service::delete(&state, account.acting(), id).await {
+        Ok(()) => {}
+        Err(ServiceError::Conflict(message)) => {
+            flash(
+                &account.session,
+                "error",
+                format!("The rule is not deleted: {message}."),
+            )
+            .await;
+            return Ok(Redirect::to("/dashboard/rules").into_response());
+        }
+        Err(other) => return Err(other.into()),
+    }
     flash(
         &account.session,
         "success",

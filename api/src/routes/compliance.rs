@@ -12,7 +12,7 @@ use flow_app::compliance::{
 };
 use flow_common::db::compliance::{Cell, Counts};
 use flow_common::db::exports::ExportRecord;
-use flow_domain::ids::{AssignmentId, ExportId, FlowId, UserId};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, ExportId, FlowId, UserId};
 use flow_domain::report::{ExportFormat, ExportStatus};
 use flow_domain::timestamp;
 use serde::{Deserialize, Serialize};
@@ -86,6 +86,9 @@ pub struct ComplianceFlowView {
     pub name: String,
     /// Whether it is marked required.
     pub required: bool,
+    /// Required only of the audience of this enrollment rule (the people it matches now); null:
+    /// of everyone.
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
 }
 
 /// A person's standing in one flow.
@@ -94,10 +97,14 @@ pub struct ComplianceFlowView {
 pub struct FlowStandingView {
     /// The flow.
     pub flow_id: FlowId,
-    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned or cancelled
-    /// (docs/compliance.md has the rules).
+    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned, cancelled or
+    /// not_required (docs/compliance.md has the rules).
     #[schema(example = "compliant")]
     pub status: String,
+    /// Whether the flow is required of this person: false outside the audience of a flow
+    /// required of a rule's audience (the pair is then counted in `notRequired`, never in a
+    /// summary, even when an assignment of it is judged).
+    pub required: bool,
     /// The assignment that decided it: the valid completion when compliant, else the latest
     /// assignment assigned by the instant.
     pub assignment_id: Option<AssignmentId>,
@@ -129,7 +136,7 @@ pub struct FlowStandingView {
 pub struct ComplianceSummary {
     /// Compliant (person, flow) pairs.
     pub compliant: i64,
-    /// Required (person, flow) pairs: people × flows.
+    /// Required (person, flow) pairs: people × flows required of them.
     pub required: i64,
     /// `compliant` of `required` in percent, to one decimal; null when nothing is required.
     pub percent: Option<f64>,
@@ -154,11 +161,11 @@ pub struct PersonView {
     pub active: bool,
     /// Their standing in each flow, in the order of `flows`.
     pub flows: Vec<FlowStandingView>,
-    /// Compliant flows of the required ones.
+    /// Compliant flows of the ones required of them.
     pub summary: ComplianceSummary,
 }
 
-/// Counts per status, of (person, flow) pairs.
+/// Counts per status, of the required (person, flow) pairs, and the pairs not required.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusCounts {
@@ -170,15 +177,18 @@ pub struct StatusCounts {
     pub in_progress: i64,
     pub not_assigned: i64,
     pub cancelled: i64,
+    /// Pairs not required (outside the audience of a flow required of a rule's audience),
+    /// whatever their status.
+    pub not_required: i64,
 }
 
 /// The counts of a group or of the whole population.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CountsView {
-    /// People counted.
+    /// People counted: those of whom at least one flow is required.
     pub people: i64,
-    /// People compliant in every flow.
+    /// People compliant in every flow required of them.
     pub people_compliant: i64,
     /// (person, flow) pairs per status.
     pub statuses: StatusCounts,
@@ -279,6 +289,7 @@ fn counts_view(counts: Counts) -> CountsView {
             in_progress: counts.in_progress,
             not_assigned: counts.not_assigned,
             cancelled: counts.cancelled,
+            not_required: counts.not_required,
         },
     }
 }
@@ -287,6 +298,7 @@ fn cell_view(cell: Cell) -> FlowStandingView {
     FlowStandingView {
         flow_id: cell.flow_id,
         status: cell.status,
+        required: cell.required,
         assignment_id: cell.assignment_id,
         assigned_at: cell.assigned_at,
         due_at: cell.due_at,
@@ -297,7 +309,6 @@ fn cell_view(cell: Cell) -> FlowStandingView {
 }
 
 fn person_view(person: PersonStanding) -> PersonView {
-    let required = i64::try_from(person.flows.len()).unwrap_or(i64::MAX);
     PersonView {
         user_id: person.user_id,
         email: person.email,
@@ -306,7 +317,7 @@ fn person_view(person: PersonStanding) -> PersonView {
         manager_id: person.manager_id,
         active: person.active,
         flows: person.flows.into_iter().map(cell_view).collect(),
-        summary: summary(person.compliant, required),
+        summary: summary(person.compliant, person.required),
     }
 }
 
@@ -330,6 +341,7 @@ fn response(answer: ComplianceAnswer) -> ComplianceResponse {
                 flow_id: flow.id,
                 name: flow.name,
                 required: flow.required,
+                required_for_rule_id: flow.required_for_rule_id,
             })
             .collect(),
         people: (!rolled_up).then(|| answer.people.into_iter().map(person_view).collect()),
@@ -350,7 +362,9 @@ fn response(answer: ComplianceAnswer) -> ComplianceResponse {
 /// Each person's standing in each flow (the organization's required flows unless `flowIds`
 /// names some) at an instant — now, or `asOf` answered from the assignment history — in pages of
 /// people ordered by user id, or with `groupBy` per department, group or manager; `totals` counts
-/// the whole filtered population. Statuses and their rules: docs/compliance.md. Read on a replica
+/// the whole filtered population. A flow required of an enrollment rule's audience is
+/// `not_required` of the people the rule does not match now, and their pairs are counted apart
+/// (`notRequired`). Statuses and their rules: docs/compliance.md. Read on a replica
 /// where one is configured (`X-Data-As-Of`). Counts against the report limit: one request per
 /// started 100 rows of `limit`. With `format` (csv, excel or pdf) the answer also says where the
 /// whole report will be downloadable once the report-worker has written it (one row per person

@@ -395,6 +395,9 @@ pub async fn update_rule(
 }
 
 /// Delete an enrollment rule; the assignments it made stay.
+///
+/// Refused (409, naming them) while flows are required of the rule's audience
+/// (`requiredForRuleId`): make them required of everyone or of another rule first.
 #[utoipa::path(
     delete,
     path = "/v1/enrollment-rules/{id}",
@@ -403,6 +406,7 @@ pub async fn update_rule(
     responses(
         (status = 204, description = "Deleted"),
         (status = 404, description = "No such rule in this organization", body = ErrorBody),
+        (status = 409, description = "Flows are required of the rule's audience (requiredForRuleId); the message names them", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
 )]

@@ -9,7 +9,7 @@ use flow_app::ratelimit::{Operation, page_cost};
 use flow_common::db::flows::{Flow, FlowSummary, Module};
 use flow_domain::duration::humanize_minutes;
 use flow_domain::expiry::Validity;
-use flow_domain::ids::{FlowId, ModuleId};
+use flow_domain::ids::{EnrollmentRuleId, FlowId, ModuleId};
 use flow_domain::reminders::ReminderPolicy;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -55,9 +55,15 @@ pub struct CreateFlowRequest {
     /// a statement `satisfied` about it completes the learner's assignment (docs/xapi.md).
     #[schema(example = "https://courses.example.com/security-basics")]
     pub activity_id: Option<String>,
-    /// Required of every person of the organization (default false): `POST
-    /// /v1/compliance/report` covers the required flows when it names none.
+    /// Required (default false): `POST /v1/compliance/report` covers the required flows when it
+    /// names none. Of every person of the organization, or with `requiredForRuleId` of a rule's
+    /// audience.
     pub required: Option<bool>,
+    /// Required only of the audience of this enrollment rule (`enr_…`): the people it matches
+    /// now; the others are `not_required` in the compliance report. Needs `"required": true`;
+    /// a rule that is not the organization's is 404.
+    #[schema(example = "enr_0193a1b2c3d47e8f9a0b1c2d3e4f5a6c")]
+    pub required_for_rule_id: Option<String>,
 }
 
 /// A module to create.
@@ -88,8 +94,12 @@ pub struct FlowView {
     pub description: Option<String>,
     /// Archived: it takes no new assignments (409) and keeps its assignments and reports.
     pub archived: bool,
-    /// Required of every person: the compliance report covers it when it names no flow.
+    /// Required (of everyone, or of `requiredForRuleId`'s audience): the compliance report
+    /// covers it when it names no flow.
     pub required: bool,
+    /// Required only of the audience of this enrollment rule (the people it matches now); null:
+    /// of everyone (or not required).
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
     /// Its reminder policy (absent in lists and when it has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
@@ -156,6 +166,7 @@ fn flow_view(flow: Flow, modules: Vec<Module>) -> FlowView {
         description: flow.description,
         archived: flow.archived_at.is_some(),
         required: flow.required,
+        required_for_rule_id: flow.required_for_rule_id,
         reminders: flow.reminders.map(|policy| policy.0),
         valid_for,
         renew_before_days: flow.renew_before_days,
@@ -186,6 +197,7 @@ fn summary_view(flow: FlowSummary) -> FlowView {
         description: None,
         archived: flow.archived,
         required: flow.required,
+        required_for_rule_id: flow.required_for_rule_id,
         reminders: None,
         valid_for: None,
         renew_before_days: None,
@@ -208,7 +220,8 @@ fn summary_view(flow: FlowSummary) -> FlowView {
     request_body = CreateFlowRequest,
     responses(
         (status = 201, description = "Created", body = FlowView),
-        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 400, description = "Invalid request (a requiredForRuleId without required, or not a rule id)", body = ErrorBody),
+        (status = 404, description = "requiredForRuleId is not a rule of this organization", body = ErrorBody),
         (status = 409, description = "The activityId is another flow's or module's of the organization", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
@@ -236,6 +249,7 @@ pub async fn create_flow(
         renew_before_days: request.renew_before_days,
         activity_id: request.activity_id,
         required: request.required,
+        required_for_rule_id: request.required_for_rule_id,
     })?;
     let cost = page_cost(i64::try_from(flow.modules.len()).unwrap_or(i64::MAX));
     let rate = RateHeaders(state.limiter.check(&auth, Operation::Write, cost).await?);
@@ -331,9 +345,15 @@ pub struct UpdateFlowRequest {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i32>)]
     pub renew_before_days: Option<Option<i32>>,
-    /// Mark the flow required of every person (true) or not (false): the compliance report
-    /// covers the required flows when it names none.
+    /// Mark the flow required (true) or not (false, which also clears `requiredForRuleId`): the
+    /// compliance report covers the required flows when it names none.
     pub required: Option<bool>,
+    /// Required only of the audience of this enrollment rule (`enr_…`, with `"required": true`
+    /// in the same request; a rule that is not the organization's is 404); `null`: of everyone
+    /// again.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>, example = "enr_0193a1b2c3d47e8f9a0b1c2d3e4f5a6c")]
+    pub required_for_rule_id: Option<Option<String>>,
     /// The flow's own xAPI activity IRI (absolute, at most 2,048 characters; another flow of the
     /// organization's is a 409); `null` removes it.
     #[serde(default, deserialize_with = "present")]
@@ -362,8 +382,8 @@ pub struct ModuleActivityEdit {
 
 /// Change a flow.
 ///
-/// Its name, description, archived state, reminder policy, validity, whether it is required,
-/// and the xAPI activity IRIs of the flow and its modules; modules are not otherwise edited in
+/// Its name, description, archived state, reminder policy, validity, whether it is required
+/// (of everyone, or of an enrollment rule's audience: `requiredForRuleId`), and the xAPI activity IRIs of the flow and its modules; modules are not otherwise edited in
 /// place (create a new flow). An archived flow takes no new assignments (409 `conflict`) and keeps its assignments,
 /// their progress and its reports. Takes effect on every replica at once. Counts against the
 /// organization's write limit; audited as `flow.updated`.
@@ -375,8 +395,8 @@ pub struct ModuleActivityEdit {
     params(("id" = String, Path, description = "Flow id (flow_…)")),
     responses(
         (status = 200, description = "The flow as changed", body = FlowView),
-        (status = 400, description = "Invalid request, or nothing to change", body = ErrorBody),
-        (status = 404, description = "No such flow in this organization, or a module not of this flow", body = ErrorBody),
+        (status = 400, description = "Invalid request, or nothing to change (a requiredForRuleId without \"required\": true, or not a rule id)", body = ErrorBody),
+        (status = 404, description = "No such flow in this organization, a module not of this flow, or a requiredForRuleId that is not a rule of this organization", body = ErrorBody),
         (status = 409, description = "activityId is another flow's of the organization", body = ErrorBody),
         (status = 429, description = "Write limit exceeded", body = ErrorBody),
     )
@@ -395,6 +415,7 @@ pub async fn update_flow(
         valid_for: request.valid_for,
         renew_before_days: request.renew_before_days,
         required: request.required,
+        required_for_rule_id: request.required_for_rule_id,
         activity_id: request.activity_id,
         module_activities: request.modules.map(|modules| {
             modules

@@ -12,9 +12,16 @@
 //!
 //! The due date an assignment had at `T` is read back from its applied changes after `T`
 //! (`assignment_changes`, `dueDate.from` of the earliest); its other instants are stored.
+//!
+//! A flow required of an enrollment rule's audience (`flows.required_for_rule_id`) is required
+//! of the people the rule matches now (`enrollment_matches.matching`; there is no history of
+//! matches, so a past `T` is judged against the audience as it stands now). For anyone else the
+//! pair is not required: `not_required`, unless a completion or an assignment of the flow that
+//! is not cancelled decides otherwise (judged as above), and either way it is counted apart
+//! (`not_required`), never in a summary of the required pairs.
 
 use chrono::{DateTime, Utc};
-use flow_domain::ids::{AssignmentId, FlowId, GroupId, OrgId, UserId};
+use flow_domain::ids::{AssignmentId, EnrollmentRuleId, FlowId, GroupId, OrgId, UserId};
 use serde::{Deserialize, Serialize};
 use sqlx::{AssertSqlSafe, FromRow, PgConnection, PgExecutor};
 
@@ -201,15 +208,18 @@ const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id
     LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id";
 
 /// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
-/// the assignments that decide the standing at `$3` (`l_*` the latest assigned, its due date as
-/// it stood then, `d_*` the latest completion, joined by `latest`) and the `status` they make
-/// (module docs; `$10` the due-soon window in days).
+/// whether the flow is required of them (`required`: of everyone, or they are in its rule's
+/// audience; only the matches of the rules of these flows are read, by the primary key's
+/// `rule_id` prefix, never another organization's), the assignments that decide the standing at `$3` (`l_*` the latest assigned, its
+/// due date as it stood then, `d_*` the latest completion, joined by `latest`) and the `status`
+/// they make (module docs; `$10` the due-soon window in days).
 fn cells(latest: &str) -> String {
     format!(
         "cells AS (
     SELECT x.*, CASE
         WHEN x.d_id IS NOT NULL AND (x.d_expires_at IS NULL OR x.d_expires_at > $3)
             THEN 'compliant'
+        WHEN NOT x.required AND (x.l_id IS NULL OR x.l_cancelled_at <= $3) THEN 'not_required'
         WHEN x.l_id IS NULL THEN 'not_assigned'
         WHEN x.l_cancelled_at <= $3 THEN 'cancelled'
         WHEN x.l_completed_at <= $3 THEN 'expired'
@@ -219,6 +229,7 @@ fn cells(latest: &str) -> String {
         ELSE 'pending' END AS status
     FROM (
         SELECT p.id AS user_id, f.flow_id, f.position,
+               (audience.required_for_rule_id IS NULL OR em.user_id IS NOT NULL) AS required,
                l.id AS l_id, l.assigned_at AS l_assigned_at, l.started_at AS l_started_at,
                l.completed_at AS l_completed_at, l.expires_at AS l_expires_at,
                l.cancelled_at AS l_cancelled_at,
@@ -228,6 +239,13 @@ fn cells(latest: &str) -> String {
                d.completed_at AS d_completed_at, d.expires_at AS d_expires_at
         FROM people p
         CROSS JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position)
+        LEFT JOIN flows audience ON audience.id = f.flow_id
+        LEFT JOIN (
+            SELECT m.rule_id, m.user_id FROM enrollment_matches m
+            WHERE m.matching AND m.rule_id IN (
+                SELECT r.required_for_rule_id FROM flows r
+                WHERE r.org_id = $1 AND r.id = ANY($2))
+        ) em ON em.rule_id = audience.required_for_rule_id AND em.user_id = p.id
         {latest}
         LEFT JOIN LATERAL (
             SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
@@ -257,23 +275,26 @@ fn whole(scope: &Scope) -> (String, String) {
     }
 }
 
-/// Counts per status over `cells` grouped per person as `per_person`.
+/// Counts per status of the required cells, and the cells not required, over `cells` grouped
+/// per person as `per_person`.
 const PER_PERSON: &str = "per_person AS (
-    SELECT user_id, count(*) AS cells,
-           count(*) FILTER (WHERE status = 'compliant') AS compliant,
-           count(*) FILTER (WHERE status = 'due_soon') AS due_soon,
-           count(*) FILTER (WHERE status = 'overdue') AS overdue,
-           count(*) FILTER (WHERE status = 'expired') AS expired,
-           count(*) FILTER (WHERE status = 'pending') AS pending,
-           count(*) FILTER (WHERE status = 'in_progress') AS in_progress,
-           count(*) FILTER (WHERE status = 'not_assigned') AS not_assigned,
-           count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    SELECT user_id, count(*) FILTER (WHERE required) AS cells,
+           count(*) FILTER (WHERE required AND status = 'compliant') AS compliant,
+           count(*) FILTER (WHERE required AND status = 'due_soon') AS due_soon,
+           count(*) FILTER (WHERE required AND status = 'overdue') AS overdue,
+           count(*) FILTER (WHERE required AND status = 'expired') AS expired,
+           count(*) FILTER (WHERE required AND status = 'pending') AS pending,
+           count(*) FILTER (WHERE required AND status = 'in_progress') AS in_progress,
+           count(*) FILTER (WHERE required AND status = 'not_assigned') AS not_assigned,
+           count(*) FILTER (WHERE required AND status = 'cancelled') AS cancelled,
+           count(*) FILTER (WHERE NOT required) AS not_required
     FROM cells GROUP BY user_id
 )";
 
-/// The sums of [`PER_PERSON`]'s counts over the rows of `per_person q`.
-const SUMS: &str = "count(*) AS people,
-    count(*) FILTER (WHERE q.compliant = q.cells) AS people_compliant,
+/// The sums of [`PER_PERSON`]'s counts over the rows of `per_person q`: a person of whom no
+/// flow is required is not counted among the people.
+const SUMS: &str = "count(*) FILTER (WHERE q.cells > 0) AS people,
+    count(*) FILTER (WHERE q.cells > 0 AND q.compliant = q.cells) AS people_compliant,
     COALESCE(sum(q.cells), 0)::int8 AS cells,
     COALESCE(sum(q.compliant), 0)::int8 AS compliant,
     COALESCE(sum(q.due_soon), 0)::int8 AS due_soon,
@@ -282,16 +303,18 @@ const SUMS: &str = "count(*) AS people,
     COALESCE(sum(q.pending), 0)::int8 AS pending,
     COALESCE(sum(q.in_progress), 0)::int8 AS in_progress,
     COALESCE(sum(q.not_assigned), 0)::int8 AS not_assigned,
-    COALESCE(sum(q.cancelled), 0)::int8 AS cancelled";
+    COALESCE(sum(q.cancelled), 0)::int8 AS cancelled,
+    COALESCE(sum(q.not_required), 0)::int8 AS not_required";
 
-/// Counts of people and of their (person, flow) cells per status.
+/// Counts of people and of their (person, flow) cells per status: the statuses count the
+/// required cells, `not_required` the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq, FromRow)]
 pub struct Counts {
-    /// People counted.
+    /// People counted: those of whom at least one of the flows is required.
     pub people: i64,
-    /// People compliant in every flow.
+    /// People compliant in every flow required of them.
     pub people_compliant: i64,
-    /// Cells (people × flows).
+    /// Required cells (people × flows required of them).
     pub cells: i64,
     pub compliant: i64,
     pub due_soon: i64,
@@ -301,6 +324,15 @@ pub struct Counts {
     pub in_progress: i64,
     pub not_assigned: i64,
     pub cancelled: i64,
+    /// Cells not required (outside a flow's audience), whatever their status.
+    pub not_required: i64,
+}
+
+impl Counts {
+    /// Every cell, required or not: the rows of an export.
+    pub fn rows(&self) -> i64 {
+        self.cells + self.not_required
+    }
 }
 
 /// One person's standing in one flow.
@@ -315,8 +347,11 @@ pub struct Cell {
     pub manager_name: Option<String>,
     pub active: bool,
     pub flow_id: FlowId,
-    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned or cancelled.
+    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned, cancelled or
+    /// not_required.
     pub status: String,
+    /// Whether the flow is required of the person (of everyone, or they are in its audience).
+    pub required: bool,
     /// The assignment that decided it (the valid completion when compliant, else the latest).
     pub assignment_id: Option<AssignmentId>,
     pub assigned_at: Option<DateTime<Utc>>,
@@ -377,7 +412,7 @@ pub async fn page(
          ), {cells}
          SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.manager_name, u.active,
                 c.flow_id,
-                c.status,
+                c.status, c.required,
                 CASE WHEN c.status = 'compliant' THEN c.d_id ELSE c.l_id END AS assignment_id,
                 CASE WHEN c.status = 'compliant' THEN c.d_assigned_at ELSE c.l_assigned_at END
                     AS assigned_at,
@@ -448,6 +483,8 @@ pub struct ReportFlow {
     pub id: FlowId,
     pub name: String,
     pub required: bool,
+    /// Required only of this enrollment rule's audience.
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
 }
 
 /// The organization's flows among `ids` (the others, and other organizations' flows, left out).
@@ -457,11 +494,14 @@ pub async fn flows_of<'e>(
     ids: &[FlowId],
 ) -> Result<Vec<ReportFlow>, sqlx::Error> {
     let ids: Vec<uuid::Uuid> = ids.iter().map(|flow| flow.0).collect();
-    sqlx::query_as("SELECT id, name, required FROM flows WHERE org_id = $1 AND id = ANY($2)")
-        .bind(org_id)
-        .bind(ids)
-        .fetch_all(executor)
-        .await
+    sqlx::query_as(
+        "SELECT id, name, required, required_for_rule_id FROM flows
+         WHERE org_id = $1 AND id = ANY($2)",
+    )
+    .bind(org_id)
+    .bind(ids)
+    .fetch_all(executor)
+    .await
 }
 
 /// Up to `limit` of the organization's required flows that are not archived, by name then id.
@@ -471,7 +511,7 @@ pub async fn required_flows<'e>(
     limit: i64,
 ) -> Result<Vec<ReportFlow>, sqlx::Error> {
     sqlx::query_as(
-        "SELECT id, name, required FROM flows
+        "SELECT id, name, required, required_for_rule_id FROM flows
          WHERE org_id = $1 AND required AND archived_at IS NULL
          ORDER BY lower(name), id LIMIT $2",
     )

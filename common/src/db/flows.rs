@@ -2,7 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use flow_domain::expiry::Validity;
-use flow_domain::ids::{FlowId, ModuleId, OrgId};
+use flow_domain::ids::{EnrollmentRuleId, FlowId, ModuleId, OrgId};
 use flow_domain::reminders::ReminderPolicy;
 use sqlx::{FromRow, PgExecutor, PgPool};
 
@@ -28,8 +28,11 @@ pub struct Flow {
     pub renew_before_days: Option<i32>,
     /// The flow's own xAPI activity IRI (`satisfied` about it completes the assignment).
     pub activity_id: Option<String>,
-    /// Required of every person: the compliance report covers it by default.
+    /// Required: the compliance report covers it by default.
     pub required: bool,
+    /// When required, required only of this enrollment rule's audience (the people it matches
+    /// now); `None`: of everyone.
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
 }
 
 impl Flow {
@@ -70,8 +73,10 @@ pub struct FlowSummary {
     pub module_count: i64,
     /// Sum of the modules' estimates, in minutes.
     pub estimated_minutes: i64,
-    /// Required of every person (the compliance report's default set).
+    /// Required (the compliance report's default set).
     pub required: bool,
+    /// When required, required only of this enrollment rule's audience; `None`: of everyone.
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
 }
 
 /// A module to create.
@@ -95,8 +100,10 @@ pub struct FlowSettings {
     pub renew_before_days: Option<i32>,
     /// The flow's own xAPI activity IRI, unique within the organization (set at creation).
     pub activity_id: Option<String>,
-    /// Required of every person.
+    /// Required (of everyone, or of `required_for_rule_id`'s audience).
     pub required: bool,
+    /// Required only of this rule's audience (needs `required`).
+    pub required_for_rule_id: Option<EnrollmentRuleId>,
 }
 
 /// Creates a flow with its modules in one transaction.
@@ -130,10 +137,12 @@ pub async fn create_with(
     let mut transaction = pool.begin().await?;
     let flow: Flow = sqlx::query_as(
         "INSERT INTO flows (id, org_id, name, description, reminders, valid_for_months,
-                            valid_for_days, renew_before_days, activity_id, required)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                            valid_for_days, renew_before_days, activity_id, required,
+                            required_for_rule_id)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days, activity_id, required",
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required,
+                required_for_rule_id",
     )
     .bind(FlowId::new())
     .bind(org_id)
@@ -145,6 +154,7 @@ pub async fn create_with(
     .bind(settings.renew_before_days)
     .bind(settings.activity_id.as_deref())
     .bind(settings.required)
+    .bind(settings.required_for_rule_id)
     .fetch_one(&mut *transaction)
     .await?;
     let ids: Vec<ModuleId> = modules.iter().map(|_| ModuleId::new()).collect();
@@ -213,7 +223,8 @@ pub async fn get<'e>(
 ) -> Result<Option<Flow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days, activity_id, required FROM flows
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required,
+                required_for_rule_id FROM flows
          WHERE id = $1 AND org_id = $2",
     )
     .bind(id)
@@ -244,7 +255,8 @@ pub async fn summary<'e>(
     sqlx::query_as(
         "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
                 count(m.id) AS module_count,
-                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required,
+                f.required_for_rule_id
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.id = $1 GROUP BY f.id",
     )
@@ -263,7 +275,8 @@ pub async fn list<'e>(
     sqlx::query_as(
         "SELECT f.id, f.org_id, f.name, f.archived_at IS NOT NULL AS archived,
                 count(m.id) AS module_count,
-                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required
+                COALESCE(sum(m.estimated_minutes), 0)::bigint AS estimated_minutes, f.required,
+                f.required_for_rule_id
          FROM flows f LEFT JOIN modules m ON m.flow_id = f.id
          WHERE f.org_id = $1 AND ($2::uuid IS NULL OR f.id > $2)
          GROUP BY f.id ORDER BY f.id LIMIT $3",
@@ -290,8 +303,10 @@ pub struct FlowEdit {
     pub valid_for: Option<Option<Validity>>,
     /// The new renewal window in days (`Some(None)`: none).
     pub renew_before_days: Option<Option<i32>>,
-    /// Mark required (true) or not (false).
+    /// Mark required (true) or not (false, which clears the audience too).
     pub required: Option<bool>,
+    /// Required of a rule's audience (`Some(Some(rule))`) or of everyone (`Some(None)`).
+    pub required_for_rule_id: Option<Option<EnrollmentRuleId>>,
     /// The flow's own xAPI activity IRI (`Some(None)`: none).
     pub activity_id: Option<Option<String>>,
     /// Modules of the flow whose xAPI activity IRI is set (`None`: removed).
@@ -303,6 +318,10 @@ pub const FLOW_ACTIVITY_INDEX: &str = "flows_org_activity_idx";
 
 /// The index a module's activity IRI that another module of the flow has breaks.
 pub const MODULE_ACTIVITY_INDEX: &str = "modules_flow_activity_idx";
+
+/// The foreign key a flow's audience breaks when its rule is deleted meanwhile (an edit or a
+/// creation naming it), or when a rule some flow is required for is deleted.
+pub const AUDIENCE_RULE_KEY: &str = "flows_required_for_rule_id_fkey";
 
 /// The constraint a renewal window at least as long as its validity breaks (an edit of one of
 /// the two checked against the other as stored).
@@ -331,10 +350,14 @@ pub async fn edit(
                                       WHEN $9 AND $10::int IS NULL AND $11::int IS NULL THEN NULL
                                       ELSE renew_before_days END,
              required = COALESCE($14, required),
-             activity_id = CASE WHEN $15 THEN $16 ELSE activity_id END
+             activity_id = CASE WHEN $15 THEN $16 ELSE activity_id END,
+             required_for_rule_id = CASE WHEN NOT COALESCE($14, true) THEN NULL
+                                         WHEN $17 THEN $18
+                                         ELSE required_for_rule_id END
          WHERE id = $1 AND org_id = $2
          RETURNING id, org_id, name, description, created_at, archived_at, reminders,
-                valid_for_months, valid_for_days, renew_before_days, activity_id, required",
+                valid_for_months, valid_for_days, renew_before_days, activity_id, required,
+                required_for_rule_id",
     )
     .bind(id)
     .bind(org_id)
@@ -356,6 +379,8 @@ pub async fn edit(
     .bind(edit.required)
     .bind(edit.activity_id.is_some())
     .bind(edit.activity_id.clone().flatten())
+    .bind(edit.required_for_rule_id.is_some())
+    .bind(edit.required_for_rule_id.flatten())
     .fetch_optional(&mut *connection)
     .await?;
     if flow.is_some() && !edit.module_activities.is_empty() {
@@ -416,5 +441,22 @@ pub async fn named<'e>(
     .bind(name)
     .bind(except)
     .fetch_one(executor)
+    .await
+}
+
+/// The organization's flows required of the audience of the rule `rule_id` (id and name, by
+/// name): a rule they name cannot be deleted.
+pub async fn required_of_rule<'e>(
+    executor: impl PgExecutor<'e>,
+    org_id: OrgId,
+    rule_id: EnrollmentRuleId,
+) -> Result<Vec<(FlowId, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, name FROM flows WHERE org_id = $1 AND required_for_rule_id = $2
+         ORDER BY lower(name), id",
+    )
+    .bind(org_id)
+    .bind(rule_id)
+    .fetch_all(executor)
     .await
 }

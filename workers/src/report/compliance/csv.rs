@@ -1,6 +1,7 @@
 //! The compliance CSV: RFC 4180 (comma, double quotes, CRLF), UTF-8, a header row, then one row
 //! per person × flow: `email, name, department, manager, flow, status, assignedAt, dueDate,
-//! completedAt, expiresAt` (instants as the API writes them, in UTC; empty when none). Text a
+//! completedAt, expiresAt, required` (`required`: `true`, or `false` outside the audience of a
+//! flow required of a rule's audience; instants as the API writes them, in UTC; empty when none). Text a
 //! spreadsheet would read as a formula gets a leading `'`, as in the flow report's CSV.
 
 use chrono::{DateTime, Utc};
@@ -12,7 +13,7 @@ use super::super::sink::ChannelWriter;
 use super::ComplianceRow;
 
 /// The header row.
-pub const COLUMNS: [&str; 10] = [
+pub const COLUMNS: [&str; 11] = [
     "email",
     "name",
     "department",
@@ -23,6 +24,7 @@ pub const COLUMNS: [&str; 10] = [
     "dueDate",
     "completedAt",
     "expiresAt",
+    "required",
 ];
 
 /// Writes the CSV file.
@@ -72,6 +74,8 @@ impl FormatWriter<ComplianceRow> for CsvWriter {
             self.timestamp(row.due_at)?;
             self.timestamp(row.completed_at)?;
             self.timestamp(row.expires_at)?;
+            self.writer
+                .write_field(if row.required { "true" } else { "false" })?;
             self.writer.write_record(None::<&[u8]>)?;
         }
         Ok(())

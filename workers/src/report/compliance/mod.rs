@@ -56,7 +56,7 @@ pub struct ComplianceHeader {
     pub generated_at: DateTime<Utc>,
     /// The instant the data read is current to.
     pub data_as_of: DateTime<Utc>,
-    /// Rows the file holds (CSV, Excel): people × flows.
+    /// Rows the file holds (CSV, Excel): people × flows, required or not.
     pub rows_total: i64,
 }
 
@@ -124,8 +124,8 @@ impl ComplianceHeader {
         }
     }
 
-    /// Counts per status in the order the report lists them.
-    pub fn status_counts(&self) -> [(&'static str, i64); 8] {
+    /// Counts per status in the order the report lists them, then the pairs not required.
+    pub fn status_counts(&self) -> [(&'static str, i64); 9] {
         let totals = &self.totals;
         [
             ("compliant", totals.compliant),
@@ -136,6 +136,7 @@ impl ComplianceHeader {
             ("in_progress", totals.in_progress),
             ("not_assigned", totals.not_assigned),
             ("cancelled", totals.cancelled),
+            ("not_required", totals.not_required),
         ]
     }
 }
@@ -150,8 +151,11 @@ pub struct ComplianceRow {
     pub manager: Option<String>,
     /// The flow's name.
     pub flow: String,
-    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned or cancelled.
+    /// compliant, due_soon, overdue, expired, pending, in_progress, not_assigned, cancelled or
+    /// not_required.
     pub status: String,
+    /// Whether the flow is required of the person (false outside its rule's audience).
+    pub required: bool,
     pub assigned_at: Option<DateTime<Utc>>,
     pub due_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
@@ -167,6 +171,7 @@ impl ComplianceRow {
             department: cell.department,
             manager: cell.manager_name.or(cell.manager_id),
             status: cell.status,
+            required: cell.required,
             assigned_at: cell.assigned_at,
             due_at: cell.due_at,
             completed_at: cell.completed_at,
@@ -215,7 +220,7 @@ pub(super) async fn generate(
         }
         _ => None,
     };
-    let rows_total = totals.cells;
+    let rows_total = totals.rows();
     context
         .claim(export)
         .record_read(rows_total, source)

@@ -126,11 +126,13 @@ fn totals_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
         false,
         GREY,
         &format!(
-            "{} of {} people compliant in every flow; {} flows × {} people.",
+            "{} of {} people compliant in every flow; {} flows, {} pairs required, {} not \
+             required.",
             totals.people_compliant,
             totals.people,
             header.flows.len(),
-            totals.people
+            totals.cells,
+            totals.not_required
         ),
     );
     layout.y += 4.0;
@@ -189,6 +191,17 @@ fn groups_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
     layout.table(&columns, cells);
 }
 
+/// A row's status in words; a pair judged though not required (outside the flow's audience)
+/// says so.
+fn status_text(row: &ComplianceRow) -> String {
+    let status = row.status.replace('_', " ");
+    if row.required || row.status == "not_required" {
+        status
+    } else {
+        format!("{status} (not required)")
+    }
+}
+
 fn rows_block(layout: &mut Layout<'_>, header: &ComplianceHeader, rows: &[ComplianceRow]) {
     layout.new_page();
     layout.line(12.0, true, BLACK, "People × flows");
@@ -223,7 +236,7 @@ fn rows_block(layout: &mut Layout<'_>, header: &ComplianceHeader, rows: &[Compli
             row.name.clone().unwrap_or_default(),
             row.department.clone().unwrap_or_default(),
             row.flow.clone(),
-            row.status.replace('_', " "),
+            status_text(row),
             optional_time(row.due_at),
             optional_time(row.completed_at),
         ]

@@ -15,7 +15,7 @@ use super::super::sink::ChannelWriter;
 use super::super::xlsx::{ROWS_PER_SHEET, SheetRun, add_table_sheet, excel_time, sheet_names};
 use super::{ComplianceHeader, ComplianceRow};
 
-const ROW_COLUMNS: [(&str, f64); 10] = [
+const ROW_COLUMNS: [(&str, f64); 11] = [
     ("E-mail", 32.0),
     ("Name", 24.0),
     ("Department", 18.0),
@@ -26,6 +26,7 @@ const ROW_COLUMNS: [(&str, f64); 10] = [
     ("Due date (UTC)", 20.0),
     ("Completed at (UTC)", 20.0),
     ("Expires at (UTC)", 20.0),
+    ("Required", 10.0),
 ];
 
 /// Writes the workbook.
@@ -220,6 +221,7 @@ impl FormatWriter<ComplianceRow> for XlsxWriter {
             Self::datetime(sheet, row, 7, entry.due_at, &self.date)?;
             Self::datetime(sheet, row, 8, entry.completed_at, &self.date)?;
             Self::datetime(sheet, row, 9, entry.expires_at, &self.date)?;
+            sheet.write_boolean(row, 10, entry.required)?;
         }
         Ok(())
     }
