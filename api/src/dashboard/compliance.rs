@@ -280,6 +280,7 @@ fn totals_view(counts: &Counts) -> TotalsView {
         ("pending", counts.pending),
         ("not_assigned", counts.not_assigned),
         ("cancelled", counts.cancelled),
+        ("not_required", counts.not_required),
     ];
     TotalsView {
         people: count(counts.people),
@@ -520,7 +521,7 @@ fn page(
                     }
                 })
                 .collect(),
-            summary: format!("{} of {}", person.compliant, person.flows.len()),
+            summary: format!("{} of {}", person.compliant, person.required),
         })
         .collect();
     page.groups = answer.groups.as_ref().map(|groups| {
