@@ -513,9 +513,15 @@ pub struct FlowFile {
     /// Days before expiry the renewal is assigned.
     #[serde(default)]
     pub renew_before_days: Option<i32>,
-    /// Required of every person (the compliance report's default set).
+    /// Required (the compliance report's default set): of every person, or of a rule's audience.
     #[serde(default)]
     pub required: Option<bool>,
+    /// With `required`: required of the audience of this enrollment rule (`enr_…`) only.
+    #[serde(default)]
+    pub required_for_rule_id: Option<String>,
+    /// The flow's xAPI activity IRI (a `satisfied` statement on it completes the assignment).
+    #[serde(default)]
+    pub activity_id: Option<String>,
 }
 
 /// A module in a flow file.
@@ -526,6 +532,9 @@ pub struct ModuleFile {
     /// Estimate in minutes (0 when absent).
     #[serde(default)]
     pub estimated_minutes: Option<i32>,
+    /// The module's xAPI activity IRI.
+    #[serde(default)]
+    pub activity_id: Option<String>,
 }
 
 impl FlowFile {
@@ -540,15 +549,15 @@ impl FlowFile {
                 .map(|module| ModuleFields {
                     name: Some(module.name),
                     estimated_minutes: module.estimated_minutes,
-                    activity_id: None,
+                    activity_id: module.activity_id,
                 })
                 .collect(),
             reminders: self.reminders,
             valid_for: self.valid_for,
             renew_before_days: self.renew_before_days,
-            activity_id: None,
+            activity_id: self.activity_id,
             required: self.required,
-            required_for_rule_id: None,
+            required_for_rule_id: self.required_for_rule_id,
         }
     }
 }

@@ -218,6 +218,46 @@ async fn users_import_runs_the_enrollment_rules_and_flows_create_keeps_the_apis_
         .await
         .unwrap();
     assert_eq!(flows, 1, "only the rule's flow");
+    // A file takes what the API takes: required of a rule's audience, xAPI activity ids.
+    let contents = format!(
+        r#"{{"name": "Security", "required": true, "requiredForRuleId": "{rule}",
+             "activityId": "https://lms.example.com/security",
+             "modules": [{{"name": "Phishing", "activityId": "https://lms.example.com/phishing"}}]}}"#
+    );
+    flowctl::admin::flows(
+        &app.core,
+        flowctl::admin::FlowsCommand::Create {
+            org: org.id.to_string(),
+            file: temp_file("flow.json", &contents),
+        },
+    )
+    .await
+    .unwrap();
+    let listed = app.get(&org, "/v1/flows?limit=10").await;
+    let created = listed.body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|flow| flow["name"] == "Security")
+        .cloned()
+        .expect("created");
+    assert_eq!(created["requiredForRuleId"], json!(rule), "{created}");
+    let flow = app
+        .get(
+            &org,
+            &format!("/v1/flows/{}", created["flowId"].as_str().unwrap()),
+        )
+        .await;
+    assert_eq!(
+        flow.body["activityId"], "https://lms.example.com/security",
+        "{:?}",
+        flow.body
+    );
+    assert_eq!(
+        flow.body["modules"][0]["activityId"], "https://lms.example.com/phishing",
+        "{:?}",
+        flow.body
+    );
 }
 
 /// Polls `sql` (a count with the organization as `$1`) until `done` holds for it, for 120 s at
