@@ -11,6 +11,9 @@ use flow_common::db::orgs::Tier;
 use flow_domain::ids::FlowId;
 use flow_tests::dashboard::DashboardClient;
 use flow_tests::enrollment::{create_rule, matched_by};
+use std::io::Cursor;
+
+use calamine::{Data, Reader, Xlsx};
 use flow_tests::reports::{create_org_in_zone, start_report_worker, wait_for_export};
 use flow_tests::{TestApp, TestOptions, TestOrg, TestResponse};
 use serde_json::{Value, json};
@@ -349,6 +352,63 @@ async fn a_flow_required_of_a_rules_audience_counts_only_the_audience() {
     })
     .collect();
     assert_eq!(rows, expected);
+
+    // Excel: the same rows with a boolean `required`, and the totals count the pairs not
+    // required apart.
+    let answer = compliance(&app, &org, json!({"format": "excel"})).await;
+    let url = answer["downloadUrl"].as_str().expect("downloadUrl");
+    let file = wait_for_export(&app, &org, url).await;
+    assert_eq!(file.status, 200);
+    let mut workbook: Xlsx<_> =
+        calamine::open_workbook_from_rs(Cursor::new(file.body)).expect("a valid XLSX");
+    let sheet = workbook.worksheet_range("Compliance").expect("Compliance");
+    let row_of = |email: &str| {
+        sheet
+            .rows()
+            .find(|row| row.iter().any(|cell| *cell == Data::String(email.into())))
+            .unwrap_or_else(|| panic!("no row of {email}"))
+            .to_vec()
+    };
+    for (email, status, required) in [
+        ("ann@example.com", "compliant", true),
+        ("cid@example.com", "not_required", false),
+        ("dee@example.com", "pending", false),
+    ] {
+        let row = row_of(email);
+        assert!(
+            row.contains(&Data::String(status.into())),
+            "{email}: {row:?}"
+        );
+        assert_eq!(row.get(10), Some(&Data::Bool(required)), "{email}: {row:?}");
+    }
+    let totals = workbook.worksheet_range("Totals").expect("Totals");
+    let not_required = totals
+        .rows()
+        .find(|row| row.first() == Some(&Data::String("not_required".into())))
+        .map(|row| row.get(1).cloned());
+    assert_eq!(not_required, Some(Some(Data::Float(2.0))));
+
+    // PDF: a pair judged though not required says so.
+    let answer = compliance(&app, &org, json!({"format": "pdf"})).await;
+    let url = answer["downloadUrl"].as_str().expect("downloadUrl");
+    let file = wait_for_export(&app, &org, url).await;
+    assert_eq!(file.status, 200);
+    let document = lopdf::Document::load_mem(&file.body).expect("a valid PDF");
+    let pages: Vec<u32> = document.get_pages().keys().copied().collect();
+    let text = document.extract_text(&pages).expect("text");
+    assert!(text.contains("pending (not req.)"), "{text}");
+    assert!(text.contains("not required"), "{text}");
+    assert!(
+        text.contains("\"(not req.)\": judged, though the flow is not required of the person"),
+        "{text}"
+    );
+    // Statuses and instants are never cut (names may be).
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.contains('…') && (line.starts_with("20") || line.contains('('))),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -192,13 +192,13 @@ fn groups_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
 }
 
 /// A row's status in words; a pair judged though not required (outside the flow's audience)
-/// says so.
+/// says so (`(not req.)`, explained under the table's title).
 fn status_text(row: &ComplianceRow) -> String {
     let status = row.status.replace('_', " ");
     if row.required || row.status == "not_required" {
         status
     } else {
-        format!("{status} (not required)")
+        format!("{status} (not req.)")
     }
 }
 
@@ -216,19 +216,28 @@ fn rows_block(layout: &mut Layout<'_>, header: &ComplianceHeader, rows: &[Compli
         format!("All {shown} rows, by person, then flow; instants in UTC.")
     };
     layout.line(8.0, false, GREY, &note);
+    layout.line(
+        8.0,
+        false,
+        GREY,
+        "\"(not req.)\": judged, though the flow is not required of the person (outside its \
+         rule's audience).",
+    );
     layout.y += 4.0;
     if rows.is_empty() {
         layout.line(9.0, false, GREY, "Nobody is counted in this scope.");
         return;
     }
+    // Wide enough for every status with its "(not req.)" mark and for a whole instant
+    // (`YYYY-MM-DD HH:MM`): what an auditor files must not be cut.
     let columns = [
-        column("E-mail", 125.0, Align::Left),
-        column("Name", 75.0, Align::Left),
-        column("Department", 60.0, Align::Left),
-        column("Flow", 75.0, Align::Left),
-        column("Status", 52.0, Align::Left),
-        column("Due", 64.0, Align::Left),
-        column("Completed", 64.0, Align::Left),
+        column("E-mail", 110.0, Align::Left),
+        column("Name", 55.0, Align::Left),
+        column("Department", 52.0, Align::Left),
+        column("Flow", 52.0, Align::Left),
+        column("Status", 88.0, Align::Left),
+        column("Due", 79.0, Align::Left),
+        column("Completed", 79.0, Align::Left),
     ];
     let cells = rows.iter().map(|row| {
         vec![
