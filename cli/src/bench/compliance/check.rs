@@ -190,6 +190,16 @@ impl Tally {
     }
 }
 
+/// A connection of the pool's options that logs no statement: the direct counts are slow by
+/// nature, and a warning with each one's text would bury the figures.
+async fn quiet_connection(pool: &PgPool) -> anyhow::Result<sqlx::PgConnection> {
+    use sqlx::ConnectOptions as _;
+    let options = (*pool.connect_options())
+        .clone()
+        .disable_statement_logging();
+    Ok(options.connect().await?)
+}
+
 /// The direct SQL count of the cells [`standing_sql`] judges.
 pub(super) async fn count_directly(
     pool: &PgPool,
@@ -198,11 +208,12 @@ pub(super) async fn count_directly(
     historical: bool,
     department: Option<&str>,
 ) -> anyhow::Result<Tally> {
+    let mut connection = quiet_connection(pool).await?;
     let standing = standing_sql(seeded.org_id, &seeded.flows, at, historical, department);
     let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT status, count(*) FROM ({standing}) s GROUP BY status"
     )))
-    .fetch_all(pool)
+    .fetch_all(&mut connection)
     .await?;
     let at = format!(
         "'{}'::timestamptz",
@@ -212,7 +223,7 @@ pub(super) async fn count_directly(
         "SELECT count(*) FROM users u WHERE {}",
         population_sql(seeded.org_id, &at, historical, department)
     )))
-    .fetch_one(pool)
+    .fetch_one(&mut connection)
     .await?;
     let mut statuses: BTreeMap<String, i64> = STATUSES
         .iter()

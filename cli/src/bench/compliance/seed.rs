@@ -207,12 +207,16 @@ fn history(
     let mut planned = Vec::with_capacity(count);
     // The first one early enough for the others to follow: a flow with a validity is assigned
     // again about every 13 months (renewals), so its history starts about that long per
-    // assignment before now; another spreads its assignments over the span.
-    let first_from = match validity {
-        Some(_) => start.max(now - TimeDelta::days(395 * count as i64)),
-        None => start,
+    // assignment (and up to half a year more) before now; another was rolled out over the first
+    // 60 % of the span, its assignments one after the other.
+    let (first_from, share) = match validity {
+        Some(_) => (
+            start.max(now - TimeDelta::days(395 * count as i64 + 180)),
+            1.0,
+        ),
+        None => (start, 0.6),
     };
-    let room = (now - first_from).num_seconds() / count.max(1) as i64;
+    let room = ((now - first_from).num_seconds() as f64 * share) as i64 / count.max(1) as i64;
     let mut at = first_from + seconds(random, room);
     for index in 0..count {
         if at >= now - TimeDelta::days(1) {
@@ -231,8 +235,8 @@ fn history(
             (false, true) if roll < 75 => "completed",
             (false, _) => "cancelled",
             (true, _) if age_days > 60 => match roll {
-                0..70 => "completed",
-                70..78 => "cancelled",
+                0..78 => "completed",
+                78..86 => "cancelled",
                 _ => "open",
             },
             (true, _) => match roll {
