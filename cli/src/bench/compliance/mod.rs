@@ -34,7 +34,9 @@
 //! roll-up by manager (first 100 managers and the totals), the CSV export of every row (request →
 //! ready → downloaded) against a plain `COPY (…) TO STDOUT` of the same columns in the same run,
 //! and the funnel of the big flow. The goals are printed beside the figures, never
-//! enforced.
+//! enforced. The API's `REQUEST_TIMEOUT` is `--request-timeout` (300 s), so that reads slower than
+//! the default 30 s are timed rather than answered 503; a call that fails anyway is printed and
+//! recorded, and the run goes on.
 //!
 //! **Checks** (a failure fails the command): the totals of the whole organization, of the
 //! department and of the `asOf` read equal a direct SQL count of the same cells by a statement
