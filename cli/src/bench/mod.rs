@@ -9,6 +9,7 @@
 
 pub mod assign;
 pub mod broker;
+pub mod compliance;
 pub mod csv_import;
 pub mod detailed;
 pub mod fairness;
@@ -31,6 +32,10 @@ pub enum BenchCommand {
     Assign(assign::AssignBenchArgs),
     /// Publish-only ceiling of the broker: persistent messages, quorum queue, confirms.
     Broker(broker::BrokerBenchArgs),
+    /// The compliance report across required flows (a whole organization, a department, `asOf`,
+    /// the roll-up by manager), its CSV export against a plain `COPY`, and a funnel, on 100,000
+    /// people and two years of assignments; totals checked against a direct SQL count.
+    Compliance(compliance::ComplianceBenchArgs),
     /// Parse time of the dashboard's largest users imports (50,000 rows; 8 MiB of empty records).
     Csv(csv_import::CsvBenchArgs),
     /// The API's peak memory answering the largest detailed report page it allows.
@@ -66,6 +71,7 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
     match command {
         BenchCommand::Assign(args) => assign::run(core, args).await,
         BenchCommand::Broker(args) => broker::run(core, args).await,
+        BenchCommand::Compliance(args) => compliance::run(core, args).await,
         BenchCommand::Csv(args) => csv_import::run(args),
         BenchCommand::Detailed(args) => detailed::run(core, args).await,
         BenchCommand::Fairness(args) => fairness::run(core, args).await,

@@ -213,7 +213,7 @@ async fn create_flows(pool: &PgPool) -> anyhow::Result<(OrgId, FlowId)> {
 
 /// Appends `count` assignments (and their users and module progress) to `flow_id` with COPY;
 /// `have` is how many it holds (it seeds the generator, so every run writes the same data).
-async fn append(
+pub(super) async fn append(
     pool: &PgPool,
     org_id: OrgId,
     flow_id: FlowId,
@@ -417,6 +417,36 @@ pub(super) fn summary(label: &str, samples: &mut [Duration]) -> Duration {
     samples[(samples.len() - 1) / 2]
 }
 
+/// Runs `copy` (a `COPY … TO STDOUT`) and reads all it writes: how long that took and how many
+/// bytes it wrote. The baseline an export is compared with.
+pub(super) async fn copy_out(pool: &PgPool, copy: &str) -> anyhow::Result<(Duration, usize)> {
+    let started = Instant::now();
+    let mut stream = pool.copy_out_raw(copy).await?;
+    let mut bytes = 0usize;
+    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+        bytes += chunk?.len();
+    }
+    drop(stream);
+    Ok((started.elapsed(), bytes))
+}
+
+/// Polls an export's download address (`GET /v1/exports/{id}`, 202 while it is generated) every
+/// 50 ms until the file is ready, and returns that answer, its body not read yet.
+pub(super) async fn when_ready(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+) -> anyhow::Result<reqwest::Response> {
+    loop {
+        let response = client.get(url).bearer_auth(key).send().await?;
+        match response.status().as_u16() {
+            202 => tokio::time::sleep(Duration::from_millis(50)).await,
+            200 => return Ok(response),
+            status => anyhow::bail!("export answered {status}: {}", response.text().await?),
+        }
+    }
+}
+
 async fn measure(
     core: &CoreConfig,
     pool: &PgPool,
@@ -583,14 +613,7 @@ async fn measure(
                ORDER BY a.assigned_at, a.id) TO STDOUT WITH (FORMAT csv, HEADER)",
         seeded.flow_id.0
     );
-    let started = Instant::now();
-    let mut stream = pool.copy_out_raw(&plain).await?;
-    let mut plain_bytes = 0usize;
-    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
-        plain_bytes += chunk?.len();
-    }
-    drop(stream);
-    let plain_time = started.elapsed();
+    let (plain_time, plain_bytes) = copy_out(pool, &plain).await?;
     println!(
         "{:<34} {:>8.2} s   {:>7.1} MiB",
         "plain COPY of the same columns",
@@ -609,14 +632,7 @@ async fn measure(
         .replace("$2", "'-infinity'::timestamptz")
         .replace("$1", &format!("'{}'::uuid", seeded.flow_id.0));
     let copy = format!("COPY ({sql}) TO STDOUT WITH (FORMAT csv, HEADER)");
-    let started = Instant::now();
-    let mut stream = pool.copy_out_raw(&copy).await?;
-    let mut copied = 0usize;
-    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
-        copied += chunk?.len();
-    }
-    drop(stream);
-    let copy_time = started.elapsed();
+    let (copy_time, copied) = copy_out(pool, &copy).await?;
     println!(
         "{:<34} {:>8.2} s   {:>7.1} MiB",
         "Postgres COPY ... TO STDOUT CSV",
@@ -645,16 +661,10 @@ async fn measure(
             .as_str()
             .context("downloadUrl")?
             .to_owned();
-        let size = loop {
-            let response = client.get(&url).bearer_auth(&seeded.key).send().await?;
-            match response.status().as_u16() {
-                202 => tokio::time::sleep(Duration::from_millis(50)).await,
-                200 => {
-                    break response.content_length().unwrap_or_default();
-                }
-                status => anyhow::bail!("export answered {status}: {}", response.text().await?),
-            }
-        };
+        let size = when_ready(&client, &url, &seeded.key)
+            .await?
+            .content_length()
+            .unwrap_or_default();
         let elapsed = started.elapsed();
         sampling.cancel();
         let sampled = sampler.await.unwrap_or(0.0);
