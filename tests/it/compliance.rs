@@ -1217,3 +1217,118 @@ async fn the_state_kept_per_person_and_flow_answers_as_the_history_does() {
         answers(&app, &scope(false, true, Some("sales"))).await
     );
 }
+
+/// Writers of the same (person, flow) at once, each transaction with its own snapshot: backdated
+/// completions inserted, older assignments updated, the open one closed and a new one made. The
+/// kept state merges each write under the pair's row lock, so at the end every pair's row is what
+/// the history says: its latest assignment and its latest completion.
+#[tokio::test]
+async fn the_kept_state_stays_right_with_concurrent_writers_of_one_pair() {
+    let app = TestApp::spawn().await;
+    let org = org_in(&app, chrono_tz::Tz::UTC).await;
+    let flow_id = uuid_of(&flow(&app, &org, "Safety", true).await);
+    let users = people(
+        &app,
+        &org,
+        &["w1@example.com", "w2@example.com"],
+        Utc::now() - Duration::days(900),
+    )
+    .await;
+    let insert_completed = "INSERT INTO assignments (id, org_id, flow_id, user_id, status,
+                                         assigned_at, completed_at, expires_at)
+         SELECT gen_random_uuid(), $1, $2, $3, 'completed', t, t + interval '1 day',
+                CASE WHEN random() < 0.5 THEN t + interval '300 days' END
+         FROM (SELECT now() - interval '800 days' * random() AS t) r";
+    let mut writers = Vec::new();
+    for user in users.clone() {
+        for kind in 0..4 {
+            let db = app.db.clone();
+            let org_id = org.id;
+            writers.push(tokio::spawn(async move {
+                for _ in 0..40 {
+                    let mut tx = db.begin().await.expect("begin");
+                    match kind {
+                        0 | 1 => {
+                            sqlx::query(insert_completed)
+                                .bind(org_id)
+                                .bind(flow_id)
+                                .bind(user)
+                                .execute(&mut *tx)
+                                .await
+                                .expect("insert a completion");
+                        }
+                        2 => {
+                            sqlx::query(
+                                "UPDATE assignments SET expires_at = now() + interval '9 days' * random()
+                                 WHERE id = (SELECT id FROM assignments
+                                             WHERE flow_id = $1 AND user_id = $2
+                                               AND completed_at IS NOT NULL
+                                             ORDER BY random() LIMIT 1)",
+                            )
+                            .bind(flow_id)
+                            .bind(user)
+                            .execute(&mut *tx)
+                            .await
+                            .expect("move an expiry");
+                        }
+                        _ => {
+                            sqlx::query(
+                                "UPDATE assignments SET status = 'cancelled', cancelled_at = now()
+                                 WHERE flow_id = $1 AND user_id = $2 AND status = 'pending'",
+                            )
+                            .bind(flow_id)
+                            .bind(user)
+                            .execute(&mut *tx)
+                            .await
+                            .expect("cancel the open one");
+                            sqlx::query(
+                                "INSERT INTO assignments (id, org_id, flow_id, user_id, status,
+                                                          assigned_at)
+                                 VALUES (gen_random_uuid(), $1, $2, $3, 'pending', now())",
+                            )
+                            .bind(org_id)
+                            .bind(flow_id)
+                            .bind(user)
+                            .execute(&mut *tx)
+                            .await
+                            .expect("assign again");
+                        }
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    tx.commit().await.expect("commit");
+                }
+            }));
+        }
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let wrong: Vec<(Uuid,)> = sqlx::query_as(
+        "WITH expected AS (
+            SELECT l.user_id, l.flow_id, l.id AS l_id, l.cancelled_at, d.id AS d_id,
+                   d.expires_at
+            FROM (SELECT DISTINCT ON (user_id, flow_id) * FROM assignments WHERE org_id = $1
+                  ORDER BY user_id, flow_id, assigned_at DESC, id DESC) l
+            LEFT JOIN (SELECT DISTINCT ON (user_id, flow_id) * FROM assignments
+                       WHERE org_id = $1 AND completed_at IS NOT NULL
+                       ORDER BY user_id, flow_id, completed_at DESC, id DESC) d
+                USING (user_id, flow_id)
+         ), kept AS (
+            SELECT user_id, flow_id, l_id, l_cancelled_at, d_id, d_expires_at
+            FROM compliance_heads WHERE org_id = $1
+         )
+         SELECT user_id FROM ((TABLE expected EXCEPT TABLE kept)
+                              UNION ALL (TABLE kept EXCEPT TABLE expected)) x",
+    )
+    .bind(org.id)
+    .fetch_all(&app.db)
+    .await
+    .expect("compare");
+    assert!(wrong.is_empty(), "kept state differs for {wrong:?}");
+    let pairs: i64 = sqlx::query_scalar("SELECT count(*) FROM compliance_heads WHERE org_id = $1")
+        .bind(org.id)
+        .fetch_one(&app.db)
+        .await
+        .expect("pairs");
+    assert_eq!(pairs, 2);
+}
