@@ -259,9 +259,9 @@ struct Lookups {
     archived: HashSet<FlowId>,
     /// The open (persisted) assignment of each (flow, person) a cancel names.
     open: HashMap<(FlowId, UserId), AssignmentId>,
-    /// The assignment of each (flow, person) a cancel names that an event is still making,
-    /// earlier events of this request included; a cancel takes it (waiting for it), so it is
-    /// cancelled once.
+    /// The assignment of each (flow, person) a cancel names, without an open one, that an event
+    /// is still making, earlier events of this request included; a cancel takes it (waiting for
+    /// it), so it is cancelled once.
     being_made: HashMap<(FlowId, UserId), AssignmentId>,
 }
 
@@ -304,18 +304,22 @@ impl Lookups {
             .collect();
         pairs.sort_unstable();
         pairs.dedup();
-        let (open, being_made) = if pairs.is_empty() {
-            (HashMap::new(), HashMap::new())
+        let by_pair = |rows: Vec<(FlowId, UserId, AssignmentId)>| {
+            rows.into_iter()
+                .map(|(flow, user, assignment)| ((flow, user), assignment))
+                .collect::<HashMap<_, _>>()
+        };
+        let open = if pairs.is_empty() {
+            HashMap::new()
         } else {
-            let by_pair = |rows: Vec<(FlowId, UserId, AssignmentId)>| {
-                rows.into_iter()
-                    .map(|(flow, user, assignment)| ((flow, user), assignment))
-                    .collect::<HashMap<_, _>>()
-            };
-            (
-                by_pair(db::open_assignments(&ctx.db, org_id, &pairs).await?),
-                by_pair(db::assignments_being_made(&ctx.db, org_id, &pairs).await?),
-            )
+            by_pair(db::open_assignments(&ctx.db, org_id, &pairs).await?)
+        };
+        // A pair with an open assignment cancels that one: only the others look further.
+        pairs.retain(|pair| !open.contains_key(pair));
+        let being_made = if pairs.is_empty() {
+            HashMap::new()
+        } else {
+            by_pair(db::assignments_being_made(&ctx.db, org_id, &pairs).await?)
         };
         Ok(Self {
             org_id,
