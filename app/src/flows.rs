@@ -551,8 +551,7 @@ pub async fn edit(
                     "a module's activityId repeats the activity id of another module of the \
                      flow",
                 )),
-                Some(flows::AUDIENCE_RULE_KEY) => ServiceError::NotFound("enrollment rule"),
-                _ => sqlx::Error::Database(error).into(),
+                _ => audience_rule_gone(sqlx::Error::Database(error)),
             });
         }
         other => other?.ok_or(ServiceError::NotFound("flow"))?,

@@ -8,7 +8,9 @@ use chrono::{DateTime, Duration, DurationRound, NaiveDate, Utc};
 use flow_common::db::orgs::Tier;
 use flow_domain::ids::UserId;
 use flow_tests::dashboard::{DashboardClient, between, role};
-use flow_tests::reports::{create_org_in_zone, start_report_worker, wait_for_export};
+use flow_tests::reports::{
+    create_org_in_zone, csv_columns, start_report_worker, wait_for_export, write_assignment,
+};
 use flow_tests::{TestApp, TestOrg};
 use serde_json::json;
 use uuid::Uuid;
@@ -42,36 +44,6 @@ async fn person(app: &TestApp, org: &TestOrg, email: &str, since: DateTime<Utc>)
     .fetch_one(&app.db)
     .await
     .expect("user")
-}
-
-/// An assignment as it stands, written directly: assigned, due, and completed when given.
-async fn assignment(
-    app: &TestApp,
-    org: &TestOrg,
-    flow: &str,
-    user: Uuid,
-    (assigned, due, completed): (DateTime<Utc>, DateTime<Utc>, Option<DateTime<Utc>>),
-) {
-    sqlx::query(
-        "INSERT INTO assignments (id, org_id, flow_id, user_id, status, due_at, assigned_at,
-                                  completed_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(org.id)
-    .bind(flow_domain::ids::FlowId::parse(flow).expect("flow id").0)
-    .bind(user)
-    .bind(if completed.is_some() {
-        "completed"
-    } else {
-        "pending"
-    })
-    .bind(due)
-    .bind(assigned)
-    .bind(completed)
-    .execute(&app.db)
-    .await
-    .expect("insert assignment");
 }
 
 /// The row of a person on the page.
@@ -119,23 +91,27 @@ async fn the_compliance_page_judges_the_flows_ticked_as_of_a_past_day_and_export
     let days = |count: i64| Duration::days(count);
     let ann = person(&app, &org, "ann@example.com", now - days(60)).await;
     let bob = person(&app, &org, "bob@example.com", now - days(60)).await;
-    assignment(
+    write_assignment(
         &app,
         &org,
         &safety,
         ann,
-        (now - days(30), now + days(20), Some(now - days(5))),
+        now - days(30),
+        Some(now + days(20)),
+        Some(now - days(5)),
     )
     .await;
-    assignment(
+    write_assignment(
         &app,
         &org,
         &safety,
         bob,
-        (now - days(30), now + days(20), Some(now - days(20))),
+        now - days(30),
+        Some(now + days(20)),
+        Some(now - days(20)),
     )
     .await;
-    assignment(&app, &org, &elective, ann, (now, now + days(20), None)).await;
+    write_assignment(&app, &org, &elective, ann, now, Some(now + days(20)), None).await;
     let day: NaiveDate = (now - days(10)).with_timezone(&zone).date_naive();
     let client = DashboardClient::admin(&app, org.id).await;
 
@@ -256,40 +232,13 @@ async fn the_compliance_page_judges_the_flows_ticked_as_of_a_past_day_and_export
     assert!(panel.contains("id=\"export-panel\""), "{panel}");
     let file = wait_for_export(&app, &org, &format!("/v1/exports/{export_id}")).await;
     assert_eq!(file.status, 200, "{}", String::from_utf8_lossy(&file.body));
-    let mut reader = csv::ReaderBuilder::new().from_reader(file.body.as_slice());
-    let headers = reader.headers().expect("header row").clone();
-    let column = |name: &str| {
-        headers
-            .iter()
-            .position(|header| header == name)
-            .unwrap_or_else(|| panic!("no {name} column"))
-    };
-    let (email, flow_name, status) = (column("email"), column("flow"), column("status"));
-    let mut rows: Vec<(String, String, String)> = reader
-        .records()
-        .map(|record| {
-            let record = record.expect("row");
-            (
-                record[email].to_owned(),
-                record[flow_name].to_owned(),
-                record[status].to_owned(),
-            )
-        })
-        .collect();
+    let mut rows = csv_columns(&file.body, ["email", "flow", "status"]);
     rows.sort();
     assert_eq!(
         rows,
         [
-            (
-                "ann@example.com".into(),
-                "A Safety".into(),
-                "pending".into()
-            ),
-            (
-                "bob@example.com".into(),
-                "A Safety".into(),
-                "compliant".into()
-            ),
+            ["ann@example.com", "A Safety", "pending"],
+            ["bob@example.com", "A Safety", "compliant"],
         ]
     );
     // The panel links the file, which the dashboard serves.

@@ -132,6 +132,35 @@ fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
 
+/// Posts `body` to the source's inbound address, signed with `secret` as the message `id` now.
+async fn deliver_signed(
+    app: &TestApp,
+    source_id: &str,
+    secret: &str,
+    id: &str,
+    body: &[u8],
+) -> TestResponse {
+    let headers = signed(secret, id, now(), body);
+    deliver(app, source_id, body, &headers).await
+}
+
+/// Posts `body` to the source's inbound address with `secret` as its `Authorization`, as Okta
+/// sends it.
+async fn deliver_authorized(
+    app: &TestApp,
+    source_id: &str,
+    secret: &str,
+    body: &[u8],
+) -> TestResponse {
+    deliver(
+        app,
+        source_id,
+        body,
+        &[("authorization", secret.to_owned())],
+    )
+    .await
+}
+
 /// A hire as an HR system might send it.
 fn hire(email: &str) -> Vec<u8> {
     json!({"event": "employee.hired", "employee": {"email": email}})
@@ -150,6 +179,20 @@ fn on_hire(flow: &str, source: &str) -> Value {
     })
 }
 
+/// An organization with ada@example.com, the flow "Onboarding" and an HR source whose hires a
+/// trigger assigns the flow on (insisting on a 201): the organization and the source.
+async fn hiring_from_hr(app: &TestApp) -> (TestOrg, Source) {
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, &["ada@example.com"]).await;
+    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
+    let source = create_source(app, &org, hr_source()).await;
+    let response = app
+        .post(&org, "/v1/event-triggers", &on_hire(&flow, &source.source))
+        .await;
+    assert_eq!(response.status, 201, "{:?}", response.body);
+    (org, source)
+}
+
 async fn count(app: &TestApp, sql: &str) -> i64 {
     sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
         .fetch_one(&app.db)
@@ -160,19 +203,11 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_delivery_assigns_through_a_trigger_once() {
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let source = create_source(&app, &org, hr_source()).await;
+    let (org, source) = hiring_from_hr(&app).await;
     assert_eq!(source.source, format!("flow:event-sources/{}", source.id));
-    let response = app
-        .post(&org, "/v1/event-triggers", &on_hire(&flow, &source.source))
-        .await;
-    assert_eq!(response.status, 201, "{:?}", response.body);
 
     let body = hire("ada@example.com");
-    let headers = signed(&source.secret, "msg_hire_1", now(), &body);
-    let response = deliver(&app, &source.id, &body, &headers).await;
+    let response = deliver_signed(&app, &source.id, &source.secret, "msg_hire_1", &body).await;
     assert_eq!(response.status, 202, "{:?}", response.body);
     let result = &response.body["results"][0];
     assert_eq!(result["status"], "accepted", "{result}");
@@ -191,8 +226,7 @@ async fn a_signed_delivery_assigns_through_a_trigger_once() {
     assert_eq!(assignment["source"]["event"]["type"], "employee.hired");
 
     // The same delivery again (a sender's retry): a duplicate, nothing acts twice.
-    let headers = signed(&source.secret, "msg_hire_1", now(), &body);
-    let again = deliver(&app, &source.id, &body, &headers).await;
+    let again = deliver_signed(&app, &source.id, &source.secret, "msg_hire_1", &body).await;
     assert_eq!(again.status, 202, "{:?}", again.body);
     assert_eq!(again.body["results"][0]["status"], "duplicate");
     assert_eq!(again.body["results"][0]["assignmentIds"], json!([id]));
@@ -215,12 +249,7 @@ async fn a_signed_delivery_assigns_through_a_trigger_once() {
 async fn unsigned_wrong_tampered_stale_and_unknown_deliveries_are_the_same_401_and_record_nothing()
 {
     let app = api_only().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let source = create_source(&app, &org, hr_source()).await;
-    app.post(&org, "/v1/event-triggers", &on_hire(&flow, &source.source))
-        .await;
+    let (org, source) = hiring_from_hr(&app).await;
     let other = create_source(
         &app,
         &org,
@@ -306,13 +335,11 @@ async fn unsigned_wrong_tampered_stale_and_unknown_deliveries_are_the_same_401_a
     assert_eq!(response.status, 413, "{:?}", response.body);
     // Signed but not JSON: 400, nothing recorded.
     let text = b"not json".to_vec();
-    let headers = signed(&source.secret, "msg_2", now(), &text);
-    let response = deliver(&app, &source.id, &text, &headers).await;
+    let response = deliver_signed(&app, &source.id, &source.secret, "msg_2", &text).await;
     assert_eq!(response.status, 400, "{:?}", response.body);
     // Signed, the type missing at the pointer: answered invalid, nothing recorded.
     let untyped = br#"{"employee": {"email": "ada@example.com"}}"#.to_vec();
-    let headers = signed(&source.secret, "msg_3", now(), &untyped);
-    let response = deliver(&app, &source.id, &untyped, &headers).await;
+    let response = deliver_signed(&app, &source.id, &source.secret, "msg_3", &untyped).await;
     assert_eq!(response.status, 202, "{:?}", response.body);
     assert_eq!(response.body["results"][0]["status"], "invalid");
     assert!(
@@ -329,8 +356,9 @@ async fn unsigned_wrong_tampered_stale_and_unknown_deliveries_are_the_same_401_a
 /// The status of a signed delivery to `source_id` under `secret`.
 async fn accepted(app: &TestApp, source_id: &str, secret: &str, id: &str) -> u16 {
     let body = br#"{"employee": "ada@example.com"}"#;
-    let headers = signed(secret, id, now(), body);
-    deliver(app, source_id, body, &headers).await.status
+    deliver_signed(app, source_id, secret, id, body)
+        .await
+        .status
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -562,22 +590,10 @@ async fn okta_verifies_the_hook_and_a_delivery_of_two_events_is_answered_per_eve
         okta_event("uuid-1", "user.lifecycle.create", "ada@example.com"),
         okta_event("uuid-2", "user.lifecycle.deactivate", "bob@example.com"),
     ]));
-    let wrong = deliver(
-        &app,
-        &okta.id,
-        &body,
-        &[("authorization", standard.secret.clone())],
-    )
-    .await;
+    let wrong = deliver_authorized(&app, &okta.id, &standard.secret, &body).await;
     assert_eq!(wrong.status, 401, "{:?}", wrong.body);
     assert_eq!(count(&app, "SELECT count(*) FROM inbound_events").await, 0);
-    let response = deliver(
-        &app,
-        &okta.id,
-        &body,
-        &[("authorization", okta.secret.clone())],
-    )
-    .await;
+    let response = deliver_authorized(&app, &okta.id, &okta.secret, &body).await;
     assert_eq!(response.status, 200, "{:?}", response.body);
     let results = response.body["results"].as_array().expect("results");
     assert_eq!(results.len(), 2, "{results:?}");
@@ -591,13 +607,7 @@ async fn okta_verifies_the_hook_and_a_delivery_of_two_events_is_answered_per_eve
     assert_eq!(results[1]["id"], "uuid-2");
     assert_eq!(results[1]["status"], "ignored", "{results:?}");
     // Okta re-delivers on a timeout: the same uuids are duplicates.
-    let again = deliver(
-        &app,
-        &okta.id,
-        &body,
-        &[("authorization", okta.secret.clone())],
-    )
-    .await;
+    let again = deliver_authorized(&app, &okta.id, &okta.secret, &body).await;
     let statuses: Vec<&Value> = again.body["results"]
         .as_array()
         .expect("results")
@@ -607,13 +617,7 @@ async fn okta_verifies_the_hook_and_a_delivery_of_two_events_is_answered_per_eve
     assert_eq!(statuses, [&json!("duplicate"), &json!("duplicate")]);
     // A body that is not an Okta delivery: 400, nothing recorded.
     let odd = br#"{"data": {}}"#;
-    let response = deliver(
-        &app,
-        &okta.id,
-        odd,
-        &[("authorization", okta.secret.clone())],
-    )
-    .await;
+    let response = deliver_authorized(&app, &okta.id, &okta.secret, odd).await;
     assert_eq!(response.status, 400, "{:?}", response.body);
     assert_eq!(count(&app, "SELECT count(*) FROM inbound_events").await, 2);
 }
@@ -649,8 +653,8 @@ async fn another_organizations_source_is_not_found_and_its_secret_opens_nothing_
         (&source_a.id, &source_b.secret),
         (&source_b.id, &source_a.secret),
     ] {
-        let headers = signed(secret, "msg_x", now(), &body);
-        assert_eq!(deliver(&app, id, &body, &headers).await.status, 401);
+        let refused = deliver_signed(&app, id, secret, "msg_x", &body).await;
+        assert_eq!(refused.status, 401);
     }
     assert_eq!(count(&app, "SELECT count(*) FROM inbound_events").await, 0);
     assert_eq!(app.get(&a, &path).await.status, 200);
@@ -883,8 +887,7 @@ async fn the_events_page_creates_a_source_showing_its_secret_once_and_manages_tr
 
     // The secret from the page signs a delivery the trigger acts on.
     let body = hire("ada@example.com");
-    let headers = signed(&secret, "msg_page", now(), &body);
-    let response = deliver(&app, &source_id, &body, &headers).await;
+    let response = deliver_signed(&app, &source_id, &secret, "msg_page", &body).await;
     assert_eq!(response.status, 202, "{:?}", response.body);
     assert_eq!(response.body["results"][0]["status"], "accepted");
 
@@ -1206,16 +1209,11 @@ async fn the_secret_and_the_signatures_reach_no_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_with_20_refused_deliveries_in_a_minute_is_answered_429_and_others_are_not() {
     let app = api_only().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let source = create_source(&app, &org, hr_source()).await;
-    app.post(&org, "/v1/event-triggers", &on_hire(&flow, &source.source))
-        .await;
+    let (_org, source) = hiring_from_hr(&app).await;
     let body = hire("ada@example.com");
     // A valid delivery first: deliveries that authenticate are not counted.
-    let valid = signed(&source.secret, "msg_ok", now(), &body);
-    assert_eq!(deliver(&app, &source.id, &body, &valid).await.status, 202);
+    let valid = deliver_signed(&app, &source.id, &source.secret, "msg_ok", &body).await;
+    assert_eq!(valid.status, 202);
     let wrong = signed(
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
         "msg_x",

@@ -94,6 +94,34 @@ fn on_hire(flow: &str) -> Value {
     })
 }
 
+/// An organization that assigns on hire events, made by [`hiring`].
+struct Hiring {
+    /// The organization (standard tier).
+    org: TestOrg,
+    /// The flow "Onboarding" (30 days).
+    flow: String,
+    /// The trigger assigning it on hire events.
+    trigger_id: String,
+}
+
+/// A standard organization with the people `emails`, the flow "Onboarding" and a trigger
+/// assigning it on hire events: [`on_hire`] with the fields of `extra` set (its `due`, …).
+async fn hiring(app: &TestApp, emails: &[&str], extra: Value) -> Hiring {
+    let org = app.create_org(Tier::Standard).await;
+    app.create_users(&org, emails).await;
+    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
+    let mut trigger = on_hire(&flow);
+    for (field, value) in extra.as_object().expect("fields") {
+        trigger[field] = value.clone();
+    }
+    let trigger_id = create_trigger(app, &org, trigger).await;
+    Hiring {
+        org,
+        flow,
+        trigger_id,
+    }
+}
+
 /// Waits until the assignment `id` is persisted; answers it.
 async fn persisted(app: &TestApp, org: &TestOrg, id: &str) -> Value {
     let path = format!("/v1/assignments/{id}");
@@ -293,14 +321,11 @@ async fn an_organization_has_at_most_100_triggers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_assigns_once_with_its_due_date_and_the_assignment_names_the_event() {
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let mut trigger = on_hire(&flow);
-    trigger["due"] = json!({"fromPointer": "/data/employee/startDate"});
-    trigger["priority"] = json!("high");
-    trigger["notes"] = json!("Welcome aboard");
-    let trigger_id = create_trigger(&app, &org, trigger).await;
+    let extra = json!({"due": {"fromPointer": "/data/employee/startDate"}, "priority": "high",
+                       "notes": "Welcome aboard"});
+    let Hiring {
+        org, trigger_id, ..
+    } = hiring(&app, &["ada@example.com"], extra).await;
 
     let event = hired("hire-1", "Ada@Example.com");
     let result = send(&app, &org, &event).await;
@@ -345,13 +370,12 @@ async fn an_event_assigns_once_with_its_due_date_and_the_assignment_names_the_ev
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_is_answered_per_event_in_request_order() {
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com", "bob@example.com"])
-        .await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let mut trigger = on_hire(&flow);
-    trigger["due"] = json!({"fromPointer": "/data/employee/startDate"});
-    create_trigger(&app, &org, trigger).await;
+    let Hiring { org, .. } = hiring(
+        &app,
+        &["ada@example.com", "bob@example.com"],
+        json!({"due": {"fromPointer": "/data/employee/startDate"}}),
+    )
+    .await;
 
     let mut past_due = hired("e6", "bob@example.com");
     past_due["data"]["employee"]["startDate"] = json!("2001-01-01");
@@ -492,12 +516,9 @@ async fn a_binary_mode_event_assigns_from_its_headers_and_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_concurrent_posts_of_one_event_make_one_assignment() {
     let app = TestApp::spawn().await;
-    let org = app.create_org(Tier::Standard).await;
     let emails: Vec<String> = (0..20).map(|n| format!("user{n}@example.com")).collect();
     let refs: Vec<&str> = emails.iter().map(String::as_str).collect();
-    app.create_users(&org, &refs).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    create_trigger(&app, &org, on_hire(&flow)).await;
+    let Hiring { org, .. } = hiring(&app, &refs, json!({})).await;
     let events: Vec<Value> = emails
         .iter()
         .enumerate()
@@ -553,18 +574,7 @@ async fn a_cancel_trigger_cancels_the_open_assignment_of_its_flow() {
     let kept = app
         .assign_persisted(&org, &other, "ada@example.com", json!({}))
         .await;
-    create_trigger(
-        &app,
-        &org,
-        json!({
-            "name": "Leavers",
-            "match": {"type": "com.example.hr.employee.left"},
-            "userEmailPointer": "/data/email",
-            "action": "cancel",
-            "flowId": flow,
-        }),
-    )
-    .await;
+    create_trigger(&app, &org, on_leave(&flow)).await;
     let left = |id: &str, email: &str| json!({"specversion": "1.0", "id": id, "source": "hr", "type": "com.example.hr.employee.left", "data": {"email": email}});
     let result = send(&app, &org, &left("l-1", "ada@example.com")).await;
     assert_eq!(result["status"], "accepted", "{result}");
@@ -716,12 +726,9 @@ async fn the_limits_of_a_request_are_answered_before_anything_is_recorded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_preview_says_what_the_triggers_would_do_without_acting() {
     let app = api_only().await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    let mut trigger = on_hire(&flow);
-    trigger["due"] = json!({"days": 14});
-    let trigger_id = create_trigger(&app, &org, trigger).await;
+    let Hiring {
+        org, trigger_id, ..
+    } = hiring(&app, &["ada@example.com"], json!({"due": {"days": 14}})).await;
     let preview = app
         .post(
             &org,
@@ -807,10 +814,7 @@ async fn an_event_recorded_while_the_broker_is_down_acts_once_when_sent_again() 
         ..TestOptions::default()
     })
     .await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com"]).await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    create_trigger(&app, &org, on_hire(&flow)).await;
+    let Hiring { org, .. } = hiring(&app, &["ada@example.com"], json!({})).await;
     let event = hired("down-1", "ada@example.com");
     proxy.disable().await;
     let response = send_raw(&app, &org, STRUCTURED, event.to_string().into_bytes(), &[]).await;
@@ -876,11 +880,8 @@ async fn a_leave_sent_before_the_hire_is_persisted_cancels_the_assignment_once_i
         ..TestOptions::default()
     })
     .await;
-    let org = app.create_org(Tier::Standard).await;
-    app.create_users(&org, &["ada@example.com", "bob@example.com"])
-        .await;
-    let flow = app.create_flow(&org, "Onboarding", &[30]).await;
-    create_trigger(&app, &org, on_hire(&flow)).await;
+    let Hiring { org, flow, .. } =
+        hiring(&app, &["ada@example.com", "bob@example.com"], json!({})).await;
     create_trigger(&app, &org, on_leave(&flow)).await;
     // No assign-worker: the hires' commands stay queued while the leaves arrive.
     app.assign_worker.take().expect("worker").kill();

@@ -6,15 +6,16 @@
 //! straight into the table), the CSV export carrying the same, a rule that a flow is required of
 //! not deleted, and the dashboard's choice on the flow's page.
 
-use chrono::{DateTime, Duration, DurationRound, Utc};
+use chrono::{Duration, DurationRound, Utc};
 use flow_common::db::orgs::Tier;
-use flow_domain::ids::FlowId;
 use flow_tests::dashboard::DashboardClient;
 use flow_tests::enrollment::{create_rule, matched_by};
 use std::io::Cursor;
 
 use calamine::{Data, Reader, Xlsx};
-use flow_tests::reports::{create_org_in_zone, start_report_worker, wait_for_export};
+use flow_tests::reports::{
+    create_org_in_zone, csv_columns, start_report_worker, wait_for_export, write_assignment,
+};
 use flow_tests::{TestApp, TestOptions, TestOrg, TestResponse};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -51,36 +52,6 @@ async fn people(app: &TestApp, org: &TestOrg, people: &[(&str, &str)]) -> Vec<Uu
     }
     app.create_users(org, &emails).await;
     ids
-}
-
-/// An assignment of `flow` to `user` written directly: assigned at `assigned`, completed at
-/// `completed` when given.
-async fn assignment(
-    app: &TestApp,
-    org: &TestOrg,
-    flow: &str,
-    user: Uuid,
-    assigned: DateTime<Utc>,
-    completed: Option<DateTime<Utc>>,
-) {
-    sqlx::query(
-        "INSERT INTO assignments (id, org_id, flow_id, user_id, status, assigned_at, completed_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(Uuid::now_v7())
-    .bind(org.id)
-    .bind(FlowId::parse(flow).expect("flow id").0)
-    .bind(user)
-    .bind(if completed.is_some() {
-        "completed"
-    } else {
-        "pending"
-    })
-    .bind(assigned)
-    .bind(completed)
-    .execute(&app.db)
-    .await
-    .expect("insert assignment");
 }
 
 async fn compliance(app: &TestApp, org: &TestOrg, body: Value) -> Value {
@@ -205,16 +176,17 @@ async fn a_flow_required_of_a_rules_audience_counts_only_the_audience() {
         .duration_trunc(Duration::seconds(1))
         .expect("truncate");
     let day = Duration::days(1);
-    assignment(
+    write_assignment(
         &app,
         &org,
         &flow,
         ids[0],
         now - day * 10,
+        None,
         Some(now - day * 5),
     )
     .await;
-    assignment(&app, &org, &flow, ids[3], now - day * 2, None).await;
+    write_assignment(&app, &org, &flow, ids[3], now - day * 2, None, None).await;
 
     // No flowIds: the required flows, this one alone.
     let body = compliance(&app, &org, json!({})).await;
@@ -315,43 +287,17 @@ async fn a_flow_required_of_a_rules_audience_counts_only_the_audience() {
     let url = answer["downloadUrl"].as_str().expect("downloadUrl");
     let file = wait_for_export(&app, &org, url).await;
     assert_eq!(file.status, 200, "{}", String::from_utf8_lossy(&file.body));
-    let mut reader = csv::ReaderBuilder::new().from_reader(file.body.as_slice());
-    let headers = reader.headers().expect("header row").clone();
-    let column = |name: &str| {
-        headers
-            .iter()
-            .position(|header| header == name)
-            .unwrap_or_else(|| panic!("no column {name} in {headers:?}"))
-    };
-    let (email, status, required) = (column("email"), column("status"), column("required"));
-    let mut rows: Vec<(String, String, String)> = reader
-        .records()
-        .map(|record| {
-            let record = record.expect("row");
-            (
-                record[email].to_owned(),
-                record[status].to_owned(),
-                record[required].to_owned(),
-            )
-        })
-        .collect();
+    let mut rows = csv_columns(&file.body, ["email", "status", "required"]);
     rows.sort();
-    let expected: Vec<(String, String, String)> = [
-        ("ann@example.com", "compliant", "true"),
-        ("bob@example.com", "not_assigned", "true"),
-        ("cid@example.com", "not_required", "false"),
-        ("dee@example.com", "pending", "false"),
-    ]
-    .iter()
-    .map(|(email, status, required)| {
-        (
-            (*email).to_owned(),
-            (*status).to_owned(),
-            (*required).to_owned(),
-        )
-    })
-    .collect();
-    assert_eq!(rows, expected);
+    assert_eq!(
+        rows,
+        [
+            ["ann@example.com", "compliant", "true"],
+            ["bob@example.com", "not_assigned", "true"],
+            ["cid@example.com", "not_required", "false"],
+            ["dee@example.com", "pending", "false"],
+        ]
+    );
 
     // Excel: the same rows with a boolean `required`, and the totals count the pairs not
     // required apart.

@@ -615,3 +615,57 @@ pub async fn export_file(app: &TestApp, org: &TestOrg, body: Value) -> (Value, D
     );
     (response, file)
 }
+
+/// The rows of a CSV export (after its header row) as the values of the columns `names`, in
+/// file order; panics when a column is missing or a row is not CSV.
+pub fn csv_columns<const N: usize>(file: &[u8], names: [&str; N]) -> Vec<[String; N]> {
+    let mut reader = csv::ReaderBuilder::new().from_reader(file);
+    let headers = reader.headers().expect("header row").clone();
+    let columns = names.map(|name| {
+        headers
+            .iter()
+            .position(|header| header == name)
+            .unwrap_or_else(|| panic!("no column {name} in {headers:?}"))
+    });
+    reader
+        .records()
+        .map(|record| {
+            let record = record.expect("row");
+            columns.map(|column| record[column].to_owned())
+        })
+        .collect()
+}
+
+/// An assignment of `flow` (its API id) to `user` written directly: assigned at `assigned`, due
+/// at `due` when given, completed at `completed` when given (stored `completed`, else
+/// `pending`).
+pub async fn write_assignment(
+    app: &TestApp,
+    org: &TestOrg,
+    flow: &str,
+    user: uuid::Uuid,
+    assigned: DateTime<Utc>,
+    due: Option<DateTime<Utc>>,
+    completed: Option<DateTime<Utc>>,
+) {
+    sqlx::query(
+        "INSERT INTO assignments (id, org_id, flow_id, user_id, status, due_at, assigned_at,
+                                  completed_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(uuid::Uuid::now_v7())
+    .bind(org.id)
+    .bind(FlowId::parse(flow).expect("flow id").0)
+    .bind(user)
+    .bind(if completed.is_some() {
+        "completed"
+    } else {
+        "pending"
+    })
+    .bind(due)
+    .bind(assigned)
+    .bind(completed)
+    .execute(&app.db)
+    .await
+    .expect("insert assignment");
+}

@@ -44,11 +44,9 @@ fn header(headers: &HeaderMap, name: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// The headers of a delivery with a text (visible ASCII) value, as the service reads them.
 fn delivery_headers(headers: &HeaderMap) -> DeliveryHeaders {
     DeliveryHeaders {
-        webhook_id: header(headers, "webhook-id"),
-        webhook_timestamp: header(headers, "webhook-timestamp"),
-        webhook_signature: header(headers, "webhook-signature"),
         all: headers
             .iter()
             .filter_map(|(name, value)| {

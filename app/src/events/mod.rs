@@ -259,9 +259,9 @@ struct Lookups {
     archived: HashSet<FlowId>,
     /// The open (persisted) assignment of each (flow, person) a cancel names.
     open: HashMap<(FlowId, UserId), AssignmentId>,
-    /// The assignment of each (flow, person) a cancel names that an event is still making,
-    /// earlier events of this request included; a cancel takes it (waiting for it), so it is
-    /// cancelled once.
+    /// The assignment of each (flow, person) a cancel names, without an open one, that an event
+    /// is still making, earlier events of this request included; a cancel takes it (waiting for
+    /// it), so it is cancelled once.
     being_made: HashMap<(FlowId, UserId), AssignmentId>,
 }
 
@@ -304,18 +304,22 @@ impl Lookups {
             .collect();
         pairs.sort_unstable();
         pairs.dedup();
-        let (open, being_made) = if pairs.is_empty() {
-            (HashMap::new(), HashMap::new())
+        let by_pair = |rows: Vec<(FlowId, UserId, AssignmentId)>| {
+            rows.into_iter()
+                .map(|(flow, user, assignment)| ((flow, user), assignment))
+                .collect::<HashMap<_, _>>()
+        };
+        let open = if pairs.is_empty() {
+            HashMap::new()
         } else {
-            let by_pair = |rows: Vec<(FlowId, UserId, AssignmentId)>| {
-                rows.into_iter()
-                    .map(|(flow, user, assignment)| ((flow, user), assignment))
-                    .collect::<HashMap<_, _>>()
-            };
-            (
-                by_pair(db::open_assignments(&ctx.db, org_id, &pairs).await?),
-                by_pair(db::assignments_being_made(&ctx.db, org_id, &pairs).await?),
-            )
+            by_pair(db::open_assignments(&ctx.db, org_id, &pairs).await?)
+        };
+        // A pair with an open assignment cancels that one: only the others look further.
+        pairs.retain(|pair| !open.contains_key(pair));
+        let being_made = if pairs.is_empty() {
+            HashMap::new()
+        } else {
+            by_pair(db::assignments_being_made(&ctx.db, org_id, &pairs).await?)
         };
         Ok(Self {
             org_id,
@@ -625,14 +629,10 @@ pub async fn publish(
     if unpublished.is_empty() {
         return Ok(());
     }
-    let mut submissions = Vec::new();
-    let mut cancels = Vec::new();
+    let (cancelling, assigning): (Vec<&ActionRecord>, Vec<&ActionRecord>) = unpublished
+        .into_iter()
+        .partition(|action| action.action == Action::Cancel.as_str());
     let mut done: Vec<uuid::Uuid> = Vec::new();
-    let cancelling: Vec<&ActionRecord> = unpublished
-        .iter()
-        .copied()
-        .filter(|action| action.action == Action::Cancel.as_str())
-        .collect();
     let targets: Vec<AssignmentId> = cancelling
         .iter()
         .map(|action| action.assignment_id)
@@ -642,11 +642,18 @@ pub async fn publish(
     } else {
         db::cancel_targets(pool, &targets).await?
     };
-    let mut cancel_targets: HashMap<uuid::Uuid, AssignmentId> = HashMap::new();
+    // The cancels to make now, and their actions' keys (published once they are made).
+    let mut cancels = Vec::new();
+    let mut cancelled: Vec<uuid::Uuid> = Vec::new();
     for (action, target) in cancelling.iter().zip(settled) {
         match target {
-            CancelTarget::Persisted(id) => {
-                cancel_targets.insert(action.key, id);
+            CancelTarget::Persisted(assignment_id) => {
+                cancels.push(AutoCancel {
+                    assignment_id,
+                    cause: AutomaticCancel::Event(EventActionKey(action.key)),
+                    reason: action.reason.clone().unwrap_or_default(),
+                });
+                cancelled.push(action.key);
             }
             CancelTarget::Failed => {
                 tracing::info!(
@@ -660,26 +667,16 @@ pub async fn publish(
             CancelTarget::Pending => {}
         }
     }
-    for action in &unpublished {
-        match (&action.command, action.action.as_str()) {
-            (Some(command), "assign") => submissions.push(Submission {
+    let mut submissions = Vec::new();
+    for action in assigning {
+        if let (Some(command), "assign") = (&action.command, action.action.as_str()) {
+            submissions.push(Submission {
                 json: serde_json::to_vec(command)
                     .map_err(|error| PublishFailure::Unavailable(error.to_string()))?,
                 message_id: action.assignment_id.to_string(),
                 request_id: None,
                 traceparent: flow_common::telemetry::current_traceparent(),
-            }),
-            (_, "cancel") => {
-                if let Some(&assignment_id) = cancel_targets.get(&action.key) {
-                    cancels.push(AutoCancel {
-                        assignment_id,
-                        cause: AutomaticCancel::Event(EventActionKey(action.key)),
-                        reason: action.reason.clone().unwrap_or_default(),
-                    });
-                }
-                continue;
-            }
-            _ => {}
+            });
         }
         done.push(action.key);
     }
@@ -700,7 +697,7 @@ pub async fn publish(
             .await
             .map_err(|error| PublishFailure::Unavailable(error.to_string()))?;
     }
-    done.extend(cancel_targets.keys());
+    done.extend(cancelled);
     db::mark_published(pool, &done).await?;
     Ok(())
 }

@@ -394,14 +394,9 @@ pub async fn delete(
 /// The headers of an inbound delivery that authenticate it, as the surface read them.
 #[derive(Clone, Default)]
 pub struct DeliveryHeaders {
-    /// `webhook-id` (Standard Webhooks).
-    pub webhook_id: Option<String>,
-    /// `webhook-timestamp`: seconds since the epoch (Standard Webhooks).
-    pub webhook_timestamp: Option<String>,
-    /// `webhook-signature`: space-separated `v1,<base64>` (Standard Webhooks).
-    pub webhook_signature: Option<String>,
     /// Every header with a text value, its name lower-case (bounded by the server's header
-    /// limits): an okta source's secret is in its `auth_header` (`authorization` by default).
+    /// limits): the Standard Webhooks headers, or an okta source's secret in its `auth_header`
+    /// (`authorization` by default).
     pub all: Vec<(String, String)>,
 }
 
@@ -413,13 +408,28 @@ impl DeliveryHeaders {
             .find(|(header, _)| header == name)
             .map(|(_, value)| value.as_str())
     }
+
+    /// `webhook-id` (Standard Webhooks).
+    pub fn webhook_id(&self) -> Option<&str> {
+        self.get("webhook-id")
+    }
+
+    /// `webhook-timestamp`: seconds since the epoch (Standard Webhooks).
+    pub fn webhook_timestamp(&self) -> Option<&str> {
+        self.get("webhook-timestamp")
+    }
+
+    /// `webhook-signature`: space-separated `v1,<base64>` (Standard Webhooks).
+    pub fn webhook_signature(&self) -> Option<&str> {
+        self.get("webhook-signature")
+    }
 }
 
 impl std::fmt::Debug for DeliveryHeaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeliveryHeaders")
-            .field("webhook_id", &self.webhook_id)
-            .field("webhook_timestamp", &self.webhook_timestamp)
+            .field("webhook_id", &self.webhook_id())
+            .field("webhook_timestamp", &self.webhook_timestamp())
             .finish_non_exhaustive()
     }
 }
@@ -665,18 +675,15 @@ fn standard_headers(
     now: DateTime<Utc>,
 ) -> Result<(String, i64, String), &'static str> {
     let id = headers
-        .webhook_id
-        .as_deref()
+        .webhook_id()
         .filter(|id| !id.is_empty())
         .ok_or("no webhook-id header")?;
     let timestamp: i64 = headers
-        .webhook_timestamp
-        .as_deref()
+        .webhook_timestamp()
         .and_then(|text| text.trim().parse().ok())
         .ok_or("no webhook-timestamp header of seconds since the epoch")?;
     let signature = headers
-        .webhook_signature
-        .as_deref()
+        .webhook_signature()
         .ok_or("no webhook-signature header")?;
     let tolerance = i64::try_from(TIMESTAMP_TOLERANCE.as_secs()).unwrap_or(i64::MAX);
     if (now.timestamp() - timestamp).abs() > tolerance {
@@ -881,10 +888,14 @@ mod tests {
     fn stale_or_incomplete_headers_do_not_authenticate() {
         let now = Utc::now();
         let headers = |offset: i64| DeliveryHeaders {
-            webhook_id: Some("msg_1".into()),
-            webhook_timestamp: Some((now.timestamp() + offset).to_string()),
-            webhook_signature: Some("v1,abc".into()),
-            all: Vec::new(),
+            all: vec![
+                ("webhook-id".into(), "msg_1".into()),
+                (
+                    "webhook-timestamp".into(),
+                    (now.timestamp() + offset).to_string(),
+                ),
+                ("webhook-signature".into(), "v1,abc".into()),
+            ],
         };
         assert!(standard_headers(&headers(0), now).is_ok());
         assert!(standard_headers(&headers(-300), now).is_ok());
@@ -893,10 +904,8 @@ mod tests {
             Err("webhook-timestamp more than 5 minutes from now")
         );
         assert!(standard_headers(&headers(301), now).is_err());
-        let without_id = DeliveryHeaders {
-            webhook_id: None,
-            ..headers(0)
-        };
+        let mut without_id = headers(0);
+        without_id.all.retain(|(name, _)| name != "webhook-id");
         assert_eq!(
             standard_headers(&without_id, now),
             Err("no webhook-id header")

@@ -345,19 +345,17 @@ pub async fn open_assignments<'e>(
     org_id: OrgId,
     pairs: &[(FlowId, UserId)],
 ) -> Result<Vec<(FlowId, UserId, AssignmentId)>, sqlx::Error> {
-    let (flows, users): (Vec<FlowId>, Vec<UserId>) = pairs.iter().copied().unzip();
-    sqlx::query_as(
+    assignment_per_pair(
+        executor,
         "SELECT p.flow_id, p.user_id, a.id
          FROM UNNEST($2::uuid[], $3::uuid[]) AS p(flow_id, user_id)
          CROSS JOIN LATERAL (SELECT a.id FROM assignments a
                              WHERE a.org_id = $1 AND a.flow_id = p.flow_id
                                AND a.user_id = p.user_id AND flow_is_active(a.status)
                              LIMIT 1) a",
+        org_id,
+        pairs,
     )
-    .bind(org_id)
-    .bind(&flows)
-    .bind(&users)
-    .fetch_all(executor)
     .await
 }
 
@@ -369,8 +367,8 @@ pub async fn assignments_being_made<'e>(
     org_id: OrgId,
     pairs: &[(FlowId, UserId)],
 ) -> Result<Vec<(FlowId, UserId, AssignmentId)>, sqlx::Error> {
-    let (flows, users): (Vec<FlowId>, Vec<UserId>) = pairs.iter().copied().unzip();
-    sqlx::query_as(
+    assignment_per_pair(
+        executor,
         "SELECT DISTINCT ON (x.flow_id, x.user_id) x.flow_id, x.user_id, x.assignment_id
          FROM UNNEST($2::uuid[], $3::uuid[]) AS p(flow_id, user_id)
          JOIN inbound_event_actions x
@@ -383,10 +381,25 @@ pub async fn assignments_being_made<'e>(
            AND NOT EXISTS (SELECT 1 FROM inbound_event_actions c
                            WHERE c.action = 'cancel' AND c.assignment_id = x.assignment_id)
          ORDER BY x.flow_id, x.user_id, x.created_at DESC",
+        org_id,
+        pairs,
     )
-    .bind(org_id)
-    .bind(&flows)
-    .bind(&users)
-    .fetch_all(executor)
     .await
+}
+
+/// Runs `statement`, a query over the organization `$1` and the (flow, user) pairs unnested
+/// from `$2` (flows) and `$3` (users) that answers (flow, user, assignment) rows.
+async fn assignment_per_pair<'e>(
+    executor: impl PgExecutor<'e>,
+    statement: &'static str,
+    org_id: OrgId,
+    pairs: &[(FlowId, UserId)],
+) -> Result<Vec<(FlowId, UserId, AssignmentId)>, sqlx::Error> {
+    let (flows, users): (Vec<FlowId>, Vec<UserId>) = pairs.iter().copied().unzip();
+    sqlx::query_as(statement)
+        .bind(org_id)
+        .bind(&flows)
+        .bind(&users)
+        .fetch_all(executor)
+        .await
 }
