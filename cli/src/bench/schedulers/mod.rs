@@ -27,14 +27,15 @@
 //!   away → nothing.
 //!
 //! The work expected is counted from those classes as the seed writes them, then the seeded rows
-//! are checked against it in SQL (windows open, expiries past, due dates past) before anything
-//! runs.
+//! are checked against it in SQL (due dates past, windows open, expiries past, reminders due by
+//! the policy's definition) before anything runs.
 //!
 //! **Run**: two schedulers, an assign-worker (the renewal assignments) and an outbox-relay, each
 //! its own process (`flowctl up --only …`, as `bench fairness` starts them), on queues of their
 //! own. Every `--kill-every` seconds one scheduler is killed with SIGKILL and started again, the
 //! two in turn, until every piece of work is done (or `--timeout`), then `--settle` seconds more
-//! (a duplicate would show up then), then everything stops.
+//! (a duplicate would show up then), then everything stops. Each kill prints whether the victim
+//! had a transaction open, and in which statement ([`kills`]).
 //!
 //! **Check**: for each kind, expected, done, lost, twice, unexpected; any non-zero loss,
 //! duplicate or unexpected fails the command. Events carry ids derived from their transition and
