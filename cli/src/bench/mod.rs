@@ -17,6 +17,7 @@ pub mod ingest;
 pub mod lifecycle;
 pub mod plain;
 pub mod report;
+pub mod schedulers;
 pub mod scim;
 pub mod soak;
 pub mod system;
@@ -56,6 +57,9 @@ pub enum BenchCommand {
     Lifecycle(lifecycle::LifecycleBenchArgs),
     /// Report, weekly aggregate and exports of a flow with a million assignments.
     Report(report::ReportBenchArgs),
+    /// Two scheduler processes, one killed with SIGKILL every few seconds and started again:
+    /// every reminder, overdue mark, renewal and expiry (and its event) done exactly once.
+    Schedulers(schedulers::SchedulersBenchArgs),
     /// An identity provider pushing users one SCIM request each, an enrollment rule assigning
     /// each: requests/s, latency, time to the last `flow.assigned` delivered, against `/v1/users`.
     Scim(scim::ScimBenchArgs),
@@ -78,6 +82,7 @@ pub async fn run(core: &CoreConfig, command: BenchCommand) -> anyhow::Result<()>
         BenchCommand::Lifecycle(args) => lifecycle::run(core, args).await,
         BenchCommand::Soak(args) => soak::run(core, args).await,
         BenchCommand::Report(args) => report::run(core, args).await,
+        BenchCommand::Schedulers(args) => schedulers::run(core, args).await,
         BenchCommand::Scim(args) => scim::run(core, args).await,
         BenchCommand::Ingest(args) => ingest::run(core, args).await,
         BenchCommand::Webhooks(args) => webhooks::run(core, args).await,
