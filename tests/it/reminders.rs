@@ -125,6 +125,15 @@ async fn reminders_come_once_each_at_local_times_across_a_clock_change_and_escal
                 .await
                 .expect("claim");
         assert_eq!(claimed, 1);
+        // Another scheduler meanwhile finds the scan taken: it answers at once, having sent
+        // nothing, instead of waiting on the claims above to insert nothing.
+        let other = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            scan(&app, "2027-03-28T21:59:59Z"),
+        )
+        .await
+        .expect("a second scan waited on the first one's claims");
+        assert_eq!(other, 0);
         drop(killed);
     }
     assert_eq!(scan(&app, "2027-03-28T21:59:59Z").await, 1);

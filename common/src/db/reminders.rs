@@ -18,6 +18,9 @@ use super::lifecycle::{AssignmentSnapshot, SNAPSHOT_COLUMNS};
 /// up; older reminders (a policy set on long-running assignments, an outage) are not sent.
 pub const CATCH_UP: &str = "1 day";
 
+/// The advisory lock (transaction-level, by this key's hash) of the reminder scan.
+const SCAN_LOCK: &str = "flow reminders scan";
+
 #[derive(sqlx::FromRow)]
 struct Claimed {
     #[sqlx(flatten)]
@@ -46,6 +49,19 @@ pub async fn send_due(
     sqlx::query("SET LOCAL jit = off")
         .execute(&mut *connection)
         .await?;
+    // One scan at a time across the schedulers: two would compute the same first batch, and the
+    // second would wait on the first's uncommitted claims only to insert nothing (and end its
+    // round's reminders there). A scheduler that finds the step taken answers 0 at once and goes
+    // on with its other steps; the holder sends every due reminder.
+    let ours: bool =
+        sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))")
+            .bind(SCAN_LOCK)
+            .fetch_one(&mut *connection)
+            .await?;
+    if !ours {
+        tracing::debug!("another scheduler is sending reminders; this round leaves them to it");
+        return Ok(0);
+    }
     let claimed: Vec<Claimed> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "WITH policies AS (
             -- The flows with a policy of their own (flows_with_reminders_idx), and the flows
