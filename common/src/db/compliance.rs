@@ -261,12 +261,10 @@ const EVERY_CELL: &str = "people p
 
 /// The cells of [`cells`] that have a row of [`kept`] (`k`): the others are counted apart
 /// ([`PER_PERSON_KEPT`]). Rows of people outside `people` are left out there too, after the
-/// counts per person, so that the rows are counted in one pass without a join first (`kept`
-/// holds only the flows of `$2`; a join to them would have the planner read the rows flow by
-/// flow, one pass over the table each).
+/// counts per person, so that the rows are counted in one pass without a join first.
 const KEPT_CELLS: &str = "kept k
-        CROSS JOIN LATERAL (SELECT k.user_id AS id) p
-        CROSS JOIN LATERAL (SELECT k.flow_id, 0::int8 AS position) f";
+        JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position) ON f.flow_id = k.flow_id
+        CROSS JOIN LATERAL (SELECT k.user_id AS id) p";
 
 /// The same per (person, flow), looked up one cell at a time (a page of people).
 const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
@@ -322,8 +320,7 @@ fn cells(source: &str, latest: &str) -> String {
                d.id AS d_id, d.assigned_at AS d_assigned_at, d.due_at AS d_due_at,
                d.completed_at AS d_completed_at, d.expires_at AS d_expires_at
         FROM {source}
-        LEFT JOIN (SELECT r.id, r.required_for_rule_id FROM flows r
-                   WHERE r.org_id = $1 AND r.id = ANY($2)) audience ON audience.id = f.flow_id
+        LEFT JOIN flows audience ON audience.id = f.flow_id
         {latest}
         LEFT JOIN LATERAL (
             SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
