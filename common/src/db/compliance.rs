@@ -200,9 +200,8 @@ const LATEST_SETS: &str = "latest AS (
 
 /// Each pair's two assignments at `$3` read from the state kept current (`kept`): the pair's row
 /// of `compliance_heads` when it was not written after `$3`, else (the pairs written in the
-/// moments since the request) looked up in the history, in the same pass (the lookups of a pair
-/// not written since are never run). With `few_people`, only the pairs of `people` (a page, a
-/// department), by the primary key.
+/// moments since the request) looked up in the history. With `few_people`, only the pairs of
+/// `people` (a page, a department), by the primary key.
 fn kept(few_people: bool) -> String {
     let people = if few_people {
         "AND h.user_id IN (SELECT id FROM people)"
@@ -211,42 +210,36 @@ fn kept(few_people: bool) -> String {
     };
     format!(
         "kept AS (
-    SELECT h.user_id, h.flow_id,
-           CASE WHEN w.fresh THEN h.l_id ELSE l.id END AS l_id,
-           CASE WHEN w.fresh THEN h.l_assigned_at ELSE l.assigned_at END AS l_assigned_at,
-           CASE WHEN w.fresh THEN h.l_due_at ELSE l.due_at END AS l_due_at,
-           CASE WHEN w.fresh THEN h.l_started_at ELSE l.started_at END AS l_started_at,
-           CASE WHEN w.fresh THEN h.l_completed_at ELSE l.completed_at END AS l_completed_at,
-           CASE WHEN w.fresh THEN h.l_expires_at ELSE l.expires_at END AS l_expires_at,
-           CASE WHEN w.fresh THEN h.l_cancelled_at ELSE l.cancelled_at END AS l_cancelled_at,
-           CASE WHEN w.fresh THEN h.d_id ELSE d.id END AS d_id,
-           CASE WHEN w.fresh THEN h.d_assigned_at ELSE d.assigned_at END AS d_assigned_at,
-           CASE WHEN w.fresh THEN h.d_due_at ELSE d.due_at END AS d_due_at,
-           CASE WHEN w.fresh THEN h.d_completed_at ELSE d.completed_at END AS d_completed_at,
-           CASE WHEN w.fresh THEN h.d_expires_at ELSE d.expires_at END AS d_expires_at,
-           NOT w.fresh AS from_history
+    SELECT h.user_id, h.flow_id, h.l_id, h.l_assigned_at, h.l_due_at, h.l_started_at,
+           h.l_completed_at, h.l_expires_at, h.l_cancelled_at, h.d_id, h.d_assigned_at,
+           h.d_due_at, h.d_completed_at, h.d_expires_at, false AS from_history
     FROM compliance_heads h
-    CROSS JOIN LATERAL (SELECT h.changed_at <= $3 AS fresh) w
+    WHERE h.org_id = $1 AND h.flow_id = ANY($2) AND h.changed_at <= $3 {people}
+    UNION ALL
+    SELECT h.user_id, h.flow_id, l.id, l.assigned_at, l.due_at, l.started_at, l.completed_at,
+           l.expires_at, l.cancelled_at, d.id, d.assigned_at, d.due_at, d.completed_at,
+           d.expires_at, true
+    FROM compliance_heads h
     LEFT JOIN LATERAL (
         SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
                a.cancelled_at
         FROM assignments a
-        WHERE NOT w.fresh AND a.user_id = h.user_id AND a.flow_id = h.flow_id
-          AND a.assigned_at <= $3
+        WHERE a.user_id = h.user_id AND a.flow_id = h.flow_id AND a.assigned_at <= $3
         ORDER BY a.assigned_at DESC, a.id DESC LIMIT 1) l ON true
     LEFT JOIN LATERAL (
         SELECT a.id, a.assigned_at, a.due_at, a.completed_at, a.expires_at
         FROM assignments a
-        WHERE NOT w.fresh AND a.user_id = h.user_id AND a.flow_id = h.flow_id
+        WHERE a.user_id = h.user_id AND a.flow_id = h.flow_id
           AND a.completed_at IS NOT NULL AND a.completed_at <= $3
         ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true
-    WHERE h.org_id = $1 AND h.flow_id = ANY($2) {people}
+    WHERE h.org_id = $1 AND h.flow_id = ANY($2) AND h.changed_at > $3 {people}
 ),"
     )
 }
 
-/// [`kept`]'s row `k` of a cell as `l` and `d`.
-const KEPT_ALIASES: &str = "LEFT JOIN LATERAL (
+/// Joins of [`kept`] to the cells, as `l` and `d`.
+const KEPT_JOINS: &str = "LEFT JOIN kept k ON k.user_id = p.id AND k.flow_id = f.flow_id
+    LEFT JOIN LATERAL (
         SELECT k.l_id AS id, k.l_assigned_at AS assigned_at, k.l_due_at AS due_at,
                k.l_started_at AS started_at, k.l_completed_at AS completed_at,
                k.l_expires_at AS expires_at, k.l_cancelled_at AS cancelled_at,
@@ -254,17 +247,6 @@ const KEPT_ALIASES: &str = "LEFT JOIN LATERAL (
     LEFT JOIN LATERAL (
         SELECT k.d_id AS id, k.d_assigned_at AS assigned_at, k.d_due_at AS due_at,
                k.d_completed_at AS completed_at, k.d_expires_at AS expires_at) d ON true";
-
-/// The cells of [`cells`]: every person of `people` crossed with the flows `$2`.
-const EVERY_CELL: &str = "people p
-        CROSS JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position)";
-
-/// The cells of [`cells`] that have a row of [`kept`] (`k`): the others are counted apart
-/// ([`PER_PERSON_KEPT`]). Rows of people outside `people` are left out there too, after the
-/// counts per person, so that the rows are counted in one pass without a join first.
-const KEPT_CELLS: &str = "kept k
-        JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position) ON f.flow_id = k.flow_id
-        CROSS JOIN LATERAL (SELECT k.user_id AS id) p";
 
 /// The same per (person, flow), looked up one cell at a time (a page of people).
 const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
@@ -285,14 +267,13 @@ const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
 const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id = f.flow_id
     LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id";
 
-/// `cells`: the (person, flow) pairs of `source` (over `people p`, a relation with `id`, and the
-/// flows `f` of `$2` with their `position`; [`EVERY_CELL`] or [`KEPT_CELLS`]), with whether the
-/// flow is required of them (`required`: of everyone, or they are in its rule's audience, looked
-/// up by the primary key of `enrollment_matches` for the flows with a rule only), the assignments
-/// that decide the standing at `$3` (`l_*` the latest assigned, its due date as it stood then,
-/// `d_*` the latest completion, joined by `latest`) and the `status` they make (module docs;
-/// `$10` the due-soon window in days).
-fn cells(source: &str, latest: &str) -> String {
+/// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
+/// whether the flow is required of them (`required`: of everyone, or they are in its rule's
+/// audience; only the matches of the rules of these flows are read, by the primary key's
+/// `rule_id` prefix, never another organization's), the assignments that decide the standing at `$3` (`l_*` the latest assigned, its
+/// due date as it stood then, `d_*` the latest completion, joined by `latest`) and the `status`
+/// they make (module docs; `$10` the due-soon window in days).
+fn cells(latest: &str) -> String {
     format!(
         "cells AS (
     SELECT x.*, CASE
@@ -308,10 +289,7 @@ fn cells(source: &str, latest: &str) -> String {
         ELSE 'pending' END AS status
     FROM (
         SELECT p.id AS user_id, f.flow_id, f.position,
-               (audience.required_for_rule_id IS NULL OR EXISTS (
-                    SELECT 1 FROM enrollment_matches m
-                    WHERE m.rule_id = audience.required_for_rule_id AND m.user_id = p.id
-                      AND m.matching)) AS required,
+               (audience.required_for_rule_id IS NULL OR em.user_id IS NOT NULL) AS required,
                l.id AS l_id, l.assigned_at AS l_assigned_at, l.started_at AS l_started_at,
                l.completed_at AS l_completed_at, l.expires_at AS l_expires_at,
                l.cancelled_at AS l_cancelled_at,
@@ -319,8 +297,15 @@ fn cells(source: &str, latest: &str) -> String {
                    AS l_due_at,
                d.id AS d_id, d.assigned_at AS d_assigned_at, d.due_at AS d_due_at,
                d.completed_at AS d_completed_at, d.expires_at AS d_expires_at
-        FROM {source}
+        FROM people p
+        CROSS JOIN UNNEST($2::uuid[]) WITH ORDINALITY AS f(flow_id, position)
         LEFT JOIN flows audience ON audience.id = f.flow_id
+        LEFT JOIN (
+            SELECT m.rule_id, m.user_id FROM enrollment_matches m
+            WHERE m.matching AND m.rule_id IN (
+                SELECT r.required_for_rule_id FROM flows r
+                WHERE r.org_id = $1 AND r.id = ANY($2))
+        ) em ON em.rule_id = audience.required_for_rule_id AND em.user_id = p.id
         {latest}
         LEFT JOIN LATERAL (
             SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
@@ -333,51 +318,33 @@ fn cells(source: &str, latest: &str) -> String {
     )
 }
 
-/// The common table expressions that precede `cells` and `cells` itself, for the people of
-/// `people` crossed with the flows: at the request's own instant, the state kept current
-/// ([`kept`]); else, for a few people (a page, a department, a group, a manager's team, a list of
-/// people), a lookup per cell, which reads far fewer rows; for the whole organization (or
-/// everyone active or not), one ordered pass over its assignments.
+/// The common table expressions that precede `cells` and `cells` itself: at the request's own
+/// instant, the state kept current ([`kept`]); else, for a few people (a page, a department, a
+/// group, a manager's team, a list of people), a lookup per cell, which reads far fewer rows; for
+/// the whole organization (or everyone active or not), one ordered pass over its assignments.
 fn sources(scope: &Scope, few_people: bool) -> (String, String) {
     if scope.current {
-        let joins = format!(
-            "LEFT JOIN kept k ON k.user_id = p.id AND k.flow_id = f.flow_id {KEPT_ALIASES}"
-        );
-        (kept(few_people), cells(EVERY_CELL, &joins))
+        (kept(few_people), cells(KEPT_JOINS))
     } else if few_people {
-        (String::new(), cells(EVERY_CELL, LATEST_LOOKUPS))
+        (String::new(), cells(LATEST_LOOKUPS))
     } else {
-        (format!("{LATEST_SETS},"), cells(EVERY_CELL, LATEST_JOINS))
+        (format!("{LATEST_SETS},"), cells(LATEST_JOINS))
     }
 }
 
-/// The common table expressions after `people` up to `per_person` (each person of the
-/// population with the counts of their cells), for the whole population of `scope`. At the
-/// request's own instant, only the pairs with a row of [`kept`] are judged one by one (no
-/// people × flows grid): the others are counted per person ([`PER_PERSON_KEPT`]).
-fn whole(scope: &Scope) -> String {
+/// [`sources`] for the whole population of `scope`.
+fn whole(scope: &Scope) -> (String, String) {
     let population = &scope.population;
     let narrow = population.department.is_some()
         || population.group_id.is_some()
         || population.manager_id.is_some()
         || population.emails.is_some();
-    if scope.current {
-        let kept = kept(narrow);
-        let cells = cells(KEPT_CELLS, KEPT_ALIASES);
-        let per_kept = per_person("per_kept");
-        format!("{kept} {cells}, {per_kept}, {PER_PERSON_KEPT}")
-    } else {
-        let (sets, cells) = sources(scope, narrow);
-        let per_person = per_person("per_person");
-        format!("{sets} {cells}, {per_person}")
-    }
+    sources(scope, narrow)
 }
 
 /// Counts per status of the required cells, and the cells not required, over `cells` grouped
-/// per person as `name`.
-fn per_person(name: &str) -> String {
-    format!(
-        "{name} AS (
+/// per person as `per_person`.
+const PER_PERSON: &str = "per_person AS (
     SELECT user_id, count(*) FILTER (WHERE required) AS cells,
            count(*) FILTER (WHERE required AND status = 'compliant') AS compliant,
            count(*) FILTER (WHERE required AND status = 'due_soon') AS due_soon,
@@ -389,38 +356,9 @@ fn per_person(name: &str) -> String {
            count(*) FILTER (WHERE required AND status = 'cancelled') AS cancelled,
            count(*) FILTER (WHERE NOT required) AS not_required
     FROM cells GROUP BY user_id
-)"
-    )
-}
-
-/// `per_person` from `per_kept` (the counts of the cells with a row of [`kept`]): every person
-/// of `people`, the flows required of them (`$2` but those required of a rule's audience they are
-/// not in; `$2` holds no flow twice), their required cells without a row `not_assigned`, their
-/// cells not required counted whatever their status, as [`per_person`] over every cell counts.
-const PER_PERSON_KEPT: &str = "audiences AS (
-    SELECT m.user_id, count(*) AS flows
-    FROM flows r JOIN enrollment_matches m ON m.rule_id = r.required_for_rule_id AND m.matching
-    WHERE r.org_id = $1 AND r.id = ANY($2)
-    GROUP BY m.user_id
-), per_person AS (
-    SELECT p.id AS user_id, r.cells,
-           COALESCE(k.compliant, 0) AS compliant, COALESCE(k.due_soon, 0) AS due_soon,
-           COALESCE(k.overdue, 0) AS overdue, COALESCE(k.expired, 0) AS expired,
-           COALESCE(k.pending, 0) AS pending, COALESCE(k.in_progress, 0) AS in_progress,
-           r.cells - COALESCE(k.cells, 0) + COALESCE(k.not_assigned, 0) AS not_assigned,
-           COALESCE(k.cancelled, 0) AS cancelled,
-           cardinality($2::uuid[]) - r.cells AS not_required
-    FROM people p
-    LEFT JOIN per_kept k ON k.user_id = p.id
-    LEFT JOIN audiences a ON a.user_id = p.id
-    CROSS JOIN LATERAL (
-        SELECT cardinality($2::uuid[])
-               - (SELECT count(*) FROM flows r
-                  WHERE r.org_id = $1 AND r.id = ANY($2) AND r.required_for_rule_id IS NOT NULL)
-               + COALESCE(a.flows, 0) AS cells) r
 )";
 
-/// The sums of [`per_person`]'s counts over the rows of `per_person q`: a person of whom no
+/// The sums of [`PER_PERSON`]'s counts over the rows of `per_person q`: a person of whom no
 /// flow is required is not counted among the people.
 const SUMS: &str = "count(*) FILTER (WHERE q.cells > 0) AS people,
     count(*) FILTER (WHERE q.cells > 0 AND q.compliant = q.cells) AS people_compliant,
@@ -564,9 +502,10 @@ pub async fn page(
 
 /// The counts of the whole population.
 pub async fn totals(connection: &mut PgConnection, scope: &Scope) -> Result<Counts, sqlx::Error> {
-    let per_person = whole(scope);
+    let (sets, cells) = whole(scope);
     let sql = format!(
-        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {per_person}
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON}
          SELECT {SUMS} FROM per_person q"
     );
     bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
@@ -585,9 +524,10 @@ pub async fn groups(
 ) -> Result<Vec<GroupCounts>, sqlx::Error> {
     let key_and_label = by.key_and_label();
     let joins = by.joins();
-    let per_person = whole(scope);
+    let (sets, cells) = whole(scope);
     let sql = format!(
-        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {per_person},
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON},
          keyed AS (
             SELECT {key_and_label}, q.*
             FROM per_person q JOIN users u ON u.id = q.user_id {joins}
