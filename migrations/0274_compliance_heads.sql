@@ -34,10 +34,9 @@ CREATE TABLE compliance_heads (
     PRIMARY KEY (user_id, flow_id)
 ) WITH (fillfactor = 90);
 
--- The organization's pairs. No index on `changed_at`: it moves with every write, and an index on
--- it would make every update of a row a non-HOT one; readers filter on it among the rows they
--- read anyway.
 CREATE INDEX compliance_heads_org_idx ON compliance_heads (org_id, flow_id);
+-- The pairs written after an instant, read from the history instead.
+CREATE INDEX compliance_heads_changed_idx ON compliance_heads (org_id, changed_at);
 
 -- Whether the assignment (`id`, `at`) written takes the place of the one stored (`kept_id`,
 -- `kept_at`): it is the same assignment (its new state), or later by `at` then id. A statement
