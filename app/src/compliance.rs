@@ -442,7 +442,6 @@ async fn read(
             flows: flows.iter().map(|flow| flow.id).collect(),
             at,
             historical: request.as_of.is_some(),
-            current: request.as_of.is_none(),
             due_soon_days: DUE_SOON_DAYS,
             population: request.population.clone(),
         };

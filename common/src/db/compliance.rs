@@ -13,11 +13,6 @@
 //! The due date an assignment had at `T` is read back from its applied changes after `T`
 //! (`assignment_changes`, `dueDate.from` of the earliest); its other instants are stored.
 //!
-//! At the request's own instant ([`Scope::current`]) the two assignments of a pair are read from
-//! `compliance_heads` (kept by triggers on `assignments` in the writing transaction, migration
-//! 0274): one row per pair instead of ordered passes over the whole history. A pair written after
-//! `T` is read from the history instead, so the answer is the same either way.
-//!
 //! A flow required of an enrollment rule's audience (`flows.required_for_rule_id`) is required
 //! of the people the rule matches now (`enrollment_matches.matching`; there is no history of
 //! matches, so a past `T` is judged against the audience as it stands now). For anyone else the
@@ -56,10 +51,6 @@ pub struct Scope {
     pub at: DateTime<Utc>,
     /// Whether `at` is a past instant asked for: people created after it are then left out.
     pub historical: bool,
-    /// Whether `at` is the instant of the request (or of its first page): few pairs were written
-    /// since, so each pair's standing is read from the state kept current
-    /// (`compliance_heads`), and from the history only for the pairs written after `at`.
-    pub current: bool,
     /// An open assignment due within this many days after `at` is `due_soon`.
     pub due_soon_days: i32,
     /// Who is counted.
@@ -118,7 +109,6 @@ impl ComplianceParameters {
             flows: self.flow_ids.clone(),
             at: self.as_of,
             historical: true,
-            current: !self.as_of_given,
             due_soon_days: self.due_soon_days,
             population: self.population(),
         }
@@ -185,7 +175,7 @@ const POPULATION: &str = "u.org_id = $1
 /// pass each, for the answers over a whole population.
 const LATEST_SETS: &str = "latest AS (
     SELECT DISTINCT ON (a.user_id, a.flow_id) a.user_id, a.flow_id, a.id, a.assigned_at,
-           a.due_at, a.started_at, a.completed_at, a.expires_at, a.cancelled_at, true AS from_history
+           a.due_at, a.started_at, a.completed_at, a.expires_at, a.cancelled_at
     FROM assignments a
     WHERE a.org_id = $1 AND a.flow_id = ANY($2) AND a.assigned_at <= $3
     ORDER BY a.user_id, a.flow_id, a.assigned_at DESC, a.id DESC
@@ -198,60 +188,10 @@ const LATEST_SETS: &str = "latest AS (
     ORDER BY a.user_id, a.flow_id, a.completed_at DESC, a.id DESC
 )";
 
-/// Each pair's two assignments at `$3` read from the state kept current (`kept`): the pair's row
-/// of `compliance_heads` when it was not written after `$3`, else (the pairs written in the
-/// moments since the request) looked up in the history. With `few_people`, only the pairs of
-/// `people` (a page, a department), by the primary key.
-fn kept(few_people: bool) -> String {
-    let people = if few_people {
-        "AND h.user_id IN (SELECT id FROM people)"
-    } else {
-        ""
-    };
-    format!(
-        "kept AS (
-    SELECT h.user_id, h.flow_id, h.l_id, h.l_assigned_at, h.l_due_at, h.l_started_at,
-           h.l_completed_at, h.l_expires_at, h.l_cancelled_at, h.d_id, h.d_assigned_at,
-           h.d_due_at, h.d_completed_at, h.d_expires_at, false AS from_history
-    FROM compliance_heads h
-    WHERE h.org_id = $1 AND h.flow_id = ANY($2) AND h.changed_at <= $3 {people}
-    UNION ALL
-    SELECT h.user_id, h.flow_id, l.id, l.assigned_at, l.due_at, l.started_at, l.completed_at,
-           l.expires_at, l.cancelled_at, d.id, d.assigned_at, d.due_at, d.completed_at,
-           d.expires_at, true
-    FROM compliance_heads h
-    LEFT JOIN LATERAL (
-        SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
-               a.cancelled_at
-        FROM assignments a
-        WHERE a.user_id = h.user_id AND a.flow_id = h.flow_id AND a.assigned_at <= $3
-        ORDER BY a.assigned_at DESC, a.id DESC LIMIT 1) l ON true
-    LEFT JOIN LATERAL (
-        SELECT a.id, a.assigned_at, a.due_at, a.completed_at, a.expires_at
-        FROM assignments a
-        WHERE a.user_id = h.user_id AND a.flow_id = h.flow_id
-          AND a.completed_at IS NOT NULL AND a.completed_at <= $3
-        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true
-    WHERE h.org_id = $1 AND h.flow_id = ANY($2) AND h.changed_at > $3 {people}
-),"
-    )
-}
-
-/// Joins of [`kept`] to the cells, as `l` and `d`.
-const KEPT_JOINS: &str = "LEFT JOIN kept k ON k.user_id = p.id AND k.flow_id = f.flow_id
-    LEFT JOIN LATERAL (
-        SELECT k.l_id AS id, k.l_assigned_at AS assigned_at, k.l_due_at AS due_at,
-               k.l_started_at AS started_at, k.l_completed_at AS completed_at,
-               k.l_expires_at AS expires_at, k.l_cancelled_at AS cancelled_at,
-               k.from_history) l ON true
-    LEFT JOIN LATERAL (
-        SELECT k.d_id AS id, k.d_assigned_at AS assigned_at, k.d_due_at AS due_at,
-               k.d_completed_at AS completed_at, k.d_expires_at AS expires_at) d ON true";
-
 /// The same per (person, flow), looked up one cell at a time (a page of people).
 const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
         SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
-               a.cancelled_at, true AS from_history
+               a.cancelled_at
         FROM assignments a
         WHERE a.org_id = $1 AND a.user_id = p.id AND a.flow_id = f.flow_id
           AND a.assigned_at <= $3
@@ -310,7 +250,7 @@ fn cells(latest: &str) -> String {
         LEFT JOIN LATERAL (
             SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
             FROM assignment_changes c
-            WHERE $4 AND l.from_history AND c.assignment_id = l.id AND c.outcome = 'applied'
+            WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
               AND c.applied_at > $3 AND c.changed ? 'dueDate'
             ORDER BY c.applied_at LIMIT 1) h ON true
     ) x
@@ -318,28 +258,21 @@ fn cells(latest: &str) -> String {
     )
 }
 
-/// The common table expressions that precede `cells` and `cells` itself: at the request's own
-/// instant, the state kept current ([`kept`]); else, for a few people (a page, a department, a
-/// group, a manager's team, a list of people), a lookup per cell, which reads far fewer rows; for
-/// the whole organization (or everyone active or not), one ordered pass over its assignments.
-fn sources(scope: &Scope, few_people: bool) -> (String, String) {
-    if scope.current {
-        (kept(few_people), cells(KEPT_JOINS))
-    } else if few_people {
-        (String::new(), cells(LATEST_LOOKUPS))
-    } else {
-        (format!("{LATEST_SETS},"), cells(LATEST_JOINS))
-    }
-}
-
-/// [`sources`] for the whole population of `scope`.
+/// The common table expressions that precede `cells` and `cells` itself, for an answer over the
+/// whole population of `scope`: one ordered pass over the organization's assignments for the
+/// whole organization (or everyone active or not), a lookup per cell for a narrower population
+/// (a department, a group, a manager's team, a list of people), which reads far fewer rows.
 fn whole(scope: &Scope) -> (String, String) {
     let population = &scope.population;
     let narrow = population.department.is_some()
         || population.group_id.is_some()
         || population.manager_id.is_some()
         || population.emails.is_some();
-    sources(scope, narrow)
+    if narrow {
+        (String::new(), cells(LATEST_LOOKUPS))
+    } else {
+        (format!("{LATEST_SETS},"), cells(LATEST_JOINS))
+    }
 }
 
 /// Counts per status of the required cells, and the cells not required, over `cells` grouped
@@ -470,13 +403,13 @@ pub async fn page(
     after: Option<UserId>,
     limit: i64,
 ) -> Result<Vec<Cell>, sqlx::Error> {
-    let (sets, cells) = sources(scope, true);
+    let cells = cells(LATEST_LOOKUPS);
     let sql = format!(
         "WITH people AS (
             SELECT u.id FROM users u
             WHERE {POPULATION} AND ($11::uuid IS NULL OR u.id > $11)
             ORDER BY u.id LIMIT $12
-         ), {sets} {cells}
+         ), {cells}
          SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.manager_name, u.active,
                 c.flow_id,
                 c.status, c.required,

@@ -33,17 +33,13 @@ fn population_sql(org_id: OrgId, at: &str, historical: bool, department: Option<
 /// rules of docs/compliance.md written apart from the service's (the latest completion by `at`
 /// still valid, else the latest assignment by `at`; with `historical`, the due date read back
 /// from the changes applied after `at`): the CSV export's columns in its order (people by id,
-/// each person's flows in report order). A literal statement, for `COPY`. With `kept`, each
-/// pair's latest assignment and completion are read from the state the service keeps current
-/// (`compliance_heads`, right for an `at` after every write) instead of found in the history:
-/// the plainest statement of the same columns there is.
+/// each person's flows in report order). A literal statement, for `COPY`.
 pub(super) fn standing_sql(
     org_id: OrgId,
     flows: &[FlowId],
     at: DateTime<Utc>,
     historical: bool,
     department: Option<&str>,
-    kept: bool,
 ) -> String {
     let at = format!(
         "'{}'::timestamptz",
@@ -72,26 +68,18 @@ pub(super) fn standing_sql(
         (String::new(), "l.due_at")
     };
     let due_soon = flow_app::compliance::DUE_SOON_DAYS;
-    let latest = if kept {
-        format!(
-            "latest AS (
-            SELECT user_id, flow_id, l_id AS id, l_assigned_at AS assigned_at, l_due_at AS due_at,
-                   l_started_at AS started_at, l_completed_at AS completed_at,
-                   l_expires_at AS expires_at, l_cancelled_at AS cancelled_at
-            FROM compliance_heads
-            WHERE org_id = '{org}' AND flow_id = ANY(ARRAY[{flows}]::uuid[])
+    format!(
+        "WITH people AS (
+            SELECT u.id, u.email, u.name, u.department,
+                   COALESCE(u.manager_name, u.manager_id) AS manager
+            FROM users u WHERE {population}
          ),
-         completion AS (
-            SELECT user_id, flow_id, d_id AS id, d_assigned_at AS assigned_at, d_due_at AS due_at,
-                   d_completed_at AS completed_at, d_expires_at AS expires_at
-            FROM compliance_heads
-            WHERE org_id = '{org}' AND flow_id = ANY(ARRAY[{flows}]::uuid[])
-              AND d_id IS NOT NULL
-         ),"
-        )
-    } else {
-        format!(
-            "latest AS (
+         required AS (
+            SELECT f.id, f.name, o.position
+            FROM unnest(ARRAY[{flows}]::uuid[]) WITH ORDINALITY AS o(id, position)
+            JOIN flows f ON f.id = o.id
+         ),
+         latest AS (
             SELECT DISTINCT ON (user_id, flow_id) user_id, flow_id, id, assigned_at, due_at,
                    started_at, completed_at, expires_at, cancelled_at
             FROM assignments
@@ -106,21 +94,7 @@ pub(super) fn standing_sql(
             WHERE org_id = '{org}' AND flow_id = ANY(ARRAY[{flows}]::uuid[])
               AND completed_at <= {at}
             ORDER BY user_id, flow_id, completed_at DESC, id DESC
-         ),"
-        )
-    };
-    format!(
-        "WITH people AS (
-            SELECT u.id, u.email, u.name, u.department,
-                   COALESCE(u.manager_name, u.manager_id) AS manager
-            FROM users u WHERE {population}
          ),
-         required AS (
-            SELECT f.id, f.name, o.position
-            FROM unnest(ARRAY[{flows}]::uuid[]) WITH ORDINALITY AS o(id, position)
-            JOIN flows f ON f.id = o.id
-         ),
-         {latest}
          cells AS (
             SELECT p.id AS user_id, p.email, p.name, p.department, p.manager,
                    r.name AS flow, r.position,
@@ -235,14 +209,7 @@ pub(super) async fn count_directly(
     department: Option<&str>,
 ) -> anyhow::Result<Tally> {
     let mut connection = quiet_connection(pool).await?;
-    let standing = standing_sql(
-        seeded.org_id,
-        &seeded.flows,
-        at,
-        historical,
-        department,
-        false,
-    );
+    let standing = standing_sql(seeded.org_id, &seeded.flows, at, historical, department);
     let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT status, count(*) FROM ({standing}) s GROUP BY status"
     )))
