@@ -16,7 +16,7 @@ use flow_common::db::replicas::Source;
 use flow_common::db::reports::{self, AggregateRow, RowsShape, Scope};
 use flow_common::db::snapshot::Snapshot;
 use flow_common::export_store::ExportStore;
-use flow_domain::ids::{ExportId, FlowId, OrgId, UserId};
+use flow_domain::ids::{ExportId, FlowId, OrgId};
 use flow_domain::report::{AggregateMetric, AggregateSpec, ExportFormat, Period};
 use sqlx::{PgConnection, PgPool};
 
@@ -111,15 +111,13 @@ pub async fn compliance_totals(
     compliance::totals(connection, scope).await
 }
 
-/// The cells of the next `people` people of a compliance export after `after` (user id order,
-/// each person's cells in flow order): the export streams the population a page at a time.
-pub async fn compliance_page(
-    connection: &mut PgConnection,
-    scope: &compliance::Scope,
-    after: Option<UserId>,
-    people: i64,
-) -> Result<Vec<Cell>, sqlx::Error> {
-    compliance::page(connection, scope, after, people).await
+/// Every cell of a compliance export's population (user id order, each person's cells in flow
+/// order), as one statement read as it streams.
+pub fn compliance_cells<'c>(
+    connection: &'c mut PgConnection,
+    scope: &'c compliance::Scope,
+) -> futures::stream::BoxStream<'c, Result<Cell, sqlx::Error>> {
+    compliance::every_cell(connection, scope)
 }
 
 /// Up to `limit` groups of a compliance export's roll-up by `by` after the key `after`.

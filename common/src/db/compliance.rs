@@ -395,6 +395,23 @@ fn bind_scope<'q, O>(
         .bind(scope.due_soon_days)
 }
 
+/// What each row of a read of cells holds, over `cells c` joined to `users u`, in user id order,
+/// each person's cells in the order of the scope's flows.
+const CELL_ROWS: &str = "SELECT c.user_id, u.email, u.name, u.department, u.manager_id,
+                u.manager_name, u.active, c.flow_id, c.status, c.required,
+                CASE WHEN c.status = 'compliant' THEN c.d_id ELSE c.l_id END AS assignment_id,
+                CASE WHEN c.status = 'compliant' THEN c.d_assigned_at ELSE c.l_assigned_at END
+                    AS assigned_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_due_at ELSE c.l_due_at END AS due_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_completed_at
+                     WHEN c.l_completed_at <= $3 THEN c.l_completed_at END AS completed_at,
+                CASE WHEN c.status = 'compliant' THEN c.d_expires_at
+                     WHEN c.l_completed_at <= $3 THEN c.l_expires_at END AS expires_at,
+                CASE WHEN c.l_cancelled_at <= $3 AND c.status <> 'compliant'
+                     THEN c.l_cancelled_at END AS cancelled_at
+         FROM cells c JOIN users u ON u.id = c.user_id
+         ORDER BY c.user_id, c.position";
+
 /// The cells of up to `limit` people of the population after the person `after`, in user id
 /// order, each person's cells in the order of the scope's flows.
 pub async fn page(
@@ -410,27 +427,29 @@ pub async fn page(
             WHERE {POPULATION} AND ($11::uuid IS NULL OR u.id > $11)
             ORDER BY u.id LIMIT $12
          ), {cells}
-         SELECT c.user_id, u.email, u.name, u.department, u.manager_id, u.manager_name, u.active,
-                c.flow_id,
-                c.status, c.required,
-                CASE WHEN c.status = 'compliant' THEN c.d_id ELSE c.l_id END AS assignment_id,
-                CASE WHEN c.status = 'compliant' THEN c.d_assigned_at ELSE c.l_assigned_at END
-                    AS assigned_at,
-                CASE WHEN c.status = 'compliant' THEN c.d_due_at ELSE c.l_due_at END AS due_at,
-                CASE WHEN c.status = 'compliant' THEN c.d_completed_at
-                     WHEN c.l_completed_at <= $3 THEN c.l_completed_at END AS completed_at,
-                CASE WHEN c.status = 'compliant' THEN c.d_expires_at
-                     WHEN c.l_completed_at <= $3 THEN c.l_expires_at END AS expires_at,
-                CASE WHEN c.l_cancelled_at <= $3 AND c.status <> 'compliant'
-                     THEN c.l_cancelled_at END AS cancelled_at
-         FROM cells c JOIN users u ON u.id = c.user_id
-         ORDER BY c.user_id, c.position"
+         {CELL_ROWS}"
     );
     bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
         .bind(after)
         .bind(limit)
         .fetch_all(connection)
         .await
+}
+
+/// Every cell of the population, in user id order, each person's cells in the order of the
+/// scope's flows, as one statement read as it streams (an export of every row): for the whole
+/// organization one ordered pass over its assignments, as the totals read them, instead of a
+/// lookup per cell page by page.
+pub fn every_cell<'c>(
+    connection: &'c mut PgConnection,
+    scope: &'c Scope,
+) -> futures::stream::BoxStream<'c, Result<Cell, sqlx::Error>> {
+    let (sets, cells) = whole(scope);
+    let sql = format!(
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells}
+         {CELL_ROWS}"
+    );
+    bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope).fetch(connection)
 }
 
 /// The counts of the whole population.

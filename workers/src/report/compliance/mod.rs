@@ -1,9 +1,9 @@
 //! Compliance exports (issue 39): the compliance report of an organization across flows, one row
 //! per person × flow, judged at the instant the export fixed when it was requested (its `asOf`,
 //! else the request's instant, with the history read back, so a file generated later says what
-//! was true then). The population is read a page of people at a time with the report's own
-//! keyset query, in one snapshot, so the totals and every row agree and memory stays flat; the
-//! rows then go through the same writer and upload stages as a flow report's
+//! was true then). Every row is read by one statement as it streams (for the whole organization
+//! one ordered pass over its assignments, as the totals read them), in the snapshot the totals
+//! were read in, so the totals and every row agree and memory stays flat; the rows then go through the same writer and upload stages as a flow report's
 //! ([`super::job`]). CSV ([`csv`]) and Excel ([`xlsx`]) hold every row, the PDF ([`pdf`]) is
 //! the filed record: scope, instant, totals and the table.
 
@@ -24,8 +24,9 @@ use flow_common::db::compliance::{
 use flow_common::db::exports::{ExportFile, ExportRecord};
 use flow_common::db::replicas::Source;
 use flow_common::db::snapshot::Snapshot;
-use flow_domain::ids::{ExportId, FlowId, UserId};
+use flow_domain::ids::{ExportId, FlowId};
 use flow_domain::report::{ExportFormat, export_file_name};
+use futures::TryStreamExt as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -34,8 +35,8 @@ use super::job::{self, Context, Rows};
 use super::sink::{self, ChannelWriter};
 use crate::runtime::JobError;
 
-/// People read per page (each brings one row per flow, at most 50).
-const PEOPLE_PER_PAGE: i64 = 500;
+/// Rows sent to the writer at a time.
+const ROWS_PER_BATCH: usize = 5_000;
 /// Groups of the roll-up read per statement.
 const GROUPS_PER_PAGE: i64 = 1_000;
 
@@ -281,9 +282,9 @@ fn open_writer(
     })
 }
 
-/// Reads the population a page of people at a time (user id order, each person's flows in
-/// report order) and sends the rows to the writer, ending with [`Rows::End`] only when every
-/// page was read. Returns the rows sent.
+/// Reads every cell of the population in one statement (user id order, each person's flows in
+/// report order) as it streams, and sends the rows to the writer in batches, ending with
+/// [`Rows::End`] only when every row was read. Returns the rows sent.
 async fn read_rows(
     snapshot: &mut Snapshot,
     scope: &flow_common::db::compliance::Scope,
@@ -293,42 +294,36 @@ async fn read_rows(
     cancel: &CancellationToken,
 ) -> Result<i64, JobError> {
     let stopped = || JobError::interrupted("the export writer stopped");
-    let mut after: Option<UserId> = None;
+    let reading = |error: sqlx::Error| JobError::from(error).context("reading the compliance rows");
+    let mut cells = exports::compliance_cells(snapshot.connection(), scope);
     let mut count = 0i64;
-    loop {
-        if cancel.is_cancelled() {
-            return Err(JobError::Permanent {
-                reason: None,
-                error: anyhow::anyhow!("the export was interrupted"),
-            });
-        }
-        let cells = exports::compliance_page(snapshot.connection(), scope, after, PEOPLE_PER_PAGE)
-            .await
-            .map_err(|error| JobError::from(error).context("reading the compliance rows"))?;
-        let mut people = 0i64;
-        let mut last: Option<UserId> = None;
-        let rows: Vec<ComplianceRow> = cells
-            .into_iter()
-            .map(|cell| {
-                if last != Some(cell.user_id) {
-                    people += 1;
-                    last = Some(cell.user_id);
-                }
-                ComplianceRow::new(cell, flow_names)
-            })
-            .collect();
-        if !rows.is_empty() {
-            count += rows.len() as i64;
+    let mut batch: Vec<ComplianceRow> = Vec::with_capacity(ROWS_PER_BATCH);
+    while let Some(cell) = cells.try_next().await.map_err(reading)? {
+        batch.push(ComplianceRow::new(cell, flow_names));
+        if batch.len() == ROWS_PER_BATCH {
+            if cancel.is_cancelled() {
+                return Err(JobError::Permanent {
+                    reason: None,
+                    error: anyhow::anyhow!("the export was interrupted"),
+                });
+            }
+            count += batch.len() as i64;
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(ROWS_PER_BATCH));
             sender
-                .send(Rows::Batch(rows))
+                .send(Rows::Batch(full))
                 .await
                 .map_err(|_| stopped())?;
             progress.store(count, Ordering::Relaxed);
         }
-        if people < PEOPLE_PER_PAGE {
-            break;
-        }
-        after = last;
+    }
+    drop(cells);
+    if !batch.is_empty() {
+        count += batch.len() as i64;
+        sender
+            .send(Rows::Batch(batch))
+            .await
+            .map_err(|_| stopped())?;
+        progress.store(count, Ordering::Relaxed);
     }
     sender.send(Rows::End).await.map_err(|_| stopped())?;
     Ok(count)
