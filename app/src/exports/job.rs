@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use flow_common::db::compliance::{self, Cell, Counts, GroupBy, GroupCounts, ReportFlow};
+use flow_common::db::compliance::{self, Cell, GroupBy, GroupCounts, ReportFlow};
 use flow_common::db::exports::{self, ExportFile, ExportRecord};
 use flow_common::db::flows::{self, Flow, Module};
 use flow_common::db::replicas::Source;
@@ -103,12 +103,12 @@ pub async fn compliance_flows(
         .collect())
 }
 
-/// The counts of a compliance export's whole population.
-pub async fn compliance_totals(
+/// How many people a compliance export's population holds.
+pub async fn compliance_population(
     connection: &mut PgConnection,
     scope: &compliance::Scope,
-) -> Result<Counts, sqlx::Error> {
-    compliance::totals(connection, scope).await
+) -> Result<i64, sqlx::Error> {
+    compliance::population_size(connection, scope).await
 }
 
 /// Every cell of a compliance export's population (user id order, each person's cells in flow

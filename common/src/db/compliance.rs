@@ -335,6 +335,69 @@ impl Counts {
     }
 }
 
+/// [`Counts`] taken from the cells themselves as they pass, each person's cells together (the
+/// order [`every_cell`] reads them in), counting what [`totals`] counts: an export counts its
+/// rows as it writes them instead of reading the population a second time.
+#[derive(Debug, Default)]
+pub struct Tally {
+    counts: Counts,
+    /// The person whose cells are passing, with their required and compliant cells so far.
+    person: Option<UserId>,
+    required: i64,
+    compliant: i64,
+}
+
+impl Tally {
+    /// Counts one cell of `user_id`.
+    pub fn add(&mut self, user_id: UserId, required: bool, status: &str) {
+        if self.person != Some(user_id) {
+            self.end_person();
+            self.person = Some(user_id);
+        }
+        let counts = &mut self.counts;
+        if !required {
+            counts.not_required += 1;
+            return;
+        }
+        self.required += 1;
+        counts.cells += 1;
+        let count = match status {
+            "compliant" => {
+                self.compliant += 1;
+                &mut counts.compliant
+            }
+            "due_soon" => &mut counts.due_soon,
+            "overdue" => &mut counts.overdue,
+            "expired" => &mut counts.expired,
+            "pending" => &mut counts.pending,
+            "in_progress" => &mut counts.in_progress,
+            "not_assigned" => &mut counts.not_assigned,
+            "cancelled" => &mut counts.cancelled,
+            _ => return,
+        };
+        *count += 1;
+    }
+
+    /// The counts of every cell added.
+    pub fn counts(mut self) -> Counts {
+        self.end_person();
+        self.counts
+    }
+
+    /// Counts the person whose cells have passed: among the people when a flow is required of
+    /// them, and compliant when every required one is.
+    fn end_person(&mut self) {
+        if self.required > 0 {
+            self.counts.people += 1;
+            if self.compliant == self.required {
+                self.counts.people_compliant += 1;
+            }
+        }
+        self.required = 0;
+        self.compliant = 0;
+    }
+}
+
 /// One person's standing in one flow.
 #[derive(Debug, Clone, FromRow)]
 pub struct Cell {
@@ -452,6 +515,18 @@ pub fn every_cell<'c>(
     bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope).fetch(connection)
 }
 
+/// How many people the population holds (an export's rows are these people × the flows).
+pub async fn population_size(
+    connection: &mut PgConnection,
+    scope: &Scope,
+) -> Result<i64, sqlx::Error> {
+    let sql = format!("SELECT count(*) FROM users u WHERE {POPULATION}");
+    let (size,): (i64,) = bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
+        .fetch_one(connection)
+        .await?;
+    Ok(size)
+}
+
 /// The counts of the whole population.
 pub async fn totals(connection: &mut PgConnection, scope: &Scope) -> Result<Counts, sqlx::Error> {
     let (sets, cells) = whole(scope);
@@ -538,4 +613,51 @@ pub async fn required_flows<'e>(
     .bind(limit)
     .fetch_all(executor)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tally_counts_people_by_their_run_of_cells_as_the_totals_do() {
+        let (ann, bob, cid, dee) = (UserId::new(), UserId::new(), UserId::new(), UserId::new());
+        let mut tally = Tally::default();
+        // ann: compliant in both required flows; bob: one of two, and one not required;
+        // cid: nothing required of them; dee: one required, overdue.
+        for (user, required, status) in [
+            (ann, true, "compliant"),
+            (ann, true, "compliant"),
+            (bob, true, "compliant"),
+            (bob, true, "not_assigned"),
+            (bob, false, "pending"),
+            (cid, false, "not_required"),
+            (cid, false, "compliant"),
+            (dee, true, "overdue"),
+        ] {
+            tally.add(user, required, status);
+        }
+        assert_eq!(
+            tally.counts(),
+            Counts {
+                people: 3,
+                people_compliant: 1,
+                cells: 5,
+                compliant: 3,
+                overdue: 1,
+                not_assigned: 1,
+                not_required: 3,
+                ..Counts::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_tally_of_nothing_counts_nothing_and_the_last_person_is_counted() {
+        assert_eq!(Tally::default().counts(), Counts::default());
+        let mut tally = Tally::default();
+        tally.add(UserId::new(), true, "compliant");
+        let counts = tally.counts();
+        assert_eq!((counts.people, counts.people_compliant), (1, 1));
+    }
 }

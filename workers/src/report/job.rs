@@ -443,33 +443,32 @@ async fn read_rows(
                 Ok(())
             };
             let (sent, ()) = futures::future::try_join(
-                send_rows(first_rows, &sender, progress, cancel, 0),
+                send_rows(first_rows, &sender, progress, cancel, 0, READING),
                 warm,
             )
             .await?;
-            send_rows(second_rows, &sender, progress, cancel, sent).await?
+            send_rows(second_rows, &sender, progress, cancel, sent, READING).await?
         }
         _ => {
             let rows = report.rows(&mut first, format, detailed);
-            send_rows(rows, &sender, progress, cancel, 0).await?
+            send_rows(rows, &sender, progress, cancel, 0, READING).await?
         }
     };
-    sender
-        .send(Rows::End)
-        .await
-        .map_err(|_| JobError::interrupted("the export writer stopped"))?;
-    progress.store(count, Ordering::Relaxed);
-    Ok(count)
+    end_rows(&sender, progress, count).await
 }
 
+/// What the reader was doing when a flow report's rows failed to read.
+const READING: &str = "reading the export rows";
+
 /// Sends `rows` to the writer stage in batches; `count` rows were sent before them. Returns the
-/// count after them.
-async fn send_rows(
-    mut rows: impl Stream<Item = Result<ExportRow, sqlx::Error>> + Unpin,
-    sender: &mpsc::Sender<Rows>,
+/// count after them. A row that fails to read fails the export with the context `reading`.
+pub(super) async fn send_rows<Row>(
+    mut rows: impl Stream<Item = Result<Row, sqlx::Error>> + Unpin,
+    sender: &mpsc::Sender<Rows<Row>>,
     progress: &AtomicI64,
     cancel: &CancellationToken,
     mut count: i64,
+    reading: &'static str,
 ) -> Result<i64, JobError> {
     let mut batch = Vec::with_capacity(ROW_BATCH);
     let stopped = || JobError::interrupted("the export writer stopped");
@@ -482,8 +481,7 @@ async fn send_rows(
             }),
             next = rows.try_next() => next,
         };
-        let next =
-            next.map_err(|error| JobError::from(error).context("reading the export rows"))?;
+        let next = next.map_err(|error| JobError::from(error).context(reading))?;
         let Some(row) = next else { break };
         batch.push(row);
         if batch.len() == ROW_BATCH {
@@ -503,6 +501,21 @@ async fn send_rows(
             .await
             .map_err(|_| stopped())?;
     }
+    Ok(count)
+}
+
+/// Tells the writer stage that all `count` rows were read, so it finishes the file. Returns
+/// `count`.
+pub(super) async fn end_rows<Row>(
+    sender: &mpsc::Sender<Rows<Row>>,
+    progress: &AtomicI64,
+    count: i64,
+) -> Result<i64, JobError> {
+    sender
+        .send(Rows::End)
+        .await
+        .map_err(|_| JobError::interrupted("the export writer stopped"))?;
+    progress.store(count, Ordering::Relaxed);
     Ok(count)
 }
 

@@ -2,10 +2,11 @@
 //! per person × flow, judged at the instant the export fixed when it was requested (its `asOf`,
 //! else the request's instant, with the history read back, so a file generated later says what
 //! was true then). Every row is read by one statement as it streams (for the whole organization
-//! one ordered pass over its assignments, as the totals read them), in the snapshot the totals
-//! were read in, so the totals and every row agree and memory stays flat; the rows then go through the same writer and upload stages as a flow report's
-//! ([`super::job`]). CSV ([`csv`]) and Excel ([`xlsx`]) hold every row, the PDF ([`pdf`]) is
-//! the filed record: scope, instant, totals and the table.
+//! one ordered pass over its assignments), and memory stays flat; the rows then go through the
+//! same writer and upload stages as a flow report's ([`super::job`]). The totals are counted
+//! from the rows as they are written ([`Tally`]), so they agree with the rows by construction
+//! and the population is read once. CSV ([`csv`]) and Excel ([`xlsx`]) hold every row, the PDF
+//! ([`pdf`]) is the filed record: scope, instant, totals and the table.
 
 mod csv;
 mod pdf;
@@ -14,29 +15,29 @@ mod xlsx;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 
 use chrono::{DateTime, Utc};
 use flow_app::exports::job as exports;
 use flow_common::db::compliance::{
-    Cell, ComplianceParameters, Counts, GroupBy, GroupCounts, ReportFlow,
+    Cell, ComplianceParameters, Counts, GroupBy, GroupCounts, ReportFlow, Tally,
 };
 use flow_common::db::exports::{ExportFile, ExportRecord};
 use flow_common::db::replicas::Source;
 use flow_common::db::snapshot::Snapshot;
-use flow_domain::ids::{ExportId, FlowId};
+use flow_domain::ids::{ExportId, FlowId, UserId};
 use flow_domain::report::{ExportFormat, export_file_name};
 use futures::TryStreamExt as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::FormatWriter;
-use super::job::{self, Context, Rows};
+use super::job::{self, Context};
 use super::sink::{self, ChannelWriter};
 use crate::runtime::JobError;
 
-/// Rows sent to the writer at a time.
-const ROWS_PER_BATCH: usize = 5_000;
+/// What the reader was doing when a compliance export's rows failed to read.
+const READING: &str = "reading the compliance rows";
 /// Groups of the roll-up read per statement.
 const GROUPS_PER_PAGE: i64 = 1_000;
 
@@ -49,8 +50,6 @@ pub struct ComplianceHeader {
     pub parameters: ComplianceParameters,
     /// The flows, in report order.
     pub flows: Vec<ReportFlow>,
-    /// The counts of the whole population.
-    pub totals: Counts,
     /// The roll-up, when the request grouped (Excel and PDF).
     pub groups: Option<(GroupBy, Vec<GroupCounts>)>,
     /// When the file was generated.
@@ -115,36 +114,43 @@ impl ComplianceHeader {
         }
         lines
     }
+}
 
-    /// Compliant (person, flow) pairs of the required ones, as text: `151 of 200 (75.5 %)`.
-    pub fn compliant_text(&self) -> String {
-        let totals = &self.totals;
-        match flow_app::compliance::percent(totals.compliant, totals.cells) {
-            Some(percent) => format!("{} of {} ({percent:.1} %)", totals.compliant, totals.cells),
-            None => "nothing required".to_owned(),
-        }
+/// Compliant (person, flow) pairs of the required ones, as text: `151 of 200 (75.5 %)`.
+pub fn compliant_text(totals: &Counts) -> String {
+    match flow_app::compliance::percent(totals.compliant, totals.cells) {
+        Some(percent) => format!("{} of {} ({percent:.1} %)", totals.compliant, totals.cells),
+        None => "nothing required".to_owned(),
     }
+}
 
-    /// Counts per status in the order the report lists them, then the pairs not required.
-    pub fn status_counts(&self) -> [(&'static str, i64); 9] {
-        let totals = &self.totals;
-        [
-            ("compliant", totals.compliant),
-            ("due_soon", totals.due_soon),
-            ("overdue", totals.overdue),
-            ("expired", totals.expired),
-            ("pending", totals.pending),
-            ("in_progress", totals.in_progress),
-            ("not_assigned", totals.not_assigned),
-            ("cancelled", totals.cancelled),
-            ("not_required", totals.not_required),
-        ]
+/// Counts per status in the order the report lists them, then the pairs not required.
+pub fn status_counts(totals: &Counts) -> [(&'static str, i64); 9] {
+    [
+        ("compliant", totals.compliant),
+        ("due_soon", totals.due_soon),
+        ("overdue", totals.overdue),
+        ("expired", totals.expired),
+        ("pending", totals.pending),
+        ("in_progress", totals.in_progress),
+        ("not_assigned", totals.not_assigned),
+        ("cancelled", totals.cancelled),
+        ("not_required", totals.not_required),
+    ]
+}
+
+/// Counts `rows` into `tally`.
+fn tally_rows(tally: &mut Tally, rows: &[ComplianceRow]) {
+    for row in rows {
+        tally.add(row.user_id, row.required, &row.status);
     }
 }
 
 /// One row of a compliance export: a person's standing in one flow.
 #[derive(Debug, Clone)]
 pub struct ComplianceRow {
+    /// The person (the rows of one person come together).
+    pub user_id: UserId,
     pub email: String,
     pub name: Option<String>,
     pub department: Option<String>,
@@ -167,6 +173,7 @@ impl ComplianceRow {
     fn new(cell: Cell, flow_names: &HashMap<FlowId, String>) -> Self {
         Self {
             flow: flow_names.get(&cell.flow_id).cloned().unwrap_or_default(),
+            user_id: cell.user_id,
             email: cell.email,
             name: cell.name,
             department: cell.department,
@@ -197,7 +204,7 @@ pub(super) async fn generate(
         .ok_or_else(|| JobError::refused("a flow of this compliance report no longer exists"))?;
     let scope = parameters.scope(export.org_id);
     exports::allow_export_memory(snapshot.connection()).await?;
-    let totals = exports::compliance_totals(snapshot.connection(), &scope).await?;
+    let people = exports::compliance_population(snapshot.connection(), &scope).await?;
     let groups = match (parameters.group_by, format) {
         (Some(by), ExportFormat::Excel | ExportFormat::Pdf) => {
             let mut groups: Vec<GroupCounts> = Vec::new();
@@ -221,7 +228,7 @@ pub(super) async fn generate(
         }
         _ => None,
     };
-    let rows_total = totals.rows();
+    let rows_total = people * flows.len() as i64;
     context
         .claim(export)
         .record_read(rows_total, source)
@@ -238,7 +245,6 @@ pub(super) async fn generate(
         export_id: export.id,
         parameters: parameters.clone(),
         flows,
-        totals,
         groups,
         generated_at: Utc::now(),
         data_as_of: source.data_as_of,
@@ -253,7 +259,12 @@ pub(super) async fn generate(
         let writer = open_writer(header, format, sink, temp_dir)?;
         job::drain(writer, &mut rows_receiver)
     });
-    let read = read_rows(snapshot, &scope, &flow_names, rows_sender, progress, cancel).await;
+    let cells = exports::compliance_cells(snapshot.connection(), &scope)
+        .map_ok(|cell| ComplianceRow::new(cell, &flow_names));
+    let read = match job::send_rows(cells, &rows_sender, progress, cancel, 0, READING).await {
+        Ok(count) => job::end_rows(&rows_sender, progress, count).await,
+        Err(error) => Err(error),
+    };
     let written = job::written(writer).await;
     let uploaded = job::uploaded(upload).await;
     let (rows_written, size) = job::stages_outcome(read, written, uploaded)?;
@@ -280,51 +291,4 @@ fn open_writer(
         ),
         ExportFormat::Pdf => Box::new(pdf::PdfWriter::new(header, sink)),
     })
-}
-
-/// Reads every cell of the population in one statement (user id order, each person's flows in
-/// report order) as it streams, and sends the rows to the writer in batches, ending with
-/// [`Rows::End`] only when every row was read. Returns the rows sent.
-async fn read_rows(
-    snapshot: &mut Snapshot,
-    scope: &flow_common::db::compliance::Scope,
-    flow_names: &HashMap<FlowId, String>,
-    sender: mpsc::Sender<Rows<ComplianceRow>>,
-    progress: &AtomicI64,
-    cancel: &CancellationToken,
-) -> Result<i64, JobError> {
-    let stopped = || JobError::interrupted("the export writer stopped");
-    let reading = |error: sqlx::Error| JobError::from(error).context("reading the compliance rows");
-    let mut cells = exports::compliance_cells(snapshot.connection(), scope);
-    let mut count = 0i64;
-    let mut batch: Vec<ComplianceRow> = Vec::with_capacity(ROWS_PER_BATCH);
-    while let Some(cell) = cells.try_next().await.map_err(reading)? {
-        batch.push(ComplianceRow::new(cell, flow_names));
-        if batch.len() == ROWS_PER_BATCH {
-            if cancel.is_cancelled() {
-                return Err(JobError::Permanent {
-                    reason: None,
-                    error: anyhow::anyhow!("the export was interrupted"),
-                });
-            }
-            count += batch.len() as i64;
-            let full = std::mem::replace(&mut batch, Vec::with_capacity(ROWS_PER_BATCH));
-            sender
-                .send(Rows::Batch(full))
-                .await
-                .map_err(|_| stopped())?;
-            progress.store(count, Ordering::Relaxed);
-        }
-    }
-    drop(cells);
-    if !batch.is_empty() {
-        count += batch.len() as i64;
-        sender
-            .send(Rows::Batch(batch))
-            .await
-            .map_err(|_| stopped())?;
-        progress.store(count, Ordering::Relaxed);
-    }
-    sender.send(Rows::End).await.map_err(|_| stopped())?;
-    Ok(count)
 }

@@ -14,16 +14,19 @@ use super::super::pdf::{
     Align, BLACK, COMPLETED_BAR, FONTS, GREY, Layout, column, draw, optional_time,
 };
 use super::super::sink::ChannelWriter;
-use super::{ComplianceHeader, ComplianceRow};
+use super::{ComplianceHeader, ComplianceRow, compliant_text, status_counts, tally_rows};
+use flow_common::db::compliance::{Counts, Tally};
 
 /// Groups listed in the PDF (the Excel export holds all).
 const PDF_GROUP_LIMIT: usize = 500;
 
-/// Writes the PDF once every row has arrived, keeping the first [`PDF_ROW_LIMIT`].
+/// Writes the PDF once every row has arrived (and been counted), keeping the first
+/// [`PDF_ROW_LIMIT`].
 pub struct PdfWriter {
     header: Arc<ComplianceHeader>,
     sink: Option<ChannelWriter>,
     rows: Vec<ComplianceRow>,
+    tally: Tally,
 }
 
 impl PdfWriter {
@@ -34,12 +37,14 @@ impl PdfWriter {
             header,
             sink: Some(sink),
             rows: Vec::with_capacity(capacity),
+            tally: Tally::default(),
         }
     }
 }
 
 impl FormatWriter<ComplianceRow> for PdfWriter {
     fn write_rows(&mut self, rows: &[ComplianceRow]) -> anyhow::Result<()> {
+        tally_rows(&mut self.tally, rows);
         let room = usize::try_from(PDF_ROW_LIMIT)
             .unwrap_or(0)
             .saturating_sub(self.rows.len());
@@ -48,7 +53,8 @@ impl FormatWriter<ComplianceRow> for PdfWriter {
     }
 
     fn finish(mut self: Box<Self>) -> anyhow::Result<()> {
-        let bytes = render(&self.header, &self.rows)?;
+        let totals = std::mem::take(&mut self.tally).counts();
+        let bytes = render(&self.header, &totals, &self.rows)?;
         let mut sink = self
             .sink
             .take()
@@ -60,7 +66,11 @@ impl FormatWriter<ComplianceRow> for PdfWriter {
 }
 
 /// Renders the whole document.
-fn render(header: &ComplianceHeader, rows: &[ComplianceRow]) -> anyhow::Result<Vec<u8>> {
+fn render(
+    header: &ComplianceHeader,
+    totals: &Counts,
+    rows: &[ComplianceRow],
+) -> anyhow::Result<Vec<u8>> {
     let fonts = FONTS
         .as_ref()
         .ok_or_else(|| anyhow::anyhow!("the embedded PDF font could not be read"))?;
@@ -74,7 +84,7 @@ fn render(header: &ComplianceHeader, rows: &[ComplianceRow]) -> anyhow::Result<V
     );
     layout.y += 4.0;
     scope_block(&mut layout, header);
-    totals_block(&mut layout, header);
+    totals_block(&mut layout, header, totals);
     groups_block(&mut layout, header);
     rows_block(&mut layout, header, rows);
     draw(
@@ -112,14 +122,13 @@ fn scope_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
     }
 }
 
-fn totals_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
+fn totals_block(layout: &mut Layout<'_>, header: &ComplianceHeader, totals: &Counts) {
     layout.heading("Totals");
-    let totals = &header.totals;
     layout.line(
         11.0,
         true,
         BLACK,
-        &format!("Compliant: {}", header.compliant_text()),
+        &format!("Compliant: {}", compliant_text(totals)),
     );
     layout.line(
         9.0,
@@ -140,8 +149,7 @@ fn totals_block(layout: &mut Layout<'_>, header: &ComplianceHeader) {
         column("Status", 120.0, Align::Left),
         column("People × flows", 90.0, Align::Right),
     ];
-    let cells = header
-        .status_counts()
+    let cells = status_counts(totals)
         .into_iter()
         .map(|(status, count)| vec![status.replace('_', " "), count.to_string()]);
     layout.table(&columns, cells);

@@ -2,7 +2,9 @@
 //! whole population per status and compliant of required), the Compliance sheet with one row
 //! per person × flow (continued on "Compliance (2)" and so on past Excel's row limit), and with
 //! a roll-up a Groups sheet. Typed cells (instants as Excel date-times in UTC, counts as
-//! numbers), written in constant-memory mode like the flow report's workbook.
+//! numbers), the rows written in constant-memory mode like the flow report's workbook; the
+//! Totals sheet, first in the workbook, is a small sheet kept in memory and written last, once
+//! every row has been counted.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +15,8 @@ use rust_xlsxwriter::{Format, Workbook, Worksheet, XlsxError};
 use super::super::FormatWriter;
 use super::super::sink::ChannelWriter;
 use super::super::xlsx::{ROWS_PER_SHEET, SheetRun, add_table_sheet, excel_time, sheet_names};
-use super::{ComplianceHeader, ComplianceRow};
+use super::{ComplianceHeader, ComplianceRow, status_counts, tally_rows};
+use flow_common::db::compliance::{Counts, Tally};
 
 const ROW_COLUMNS: [(&str, f64); 11] = [
     ("E-mail", 32.0),
@@ -31,15 +34,17 @@ const ROW_COLUMNS: [(&str, f64); 11] = [
 
 /// Writes the workbook.
 pub struct XlsxWriter {
+    header: Arc<ComplianceHeader>,
     workbook: Workbook,
     sink: Option<ChannelWriter>,
     rows: SheetRun,
     date: Format,
+    tally: Tally,
 }
 
 impl XlsxWriter {
-    /// Creates the workbook and writes the sheets known up front (Totals, Groups); the
-    /// Compliance sheet fills as rows arrive.
+    /// Creates the workbook and writes the Groups sheet, known up front; the Compliance sheet
+    /// fills as rows arrive, the Totals sheet when they have all arrived.
     pub fn new(
         header: Arc<ComplianceHeader>,
         sink: ChannelWriter,
@@ -50,12 +55,7 @@ impl XlsxWriter {
             workbook.set_tempdir(directory)?;
         }
         let bold = Format::new().set_bold();
-        let date = Format::new().set_num_format("yyyy-mm-dd hh:mm:ss");
-        let title = Format::new().set_bold().set_font_size(14);
-
-        let totals = workbook.add_worksheet_with_constant_memory()?;
-        totals.set_name("Totals")?;
-        write_totals(totals, &header, &bold, &date, &title)?;
+        workbook.add_worksheet().set_name("Totals")?;
 
         let mut sheets = Vec::new();
         for name in sheet_names("Compliance", header.rows_total) {
@@ -121,10 +121,12 @@ impl XlsxWriter {
         }
 
         Ok(Self {
+            header,
             workbook,
             sink: Some(sink),
             rows: SheetRun { sheets, written: 0 },
-            date,
+            date: date_format(),
+            tally: Tally::default(),
         })
     }
 
@@ -142,14 +144,20 @@ impl XlsxWriter {
     }
 }
 
+/// Instants as Excel shows them.
+fn date_format() -> Format {
+    Format::new().set_num_format("yyyy-mm-dd hh:mm:ss")
+}
+
 /// The Totals sheet: label in column A, value in column B.
 fn write_totals(
     sheet: &mut Worksheet,
     header: &ComplianceHeader,
-    bold: &Format,
-    date: &Format,
-    title: &Format,
+    totals: &Counts,
 ) -> Result<(), XlsxError> {
+    let bold = &Format::new().set_bold();
+    let date = &date_format();
+    let title = &Format::new().set_bold().set_font_size(14);
     sheet.set_column_width(0, 30)?;
     sheet.set_column_width(1, 60)?;
     sheet.write_string_with_format(0, 0, "Compliance report", title)?;
@@ -179,14 +187,13 @@ fn write_totals(
     row += 2;
     sheet.write_string_with_format(row, 0, "Totals", title)?;
     row += 1;
-    let totals = &header.totals;
     let mut numbers: Vec<(&str, i64)> = vec![
         ("People", totals.people),
         ("People compliant in every flow", totals.people_compliant),
         ("Required (people × flows)", totals.cells),
         ("Compliant", totals.compliant),
     ];
-    numbers.extend(header.status_counts().into_iter().skip(1));
+    numbers.extend(status_counts(totals).into_iter().skip(1));
     for (label, value) in numbers {
         sheet.write_string_with_format(row, 0, label, bold)?;
         sheet.write_number(row, 1, value as f64)?;
@@ -202,6 +209,7 @@ fn write_totals(
 
 impl FormatWriter<ComplianceRow> for XlsxWriter {
     fn write_rows(&mut self, rows: &[ComplianceRow]) -> anyhow::Result<()> {
+        tally_rows(&mut self.tally, rows);
         for entry in rows {
             let (index, row) = self.rows.next();
             let sheet = self.workbook.worksheet_from_index(index)?;
@@ -231,6 +239,9 @@ impl FormatWriter<ComplianceRow> for XlsxWriter {
             .sink
             .take()
             .ok_or_else(|| anyhow::anyhow!("the workbook was already saved"))?;
+        let totals = std::mem::take(&mut self.tally).counts();
+        let sheet = self.workbook.worksheet_from_name("Totals")?;
+        write_totals(sheet, &self.header, &totals)?;
         self.workbook.save_to_writer(&mut sink)?;
         sink.finish()?;
         Ok(())
