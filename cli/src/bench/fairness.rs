@@ -32,7 +32,7 @@ use sqlx::PgPool;
 use tokio::process::Child;
 
 use super::assign::{AssignBenchArgs, Tenant, drive, tenant, wait_for_consumers, wait_ready};
-use super::system::{Watched, spawn_component, stop_components};
+use super::system::{InTurn, Watched, Witness, kill_in_turn, spawn_component, stop_components};
 use super::webhooks::{create_endpoints_at, receiver_options};
 use crate::receiver::Receiver;
 
@@ -95,42 +95,20 @@ impl FairnessBenchArgs {
     }
 }
 
-/// The worker processes of a run, and how many times one was killed.
-#[derive(Default)]
-struct Workers {
-    running: Vec<(&'static str, Child)>,
-    kills: usize,
-}
+/// The worker processes of a run, and the component of each kill.
+type Workers = InTurn<&'static str>;
 
-/// Every `every`, kills the next worker of `workers` with SIGKILL and starts it again with the
-/// same settings, until `stop`.
-async fn kill_in_turn(
-    workers: Arc<tokio::sync::Mutex<Workers>>,
-    every: Duration,
-    core: CoreConfig,
-    port: u16,
-    environment: Vec<(String, String)>,
-    stop: tokio_util::sync::CancellationToken,
-) -> anyhow::Result<()> {
-    let environment: Vec<(&str, &str)> = environment
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            () = tokio::time::sleep(every) => {}
-        }
-        let mut workers = workers.lock().await;
-        let next = workers.kills % workers.running.len().max(1);
-        let Some((component, child)) = workers.running.get_mut(next) else {
-            return Ok(());
-        };
-        let component = *component;
-        // tokio's kill is SIGKILL: no shutdown path runs.
-        child.kill().await?;
-        *child = spawn_component(component, port, &core, &environment)?;
-        workers.kills += 1;
+/// Says each worker's kill, once it was started again.
+struct SayKills;
+
+impl Witness for SayKills {
+    type Kill = &'static str;
+
+    async fn before(&self, component: &'static str, _: usize, _: Option<u32>) -> &'static str {
+        component
+    }
+
+    fn after(&self, component: &&'static str) {
         println!("  killed {component} with SIGKILL and started it again");
     }
 }
@@ -277,17 +255,15 @@ async fn measure(core: &CoreConfig, args: &FairnessBenchArgs) -> anyhow::Result<
             "  a worker is killed with SIGKILL every {} s and started again (CPU figures cover each worker's first process only)",
             args.kill_every
         );
-        tokio::spawn(kill_in_turn(
+        kill_in_turn(
             workers.clone(),
             Duration::from_secs(args.kill_every),
-            core.clone(),
+            core,
             args.port,
-            environment
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-                .collect(),
+            &environment,
             stop_killing.clone(),
-        ))
+            SayKills,
+        )
     });
     let base_url = format!("http://127.0.0.1:{}", args.port);
     let outcome = async {
@@ -381,10 +357,10 @@ async fn measure(core: &CoreConfig, args: &FairnessBenchArgs) -> anyhow::Result<
         None => Ok(()),
     };
     let mut workers = std::mem::take(&mut *workers.lock().await);
-    if workers.kills > 0 {
+    if !workers.kills.is_empty() {
         println!(
             "  {} workers were killed with SIGKILL during the run",
-            workers.kills
+            workers.kills.len()
         );
     }
     stop_components(

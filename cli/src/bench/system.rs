@@ -1,15 +1,19 @@
 //! What a benchmark needs from the machine: components started as their own processes (as in
-//! production), and the CPU and memory each process used, read from /proc.
+//! production) and killed in turn with SIGKILL, and the CPU and memory each process used, read
+//! from /proc.
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use flow_common::config::CoreConfig;
 use flow_common::webhook::vault::{SecretVault, generate_master_key};
 use tokio::process::{Child, Command};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The webhook secret vault of a benchmark's components: `WEBHOOK_SECRET_KEY` when set, else a
 /// key drawn for this run (its endpoints are thrown away with its database).
@@ -82,6 +86,86 @@ pub async fn stop_components(children: impl IntoIterator<Item = Child>) {
         drop(child.start_kill());
         drop(child.wait().await);
     }
+}
+
+/// Components started with [`spawn_component`] that [`kill_in_turn`] kills one after another, and
+/// what was noted of each kill.
+pub(super) struct InTurn<Kill> {
+    /// Each component and its running process, in the order they are killed.
+    pub(super) running: Vec<(&'static str, Child)>,
+    /// What [`Witness::before`] noted of each kill, in order.
+    pub(super) kills: Vec<Kill>,
+}
+
+impl<Kill> Default for InTurn<Kill> {
+    fn default() -> Self {
+        Self {
+            running: Vec::new(),
+            kills: Vec::new(),
+        }
+    }
+}
+
+/// What a benchmark reads of a process just before [`kill_in_turn`] kills it, and the line it
+/// prints once the process was started again.
+pub(super) trait Witness: Send + Sync + 'static {
+    /// What is noted of one kill.
+    type Kill: Send + 'static;
+
+    /// Reads what the bench wants of `component`, the `place`th of the running list, whose
+    /// process is `pid`, about to be killed.
+    fn before(
+        &self,
+        component: &'static str,
+        place: usize,
+        pid: Option<u32>,
+    ) -> impl Future<Output = Self::Kill> + Send;
+
+    /// Prints the kill's line, once the component runs again.
+    fn after(&self, kill: &Self::Kill);
+}
+
+/// Starts a task that, every `every`, kills the next process of `processes` with SIGKILL and
+/// starts its component again at once with the same settings (`core`, `port`, `environment`),
+/// until `stop`; `witness` notes and prints each kill.
+pub(super) fn kill_in_turn<W: Witness>(
+    processes: Arc<Mutex<InTurn<W::Kill>>>,
+    every: Duration,
+    core: &CoreConfig,
+    port: u16,
+    environment: &[(&str, &str)],
+    stop: CancellationToken,
+    witness: W,
+) -> JoinHandle<anyhow::Result<()>> {
+    let core = core.clone();
+    let environment: Vec<(String, String)> = environment
+        .iter()
+        .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+        .collect();
+    tokio::spawn(async move {
+        let environment: Vec<(&str, &str)> = environment
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                () = tokio::time::sleep(every) => {}
+            }
+            let mut processes = processes.lock().await;
+            let place = processes.kills.len() % processes.running.len().max(1);
+            let Some((component, child)) = processes.running.get_mut(place) else {
+                return Ok(());
+            };
+            let component = *component;
+            let kill = witness.before(component, place, child.id()).await;
+            // tokio's kill is SIGKILL: no shutdown path runs.
+            child.kill().await?;
+            *child = spawn_component(component, port, &core, &environment)?;
+            witness.after(&kill);
+            processes.kills.push(kill);
+        }
+    })
 }
 
 /// Resident and peak memory of a process, in MiB, from /proc.

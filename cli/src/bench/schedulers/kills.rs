@@ -1,27 +1,20 @@
 //! The two scheduler processes and their killing: every interval one of them, the two in turn,
-//! is killed with SIGKILL and started again at once. Just before each kill the bench reads from
+//! is killed with SIGKILL and started again at once (by [`crate::bench::system::kill_in_turn`],
+//! the loop `bench fairness` kills its workers with). Just before each kill the bench reads from
 //! `pg_stat_activity` whether the victim had a transaction open (its connections found by their
 //! client ports, from `/proc`), so the printout says how many kills landed in the middle of a
 //! claim rather than between two.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use flow_common::config::CoreConfig;
 use sqlx::PgPool;
-use tokio::process::Child;
-use tokio::sync::Mutex;
-use tokio_util::sync::CancellationToken;
 
-use crate::bench::system::spawn_component;
+use crate::bench::system::{InTurn, Witness, spawn_component};
 
 /// The two schedulers and the kills so far.
-pub(super) struct Schedulers {
-    /// The running process of each replica.
-    pub(super) running: Vec<Child>,
-    pub(super) kills: Vec<Kill>,
-}
+pub(super) type Schedulers = InTurn<Kill>;
 
 /// One SIGKILL.
 pub(super) struct Kill {
@@ -32,73 +25,67 @@ pub(super) struct Kill {
     pub(super) open: Vec<(String, String)>,
 }
 
-impl Schedulers {
-    /// Starts the two schedulers.
-    pub(super) fn start(
-        core: &CoreConfig,
-        port: u16,
-        environment: &[(&str, &str)],
-    ) -> anyhow::Result<Self> {
-        Ok(Self {
-            running: vec![
+/// Starts the two schedulers.
+pub(super) fn start(
+    core: &CoreConfig,
+    port: u16,
+    environment: &[(&str, &str)],
+) -> anyhow::Result<Schedulers> {
+    Ok(InTurn {
+        running: vec![
+            (
+                "scheduler",
                 spawn_component("scheduler", port, core, environment)?,
+            ),
+            (
+                "scheduler",
                 spawn_component("scheduler", port, core, environment)?,
-            ],
-            kills: Vec::new(),
-        })
-    }
+            ),
+        ],
+        kills: Vec::new(),
+    })
 }
 
-/// Every `every`, kills the next scheduler with SIGKILL and starts it again with the same
-/// settings, until `stop`; prints a line per kill.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn kill_in_turn(
-    schedulers: Arc<Mutex<Schedulers>>,
-    pool: PgPool,
-    every: Duration,
-    started: Instant,
-    core: CoreConfig,
-    port: u16,
-    environment: Vec<(String, String)>,
-    stop: CancellationToken,
-) -> anyhow::Result<()> {
-    let environment: Vec<(&str, &str)> = environment
-        .iter()
-        .map(|(name, value)| (name.as_str(), value.as_str()))
-        .collect();
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            () = tokio::time::sleep(every) => {}
-        }
-        let mut schedulers = schedulers.lock().await;
-        let replica = schedulers.kills.len() % 2;
-        let child = &mut schedulers.running[replica];
-        let open = match child.id() {
-            Some(pid) => open_transactions(&pool, pid).await.unwrap_or_else(|error| {
-                tracing::warn!(%error, "could not read the scheduler's transactions");
-                Vec::new()
-            }),
+/// Reads the victim's open transactions just before each kill, and prints a line per kill with
+/// the time since `started`.
+pub(super) struct OpenTransactions {
+    /// The benchmark database.
+    pub(super) pool: PgPool,
+    /// When the components started.
+    pub(super) started: Instant,
+}
+
+impl Witness for OpenTransactions {
+    type Kill = Kill;
+
+    async fn before(&self, _: &'static str, replica: usize, pid: Option<u32>) -> Kill {
+        let open = match pid {
+            Some(pid) => open_transactions(&self.pool, pid)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not read the scheduler's transactions");
+                    Vec::new()
+                }),
             None => Vec::new(),
         };
-        // tokio's kill is SIGKILL: no shutdown path runs.
-        child.kill().await?;
-        *child = spawn_component("scheduler", port, &core, &environment)?;
-        let at = started.elapsed();
+        Kill { replica, open }
+    }
+
+    fn after(&self, kill: &Kill) {
         println!(
             "  {:>5.1} s: scheduler {} killed with SIGKILL and started again; {}",
-            at.as_secs_f64(),
-            replica + 1,
-            if open.is_empty() {
+            self.started.elapsed().as_secs_f64(),
+            kill.replica + 1,
+            if kill.open.is_empty() {
                 "no transaction open".to_owned()
             } else {
-                open.iter()
+                kill.open
+                    .iter()
                     .map(|(state, statement)| format!("{state}: {statement}"))
                     .collect::<Vec<_>>()
                     .join("; ")
             }
         );
-        schedulers.kills.push(Kill { replica, open });
     }
 }
 

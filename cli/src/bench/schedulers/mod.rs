@@ -65,8 +65,8 @@ use sqlx::migrate::MigrateDatabase;
 use tokio::process::Child;
 
 use super::report::database_url;
-use super::system::{spawn_component, stop_components};
-use kills::Schedulers;
+use super::system::{kill_in_turn, spawn_component, stop_components};
+use kills::{OpenTransactions, Schedulers};
 use seed::{Expected, Seeded};
 
 /// Options of the schedulers benchmark.
@@ -250,7 +250,7 @@ async fn measure(
     for component in ["assign-worker", "outbox-relay"] {
         others.push(spawn_component(component, args.port, core, &environment)?);
     }
-    let schedulers = Arc::new(tokio::sync::Mutex::new(Schedulers::start(
+    let schedulers = Arc::new(tokio::sync::Mutex::new(kills::start(
         core,
         args.port,
         &environment,
@@ -270,19 +270,18 @@ async fn measure(
     );
     let stop_killing = tokio_util::sync::CancellationToken::new();
     let killer = (args.kill_every > 0).then(|| {
-        tokio::spawn(kills::kill_in_turn(
+        kill_in_turn(
             schedulers.clone(),
-            pool.clone(),
             Duration::from_secs(args.kill_every),
-            started,
-            core.clone(),
+            core,
             args.port,
-            environment
-                .iter()
-                .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
-                .collect(),
+            &environment,
             stop_killing.clone(),
-        ))
+            OpenTransactions {
+                pool: pool.clone(),
+                started,
+            },
+        )
     });
     let outcome = wait_for_work(pool, seeded, &target, started, args, &schedulers).await;
     if matches!(outcome, Ok(Some(_))) && args.settle > 0 {
@@ -295,7 +294,12 @@ async fn measure(
     };
     let wall = started.elapsed();
     let mut schedulers = schedulers.lock().await;
-    stop_components(others.into_iter().chain(schedulers.running.drain(..))).await;
+    stop_components(
+        others
+            .into_iter()
+            .chain(schedulers.running.drain(..).map(|(_, child)| child)),
+    )
+    .await;
     killed?;
     let done = outcome?;
     println!();
