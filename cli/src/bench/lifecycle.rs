@@ -61,23 +61,22 @@
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use chrono::{DateTime, DurationRound, Utc};
 use clap::Args;
 use flow_app::upkeep;
 use flow_common::amqp::{Publisher, Topology};
 use flow_common::config::{CoreConfig, from_env};
-use flow_common::db::{self, flows::FlowEdit, flows::NewModule, orgs};
+use flow_common::db;
 use flow_domain::expiry::Validity;
 use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use flow_domain::reminders::ReminderPolicy;
 use flow_workers::scheduler;
 use sqlx::PgPool;
-use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolCopyExt;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{Random, copy_time, database_url, summary};
+use super::report::{Random, copy_time, summary};
+use super::seed::{on_own_database, org_with_policy_flows};
 
 /// Options of the lifecycle benchmark.
 #[derive(Debug, Clone, Args)]
@@ -174,34 +173,20 @@ pub async fn run(core: &CoreConfig, args: LifecycleBenchArgs) -> anyhow::Result<
         args.users * args.flows
     );
     anyhow::ensure!(args.batch_size >= 1, "--batch-size must be at least 1");
-    let url = database_url(&core.database_url, &args.database);
-    let mut core = core.clone();
-    core.database_url = url.clone();
-    core.queue_prefix = format!("bench.{}", uuid::Uuid::now_v7().simple());
-    if sqlx::Postgres::database_exists(&url).await.unwrap_or(false) {
-        sqlx::Postgres::drop_database(&url).await?;
-    }
-    sqlx::Postgres::create_database(&url).await?;
-    let pool = db::connect(&url, 8)
-        .await
-        .context("connecting to the benchmark database")?;
-    let result = async {
-        db::migrate(&pool).await?;
-        let start = Utc::now().duration_trunc(chrono::Duration::hours(1))?;
-        let seeded = seed(&pool, &args, start).await?;
-        attention(&core, &seeded, args.iterations).await?;
-        simulate(&core, &pool, &seeded, &args).await
-    }
-    .await;
-    pool.close().await;
-    let topology = Topology::new(core.queue_prefix.clone(), core.delivery_limit);
-    flow_common::amqp::delete_topology(&core.amqp_url, "flowctl-bench", &topology).await;
-    if !args.keep {
-        sqlx::Postgres::drop_database(&url)
-            .await
-            .context("dropping the benchmark database")?;
-    }
-    result
+    let args = &args;
+    on_own_database(
+        core,
+        &args.database,
+        8,
+        args.keep,
+        |core, pool| async move {
+            let start = Utc::now().duration_trunc(chrono::Duration::hours(1))?;
+            let seeded = seed(&pool, args, start).await?;
+            attention(&core, &seeded, args.iterations).await?;
+            simulate(&core, &pool, &seeded, args).await
+        },
+    )
+    .await
 }
 
 /// What the seed created.
@@ -227,60 +212,25 @@ async fn seed(
     start: DateTime<Utc>,
 ) -> anyhow::Result<Seeded> {
     let started = Instant::now();
-    let org = orgs::create(
-        pool,
-        &orgs::NewOrganization {
-            name: "Lifecycle bench org".into(),
-            tier: orgs::Tier::Enterprise,
-            timezone: ZONE,
-            assign_limit_per_minute: None,
-            report_limit_per_minute: None,
-        },
-    )
-    .await?;
-    let modules: Vec<NewModule> = ["Welcome", "Policies", "Security", "Tools", "Quiz"]
-        .iter()
-        .map(|name| NewModule {
-            name: (*name).to_owned(),
-            estimated_minutes: 30,
-            activity_id: None,
-        })
-        .collect();
     let policy = ReminderPolicy {
         before_due_days: BEFORE_DUE_DAYS.to_vec(),
         after_due_days: AFTER_DUE_DAYS.to_vec(),
         escalate_after_days: Some(ESCALATE_AFTER_DAYS),
     };
-    let mut flows: Vec<FlowId> = Vec::new();
-    for index in 0..args.flows {
-        let (flow, _) = db::flows::create(
-            pool,
-            org.id,
-            &format!("Lifecycle flow {index}"),
-            None,
-            &modules,
-        )
-        .await?;
-        let mut transaction = pool.begin().await?;
-        db::flows::edit(
-            &mut transaction,
-            org.id,
-            flow.id,
-            &FlowEdit {
-                reminders: Some(Some(policy.clone())),
-                valid_for: Some(Some(Validity {
-                    months: Some(VALID_FOR_MONTHS),
-                    days: None,
-                })),
-                renew_before_days: Some(Some(RENEW_BEFORE_DAYS)),
-                ..FlowEdit::default()
-            },
-        )
-        .await?
-        .context("the flow just created")?;
-        transaction.commit().await?;
-        flows.push(flow.id);
-    }
+    let validity = Validity {
+        months: Some(VALID_FOR_MONTHS),
+        days: None,
+    };
+    let (org_id, flows) = org_with_policy_flows(
+        pool,
+        "Lifecycle",
+        ZONE,
+        args.flows,
+        &policy,
+        validity,
+        RENEW_BEFORE_DAYS,
+    )
+    .await?;
 
     let bar = crate::output::progress(args.users + args.assignments, "seeding");
     let mut users = pool
@@ -291,7 +241,7 @@ async fn seed(
     for index in 0..args.users {
         let user_id = UserId::new();
         let email = format!("lifecycle-{index}@bench.example");
-        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org.id.0);
+        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         user_ids.push(user_id);
         if rows.len() > 4 << 20 {
             users.send(std::mem::take(&mut rows).into_bytes()).await?;
@@ -355,7 +305,7 @@ async fn seed(
             rows,
             "{}\t{}\t{}\t{}\t{status}\tmedium\t",
             AssignmentId::new().0,
-            org.id.0,
+            org_id.0,
             flow_id.0,
             user_id.0
         );
@@ -395,7 +345,7 @@ async fn seed(
         "UPDATE assignments a SET (expires_at, renew_at) = {expiry}
          WHERE a.org_id = $1 AND a.status = 'completed'"
     )))
-    .bind(org.id)
+    .bind(org_id)
     .execute(pool)
     .await?;
 
@@ -404,7 +354,7 @@ async fn seed(
         "SELECT id, flow_id, user_id, expires_at, renew_at FROM assignments
          WHERE org_id = $1 AND status = 'completed' AND renew_at < $2",
     )
-    .bind(org.id)
+    .bind(org_id)
     .bind(start)
     .fetch_all(pool)
     .await?;
@@ -420,7 +370,7 @@ async fn seed(
             rows,
             "{}\t{}\t{}\t{}\tpending\tmedium\t",
             AssignmentId::for_renewal(window.id).0,
-            org.id.0,
+            org_id.0,
             window.flow_id.0,
             window.user_id.0
         );
@@ -456,7 +406,7 @@ async fn seed(
         offsets = offsets_sql(),
         remind_at = remind_at_sql(),
     )))
-    .bind(org.id)
+    .bind(org_id)
     .bind(start)
     .execute(pool)
     .await?
@@ -487,10 +437,7 @@ async fn seed(
         renewed.len(),
         start.with_timezone(&ZONE).format("%Y-%m-%d %H:%M %Z"),
     );
-    Ok(Seeded {
-        org_id: org.id,
-        start,
-    })
+    Ok(Seeded { org_id, start })
 }
 
 /// Times the application-layer read behind the dashboard's home page on the seeded data.

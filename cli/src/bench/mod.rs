@@ -19,6 +19,7 @@ pub mod plain;
 pub mod report;
 pub mod schedulers;
 pub mod scim;
+mod seed;
 pub mod soak;
 pub mod system;
 pub mod webhooks;

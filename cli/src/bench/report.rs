@@ -14,7 +14,7 @@ use anyhow::Context;
 use chrono::{DateTime, TimeZone, Utc};
 use clap::Args;
 use flow_common::config::{CoreConfig, from_env};
-use flow_common::db::{self, flows::NewModule, orgs};
+use flow_common::db::{self, orgs};
 use flow_domain::ids::{AssignmentId, FlowId, ModuleId, OrgId, UserId};
 use serde_json::{Value, json};
 use sqlx::PgPool;
@@ -188,14 +188,7 @@ async fn create_flows(pool: &PgPool) -> anyhow::Result<(OrgId, FlowId)> {
         },
     )
     .await?;
-    let modules: Vec<NewModule> = ["Welcome", "Policies", "Security", "Tools", "Quiz"]
-        .iter()
-        .map(|name| NewModule {
-            name: (*name).to_owned(),
-            estimated_minutes: 30,
-            activity_id: None,
-        })
-        .collect();
+    let modules = super::seed::modules();
     let (flow, _) = db::flows::create(pool, org.id, "Bench flow", None, &modules).await?;
     for index in 0..SMALL_FLOWS {
         let (small, _) = db::flows::create(

@@ -716,14 +716,7 @@ pub(super) async fn seed(pool: &PgPool, args: &ComplianceBenchArgs) -> anyhow::R
             },
         )
         .await?;
-        let modules: Vec<NewModule> = ["Welcome", "Policies", "Security", "Tools", "Quiz"]
-            .iter()
-            .map(|name| NewModule {
-                name: (*name).to_owned(),
-                estimated_minutes: 30,
-                activity_id: None,
-            })
-            .collect();
+        let modules = super::super::seed::modules();
         let (flow, _) =
             db::flows::create(pool, funnel_org.id, "Funnel flow", None, &modules).await?;
         super::super::report::append(pool, funnel_org.id, flow.id, 0, args.funnel_assignments)

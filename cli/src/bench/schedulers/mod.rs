@@ -53,18 +53,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use flow_common::amqp::Topology;
 use flow_common::config::CoreConfig;
-use flow_common::db;
 use flow_domain::events::EventType;
 use sqlx::PgPool;
-use sqlx::migrate::MigrateDatabase;
 use tokio::process::Child;
 
-use super::report::database_url;
+use super::seed::on_own_database;
 use super::system::{kill_in_turn, spawn_component, stop_components};
 use kills::{OpenTransactions, Schedulers};
 use seed::{Expected, Seeded};
@@ -112,34 +108,21 @@ pub async fn run(core: &CoreConfig, args: SchedulersBenchArgs) -> anyhow::Result
         "--assignments must be at least 20 (one of each class) and --flows at least 1"
     );
     anyhow::ensure!(args.batch_size >= 1, "--batch-size must be at least 1");
-    let url = database_url(&core.database_url, &args.database);
-    let mut core = core.clone();
-    core.database_url = url.clone();
-    core.queue_prefix = format!("bench.{}", uuid::Uuid::now_v7().simple());
-    if sqlx::Postgres::database_exists(&url).await.unwrap_or(false) {
-        sqlx::Postgres::drop_database(&url).await?;
-    }
-    sqlx::Postgres::create_database(&url).await?;
-    let pool = db::connect(&url, 4)
-        .await
-        .context("connecting to the benchmark database")?;
-    let result = async {
-        db::migrate(&pool).await?;
-        let seeded = seed::seed(&pool, &args).await?;
-        seed::record_claims(&pool).await?;
-        measure(&core, &pool, &seeded, &args).await
-    }
-    .await;
-    pool.close().await;
-    let topology = Topology::new(core.queue_prefix.clone(), core.delivery_limit);
-    flow_common::amqp::delete_topology(&core.amqp_url, "flowctl-bench", &topology).await;
-    if !args.keep {
-        sqlx::Postgres::drop_database(&url)
-            .await
-            .context("dropping the benchmark database")?;
-    }
-    result
+    let args = &args;
+    on_own_database(
+        core,
+        &args.database,
+        4,
+        args.keep,
+        |core, pool| async move {
+            let seeded = seed::seed(&pool, args).await?;
+            seed::record_claims(&pool).await?;
+            measure(&core, &pool, &seeded, args).await
+        },
+    )
+    .await
 }
+
 /// Work done so far, as counts (the progress lines and the end of the wait).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Progress {

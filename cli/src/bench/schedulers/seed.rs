@@ -8,15 +8,16 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use chrono::{DateTime, DurationRound, Months, Utc};
-use flow_common::db::{self, flows::FlowEdit, flows::NewModule, orgs};
+use flow_common::db;
 use flow_domain::expiry::Validity;
-use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
+use flow_domain::ids::{AssignmentId, OrgId, UserId};
 use flow_domain::reminders::ReminderPolicy;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolCopyExt;
 
 use super::SchedulersBenchArgs;
 use crate::bench::report::{Random, copy_time};
+use crate::bench::seed::org_with_policy_flows;
 
 /// Days before the due date a reminder goes.
 const BEFORE_DUE_DAYS: [i32; 2] = [7, 1];
@@ -98,60 +99,25 @@ pub(super) struct Seeded {
 pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::Result<Seeded> {
     let started = Instant::now();
     let start = Utc::now().duration_trunc(chrono::Duration::seconds(1))?;
-    let org = orgs::create(
-        pool,
-        &orgs::NewOrganization {
-            name: "Schedulers bench org".into(),
-            tier: orgs::Tier::Enterprise,
-            timezone: chrono_tz::UTC,
-            assign_limit_per_minute: None,
-            report_limit_per_minute: None,
-        },
-    )
-    .await?;
-    let modules: Vec<NewModule> = ["Welcome", "Policies", "Security", "Tools", "Quiz"]
-        .iter()
-        .map(|name| NewModule {
-            name: (*name).to_owned(),
-            estimated_minutes: 30,
-            activity_id: None,
-        })
-        .collect();
     let policy = ReminderPolicy {
         before_due_days: BEFORE_DUE_DAYS.to_vec(),
         after_due_days: AFTER_DUE_DAYS.to_vec(),
         escalate_after_days: Some(ESCALATE_AFTER_DAYS),
     };
-    let mut flows: Vec<FlowId> = Vec::new();
-    for index in 0..args.flows {
-        let (flow, _) = db::flows::create(
-            pool,
-            org.id,
-            &format!("Schedulers flow {index}"),
-            None,
-            &modules,
-        )
-        .await?;
-        let mut transaction = pool.begin().await?;
-        db::flows::edit(
-            &mut transaction,
-            org.id,
-            flow.id,
-            &FlowEdit {
-                reminders: Some(Some(policy.clone())),
-                valid_for: Some(Some(Validity {
-                    months: Some(VALID_FOR_MONTHS as i32),
-                    days: None,
-                })),
-                renew_before_days: Some(Some(RENEW_BEFORE_DAYS as i32)),
-                ..FlowEdit::default()
-            },
-        )
-        .await?
-        .context("the flow just created")?;
-        transaction.commit().await?;
-        flows.push(flow.id);
-    }
+    let validity = Validity {
+        months: Some(VALID_FOR_MONTHS as i32),
+        days: None,
+    };
+    let (org_id, flows) = org_with_policy_flows(
+        pool,
+        "Schedulers",
+        chrono_tz::UTC,
+        args.flows,
+        &policy,
+        validity,
+        RENEW_BEFORE_DAYS as i32,
+    )
+    .await?;
 
     let users = args.assignments.div_ceil(args.flows);
     let mut copy = pool
@@ -162,7 +128,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
     for index in 0..users {
         let user_id = UserId::new();
         let email = format!("schedulers-{index}@bench.example");
-        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org.id.0);
+        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         user_ids.push(user_id);
     }
     copy.send(rows.into_bytes()).await?;
@@ -239,7 +205,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
                     let _ = write!(
                         renewals,
                         "{}\t{}\t{}\t{}\tpending\tmedium\t",
-                        renewal.0, org.id.0, flow_id.0, user_id.0
+                        renewal.0, org_id.0, flow_id.0, user_id.0
                     );
                     copy_time(&mut renewals, expires);
                     renewals.push('\t');
@@ -275,7 +241,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
         let _ = write!(
             assignments,
             "{}\t{}\t{}\t{}\t{status}\tmedium\t",
-            id.0, org.id.0, flow_id.0, user_id.0
+            id.0, org_id.0, flow_id.0, user_id.0
         );
         let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
             Some(at) => copy_time(out, at),
@@ -323,7 +289,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
         "UPDATE assignments a SET (expires_at, renew_at) = {expiry}
          WHERE a.org_id = $1 AND a.status = 'completed'"
     )))
-    .bind(org.id)
+    .bind(org_id)
     .execute(pool)
     .await?;
     let (ids, renewal_ids): (Vec<AssignmentId>, Vec<AssignmentId>) =
@@ -343,7 +309,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
             .execute(pool)
             .await?;
     }
-    check_seed(pool, org.id, start, &classes, &expected).await?;
+    check_seed(pool, org_id, start, &classes, &expected).await?;
     println!(
         "seeded in {:.1} s at {}: {} users, {} flows, {} assignments ({}) and {} renewal \
          assignments of the expiry class",
