@@ -66,17 +66,18 @@ use clap::Args;
 use flow_app::upkeep;
 use flow_common::amqp::{Publisher, Topology};
 use flow_common::config::{CoreConfig, from_env};
-use flow_common::db;
 use flow_domain::expiry::Validity;
 use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use flow_domain::reminders::ReminderPolicy;
 use flow_workers::scheduler;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolCopyExt;
 use tokio_util::sync::CancellationToken;
 
-use super::report::{Random, copy_time, summary};
-use super::seed::{on_own_database, org_with_policy_flows};
+use super::report::{Random, summary};
+use super::seed::{
+    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, on_own_database, org_with_policy_flows,
+    set_expiry_and_renewal, vacuum_analyze, write_renewal,
+};
 
 /// Options of the lifecycle benchmark.
 #[derive(Debug, Clone, Args)]
@@ -233,34 +234,27 @@ async fn seed(
     .await?;
 
     let bar = crate::output::progress(args.users + args.assignments, "seeding");
-    let mut users = pool
-        .copy_in_raw("COPY users (id, org_id, email, email_normalized) FROM STDIN")
-        .await?;
+    let mut users = copy_in(
+        pool,
+        "COPY users (id, org_id, email, email_normalized) FROM STDIN",
+    )
+    .await?;
     let mut user_ids = Vec::with_capacity(args.users as usize);
-    let mut rows = String::new();
     for index in 0..args.users {
         let user_id = UserId::new();
         let email = format!("lifecycle-{index}@bench.example");
-        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
+        let _ = writeln!(users.rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         user_ids.push(user_id);
-        if rows.len() > 4 << 20 {
-            users.send(std::mem::take(&mut rows).into_bytes()).await?;
+        if users.flush_when_full().await? {
             bar.set_position(index);
         }
     }
-    users.send(rows.into_bytes()).await?;
     users.finish().await?;
 
     let mut random = Random(0x9e37_79b9_7f4a_7c15);
-    let mut assignments = pool
-        .copy_in_raw(
-            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
-             assigned_at, started_at, completed_at, overdue_at) FROM STDIN",
-        )
-        .await?;
+    let mut assignments = copy_in(pool, COPY_ASSIGNMENTS).await?;
     let seconds = |count: u64| chrono::Duration::seconds(count as i64);
     const DAY: u64 = 86_400;
-    let mut rows = String::new();
     let (mut open, mut completed) = (0u64, 0u64);
     for index in 0..args.assignments {
         // One assignment per (user, flow), every user and flow taking their share: index =
@@ -301,53 +295,27 @@ async fn seed(
             completed_at = Some(done);
             overdue_at = None;
         }
-        let _ = write!(
-            rows,
-            "{}\t{}\t{}\t{}\t{status}\tmedium\t",
-            AssignmentId::new().0,
-            org_id.0,
-            flow_id.0,
-            user_id.0
-        );
-        let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
-            Some(at) => copy_time(out, at),
-            None => out.push_str("\\N"),
-        };
-        optional(&mut rows, due_at);
-        rows.push('\t');
-        copy_time(&mut rows, assigned_at);
-        rows.push('\t');
-        optional(&mut rows, started_at);
-        rows.push('\t');
-        optional(&mut rows, completed_at);
-        rows.push('\t');
-        optional(&mut rows, overdue_at);
-        rows.push('\n');
-        if rows.len() > 4 << 20 {
-            assignments
-                .send(std::mem::take(&mut rows).into_bytes())
-                .await?;
+        Assignment {
+            id: AssignmentId::new(),
+            org_id,
+            flow_id,
+            user_id,
+            status,
+            due_at,
+            assigned_at,
+            started_at,
+            completed_at,
+            overdue_at,
+        }
+        .write(&mut assignments.rows);
+        if assignments.flush_when_full().await? {
             bar.set_position(args.users + index);
         }
     }
-    assignments.send(rows.into_bytes()).await?;
     assignments.finish().await?;
     bar.finish_and_clear();
 
-    // Expiry and renewal window of every completion, as its completion sets them.
-    let expiry = db::lifecycle::EXPIRY_AND_RENEWAL;
-    anyhow::ensure!(
-        expiry.contains("$2::timestamptz"),
-        "EXPIRY_AND_RENEWAL no longer takes the completion as $2::timestamptz"
-    );
-    let expiry = expiry.replace("$2::timestamptz", "a.completed_at");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE assignments a SET (expires_at, renew_at) = {expiry}
-         WHERE a.org_id = $1 AND a.status = 'completed'"
-    )))
-    .bind(org_id)
-    .execute(pool)
-    .await?;
+    set_expiry_and_renewal(pool, org_id).await?;
 
     // Completions whose window opened before the start: renewed then.
     let renewed: Vec<Window> = sqlx::query_as(
@@ -358,28 +326,16 @@ async fn seed(
     .bind(start)
     .fetch_all(pool)
     .await?;
-    let mut renewals = pool
-        .copy_in_raw(
-            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
-             assigned_at) FROM STDIN",
-        )
-        .await?;
-    let mut rows = String::new();
+    let mut renewals = copy_in(pool, COPY_RENEWALS).await?;
     for window in &renewed {
-        let _ = write!(
-            rows,
-            "{}\t{}\t{}\t{}\tpending\tmedium\t",
-            AssignmentId::for_renewal(window.id).0,
-            org_id.0,
-            window.flow_id.0,
-            window.user_id.0
+        write_renewal(
+            &mut renewals.rows,
+            AssignmentId::for_renewal(window.id),
+            (org_id, window.flow_id, window.user_id),
+            window.expires_at,
+            window.renew_at,
         );
-        copy_time(&mut rows, window.expires_at);
-        rows.push('\t');
-        copy_time(&mut rows, window.renew_at);
-        rows.push('\n');
     }
-    renewals.send(rows.into_bytes()).await?;
     renewals.finish().await?;
     let ids: Vec<AssignmentId> = renewed.iter().map(|window| window.id).collect();
     let renewal_ids: Vec<AssignmentId> = ids
@@ -414,17 +370,17 @@ async fn seed(
 
     // A running system's rollups are merged and its tables analysed.
     scheduler::merge_rollups(pool).await?;
-    for table in [
-        "users",
-        "assignments",
-        "assignment_reminders",
-        "assignment_rollups",
-        "assignment_rollup_deltas",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM (ANALYZE) {table}")))
-            .execute(pool)
-            .await?;
-    }
+    vacuum_analyze(
+        pool,
+        &[
+            "users",
+            "assignments",
+            "assignment_reminders",
+            "assignment_rollups",
+            "assignment_rollup_deltas",
+        ],
+    )
+    .await?;
     println!(
         "seeded in {:.1} s: {} users, {} flows, {} assignments ({open} open, {completed} completed \
          of which {} renewed before the start, and their {} renewal assignments), {reminded} \

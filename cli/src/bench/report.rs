@@ -22,6 +22,8 @@ use sqlx::migrate::MigrateDatabase;
 use sqlx::postgres::PgPoolCopyExt;
 use tokio_util::sync::CancellationToken;
 
+use super::seed::{copy_in, optional_time, vacuum_analyze};
+
 /// Options of the report benchmark.
 #[derive(Debug, Clone, Args)]
 pub struct ReportBenchArgs {
@@ -226,23 +228,23 @@ pub(super) async fn append(
     // Seeded by where the flow stands, so a top-up continues the same data.
     let mut random =
         Random(0x9e37_79b9_7f4a_7c15 ^ have.wrapping_mul(0x2545_f491_4f6c_dd1d).max(1));
-    let mut users = pool
-        .copy_in_raw("COPY users (id, org_id, email, email_normalized) FROM STDIN")
-        .await?;
-    let mut assignments = pool
-        .copy_in_raw(
-            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
-             assigned_at, started_at, completed_at) FROM STDIN",
-        )
-        .await?;
-    let mut progress = pool
-        .copy_in_raw(
-            "COPY module_progress (assignment_id, module_id, status, started_at, completed_at) \
-             FROM STDIN",
-        )
-        .await?;
-    let (mut user_rows, mut assignment_rows, mut progress_rows) =
-        (String::new(), String::new(), String::new());
+    let mut users = copy_in(
+        pool,
+        "COPY users (id, org_id, email, email_normalized) FROM STDIN",
+    )
+    .await?;
+    let mut assignments = copy_in(
+        pool,
+        "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, assigned_at, \
+         started_at, completed_at) FROM STDIN",
+    )
+    .await?;
+    let mut progress = copy_in(
+        pool,
+        "COPY module_progress (assignment_id, module_id, status, started_at, completed_at) \
+         FROM STDIN",
+    )
+    .await?;
     let mut progress_count = 0u64;
     let bar = crate::output::progress(count, "seeding assignments");
     let quiet = count < 10_000;
@@ -252,7 +254,7 @@ pub(super) async fn append(
         }
         let user_id = UserId::new();
         let email = format!("bench-{flow_id}-{}@bench.example", have + index);
-        let _ = writeln!(user_rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
+        let _ = writeln!(users.rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         let assignment_id = AssignmentId::new();
         let assigned_at = origin + chrono::Duration::seconds(random.below(365 * 86_400) as i64);
         let roll = random.below(100);
@@ -270,23 +272,20 @@ pub(super) async fn append(
             started_at.unwrap_or(assigned_at)
                 + chrono::Duration::seconds(3_600 + random.below(10 * 86_400) as i64)
         });
+        let rows = &mut assignments.rows;
         let _ = write!(
-            assignment_rows,
+            rows,
             "{}\t{}\t{}\t{}\t{status}\tmedium\t",
             assignment_id.0, org_id.0, flow_id.0, user_id.0
         );
-        let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
-            Some(at) => copy_time(out, at),
-            None => out.push_str("\\N"),
-        };
-        optional(&mut assignment_rows, due_at);
-        assignment_rows.push('\t');
-        copy_time(&mut assignment_rows, assigned_at);
-        assignment_rows.push('\t');
-        optional(&mut assignment_rows, started_at);
-        assignment_rows.push('\t');
-        optional(&mut assignment_rows, completed_at);
-        assignment_rows.push('\n');
+        optional_time(rows, due_at);
+        rows.push('\t');
+        copy_time(rows, assigned_at);
+        rows.push('\t');
+        optional_time(rows, started_at);
+        rows.push('\t');
+        optional_time(rows, completed_at);
+        rows.push('\n');
         // Module progress: every in-progress assignment has one or two modules going; one in
         // five completed assignments has all five recorded.
         let recorded = match status {
@@ -298,44 +297,30 @@ pub(super) async fn append(
             let started =
                 started_at.unwrap_or(assigned_at) + chrono::Duration::hours(position as i64);
             let done = status == "completed" || position + 1 < recorded;
+            let rows = &mut progress.rows;
             let _ = write!(
-                progress_rows,
+                rows,
                 "{}\t{}\t{}\t",
                 assignment_id.0,
                 module_id.0,
                 if done { "completed" } else { "in_progress" }
             );
-            copy_time(&mut progress_rows, started);
-            progress_rows.push('\t');
+            copy_time(rows, started);
+            rows.push('\t');
             if done {
-                copy_time(&mut progress_rows, started + chrono::Duration::minutes(30));
+                copy_time(rows, started + chrono::Duration::minutes(30));
             } else {
-                progress_rows.push_str("\\N");
+                rows.push_str("\\N");
             }
-            progress_rows.push('\n');
+            rows.push('\n');
             progress_count += 1;
         }
-        if user_rows.len() > 4 << 20 {
-            users
-                .send(std::mem::take(&mut user_rows).into_bytes())
-                .await?;
-        }
-        if assignment_rows.len() > 4 << 20 {
-            assignments
-                .send(std::mem::take(&mut assignment_rows).into_bytes())
-                .await?;
-        }
-        if progress_rows.len() > 4 << 20 {
-            progress
-                .send(std::mem::take(&mut progress_rows).into_bytes())
-                .await?;
-        }
+        users.flush_when_full().await?;
+        assignments.flush_when_full().await?;
+        progress.flush_when_full().await?;
     }
-    users.send(user_rows.into_bytes()).await?;
     users.finish().await?;
-    assignments.send(assignment_rows.into_bytes()).await?;
     assignments.finish().await?;
-    progress.send(progress_rows.into_bytes()).await?;
     progress.finish().await?;
     bar.finish_and_clear();
     // What a running system looks like: the scheduler has marked what is past due, and merged
@@ -348,21 +333,19 @@ pub(super) async fn append(
     .execute(pool)
     .await?;
     flow_workers::scheduler::merge_rollups(pool).await?;
-    sqlx::query("VACUUM (ANALYZE) users").execute(pool).await?;
-    sqlx::query("VACUUM (ANALYZE) assignments")
-        .execute(pool)
-        .await?;
-    sqlx::query("VACUUM (ANALYZE) module_progress")
-        .execute(pool)
-        .await?;
-    sqlx::query("VACUUM (ANALYZE) assignment_rollups")
-        .execute(pool)
-        .await?;
-    // The merge deleted every delta row: without this (or autovacuum) each read of the deltas
-    // steps over hundreds of thousands of dead versions (10 ms of the metrics SQL at 1M).
-    sqlx::query("VACUUM (ANALYZE) assignment_rollup_deltas")
-        .execute(pool)
-        .await?;
+    // The merge deleted every delta row: without vacuuming them (or autovacuum) each read of the
+    // deltas steps over hundreds of thousands of dead versions (10 ms of the metrics SQL at 1M).
+    vacuum_analyze(
+        pool,
+        &[
+            "users",
+            "assignments",
+            "module_progress",
+            "assignment_rollups",
+            "assignment_rollup_deltas",
+        ],
+    )
+    .await?;
     if quiet {
         return Ok(());
     }

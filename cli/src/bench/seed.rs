@@ -1,19 +1,23 @@
-//! Seeding shared by the benchmarks: a database of their own, and an organization whose flows carry
-//! a reminder policy and a validity.
+//! Seeding shared by the benchmarks: a database of their own, an organization whose flows carry a
+//! reminder policy and a validity, and the `COPY … FROM STDIN` writer their rows go through.
 
+use std::fmt::Write as _;
 use std::future::Future;
 
 use anyhow::Context as _;
+use chrono::{DateTime, Utc};
 use flow_common::amqp::Topology;
 use flow_common::config::CoreConfig;
 use flow_common::db::{self, flows::FlowEdit, flows::NewModule, orgs};
 use flow_domain::expiry::Validity;
-use flow_domain::ids::{FlowId, OrgId};
+use flow_domain::ids::{AssignmentId, FlowId, OrgId, UserId};
 use flow_domain::reminders::ReminderPolicy;
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgCopyIn, PgPoolCopyExt};
 
-use super::report::database_url;
+use super::report::{copy_time, database_url};
 
 /// Runs `bench` on a database of its own, `database` on the server of `core`'s (dropped first if
 /// it exists, created and migrated; `connections` in the pool), and on queues of its own
@@ -121,4 +125,141 @@ pub(super) async fn org_with_policy_flows(
         created.push(flow.id);
     }
     Ok((org.id, created))
+}
+
+/// A `COPY … FROM STDIN` and the buffer its rows are written to, sent every 4 MiB.
+pub(super) struct CopyIn {
+    copy: PgCopyIn<PoolConnection<sqlx::Postgres>>,
+    /// Rows in `COPY`'s text format not sent yet.
+    pub(super) rows: String,
+}
+
+/// Starts `statement` (a `COPY … FROM STDIN`) on a connection of `pool`.
+pub(super) async fn copy_in(pool: &PgPool, statement: &str) -> anyhow::Result<CopyIn> {
+    Ok(CopyIn {
+        copy: pool.copy_in_raw(statement).await?,
+        rows: String::new(),
+    })
+}
+
+impl CopyIn {
+    /// Sends the rows written so far once they pass 4 MiB; answers whether it sent them.
+    pub(super) async fn flush_when_full(&mut self) -> anyhow::Result<bool> {
+        if self.rows.len() <= 4 << 20 {
+            return Ok(false);
+        }
+        self.copy
+            .send(std::mem::take(&mut self.rows).into_bytes())
+            .await?;
+        Ok(true)
+    }
+
+    /// Sends the rest and ends the `COPY`; answers how many rows it wrote.
+    pub(super) async fn finish(mut self) -> anyhow::Result<u64> {
+        self.copy.send(self.rows.into_bytes()).await?;
+        Ok(self.copy.finish().await?)
+    }
+}
+
+/// The `COPY` whose rows [`Assignment::write`] writes.
+pub(super) const COPY_ASSIGNMENTS: &str = "COPY assignments (id, org_id, flow_id, user_id, status, \
+     priority, due_at, assigned_at, started_at, completed_at, overdue_at) FROM STDIN";
+
+/// A row of [`COPY_ASSIGNMENTS`] (the priority is `medium`).
+pub(super) struct Assignment {
+    pub(super) id: AssignmentId,
+    pub(super) org_id: OrgId,
+    pub(super) flow_id: FlowId,
+    pub(super) user_id: UserId,
+    pub(super) status: &'static str,
+    pub(super) due_at: Option<DateTime<Utc>>,
+    pub(super) assigned_at: DateTime<Utc>,
+    pub(super) started_at: Option<DateTime<Utc>>,
+    pub(super) completed_at: Option<DateTime<Utc>>,
+    pub(super) overdue_at: Option<DateTime<Utc>>,
+}
+
+impl Assignment {
+    /// Writes the row to `out`.
+    pub(super) fn write(&self, out: &mut String) {
+        let _ = write!(
+            out,
+            "{}\t{}\t{}\t{}\t{}\tmedium\t",
+            self.id.0, self.org_id.0, self.flow_id.0, self.user_id.0, self.status
+        );
+        optional_time(out, self.due_at);
+        out.push('\t');
+        copy_time(out, self.assigned_at);
+        out.push('\t');
+        optional_time(out, self.started_at);
+        out.push('\t');
+        optional_time(out, self.completed_at);
+        out.push('\t');
+        optional_time(out, self.overdue_at);
+        out.push('\n');
+    }
+}
+
+/// The `COPY` whose rows [`write_renewal`] writes.
+pub(super) const COPY_RENEWALS: &str = "COPY assignments (id, org_id, flow_id, user_id, status, \
+     priority, due_at, assigned_at) FROM STDIN";
+
+/// Writes to `out` the row of the renewal assignment `id` of `user_id` to `flow_id` as the
+/// scheduler creates it: pending, due at the completion's expiry (`due_at`), assigned when the
+/// renewal window opened (`assigned_at`).
+pub(super) fn write_renewal(
+    out: &mut String,
+    id: AssignmentId,
+    (org_id, flow_id, user_id): (OrgId, FlowId, UserId),
+    due_at: DateTime<Utc>,
+    assigned_at: DateTime<Utc>,
+) {
+    let _ = write!(
+        out,
+        "{}\t{}\t{}\t{}\tpending\tmedium\t",
+        id.0, org_id.0, flow_id.0, user_id.0
+    );
+    copy_time(out, due_at);
+    out.push('\t');
+    copy_time(out, assigned_at);
+    out.push('\n');
+}
+
+/// Writes `at` (or `\N`) as a `COPY` text field.
+pub(super) fn optional_time(out: &mut String, at: Option<DateTime<Utc>>) {
+    match at {
+        Some(at) => copy_time(out, at),
+        None => out.push_str("\\N"),
+    }
+}
+
+/// Sets the expiry and renewal window of every completion of `org_id` by the very SQL a
+/// completion uses ([`db::lifecycle::EXPIRY_AND_RENEWAL`], its completion instant taken from the
+/// row).
+pub(super) async fn set_expiry_and_renewal(pool: &PgPool, org_id: OrgId) -> anyhow::Result<()> {
+    let expiry = db::lifecycle::EXPIRY_AND_RENEWAL;
+    anyhow::ensure!(
+        expiry.contains("$2::timestamptz"),
+        "EXPIRY_AND_RENEWAL no longer takes the completion as $2::timestamptz"
+    );
+    let expiry = expiry.replace("$2::timestamptz", "a.completed_at");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE assignments a SET (expires_at, renew_at) = {expiry}
+         WHERE a.org_id = $1 AND a.status = 'completed'"
+    )))
+    .bind(org_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// `VACUUM (ANALYZE)` of each of `tables`, in order, as a running system's autovacuum leaves
+/// them.
+pub(super) async fn vacuum_analyze(pool: &PgPool, tables: &[&str]) -> anyhow::Result<()> {
+    for table in tables {
+        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM (ANALYZE) {table}")))
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
 }

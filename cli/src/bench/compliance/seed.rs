@@ -11,10 +11,9 @@ use flow_domain::ids::{AssignmentId, FlowId, GroupId, OrgId, UserId};
 use serde_json::json;
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgCopyIn, PgPoolCopyExt};
 
 use super::super::report::{Random, copy_time};
+use super::super::seed::{copy_in, optional_time, vacuum_analyze};
 use super::ComplianceBenchArgs;
 
 /// The span the histories cover, back from now.
@@ -316,43 +315,6 @@ fn history(
     planned
 }
 
-/// A `COPY … FROM STDIN` with its buffer, sent every 4 MiB.
-struct CopyIn {
-    copy: PgCopyIn<PoolConnection<sqlx::Postgres>>,
-    rows: String,
-}
-
-impl CopyIn {
-    async fn start(pool: &PgPool, statement: &str) -> anyhow::Result<Self> {
-        Ok(Self {
-            copy: pool.copy_in_raw(statement).await?,
-            rows: String::new(),
-        })
-    }
-
-    async fn flush_when_full(&mut self) -> anyhow::Result<()> {
-        if self.rows.len() > 4 << 20 {
-            self.copy
-                .send(std::mem::take(&mut self.rows).into_bytes())
-                .await?;
-        }
-        Ok(())
-    }
-
-    async fn finish(mut self) -> anyhow::Result<u64> {
-        self.copy.send(self.rows.into_bytes()).await?;
-        Ok(self.copy.finish().await?)
-    }
-}
-
-/// Writes `at` (or `\N`) as a COPY text field.
-fn optional_time(out: &mut String, at: Option<DateTime<Utc>>) {
-    match at {
-        Some(at) => copy_time(out, at),
-        None => out.push_str("\\N"),
-    }
-}
-
 /// What the seed created (or what a kept database holds).
 pub(super) struct Seeded {
     pub(super) org_id: OrgId,
@@ -525,19 +487,19 @@ pub(super) async fn seed(pool: &PgPool, args: &ComplianceBenchArgs) -> anyhow::R
     .execute(pool)
     .await?;
 
-    let mut users = CopyIn::start(
+    let mut users = copy_in(
         pool,
         "COPY users (id, org_id, email, email_normalized, name, given_name, family_name, \
          department, manager_id, manager_name, employee_number, external_id, active, \
          deactivated_at, created_at, updated_at) FROM STDIN",
     )
     .await?;
-    let mut members = CopyIn::start(
+    let mut members = copy_in(
         pool,
         "COPY user_group_members (group_id, user_id, org_id, added_at) FROM STDIN",
     )
     .await?;
-    let mut assignments = CopyIn::start(
+    let mut assignments = copy_in(
         pool,
         "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, assigned_at, \
          started_at, completed_at, overdue_at, expires_at, renew_at, renewal_id, \
@@ -545,7 +507,7 @@ pub(super) async fn seed(pool: &PgPool, args: &ComplianceBenchArgs) -> anyhow::R
          FROM STDIN",
     )
     .await?;
-    let mut changes = CopyIn::start(
+    let mut changes = copy_in(
         pool,
         "COPY assignment_changes (id, org_id, assignment_id, kind, changed, outcome, \
          requested_at, applied_at) FROM STDIN",
@@ -682,19 +644,19 @@ pub(super) async fn seed(pool: &PgPool, args: &ComplianceBenchArgs) -> anyhow::R
         "COPY wrote {copied} assignments of {written}"
     );
     flow_workers::scheduler::merge_rollups(pool).await?;
-    for table in [
-        "users",
-        "user_groups",
-        "user_group_members",
-        "assignments",
-        "assignment_changes",
-        "assignment_rollups",
-        "assignment_rollup_deltas",
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM (ANALYZE) {table}")))
-            .execute(pool)
-            .await?;
-    }
+    vacuum_analyze(
+        pool,
+        &[
+            "users",
+            "user_groups",
+            "user_group_members",
+            "assignments",
+            "assignment_changes",
+            "assignment_rollups",
+            "assignment_rollup_deltas",
+        ],
+    )
+    .await?;
     println!(
         "seeded {people} people, {} required flows, {written} assignments and {changed} due-date \
          changes with COPY in {:.1} s",

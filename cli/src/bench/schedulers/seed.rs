@@ -8,16 +8,17 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use chrono::{DateTime, DurationRound, Months, Utc};
-use flow_common::db;
 use flow_domain::expiry::Validity;
 use flow_domain::ids::{AssignmentId, OrgId, UserId};
 use flow_domain::reminders::ReminderPolicy;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolCopyExt;
 
 use super::SchedulersBenchArgs;
-use crate::bench::report::{Random, copy_time};
-use crate::bench::seed::org_with_policy_flows;
+use crate::bench::report::Random;
+use crate::bench::seed::{
+    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, org_with_policy_flows,
+    set_expiry_and_renewal, vacuum_analyze, write_renewal,
+};
 
 /// Days before the due date a reminder goes.
 const BEFORE_DUE_DAYS: [i32; 2] = [7, 1];
@@ -120,18 +121,19 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
     .await?;
 
     let users = args.assignments.div_ceil(args.flows);
-    let mut copy = pool
-        .copy_in_raw("COPY users (id, org_id, email, email_normalized) FROM STDIN")
-        .await?;
+    let mut copy = copy_in(
+        pool,
+        "COPY users (id, org_id, email, email_normalized) FROM STDIN",
+    )
+    .await?;
     let mut user_ids = Vec::with_capacity(users as usize);
-    let mut rows = String::new();
     for index in 0..users {
         let user_id = UserId::new();
         let email = format!("schedulers-{index}@bench.example");
-        let _ = writeln!(rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
+        let _ = writeln!(copy.rows, "{}\t{}\t{email}\t{email}", user_id.0, org_id.0);
         user_ids.push(user_id);
+        copy.flush_when_full().await?;
     }
-    copy.send(rows.into_bytes()).await?;
     copy.finish().await?;
 
     let mut random = Random(0x2545_f491_4f6c_dd1d);
@@ -146,8 +148,8 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
     };
     let mut expected = Expected::default();
     let mut classes: HashMap<&'static str, u64> = HashMap::new();
-    let mut assignments = String::new();
-    let mut renewals = String::new();
+    let mut assignments = copy_in(pool, COPY_ASSIGNMENTS).await?;
+    let mut renewals = copy_in(pool, COPY_RENEWALS).await?;
     let mut renewed_before: Vec<(AssignmentId, AssignmentId)> = Vec::new();
     for index in 0..args.assignments {
         let user_id = user_ids[(index / args.flows) as usize];
@@ -202,15 +204,13 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
                     // Renewed when its window opened: the renewal assignment, pending, due at
                     // the expiry (past: it becomes overdue).
                     let renewal = AssignmentId::for_renewal(id);
-                    let _ = write!(
-                        renewals,
-                        "{}\t{}\t{}\t{}\tpending\tmedium\t",
-                        renewal.0, org_id.0, flow_id.0, user_id.0
+                    write_renewal(
+                        &mut renewals.rows,
+                        renewal,
+                        (org_id, flow_id, user_id),
+                        expires,
+                        expires - days(RENEW_BEFORE_DAYS),
                     );
-                    copy_time(&mut renewals, expires);
-                    renewals.push('\t');
-                    copy_time(&mut renewals, expires - days(RENEW_BEFORE_DAYS));
-                    renewals.push('\n');
                     renewed_before.push((id, renewal));
                     expected.overdue.insert(renewal.0.to_string());
                 }
@@ -238,60 +238,26 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
             }
         }
         *classes.entry(class.name()).or_default() += 1;
-        let _ = write!(
-            assignments,
-            "{}\t{}\t{}\t{}\t{status}\tmedium\t",
-            id.0, org_id.0, flow_id.0, user_id.0
-        );
-        let optional = |out: &mut String, at: Option<DateTime<Utc>>| match at {
-            Some(at) => copy_time(out, at),
-            None => out.push_str("\\N"),
-        };
-        optional(&mut assignments, due_at);
-        assignments.push('\t');
-        copy_time(&mut assignments, assigned_at);
-        assignments.push('\t');
-        // Started an hour after it was assigned, if it was.
-        optional(
-            &mut assignments,
-            (status != "pending").then(|| assigned_at + chrono::Duration::hours(1)),
-        );
-        assignments.push('\t');
-        optional(&mut assignments, completed_at);
-        assignments.push('\t');
-        optional(&mut assignments, overdue_at);
-        assignments.push('\n');
+        Assignment {
+            id,
+            org_id,
+            flow_id,
+            user_id,
+            status,
+            due_at,
+            assigned_at,
+            // Started an hour after it was assigned, if it was.
+            started_at: (status != "pending").then(|| assigned_at + chrono::Duration::hours(1)),
+            completed_at,
+            overdue_at,
+        }
+        .write(&mut assignments.rows);
+        assignments.flush_when_full().await?;
+        renewals.flush_when_full().await?;
     }
-    for (table_rows, statement) in [
-        (
-            assignments,
-            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
-             assigned_at, started_at, completed_at, overdue_at) FROM STDIN",
-        ),
-        (
-            renewals,
-            "COPY assignments (id, org_id, flow_id, user_id, status, priority, due_at, \
-             assigned_at) FROM STDIN",
-        ),
-    ] {
-        let mut copy = pool.copy_in_raw(statement).await?;
-        copy.send(table_rows.into_bytes()).await?;
-        copy.finish().await?;
-    }
-    // Expiry and renewal window of every completion, by the very SQL a completion uses.
-    let expiry = db::lifecycle::EXPIRY_AND_RENEWAL;
-    anyhow::ensure!(
-        expiry.contains("$2::timestamptz"),
-        "EXPIRY_AND_RENEWAL no longer takes the completion as $2::timestamptz"
-    );
-    let expiry = expiry.replace("$2::timestamptz", "a.completed_at");
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE assignments a SET (expires_at, renew_at) = {expiry}
-         WHERE a.org_id = $1 AND a.status = 'completed'"
-    )))
-    .bind(org_id)
-    .execute(pool)
-    .await?;
+    assignments.finish().await?;
+    renewals.finish().await?;
+    set_expiry_and_renewal(pool, org_id).await?;
     let (ids, renewal_ids): (Vec<AssignmentId>, Vec<AssignmentId>) =
         renewed_before.into_iter().unzip();
     sqlx::query(
@@ -304,11 +270,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
     .await?;
     // A running system's rollups are merged and its tables analysed.
     flow_workers::scheduler::merge_rollups(pool).await?;
-    for table in ["users", "assignments", "assignment_rollups"] {
-        sqlx::query(sqlx::AssertSqlSafe(format!("VACUUM (ANALYZE) {table}")))
-            .execute(pool)
-            .await?;
-    }
+    vacuum_analyze(pool, &["users", "assignments", "assignment_rollups"]).await?;
     check_seed(pool, org_id, start, &classes, &expected).await?;
     println!(
         "seeded in {:.1} s at {}: {} users, {} flows, {} assignments ({}) and {} renewal \
