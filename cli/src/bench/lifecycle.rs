@@ -75,8 +75,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::report::{Random, summary};
 use super::seed::{
-    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, on_own_database, org_with_policy_flows,
-    set_expiry_and_renewal, vacuum_analyze, write_renewal,
+    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, link_renewals, on_own_database,
+    org_with_policy_flows, set_expiry_and_renewal, vacuum_analyze, write_renewal,
 };
 
 /// Options of the lifecycle benchmark.
@@ -342,14 +342,7 @@ async fn seed(
         .iter()
         .map(|id| AssignmentId::for_renewal(*id))
         .collect();
-    sqlx::query(
-        "UPDATE assignments a SET renewal_id = t.renewal_id
-         FROM UNNEST($1::uuid[], $2::uuid[]) AS t(id, renewal_id) WHERE a.id = t.id",
-    )
-    .bind(&ids)
-    .bind(&renewal_ids)
-    .execute(pool)
-    .await?;
+    link_renewals(pool, &ids, &renewal_ids).await?;
 
     // The reminders whose time came before the start, as sent.
     let reminded = sqlx::query(sqlx::AssertSqlSafe(format!(

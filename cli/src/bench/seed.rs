@@ -1,5 +1,7 @@
 //! Seeding shared by the benchmarks: a database of their own, an organization whose flows carry a
-//! reminder policy and a validity, and the `COPY … FROM STDIN` writer their rows go through.
+//! reminder policy and a validity, the `COPY … FROM STDIN` writer their rows go through, the
+//! assignment rows the scheduler benches write, and what a running system would have done to
+//! them (expiry windows, renewal links, vacuumed tables).
 
 use std::fmt::Write as _;
 use std::future::Future;
@@ -248,6 +250,24 @@ pub(super) async fn set_expiry_and_renewal(pool: &PgPool, org_id: OrgId) -> anyh
          WHERE a.org_id = $1 AND a.status = 'completed'"
     )))
     .bind(org_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Records each of `renewal_ids` as the renewal of the completion at the same place in `ids`
+/// (its `renewal_id`), as the scheduler does when it renews one.
+pub(super) async fn link_renewals(
+    pool: &PgPool,
+    ids: &[AssignmentId],
+    renewal_ids: &[AssignmentId],
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "UPDATE assignments a SET renewal_id = t.renewal_id
+         FROM UNNEST($1::uuid[], $2::uuid[]) AS t(id, renewal_id) WHERE a.id = t.id",
+    )
+    .bind(ids)
+    .bind(renewal_ids)
     .execute(pool)
     .await?;
     Ok(())

@@ -16,7 +16,7 @@ use sqlx::PgPool;
 use super::SchedulersBenchArgs;
 use crate::bench::report::Random;
 use crate::bench::seed::{
-    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, org_with_policy_flows,
+    Assignment, COPY_ASSIGNMENTS, COPY_RENEWALS, copy_in, link_renewals, org_with_policy_flows,
     set_expiry_and_renewal, vacuum_analyze, write_renewal,
 };
 
@@ -260,14 +260,7 @@ pub(super) async fn seed(pool: &PgPool, args: &SchedulersBenchArgs) -> anyhow::R
     set_expiry_and_renewal(pool, org_id).await?;
     let (ids, renewal_ids): (Vec<AssignmentId>, Vec<AssignmentId>) =
         renewed_before.into_iter().unzip();
-    sqlx::query(
-        "UPDATE assignments a SET renewal_id = t.renewal_id
-         FROM UNNEST($1::uuid[], $2::uuid[]) AS t(id, renewal_id) WHERE a.id = t.id",
-    )
-    .bind(&ids)
-    .bind(&renewal_ids)
-    .execute(pool)
-    .await?;
+    link_renewals(pool, &ids, &renewal_ids).await?;
     // A running system's rollups are merged and its tables analysed.
     flow_workers::scheduler::merge_rollups(pool).await?;
     vacuum_analyze(pool, &["users", "assignments", "assignment_rollups"]).await?;
