@@ -171,8 +171,10 @@ const POPULATION: &str = "u.org_id = $1
     AND ($9::text[] IS NULL OR u.email_normalized = ANY($9))";
 
 /// The latest assignment of each (person, flow) of the organization `$1` among the flows `$2`
-/// assigned by `$3` (`latest`), and the latest completion by `$3` (`completed`): one ordered
-/// pass each, for the answers over a whole population.
+/// assigned by `$3` (`latest`), the latest completion by `$3` (`completed`): one ordered pass
+/// each, for the answers over a whole population; and with `$4` (a past instant) the earliest
+/// due-date change of each of the organization's assignments applied after `$3` (`moved`: few
+/// rows, read by the applied changes' index, where a lookup per cell would probe every cell).
 const LATEST_SETS: &str = "latest AS (
     SELECT DISTINCT ON (a.user_id, a.flow_id) a.user_id, a.flow_id, a.id, a.assigned_at,
            a.due_at, a.started_at, a.completed_at, a.expires_at, a.cancelled_at
@@ -186,9 +188,17 @@ const LATEST_SETS: &str = "latest AS (
     WHERE a.org_id = $1 AND a.flow_id = ANY($2) AND a.completed_at IS NOT NULL
       AND a.completed_at <= $3
     ORDER BY a.user_id, a.flow_id, a.completed_at DESC, a.id DESC
+), moved AS (
+    SELECT DISTINCT ON (c.assignment_id) c.assignment_id, true AS changed_since,
+           c.changed -> 'dueDate' ->> 'from' AS due_from
+    FROM assignment_changes c
+    WHERE $4 AND c.org_id = $1 AND c.outcome = 'applied' AND c.applied_at > $3
+      AND c.changed ? 'dueDate'
+    ORDER BY c.assignment_id, c.applied_at
 )";
 
-/// The same per (person, flow), looked up one cell at a time (a page of people).
+/// The same per (person, flow) and per assignment, looked up one cell at a time (a page of
+/// people).
 const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
         SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
                a.cancelled_at
@@ -201,11 +211,18 @@ const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
         FROM assignments a
         WHERE a.org_id = $1 AND a.user_id = p.id AND a.flow_id = f.flow_id
           AND a.completed_at IS NOT NULL AND a.completed_at <= $3
-        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true";
+        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true
+    LEFT JOIN LATERAL (
+        SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
+        FROM assignment_changes c
+        WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
+          AND c.applied_at > $3 AND c.changed ? 'dueDate'
+        ORDER BY c.applied_at LIMIT 1) h ON true";
 
 /// Joins of [`LATEST_SETS`] to the cells.
 const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id = f.flow_id
-    LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id";
+    LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id
+    LEFT JOIN moved h ON h.assignment_id = l.id";
 
 /// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
 /// whether the flow is required of them (`required`: of everyone, or they are in its rule's
@@ -247,12 +264,6 @@ fn cells(latest: &str) -> String {
                 WHERE r.org_id = $1 AND r.id = ANY($2))
         ) em ON em.rule_id = audience.required_for_rule_id AND em.user_id = p.id
         {latest}
-        LEFT JOIN LATERAL (
-            SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
-            FROM assignment_changes c
-            WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
-              AND c.applied_at > $3 AND c.changed ? 'dueDate'
-            ORDER BY c.applied_at LIMIT 1) h ON true
     ) x
 )"
     )
