@@ -171,10 +171,8 @@ const POPULATION: &str = "u.org_id = $1
     AND ($9::text[] IS NULL OR u.email_normalized = ANY($9))";
 
 /// The latest assignment of each (person, flow) of the organization `$1` among the flows `$2`
-/// assigned by `$3` (`latest`), the latest completion by `$3` (`completed`): one ordered pass
-/// each, for the answers over a whole population; and with `$4` (a past instant) the earliest
-/// due-date change of each of the organization's assignments applied after `$3` (`moved`: few
-/// rows, read by the applied changes' index, where a lookup per cell would probe every cell).
+/// assigned by `$3` (`latest`), and the latest completion by `$3` (`completed`): one ordered
+/// pass each, for the answers over a whole population.
 const LATEST_SETS: &str = "latest AS (
     SELECT DISTINCT ON (a.user_id, a.flow_id) a.user_id, a.flow_id, a.id, a.assigned_at,
            a.due_at, a.started_at, a.completed_at, a.expires_at, a.cancelled_at
@@ -188,17 +186,33 @@ const LATEST_SETS: &str = "latest AS (
     WHERE a.org_id = $1 AND a.flow_id = ANY($2) AND a.completed_at IS NOT NULL
       AND a.completed_at <= $3
     ORDER BY a.user_id, a.flow_id, a.completed_at DESC, a.id DESC
-), moved AS (
+)";
+
+/// The earliest due-date change of each of the organization's assignments applied after `$3`
+/// (`moved`), for an answer over a whole population at a past instant: few rows, read by the
+/// applied changes' index, where a lookup per cell would probe every cell.
+const MOVED_SET: &str = "moved AS (
     SELECT DISTINCT ON (c.assignment_id) c.assignment_id, true AS changed_since,
            c.changed -> 'dueDate' ->> 'from' AS due_from
     FROM assignment_changes c
-    WHERE $4 AND c.org_id = $1 AND c.outcome = 'applied' AND c.applied_at > $3
+    WHERE c.org_id = $1 AND c.outcome = 'applied' AND c.applied_at > $3
       AND c.changed ? 'dueDate'
     ORDER BY c.assignment_id, c.applied_at
 )";
 
-/// The same per (person, flow) and per assignment, looked up one cell at a time (a page of
-/// people).
+/// The join of [`MOVED_SET`] to the latest assignment `l`, as `h`.
+const MOVED_JOIN: &str = "LEFT JOIN moved h ON h.assignment_id = l.id";
+
+/// The same looked up for the latest assignment `l`, as `h`, at a past instant (`$4`); for the
+/// present, a condition Postgres folds away before it runs (no change can be applied after now).
+const MOVED_LOOKUP: &str = "LEFT JOIN LATERAL (
+        SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
+        FROM assignment_changes c
+        WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
+          AND c.applied_at > $3 AND c.changed ? 'dueDate'
+        ORDER BY c.applied_at LIMIT 1) h ON true";
+
+/// The same per (person, flow), looked up one cell at a time (a page of people).
 const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
         SELECT a.id, a.assigned_at, a.due_at, a.started_at, a.completed_at, a.expires_at,
                a.cancelled_at
@@ -211,26 +225,20 @@ const LATEST_LOOKUPS: &str = "LEFT JOIN LATERAL (
         FROM assignments a
         WHERE a.org_id = $1 AND a.user_id = p.id AND a.flow_id = f.flow_id
           AND a.completed_at IS NOT NULL AND a.completed_at <= $3
-        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true
-    LEFT JOIN LATERAL (
-        SELECT true AS changed_since, c.changed -> 'dueDate' ->> 'from' AS due_from
-        FROM assignment_changes c
-        WHERE $4 AND c.assignment_id = l.id AND c.outcome = 'applied'
-          AND c.applied_at > $3 AND c.changed ? 'dueDate'
-        ORDER BY c.applied_at LIMIT 1) h ON true";
+        ORDER BY a.completed_at DESC, a.id DESC LIMIT 1) d ON true";
 
 /// Joins of [`LATEST_SETS`] to the cells.
 const LATEST_JOINS: &str = "LEFT JOIN latest l ON l.user_id = p.id AND l.flow_id = f.flow_id
-    LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id
-    LEFT JOIN moved h ON h.assignment_id = l.id";
+    LEFT JOIN completed d ON d.user_id = p.id AND d.flow_id = f.flow_id";
 
 /// `cells`: each person of `people` (a relation with `id`) crossed with the flows `$2`, with
 /// whether the flow is required of them (`required`: of everyone, or they are in its rule's
 /// audience; only the matches of the rules of these flows are read, by the primary key's
 /// `rule_id` prefix, never another organization's), the assignments that decide the standing at `$3` (`l_*` the latest assigned, its
-/// due date as it stood then, `d_*` the latest completion, joined by `latest`) and the `status`
-/// they make (module docs; `$10` the due-soon window in days).
-fn cells(latest: &str) -> String {
+/// due date as it stood then, read back through the changes joined by `moved`; `d_*` the latest
+/// completion, joined by `latest`) and the `status` they make (module docs; `$10` the due-soon
+/// window in days).
+fn cells(latest: &str, moved: &str) -> String {
     format!(
         "cells AS (
     SELECT x.*, CASE
@@ -264,6 +272,7 @@ fn cells(latest: &str) -> String {
                 WHERE r.org_id = $1 AND r.id = ANY($2))
         ) em ON em.rule_id = audience.required_for_rule_id AND em.user_id = p.id
         {latest}
+        {moved}
     ) x
 )"
     )
@@ -271,8 +280,9 @@ fn cells(latest: &str) -> String {
 
 /// The common table expressions that precede `cells` and `cells` itself, for an answer over the
 /// whole population of `scope`: one ordered pass over the organization's assignments for the
-/// whole organization (or everyone active or not), a lookup per cell for a narrower population
-/// (a department, a group, a manager's team, a list of people), which reads far fewer rows.
+/// whole organization (or everyone active or not), and at a past instant one read of the due
+/// dates moved since; a lookup per cell for a narrower population (a department, a group, a
+/// manager's team, a list of people), which reads far fewer rows.
 fn whole(scope: &Scope) -> (String, String) {
     let population = &scope.population;
     let narrow = population.department.is_some()
@@ -280,9 +290,15 @@ fn whole(scope: &Scope) -> (String, String) {
         || population.manager_id.is_some()
         || population.emails.is_some();
     if narrow {
-        (String::new(), cells(LATEST_LOOKUPS))
+        (String::new(), cells(LATEST_LOOKUPS, MOVED_LOOKUP))
+    } else if scope.historical {
+        (
+            format!("{LATEST_SETS}, {MOVED_SET},"),
+            cells(LATEST_JOINS, MOVED_JOIN),
+        )
     } else {
-        (format!("{LATEST_SETS},"), cells(LATEST_JOINS))
+        // The present: no set to read (joined, even empty, it changes the plan for the worse).
+        (format!("{LATEST_SETS},"), cells(LATEST_JOINS, MOVED_LOOKUP))
     }
 }
 
@@ -494,7 +510,7 @@ pub async fn page(
     after: Option<UserId>,
     limit: i64,
 ) -> Result<Vec<Cell>, sqlx::Error> {
-    let cells = cells(LATEST_LOOKUPS);
+    let cells = cells(LATEST_LOOKUPS, MOVED_LOOKUP);
     let sql = format!(
         "WITH people AS (
             SELECT u.id FROM users u
