@@ -457,25 +457,32 @@ async fn read_on(
     scope: &Scope,
     request: &ComplianceRequest,
 ) -> Result<Read, sqlx::Error> {
-    let totals = compliance::totals(&mut *connection, scope).await?;
     let after = request.cursor.as_ref().map(|cursor| &cursor.after);
-    let (cells, groups) = match request.group_by {
+    let (cells, groups, totals) = match request.group_by {
         None => {
             let after = match after {
                 Some(CursorKey::Person(id)) => Some(*id),
                 _ => None,
             };
+            let totals = compliance::totals(&mut *connection, scope).await?;
             let cells = compliance::page(connection, scope, after, request.limit + 1).await?;
-            (cells, None)
+            (cells, None, totals)
         }
         Some(by) => {
             let after = match after {
                 Some(CursorKey::Group(key)) => Some(key.as_str()),
                 _ => None,
             };
-            let groups =
-                compliance::groups(connection, scope, by, after, request.limit + 1).await?;
-            (Vec::new(), Some(groups))
+            let limit = request.limit + 1;
+            let (groups, totals) = if by == GroupBy::Group {
+                // A person counts in each of their groups: the totals are counted apart.
+                let totals = compliance::totals(&mut *connection, scope).await?;
+                let groups = compliance::groups(connection, scope, by, after, limit).await?;
+                (groups, totals)
+            } else {
+                compliance::groups_with_totals(connection, scope, by, after, limit).await?
+            };
+            (Vec::new(), Some(groups), totals)
         }
     };
     Ok(Read {

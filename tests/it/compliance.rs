@@ -743,6 +743,27 @@ async fn filters_narrow_the_population_and_group_by_rolls_it_up_with_counts() {
     assert_eq!(body["totals"]["people"], 5);
     assert_eq!(body["totals"]["summary"]["compliant"], 2);
 
+    // A roll-up's totals (summed with its groups in one pass) are the whole population's,
+    // whichever page of groups is read.
+    let plain = report(&app, &org, json!({})).await;
+    for ask in [
+        json!({ "groupBy": "department" }),
+        json!({ "groupBy": "manager", "limit": 1 }),
+    ] {
+        let grouped = report(&app, &org, ask.clone()).await;
+        assert_eq!(grouped["totals"], plain["totals"], "{ask}");
+        if let Some(cursor) = grouped["nextCursor"].as_str() {
+            let next = report(
+                &app,
+                &org,
+                json!({ "groupBy": "manager", "limit": 1, "cursor": cursor }),
+            )
+            .await;
+            assert_eq!(next["groups"].as_array().map(Vec::len), Some(1), "{next}");
+            assert_eq!(next["totals"], plain["totals"], "the second page");
+        }
+    }
+
     // Per manager, with the manager's name.
     let body = report(&app, &org, json!({ "groupBy": "manager" })).await;
     let groups = body["groups"].as_array().expect("groups");

@@ -598,6 +598,63 @@ pub async fn groups(
         .await
 }
 
+/// One row of [`groups_with_totals`]: a group, or (`whole`) the whole population.
+#[derive(Debug, FromRow)]
+struct RolledUp {
+    whole: bool,
+    #[sqlx(flatten)]
+    group: GroupCounts,
+}
+
+/// [`groups`] and [`totals`] in one pass over the population, for a roll-up that puts each
+/// person in exactly one group (by department or manager; not by group, where a person counts in
+/// each of theirs): the groups are summed with the whole population (`GROUPING SETS`), so the
+/// cells are computed once instead of once per statement.
+pub async fn groups_with_totals(
+    connection: &mut PgConnection,
+    scope: &Scope,
+    by: GroupBy,
+    after: Option<&str>,
+    limit: i64,
+) -> Result<(Vec<GroupCounts>, Counts), sqlx::Error> {
+    debug_assert!(by != GroupBy::Group, "a person may be in several groups");
+    let key_and_label = by.key_and_label();
+    let (sets, cells) = whole(scope);
+    let sql = format!(
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON},
+         keyed AS (
+            SELECT {key_and_label}, q.*
+            FROM per_person q JOIN users u ON u.id = q.user_id
+         ),
+         rolled AS MATERIALIZED (
+            SELECT GROUPING(q.key) = 1 AS whole, COALESCE(q.key, '') AS key,
+                   max(q.label) AS label, {SUMS}
+            FROM keyed q
+            GROUP BY GROUPING SETS ((q.key), ())
+         )
+         (SELECT * FROM rolled WHERE whole)
+         UNION ALL
+         (SELECT * FROM rolled WHERE NOT whole AND ($11::text IS NULL OR key > $11)
+          ORDER BY key LIMIT $12)"
+    );
+    let rows: Vec<RolledUp> = bind_scope(sqlx::query_as(AssertSqlSafe(sql)), scope)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(connection)
+        .await?;
+    let mut totals = Counts::default();
+    let mut groups = Vec::with_capacity(rows.len());
+    for row in rows {
+        if row.whole {
+            totals = row.group.counts;
+        } else {
+            groups.push(row.group);
+        }
+    }
+    Ok((groups, totals))
+}
+
 /// A flow as the report names it.
 #[derive(Debug, Clone, FromRow)]
 pub struct ReportFlow {
