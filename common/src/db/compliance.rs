@@ -567,6 +567,22 @@ pub async fn totals(connection: &mut PgConnection, scope: &Scope) -> Result<Coun
         .await
 }
 
+/// The common table expressions up to `keyed`: each person's counts ([`PER_PERSON`]) with the
+/// key and label of their group(s) by `by`.
+fn keyed(scope: &Scope, by: GroupBy) -> String {
+    let key_and_label = by.key_and_label();
+    let joins = by.joins();
+    let (sets, cells) = whole(scope);
+    format!(
+        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
+              {PER_PERSON},
+         keyed AS (
+            SELECT {key_and_label}, q.*
+            FROM per_person q JOIN users u ON u.id = q.user_id {joins}
+         )"
+    )
+}
+
 /// The counts of up to `limit` groups of the population by `by`, after the key `after`, in key
 /// order.
 pub async fn groups(
@@ -576,16 +592,9 @@ pub async fn groups(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<GroupCounts>, sqlx::Error> {
-    let key_and_label = by.key_and_label();
-    let joins = by.joins();
-    let (sets, cells) = whole(scope);
+    let keyed = keyed(scope, by);
     let sql = format!(
-        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
-              {PER_PERSON},
-         keyed AS (
-            SELECT {key_and_label}, q.*
-            FROM per_person q JOIN users u ON u.id = q.user_id {joins}
-         )
+        "{keyed}
          SELECT q.key, max(q.label) AS label, {SUMS}
          FROM keyed q
          WHERE $11::text IS NULL OR q.key > $11
@@ -618,15 +627,9 @@ pub async fn groups_with_totals(
     limit: i64,
 ) -> Result<(Vec<GroupCounts>, Counts), sqlx::Error> {
     debug_assert!(by != GroupBy::Group, "a person may be in several groups");
-    let key_and_label = by.key_and_label();
-    let (sets, cells) = whole(scope);
+    let keyed = keyed(scope, by);
     let sql = format!(
-        "WITH people AS (SELECT u.id FROM users u WHERE {POPULATION}), {sets} {cells},
-              {PER_PERSON},
-         keyed AS (
-            SELECT {key_and_label}, q.*
-            FROM per_person q JOIN users u ON u.id = q.user_id
-         ),
+        "{keyed},
          rolled AS MATERIALIZED (
             SELECT GROUPING(q.key) = 1 AS whole, COALESCE(q.key, '') AS key,
                    max(q.label) AS label, {SUMS}
