@@ -26,16 +26,27 @@ pub async fn mark_overdue(
 }
 
 /// Sends up to `limit` reminders whose time has come at `now`, each with one `flow.reminder`
-/// event, in one transaction; returns how many.
+/// event, in one transaction; returns how many. A failed scan rolls back before it returns: its
+/// transaction holds the scan's advisory lock, and a dropped transaction's rollback waits for the
+/// pooled connection's release, while every other scheduler's scan would answer 0.
 pub async fn send_reminders(
     pool: &PgPool,
     now: DateTime<Utc>,
     limit: i64,
 ) -> Result<usize, sqlx::Error> {
     let mut transaction = pool.begin().await?;
-    let sent = flow_common::db::reminders::send_due(&mut transaction, now, limit).await?;
-    transaction.commit().await?;
-    Ok(sent)
+    match flow_common::db::reminders::send_due(&mut transaction, now, limit).await {
+        Ok(sent) => {
+            transaction.commit().await?;
+            Ok(sent)
+        }
+        Err(error) => {
+            if let Err(rolling_back) = transaction.rollback().await {
+                tracing::warn!(error = %rolling_back, "rolling the failed reminder scan back");
+            }
+            Err(error)
+        }
+    }
 }
 
 /// Completions whose renewal window opened, claimed in a transaction of their own (the
