@@ -38,8 +38,6 @@ use crate::runtime::JobError;
 
 /// What the reader was doing when a compliance export's rows failed to read.
 const READING: &str = "reading the compliance rows";
-/// Groups of the roll-up read per statement.
-const GROUPS_PER_PAGE: i64 = 1_000;
 
 /// Everything about a compliance export except its rows.
 #[derive(Debug, Clone)]
@@ -207,23 +205,7 @@ pub(super) async fn generate(
     let people = exports::compliance_population(snapshot.connection(), &scope).await?;
     let groups = match (parameters.group_by, format) {
         (Some(by), ExportFormat::Excel | ExportFormat::Pdf) => {
-            let mut groups: Vec<GroupCounts> = Vec::new();
-            loop {
-                let after = groups.last().map(|group| group.key.clone());
-                let page = exports::compliance_groups(
-                    snapshot.connection(),
-                    &scope,
-                    by,
-                    after.as_deref(),
-                    GROUPS_PER_PAGE,
-                )
-                .await?;
-                let done = (page.len() as i64) < GROUPS_PER_PAGE;
-                groups.extend(page);
-                if done {
-                    break;
-                }
-            }
+            let groups = exports::compliance_groups(snapshot.connection(), &scope, by).await?;
             Some((by, groups))
         }
         _ => None,
