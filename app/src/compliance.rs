@@ -420,13 +420,67 @@ struct Read {
     totals: Counts,
 }
 
+/// The export a request with a format records, and what its cost left of the allowance.
+struct Recorded {
+    export: ExportRecord,
+    rate: RateInfo,
+    at: DateTime<Utc>,
+}
+
+/// The export a request asks for: its format, the caller's request id (kept with the export) and
+/// what is left of the caller's report allowance before its cost.
+#[derive(Clone, Copy)]
+struct ExportAsked<'a> {
+    format: ExportFormat,
+    request_id: Option<&'a str>,
+    rate: RateInfo,
+}
+
 /// Reads the page and the totals in one snapshot at the instant the cursor carries, else
-/// `as_of`, else the snapshot's now.
+/// `as_of`, else the snapshot's now. With a format, the export is recorded first, at that
+/// instant, once the population is counted (its rows: people × flows), so the report-worker
+/// writes the file while this request counts its own page and totals. A later attempt (the
+/// first one's replica failed) judges the instant the export was recorded at, as a past one. When
+/// the answer cannot be read after all, the export recorded for it is withdrawn (failed, unless
+/// its file is already written), so an error leaves no export the caller did not hear of.
 async fn read(
     ctx: &Context,
     acting: Acting<'_>,
     request: &ComplianceRequest,
     flows: &[ReportFlow],
+    asked: Option<ExportAsked<'_>>,
+) -> Result<(Read, DateTime<Utc>, Option<Recorded>), ServiceError> {
+    let mut recorded = None;
+    match read_recording(ctx, acting, request, flows, asked, &mut recorded).await {
+        Ok((read, data_as_of)) => Ok((read, data_as_of, recorded)),
+        Err(error) => {
+            if let Some(recorded) = recorded {
+                let id = recorded.export.id;
+                if let Err(withdrawing) = exports::withdraw(&ctx.db, id, WITHDRAWN).await {
+                    tracing::error!(
+                        export_id = %id, error = %withdrawing,
+                        "the compliance report failed after its export was recorded, and the \
+                         export could not be withdrawn: its file will be written"
+                    );
+                }
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Why an export is failed when the request that recorded it could not answer.
+const WITHDRAWN: &str = "the compliance report that asked for this export failed before it \
+                         answered; ask again";
+
+/// [`read`]'s attempts, recording the export in `recorded` on the first.
+async fn read_recording(
+    ctx: &Context,
+    acting: Acting<'_>,
+    request: &ComplianceRequest,
+    flows: &[ReportFlow],
+    asked: Option<ExportAsked<'_>>,
+    recorded: &mut Option<Recorded>,
 ) -> Result<(Read, DateTime<Utc>), ServiceError> {
     let mut reading = ctx.reads.read(ReadPurpose::Report, None);
     loop {
@@ -436,20 +490,78 @@ async fn read(
             .as_ref()
             .map(|cursor| cursor.at)
             .or(request.as_of)
+            .or(recorded.as_ref().map(|recorded| recorded.at))
             .unwrap_or_else(|| snapshot.now());
         let scope = Scope {
             org_id: acting.org_id(),
             flows: flows.iter().map(|flow| flow.id).collect(),
             at,
-            historical: request.as_of.is_some(),
+            historical: request.as_of.is_some() || recorded.is_some(),
             due_soon_days: DUE_SOON_DAYS,
             population: request.population.clone(),
         };
-        let outcome = read_on(snapshot.connection(), &scope, request).await;
+        let outcome = async {
+            if let (Some(asked), None) = (asked, &*recorded) {
+                let people = compliance::population_size(snapshot.connection(), &scope).await?;
+                let rows = people.saturating_mul(i64::try_from(flows.len()).unwrap_or(i64::MAX));
+                let export = record_export(ctx, acting, request, flows, asked, at, rows).await?;
+                *recorded = Some(export);
+            }
+            Ok::<_, ServiceError>(read_on(snapshot.connection(), &scope, request).await?)
+        }
+        .await;
         if let Some(served) = reading.end(snapshot, source, outcome).await? {
             return Ok((served.value, served.source.data_as_of));
         }
     }
+}
+
+/// Records the export of the report `request` asks for, judged at `at`, of `rows` rows: refused
+/// (429) past the organization's export caps, and costing one more report request per started
+/// 10,000 rows.
+async fn record_export(
+    ctx: &Context,
+    acting: Acting<'_>,
+    request: &ComplianceRequest,
+    flows: &[ReportFlow],
+    asked: ExportAsked<'_>,
+    at: DateTime<Utc>,
+    rows: i64,
+) -> Result<Recorded, ServiceError> {
+    let mut rate = asked.rate;
+    let caller = acting.caller;
+    let allowance = Operation::Report.limit(caller);
+    if let Some(export_cost) = cost::export(rows, allowance) {
+        rate = ctx
+            .limiter
+            .check(caller, Operation::Report, export_cost)
+            .await?;
+    }
+    let parameters = ComplianceParameters {
+        flow_ids: flows.iter().map(|flow| flow.id).collect(),
+        required: request.flows == FlowChoice::Required,
+        department: request.population.department.clone(),
+        group_id: request.population.group_id,
+        manager_id: request.population.manager_id.clone(),
+        active: request.population.active,
+        user_emails: request.population.emails.clone(),
+        group_by: request.group_by,
+        as_of: at,
+        as_of_given: request.as_of.is_some(),
+        due_soon_days: DUE_SOON_DAYS,
+        timezone: caller.zone.name().to_owned(),
+    };
+    let new = NewExport::new(
+        acting.org_id(),
+        asked.format,
+        parameters,
+        rows,
+        asked.request_id,
+        Utc::now(),
+    );
+    let export_caps = ExportCaps::for_tier(caller.org.tier());
+    let export = exports::create(&ctx.db, &new, export_caps).await?;
+    Ok(Recorded { export, rate, at })
 }
 
 async fn read_on(
@@ -552,7 +664,8 @@ pub async fn report(
 
 /// [`report`], and with a format an export of the whole report, judged at the same instant as
 /// the answer (the request's `asOf`, else the instant it was read), whose row is the request's
-/// one commit point. The export is refused (429) when the organization is at its export caps,
+/// one commit point, written before the answer's page and totals are counted (the worker starts
+/// the file meanwhile). The export is refused (429) when the organization is at its export caps,
 /// as a flow report's is, and costs one more report request per started 10,000 rows of the file
 /// (people × flows). `request_id` is the caller's own request id, kept with the export.
 pub async fn report_with_request_id(
@@ -562,7 +675,7 @@ pub async fn report_with_request_id(
     request_id: Option<&str>,
 ) -> Result<ComplianceAnswer, ServiceError> {
     let caller = acting.caller;
-    let mut rate = ctx
+    let rate = ctx
         .limiter
         .check(caller, Operation::Report, page_cost(request.limit))
         .await?;
@@ -574,7 +687,12 @@ pub async fn report_with_request_id(
             .check(export_caps)?;
     }
     let flows = resolve_flows(ctx, acting, &request.flows).await?;
-    let (read, data_as_of) = read(ctx, acting, &request, &flows).await?;
+    let asked = request.format.map(|format| ExportAsked {
+        format,
+        request_id,
+        rate,
+    });
+    let (read, data_as_of, recorded) = read(ctx, acting, &request, &flows, asked).await?;
     let limit = usize::try_from(request.limit).unwrap_or(usize::MAX);
     let at = read.at;
     let mut next_cursor = None;
@@ -603,41 +721,9 @@ pub async fn report_with_request_id(
         }
         _ => None,
     };
-    let export = match request.format {
-        None => None,
-        Some(format) => {
-            let rows = read.totals.rows();
-            let allowance = Operation::Report.limit(caller);
-            if let Some(export_cost) = cost::export(rows, allowance) {
-                rate = ctx
-                    .limiter
-                    .check(caller, Operation::Report, export_cost)
-                    .await?;
-            }
-            let parameters = ComplianceParameters {
-                flow_ids: flows.iter().map(|flow| flow.id).collect(),
-                required: request.flows == FlowChoice::Required,
-                department: request.population.department.clone(),
-                group_id: request.population.group_id,
-                manager_id: request.population.manager_id.clone(),
-                active: request.population.active,
-                user_emails: request.population.emails.clone(),
-                group_by: request.group_by,
-                as_of: at,
-                as_of_given: request.as_of.is_some(),
-                due_soon_days: DUE_SOON_DAYS,
-                timezone: caller.zone.name().to_owned(),
-            };
-            let new = NewExport::new(
-                acting.org_id(),
-                format,
-                parameters,
-                rows,
-                request_id,
-                Utc::now(),
-            );
-            Some(exports::create(&ctx.db, &new, export_caps).await?)
-        }
+    let (export, rate) = match recorded {
+        Some(recorded) => (Some(recorded.export), recorded.rate),
+        None => (None, rate),
     };
     Ok(ComplianceAnswer {
         at,

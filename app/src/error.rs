@@ -103,6 +103,16 @@ pub enum ServiceError {
     Internal(#[from] anyhow::Error),
 }
 
+/// A read over a replica is tried again elsewhere when its database error is a passing one.
+impl flow_common::db::replicas::ReadError for ServiceError {
+    fn database_error(&self) -> Option<&sqlx::Error> {
+        match self {
+            Self::Database(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
 impl ServiceError {
     /// Every field problem of the error (none when it is not about fields).
     pub fn field_problems(&self) -> &[FieldProblem] {

@@ -751,6 +751,57 @@ async fn exports_list_their_kind_and_stay_within_their_organization() {
 }
 
 #[tokio::test]
+async fn an_export_whose_answer_fails_after_it_was_recorded_is_withdrawn() {
+    // No report-worker runs: the export waits until the request that recorded it withdraws it.
+    let app = TestApp::spawn().await;
+    let seed = seed(&app, Tier::Standard, 0).await;
+    // Due-date changes applied after the audit instant whose earlier date Postgres cannot read:
+    // counting the population (the export's rows) reads none of them, the answer's cells do.
+    let broken = sqlx::query(
+        "INSERT INTO assignment_changes (id, org_id, assignment_id, kind, changed, outcome,
+                                         requested_at, applied_at)
+         SELECT gen_random_uuid(), org_id, id, 'update',
+                '{\"dueDate\": {\"from\": \"not a date\", \"to\": null}}', 'applied',
+                now(), now()
+         FROM assignments WHERE org_id = $1 AND assigned_at <= $2",
+    )
+    .bind(seed.org.id)
+    .bind(seed.audit)
+    .execute(&app.db)
+    .await
+    .expect("break the history");
+    assert!(broken.rows_affected() > 0);
+    let failed = compliance(
+        &app,
+        &seed.org,
+        json!({ "asOf": stamp(seed.audit), "format": "csv" }),
+    )
+    .await;
+    assert!(failed.status >= 400, "{:?}", failed.body);
+    assert!(failed.body.get("exportId").is_none(), "{:?}", failed.body);
+    // The export was recorded before the answer failed, and is withdrawn: failed, saying why.
+    let exports: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT status, error FROM exports WHERE org_id = $1")
+            .bind(seed.org.id)
+            .fetch_all(&app.db)
+            .await
+            .expect("exports");
+    assert_eq!(exports.len(), 1, "{exports:?}");
+    assert_eq!(exports[0].0, "failed", "{exports:?}");
+    assert!(
+        exports[0]
+            .1
+            .as_deref()
+            .is_some_and(|error| error.contains("failed before it answered")),
+        "{exports:?}"
+    );
+    // The same report at the present reads none of those changes: it answers, with its export.
+    let now = compliance(&app, &seed.org, json!({ "format": "csv" })).await;
+    assert_eq!(now.status, 200, "{:?}", now.body);
+    assert!(now.body["exportId"].is_string(), "{:?}", now.body);
+}
+
+#[tokio::test]
 async fn compliance_exports_share_the_export_caps_and_check_their_format() {
     // No report-worker runs: every export requested stays waiting.
     let app = TestApp::spawn().await;

@@ -604,6 +604,25 @@ pub async fn fail<'e>(
     Ok(result.rows_affected() == 1)
 }
 
+/// Fails the export whatever worker holds it, unless it is already over (ready, failed,
+/// expired): the request that recorded it could not answer. `error` is worded for the caller. A
+/// worker writing it then finds it failed and leaves it so.
+pub async fn withdraw<'e>(
+    executor: impl PgExecutor<'e>,
+    id: ExportId,
+    error: &str,
+) -> Result<bool, sqlx::Error> {
+    let result = sqlx::query(
+        "UPDATE exports SET status = 'failed', error = $2, finished_at = now(), lease_until = NULL
+         WHERE id = $1 AND status IN ('pending', 'running')",
+    )
+    .bind(id)
+    .bind(error)
+    .execute(executor)
+    .await?;
+    Ok(result.rows_affected() == 1)
+}
+
 /// Gives the job back so a worker retries it after `delay`. A release on shutdown does not count
 /// as an attempt (`count_attempt` false); one after a transient failure does.
 pub async fn release<'e>(

@@ -119,7 +119,7 @@ pub async fn run(
                 }
                 Ok(false) => {
                     discard(&context, &file).await;
-                    tracing::warn!(export_id = %export.id, "export finished after its lease was taken over; discarded");
+                    tracing::warn!(export_id = %export.id, "export finished after its lease was taken over or it was withdrawn; discarded");
                     "lease_lost"
                 }
                 Err(error) => {
