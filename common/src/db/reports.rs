@@ -445,13 +445,8 @@ pub enum RowsShape {
     /// own index probe, so the first rows come at once.
     Page,
     /// Every row of the scope (a CSV or Excel export): completed modules counted by one grouped
-    /// join over the progress of the flow's modules, so Postgres may read them in one pass (a
-    /// million probes cost twice the rest of the export; a small flow still probes). The
-    /// progress is picked by the flow's few modules, not by the scope's assignments: in a
-    /// parallel plan every process computes this aggregate again, and a hash of the scope's
-    /// million assignments in each made the statement a third slower (4.5 s against 3.4 s on
-    /// a million rows, docs/benchmarks.md). A narrow range of a large flow counts progress
-    /// outside its range too, a pass bounded by the flow's progress.
+    /// join over the progress of the scope's assignments, so Postgres may read them in one pass
+    /// (a million probes cost twice the rest of the export; a small flow still probes).
     Whole,
     /// With module progress as arrays in flow order (a detailed export or page).
     Detailed,
@@ -507,8 +502,9 @@ pub fn rows_sql(shape: RowsShape) -> String {
             format!("COALESCE(mp.completed_modules, 0) AS completed_modules, {NO_PROGRESS}"),
             "LEFT JOIN (
                 SELECT p.assignment_id, count(*) AS completed_modules FROM module_progress p
-                WHERE p.status = 'completed'
-                  AND p.module_id IN (SELECT m.id FROM modules m WHERE m.flow_id = $1)
+                WHERE p.status = 'completed' AND p.assignment_id IN (
+                    SELECT s.id FROM assignments s
+                    WHERE s.flow_id = $1 AND s.assigned_at >= $2 AND s.assigned_at < $3)
                 GROUP BY p.assignment_id
              ) mp ON mp.assignment_id = a.id",
         ),
