@@ -450,8 +450,45 @@ async fn read(
     flows: &[ReportFlow],
     asked: Option<ExportAsked<'_>>,
 ) -> Result<(Read, DateTime<Utc>, Option<Recorded>), ServiceError> {
-    let mut recorded = None;
-    match read_recording(ctx, acting, request, flows, asked, &mut recorded).await {
+    let mut recorded: Option<Recorded> = None;
+    let attempts = async {
+        let mut reading = ctx.reads.read(ReadPurpose::Report, None);
+        loop {
+            let (mut snapshot, source) = reading.begin().await?;
+            let at = request
+                .cursor
+                .as_ref()
+                .map(|cursor| cursor.at)
+                .or(request.as_of)
+                .or(recorded.as_ref().map(|recorded| recorded.at))
+                .unwrap_or_else(|| snapshot.now());
+            let scope = Scope {
+                org_id: acting.org_id(),
+                flows: flows.iter().map(|flow| flow.id).collect(),
+                at,
+                historical: request.as_of.is_some() || recorded.is_some(),
+                due_soon_days: DUE_SOON_DAYS,
+                population: request.population.clone(),
+            };
+            let outcome = async {
+                if let (Some(asked), None) = (asked, &recorded) {
+                    let people = compliance::population_size(snapshot.connection(), &scope).await?;
+                    let rows =
+                        people.saturating_mul(i64::try_from(flows.len()).unwrap_or(i64::MAX));
+                    let export =
+                        record_export(ctx, acting, request, flows, asked, at, rows).await?;
+                    recorded = Some(export);
+                }
+                Ok::<_, ServiceError>(read_on(snapshot.connection(), &scope, request).await?)
+            }
+            .await;
+            if let Some(served) = reading.end(snapshot, source, outcome).await? {
+                return Ok::<_, ServiceError>((served.value, served.source.data_as_of));
+            }
+        }
+    }
+    .await;
+    match attempts {
         Ok((read, data_as_of)) => Ok((read, data_as_of, recorded)),
         Err(error) => {
             if let Some(recorded) = recorded {
@@ -472,49 +509,6 @@ async fn read(
 /// Why an export is failed when the request that recorded it could not answer.
 const WITHDRAWN: &str = "the compliance report that asked for this export failed before it \
                          answered; ask again";
-
-/// [`read`]'s attempts, recording the export in `recorded` on the first.
-async fn read_recording(
-    ctx: &Context,
-    acting: Acting<'_>,
-    request: &ComplianceRequest,
-    flows: &[ReportFlow],
-    asked: Option<ExportAsked<'_>>,
-    recorded: &mut Option<Recorded>,
-) -> Result<(Read, DateTime<Utc>), ServiceError> {
-    let mut reading = ctx.reads.read(ReadPurpose::Report, None);
-    loop {
-        let (mut snapshot, source) = reading.begin().await?;
-        let at = request
-            .cursor
-            .as_ref()
-            .map(|cursor| cursor.at)
-            .or(request.as_of)
-            .or(recorded.as_ref().map(|recorded| recorded.at))
-            .unwrap_or_else(|| snapshot.now());
-        let scope = Scope {
-            org_id: acting.org_id(),
-            flows: flows.iter().map(|flow| flow.id).collect(),
-            at,
-            historical: request.as_of.is_some() || recorded.is_some(),
-            due_soon_days: DUE_SOON_DAYS,
-            population: request.population.clone(),
-        };
-        let outcome = async {
-            if let (Some(asked), None) = (asked, &*recorded) {
-                let people = compliance::population_size(snapshot.connection(), &scope).await?;
-                let rows = people.saturating_mul(i64::try_from(flows.len()).unwrap_or(i64::MAX));
-                let export = record_export(ctx, acting, request, flows, asked, at, rows).await?;
-                *recorded = Some(export);
-            }
-            Ok::<_, ServiceError>(read_on(snapshot.connection(), &scope, request).await?)
-        }
-        .await;
-        if let Some(served) = reading.end(snapshot, source, outcome).await? {
-            return Ok((served.value, served.source.data_as_of));
-        }
-    }
-}
 
 /// Records the export of the report `request` asks for, judged at `at`, of `rows` rows: refused
 /// (429) past the organization's export caps, and costing one more report request per started
